@@ -1,0 +1,235 @@
+/* unmask-cli bench — forward passes per second, achieved GFLOP/s, share of
+ * time in matrix products, tokens per second and peak RSS, next to what
+ * OpenBLAS's sgemm alone reaches on the same shapes on this machine. */
+#include "config.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "um-cli.h"
+#include "um-cpu-kernels.h"
+#include "um-error.h"
+
+extern char *openblas_get_config (void);
+extern int openblas_get_parallel (void);
+
+static guint64
+peak_rss_bytes (void)
+{
+  struct rusage ru;
+  if (getrusage (RUSAGE_SELF, &ru) != 0)
+    return 0;
+  return (guint64) ru.ru_maxrss * 1024;
+}
+
+typedef struct {
+  const char *what;
+  int m, n, k;
+  int count;   /* how many such products one forward pass does */
+} Shape;
+
+/* Best of three sgemm runs per shape; returns the flop-weighted GFLOP/s over
+ * one forward pass's worth of products and adds a per-shape list to @b. */
+static double
+sgemm_baseline (const Shape *shapes, guint n_shapes, JsonBuilder *b)
+{
+  double total_flops = 0, total_time = 0;
+
+  json_builder_begin_array (b);
+  for (guint s = 0; s < n_shapes; s++)
+    {
+      const Shape *sh = &shapes[s];
+      size_t na = (size_t) sh->m * sh->k, nb = (size_t) sh->n * sh->k, nc = (size_t) sh->m * sh->n;
+      float *a = g_try_malloc (na * sizeof (float)), *w = g_try_malloc (nb * sizeof (float));
+      float *c = g_try_malloc (nc * sizeof (float));
+      double best = G_MAXDOUBLE, flops = 2.0 * sh->m * sh->n * (double) sh->k;
+
+      if (a == NULL || w == NULL || c == NULL)
+        {
+          g_free (a), g_free (w), g_free (c);
+          continue;
+        }
+      /* Small normal values: no denormals, no infinities. */
+      for (size_t i = 0; i < na; i++)
+        a[i] = (float) ((i * 2654435761u) % 2001) * 1e-3f - 1.0f;
+      for (size_t i = 0; i < nb; i++)
+        w[i] = (float) ((i * 40503u) % 2001) * 1e-5f - 0.01f;
+      for (int r = 0; r < 3; r++)
+        {
+          gint64 t0 = g_get_monotonic_time ();
+          cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, sh->m, sh->n, sh->k,
+                       1.0f, a, sh->k, w, sh->k, 0.0f, c, sh->n);
+          best = MIN (best, (g_get_monotonic_time () - t0) / 1e6);
+        }
+      total_flops += flops * sh->count;
+      total_time += best * sh->count;
+      json_builder_begin_object (b);
+      json_builder_set_member_name (b, "product");
+      json_builder_add_string_value (b, sh->what);
+      json_builder_set_member_name (b, "m");
+      json_builder_add_int_value (b, sh->m);
+      json_builder_set_member_name (b, "n");
+      json_builder_add_int_value (b, sh->n);
+      json_builder_set_member_name (b, "k");
+      json_builder_add_int_value (b, sh->k);
+      json_builder_set_member_name (b, "gflops");
+      json_builder_add_double_value (b, flops / best / 1e9);
+      json_builder_end_object (b);
+      g_free (a), g_free (w), g_free (c);
+    }
+  json_builder_end_array (b);
+  return total_time > 0 ? total_flops / total_time / 1e9 : 0;
+}
+
+int
+um_cli_bench (int argc, char **argv)
+{
+  g_autoptr(GOptionContext) ctx = g_option_context_new ("— measure the engine on a model");
+  g_autofree char *model_path = NULL;
+  int prompt_length = 64;
+  gboolean no_sgemm = FALSE;
+  UmCliGenOptions go;
+  GOptionEntry entries[] = {
+    { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model_path, "Model folder or .gguf file", "PATH" },
+    { "prompt-length", 0, 0, G_OPTION_ARG_INT, &prompt_length, "Random prompt tokens (default 64)", "N" },
+    { "no-sgemm", 0, 0, G_OPTION_ARG_NONE, &no_sgemm, "Skip the OpenBLAS sgemm baseline", NULL },
+    { NULL }
+  };
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmEngine) engine = NULL;
+  g_autoptr(GArray) out_ids = g_array_new (FALSE, FALSE, sizeof (gint32));
+  g_autoptr(JsonBuilder) b = json_builder_new ();
+  g_autoptr(JsonNode) root = NULL;
+  g_autofree gint32 *prompt = NULL, *rows = NULL;
+  g_autofree float *logits = NULL;
+  UmGenParams params;
+  UmForwardStats st;
+  UmBackendMemInfo mem;
+  UmForward *fw;
+  const UmModelConfig *c;
+  gint64 t0;
+  double load_s, warm_s, gen_s;
+  guint64 rss;
+
+  um_cli_gen_options_init (&go, 64, 64, 32);
+  g_option_context_add_main_entries (ctx, entries, NULL);
+  um_cli_gen_options_add (ctx, &go);
+  if (!um_cli_parse_options (ctx, &argc, &argv))
+    return 2;
+  if (!um_cli_gen_options_to_params (&go, &params, &error))
+    return um_cli_fail (error);
+  um_cli_gen_options_clear (&go);
+  if (prompt_length < 1)
+    {
+      g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--prompt-length must be at least 1");
+      return um_cli_fail (error);
+    }
+
+  t0 = g_get_monotonic_time ();
+  engine = um_cli_load_engine (model_path, go.threads, &error);
+  if (engine == NULL)
+    return um_cli_fail (error);
+  load_s = (g_get_monotonic_time () - t0) / 1e6;
+  fw = um_engine_get_forward (engine);
+  c = &um_engine_get_model (engine)->cfg;
+
+  /* A reproducible random prompt of ordinary tokens. */
+  prompt = g_new (gint32, prompt_length);
+  for (int i = 0; i < prompt_length; i++)
+    {
+      prompt[i] = (gint32) ((i * 2654435761u + 12345u) % MIN (c->vocab_size, 100000u));
+      if (prompt[i] == c->mask_id)
+        prompt[i] = 0;
+    }
+
+  /* Warm-up: one pass over the first block's canvas pages in the weights. */
+  {
+    int L = prompt_length + params.gen_length;
+    g_autofree gint32 *canvas = g_new (gint32, L);
+    memcpy (canvas, prompt, sizeof (gint32) * prompt_length);
+    for (int i = prompt_length; i < L; i++)
+      canvas[i] = c->mask_id;
+    rows = g_new (gint32, params.block_length);
+    for (int i = 0; i < params.block_length; i++)
+      rows[i] = prompt_length + i;
+    logits = g_try_malloc ((size_t) params.block_length * c->vocab_size * sizeof (float));
+    t0 = g_get_monotonic_time ();
+    if (logits == NULL
+        || !um_forward_logits (fw, canvas, 1, L, rows, params.block_length, logits, NULL, &error))
+      {
+        if (error == NULL)
+          g_set_error (&error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of memory for the warm-up logits");
+        return um_cli_fail (error);
+      }
+    warm_s = (g_get_monotonic_time () - t0) / 1e6;
+    g_clear_pointer (&logits, g_free);
+  }
+
+  um_forward_reset_stats (fw);
+  t0 = g_get_monotonic_time ();
+  if (!um_sampler_generate (fw, prompt, prompt_length, &params, NULL, NULL, NULL, out_ids, &error))
+    return um_cli_fail (error);
+  gen_s = (g_get_monotonic_time () - t0) / 1e6;
+  st = *um_forward_get_stats (fw);
+  rss = peak_rss_bytes ();
+  um_engine_get_backend (engine)->ops->mem_info (um_engine_get_backend (engine), &mem);
+
+  json_builder_begin_object (b);
+#define MEMBER_INT(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_int_value (b, v); } G_STMT_END
+#define MEMBER_DBL(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_double_value (b, v); } G_STMT_END
+#define MEMBER_STR(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_string_value (b, v); } G_STMT_END
+  MEMBER_STR ("model", model_path);
+  MEMBER_STR ("backend", um_backend_name (um_engine_get_backend (engine)));
+  MEMBER_INT ("threads", um_cpu_get_threads ());
+  MEMBER_STR ("openblas", g_strstrip (openblas_get_config ()));
+  MEMBER_STR ("openblas_threading", openblas_get_parallel () == 2 ? "openmp"
+                                    : openblas_get_parallel () == 1 ? "pthreads" : "sequential");
+  MEMBER_INT ("n_layers", c->n_layers);
+  MEMBER_INT ("d_model", c->d_model);
+  MEMBER_INT ("mlp_hidden", c->mlp_hidden);
+  MEMBER_INT ("vocab_size", c->vocab_size);
+  MEMBER_INT ("prompt_length", prompt_length);
+  MEMBER_INT ("gen_length", params.gen_length);
+  MEMBER_INT ("steps", params.steps);
+  MEMBER_INT ("block_length", params.block_length);
+  MEMBER_DBL ("load_seconds", load_s);
+  MEMBER_DBL ("warmup_seconds", warm_s);
+  MEMBER_DBL ("generate_seconds", gen_s);
+  MEMBER_INT ("forward_passes", st.n_passes);
+  MEMBER_DBL ("forward_passes_per_second", st.seconds > 0 ? st.n_passes / st.seconds : 0);
+  MEMBER_DBL ("seconds_per_forward", st.n_passes ? st.seconds / st.n_passes : 0);
+  MEMBER_DBL ("gflop_per_forward", st.n_passes ? st.flops / st.n_passes / 1e9 : 0);
+  MEMBER_DBL ("gflops", st.seconds > 0 ? st.flops / st.seconds / 1e9 : 0);
+  MEMBER_DBL ("matmul_gflops", st.seconds_matmul > 0 ? st.flops_matmul / st.seconds_matmul / 1e9 : 0);
+  MEMBER_DBL ("matmul_share", st.seconds > 0 ? st.seconds_matmul / st.seconds : 0);
+  MEMBER_DBL ("logit_rows_per_forward", st.n_passes ? (double) st.logit_rows / st.n_passes : 0);
+  MEMBER_DBL ("tokens_per_second", gen_s > 0 ? params.gen_length / gen_s : 0);
+  MEMBER_INT ("peak_rss_bytes", rss);
+  MEMBER_INT ("backend_peak_bytes", mem.peak);
+  if (!no_sgemm)
+    {
+      int L = prompt_length + params.gen_length;
+      int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+      int R = params.block_length;
+      const Shape shapes[] = {
+        { "q/out", L, QD, c->d_model, 2 * c->n_layers },
+        { "k/v", L, KVD, c->d_model, 2 * c->n_layers },
+        { "gate/up", L, c->mlp_hidden, c->d_model, 2 * c->n_layers },
+        { "down", L, c->d_model, c->mlp_hidden, c->n_layers },
+        { "lm_head", R, c->vocab_size, c->d_model, 1 },
+      };
+      double g;
+      json_builder_set_member_name (b, "sgemm_shapes");
+      g = sgemm_baseline (shapes, G_N_ELEMENTS (shapes), b);
+      MEMBER_DBL ("sgemm_gflops", g);
+    }
+  json_builder_end_object (b);
+#undef MEMBER_INT
+#undef MEMBER_DBL
+#undef MEMBER_STR
+  root = json_builder_get_root (b);
+  um_cli_print_json (root, TRUE);
+  return 0;
+}

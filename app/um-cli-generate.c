@@ -1,0 +1,375 @@
+/* unmask-cli generate and chat. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "um-chat-template.h"
+#include "um-cli.h"
+#include "um-error.h"
+
+void
+um_cli_gen_options_init (UmCliGenOptions *o, int gen_length, int steps, int block_length)
+{
+  memset (o, 0, sizeof *o);
+  o->gen_length = gen_length;
+  o->steps = steps;
+  o->block_length = block_length;
+}
+
+void
+um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
+{
+  GOptionEntry entries[] = {
+    { "gen-length", 0, 0, G_OPTION_ARG_INT, &o->gen_length, "Tokens to generate", "N" },
+    { "steps", 0, 0, G_OPTION_ARG_INT, &o->steps, "Diffusion steps in all", "N" },
+    { "block-length", 0, 0, G_OPTION_ARG_INT, &o->block_length, "Tokens per semi-autoregressive block", "N" },
+    { "temperature", 0, 0, G_OPTION_ARG_DOUBLE, &o->temperature, "Gumbel temperature (0: greedy)", "T" },
+    { "cfg-scale", 0, 0, G_OPTION_ARG_DOUBLE, &o->cfg_scale, "Classifier-free guidance scale (0: off)", "S" },
+    { "remasking", 0, 0, G_OPTION_ARG_STRING, &o->remasking, "low_confidence (default) or random", "WHICH" },
+    { "seed", 0, 0, G_OPTION_ARG_INT64, &o->seed, "Random seed for temperature and random remasking", "N" },
+    { "logits-eos-inf", 0, 0, G_OPTION_ARG_NONE, &o->logits_eos_inf, "Never choose EOS", NULL },
+    { "confidence-eos-eot-inf", 0, 0, G_OPTION_ARG_NONE, &o->confidence_eos_eot_inf,
+      "Commit EOS/EOT only after everything else", NULL },
+    { "threads", 0, 0, G_OPTION_ARG_INT, &o->threads, "CPU threads (default: all cores)", "N" },
+    { NULL }
+  };
+  GOptionGroup *group = g_option_group_new ("generation", "Generation options:", "Show generation options",
+                                            NULL, NULL);
+  g_option_group_add_entries (group, entries);
+  g_option_context_add_group (ctx, group);
+}
+
+gboolean
+um_cli_gen_options_to_params (const UmCliGenOptions *o, UmGenParams *p, GError **error)
+{
+  um_gen_params_init (p);
+  p->gen_length = o->gen_length;
+  p->steps = o->steps;
+  p->block_length = o->block_length;
+  p->temperature = o->temperature;
+  p->cfg_scale = o->cfg_scale;
+  p->seed = (guint64) o->seed;
+  p->logits_eos_inf = o->logits_eos_inf;
+  p->confidence_eos_eot_inf = o->confidence_eos_eot_inf;
+  if (o->remasking != NULL && !um_remasking_from_string (o->remasking, &p->remasking))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "--remasking must be low_confidence or random, not “%s”", o->remasking);
+      return FALSE;
+    }
+  if (o->threads < 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--threads must be ≥ 0");
+      return FALSE;
+    }
+  /* Prompt length is checked against the model later. */
+  return um_gen_params_validate (p, 0, G_MAXUINT, error);
+}
+
+void
+um_cli_gen_options_clear (UmCliGenOptions *o)
+{
+  g_clear_pointer (&o->remasking, g_free);
+}
+
+UmEngine *
+um_cli_load_engine (const char *model, int threads, GError **error)
+{
+  UmEngineOptions opts;
+
+  if (model == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--model PATH is required");
+      return NULL;
+    }
+  um_engine_options_init (&opts);
+  opts.n_threads = threads;
+  return um_engine_load (model, &opts, NULL, NULL, NULL, error);
+}
+
+/* ---- live view of the canvas on a terminal ---- */
+
+typedef struct {
+  UmEngine *engine;
+  gboolean  live;
+  int       lines_drawn;
+  GPtrArray *trace;    /* GArray of gint32 per step */
+} GenState;
+
+static int
+terminal_width (void)
+{
+  struct winsize ws;
+  if (ioctl (STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    return ws.ws_col;
+  return 80;
+}
+
+/* Rows the plain text occupies on a terminal @width columns wide. */
+static int
+count_rows (const char *plain, int width)
+{
+  int rows = 0;
+  g_auto(GStrv) lines = g_strsplit (plain, "\n", -1);
+  for (guint i = 0; lines[i] != NULL; i++)
+    {
+      glong n = g_utf8_strlen (lines[i], -1);
+      rows += MAX (1, (int) ((n + width - 1) / width));
+    }
+  return rows;
+}
+
+static void
+erase_live (GenState *st)
+{
+  if (st->lines_drawn > 1)
+    printf ("\033[%dA", st->lines_drawn - 1);
+  printf ("\r\033[J");
+  st->lines_drawn = 0;
+}
+
+static void
+draw_live (GenState *st, const UmStepEvent *ev)
+{
+  UmModel *model = um_engine_get_model (st->engine);
+  g_autoptr(GString) color = g_string_new (NULL);
+  g_autoptr(GString) plain = g_string_new (NULL);
+  g_autoptr(GHashTable) fresh = g_hash_table_new (NULL, NULL);
+  int k = 0;
+
+  for (int i = 0; i < ev->n_committed; i++)
+    g_hash_table_add (fresh, GINT_TO_POINTER (ev->positions[i]));
+
+  g_string_append_printf (plain, "step %d/%d · block %d/%d · %.1f s\n",
+                          ev->step + 1, ev->n_steps, ev->block + 1, ev->n_blocks, ev->elapsed);
+  g_string_append_printf (color, "\033[2m%s\033[0m", plain->str);
+  for (int pos = ev->prompt_len; pos < ev->seq_len; pos++, k++)
+    {
+      gint32 id = ev->canvas[pos];
+      g_autofree char *piece = NULL;
+      if (id == model->cfg.mask_id)
+        {
+          g_string_append (plain, "░");
+          g_string_append (color, "\033[90m░\033[0m");
+          continue;
+        }
+      if (id == model->cfg.eos_id || id == model->cfg.eot_id)
+        piece = g_strdup ("·");
+      else
+        piece = um_tokenizer_decode (model->tokenizer, &id, 1, TRUE, NULL);
+      if (piece == NULL)
+        piece = g_strdup ("?");
+      g_string_append (plain, piece);
+      if (g_hash_table_contains (fresh, GINT_TO_POINTER (pos)))
+        g_string_append_printf (color, "\033[1;32m%s\033[0m", piece);
+      else
+        g_string_append (color, piece);
+    }
+  erase_live (st);
+  fputs (color->str, stdout);
+  fflush (stdout);
+  st->lines_drawn = count_rows (plain->str, terminal_width ());
+}
+
+static void
+on_step (const UmStepEvent *ev, gpointer user_data)
+{
+  GenState *st = user_data;
+  GArray *committed = g_array_sized_new (FALSE, FALSE, sizeof (gint32), ev->n_committed);
+
+  g_array_append_vals (committed, ev->positions, ev->n_committed);
+  g_ptr_array_add (st->trace, committed);
+  if (st->live)
+    draw_live (st, ev);
+}
+
+static JsonNode *
+trace_to_json (GPtrArray *trace)
+{
+  JsonArray *arr = json_array_sized_new (trace->len);
+  JsonNode *node = json_node_new (JSON_NODE_ARRAY);
+  for (guint i = 0; i < trace->len; i++)
+    {
+      GArray *a = g_ptr_array_index (trace, i);
+      json_array_add_element (arr, um_cli_ids_to_json ((const gint32 *) a->data, a->len));
+    }
+  json_node_take_array (node, arr);
+  return node;
+}
+
+int
+um_cli_generate (int argc, char **argv)
+{
+  g_autoptr(GOptionContext) ctx = g_option_context_new ("— generate with a LLaDA model");
+  g_autofree char *model = NULL, *prompt = NULL, *ids_text = NULL;
+  gboolean chat = FALSE, json = FALSE, no_live = FALSE;
+  UmCliGenOptions go;
+  GOptionEntry entries[] = {
+    { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model, "Model folder or .gguf file", "PATH" },
+    { "prompt", 'p', 0, G_OPTION_ARG_STRING, &prompt, "Prompt text", "TEXT" },
+    { "chat", 0, 0, G_OPTION_ARG_NONE, &chat, "Wrap the prompt in the Instruct chat template", NULL },
+    { "ids", 0, 0, G_OPTION_ARG_STRING, &ids_text, "Prompt as token ids", "1,2,3" },
+    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print one JSON object: ids, trace, text, timing", NULL },
+    { "no-live", 0, 0, G_OPTION_ARG_NONE, &no_live, "Do not animate the canvas on a terminal", NULL },
+    { NULL }
+  };
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmEngine) engine = NULL;
+  g_autoptr(UmGenResult) result = NULL;
+  g_autoptr(GArray) ids = NULL;
+  g_autoptr(GPtrArray) trace = g_ptr_array_new_with_free_func ((GDestroyNotify) g_array_unref);
+  UmGenRequest req;
+  GenState st = { 0 };
+
+  um_cli_gen_options_init (&go, 128, 128, 32);
+  g_option_context_add_main_entries (ctx, entries, NULL);
+  um_cli_gen_options_add (ctx, &go);
+  if (!um_cli_parse_options (ctx, &argc, &argv))
+    return 2;
+
+  um_gen_request_init (&req);
+  if (!um_cli_gen_options_to_params (&go, &req.params, &error))
+    return um_cli_fail (error);
+  if ((prompt == NULL) == (ids_text == NULL))
+    {
+      g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "give exactly one of --prompt TEXT or --ids LIST");
+      return um_cli_fail (error);
+    }
+  if (ids_text != NULL)
+    {
+      if (chat)
+        {
+          g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--chat needs --prompt, not --ids");
+          return um_cli_fail (error);
+        }
+      if ((ids = um_cli_parse_ids (ids_text, &error)) == NULL)
+        return um_cli_fail (error);
+      req.prompt_ids = (const gint32 *) ids->data;
+      req.n_prompt_ids = ids->len;
+    }
+  req.prompt = prompt;
+  req.chat = chat;
+
+  engine = um_cli_load_engine (model, go.threads, &error);
+  if (engine == NULL)
+    return um_cli_fail (error);
+
+  st.engine = engine;
+  st.trace = trace;
+  st.live = !json && !no_live && isatty (STDOUT_FILENO);
+  result = um_engine_generate (engine, &req, on_step, &st, NULL, &error);
+  if (st.live)
+    erase_live (&st);
+  um_cli_gen_options_clear (&go);
+  if (result == NULL)
+    return um_cli_fail (error);
+
+  if (json)
+    {
+      g_autoptr(JsonBuilder) b = json_builder_new ();
+      g_autoptr(JsonNode) root = NULL;
+      json_builder_begin_object (b);
+      json_builder_set_member_name (b, "ids");
+      json_builder_add_value (b, um_cli_ids_to_json ((const gint32 *) result->ids->data, result->ids->len));
+      json_builder_set_member_name (b, "trace");
+      json_builder_add_value (b, trace_to_json (trace));
+      json_builder_set_member_name (b, "text");
+      json_builder_add_string_value (b, result->text);
+      json_builder_set_member_name (b, "prompt_ids");
+      json_builder_add_value (b, um_cli_ids_to_json ((const gint32 *) result->prompt_ids->data,
+                                                     result->prompt_ids->len));
+      json_builder_set_member_name (b, "seconds");
+      json_builder_add_double_value (b, result->seconds);
+      json_builder_set_member_name (b, "steps");
+      json_builder_add_int_value (b, result->steps);
+      json_builder_set_member_name (b, "tokens_per_second");
+      json_builder_add_double_value (b, result->seconds > 0 ? result->ids->len / result->seconds : 0.0);
+      json_builder_end_object (b);
+      root = json_builder_get_root (b);
+      um_cli_print_json (root, FALSE);
+    }
+  else
+    {
+      printf ("%s\n", result->text);
+      if (isatty (STDERR_FILENO))
+        fprintf (stderr, "\033[2m%u tokens, %d steps, %.2f s, %.2f tokens/s\033[0m\n",
+                 result->ids->len, result->steps, result->seconds,
+                 result->seconds > 0 ? result->ids->len / result->seconds : 0.0);
+    }
+  return 0;
+}
+
+/* Multi-turn chat on stdin/stdout, following the reference chat.py: each
+ * turn's prompt is the previous prompt + answer without EOS, then the new
+ * user turn. */
+int
+um_cli_chat (int argc, char **argv)
+{
+  g_autoptr(GOptionContext) ctx = g_option_context_new ("— chat with a LLaDA Instruct model");
+  g_autofree char *model = NULL;
+  UmCliGenOptions go;
+  GOptionEntry entries[] = {
+    { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model, "Model folder or .gguf file", "PATH" },
+    { NULL }
+  };
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmEngine) engine = NULL;
+  g_autoptr(GArray) history = g_array_new (FALSE, FALSE, sizeof (gint32));
+  g_autoptr(GPtrArray) trace = g_ptr_array_new_with_free_func ((GDestroyNotify) g_array_unref);
+  UmGenParams params;
+  char line[8192];
+  gboolean tty = isatty (STDIN_FILENO);
+
+  um_cli_gen_options_init (&go, 128, 128, 32);
+  g_option_context_add_main_entries (ctx, entries, NULL);
+  um_cli_gen_options_add (ctx, &go);
+  if (!um_cli_parse_options (ctx, &argc, &argv))
+    return 2;
+  if (!um_cli_gen_options_to_params (&go, &params, &error))
+    return um_cli_fail (error);
+  um_cli_gen_options_clear (&go);
+  engine = um_cli_load_engine (model, go.threads, &error);
+  if (engine == NULL)
+    return um_cli_fail (error);
+
+  for (;;)
+    {
+      UmModel *m = um_engine_get_model (engine);
+      g_autoptr(GArray) prompt = g_array_new (FALSE, FALSE, sizeof (gint32));
+      g_autoptr(UmGenResult) result = NULL;
+      UmGenRequest req;
+      GenState st = { engine, tty && isatty (STDOUT_FILENO), 0, trace };
+
+      if (tty)
+        {
+          fputs ("\033[1m> \033[0m", stdout);
+          fflush (stdout);
+        }
+      if (fgets (line, sizeof line, stdin) == NULL)
+        break;
+      g_strstrip (line);
+      if (line[0] == '\0')
+        continue;
+      if (!um_chat_build_prompt (m->tokenizer, history->len ? (const gint32 *) history->data : NULL,
+                                 history->len, line, m->cfg.bos_id, m->cfg.eos_id, prompt, &error))
+        return um_cli_fail (error);
+      um_gen_request_init (&req);
+      req.params = params;
+      req.prompt_ids = (const gint32 *) prompt->data;
+      req.n_prompt_ids = prompt->len;
+      result = um_engine_generate (engine, &req, on_step, &st, NULL, &error);
+      if (st.live)
+        erase_live (&st);
+      if (result == NULL)
+        return um_cli_fail (error);
+      printf ("%s\n", result->text);
+      fflush (stdout);
+      g_array_set_size (history, 0);
+      g_array_append_vals (history, prompt->data, prompt->len);
+      g_array_append_vals (history, result->ids->data, result->ids->len);
+    }
+  return 0;
+}

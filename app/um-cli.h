@@ -1,0 +1,55 @@
+/* um-cli.h — shared pieces of unmask-cli's subcommands. */
+#pragma once
+
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
+#include "um-engine.h"
+
+G_BEGIN_DECLS
+
+typedef int (*UmCliCommand) (int argc, char **argv);
+
+int um_cli_generate (int argc, char **argv);
+int um_cli_chat (int argc, char **argv);
+int um_cli_logits (int argc, char **argv);
+int um_cli_tokenize (int argc, char **argv);
+int um_cli_detokenize (int argc, char **argv);
+int um_cli_inspect (int argc, char **argv);
+int um_cli_bench (int argc, char **argv);
+
+/* Parses "1,2,3" (spaces allowed). */
+GArray  *um_cli_parse_ids (const char *text, GError **error);
+/* Prints @error as "unmask-cli: message" on stderr; returns 1. */
+int      um_cli_fail (GError *error);
+/* Prints a JSON node to stdout followed by a newline. */
+void     um_cli_print_json (JsonNode *node, gboolean pretty);
+JsonNode *um_cli_ids_to_json (const gint32 *ids, guint n);
+/* Parses the subcommand's options; on failure prints the error and returns FALSE. */
+gboolean um_cli_parse_options (GOptionContext *ctx, int *argc, char ***argv);
+
+G_END_DECLS
+
+G_BEGIN_DECLS
+
+/* Generation options shared by generate, chat and bench. */
+typedef struct {
+  int      gen_length;
+  int      steps;
+  int      block_length;
+  double   temperature;
+  double   cfg_scale;
+  char    *remasking;
+  gint64   seed;
+  gboolean logits_eos_inf;
+  gboolean confidence_eos_eot_inf;
+  int      threads;
+} UmCliGenOptions;
+
+void     um_cli_gen_options_init (UmCliGenOptions *o, int gen_length, int steps, int block_length);
+void     um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o);
+gboolean um_cli_gen_options_to_params (const UmCliGenOptions *o, UmGenParams *p, GError **error);
+void     um_cli_gen_options_clear (UmCliGenOptions *o);
+UmEngine *um_cli_load_engine (const char *model, int threads, GError **error);
+
+G_END_DECLS

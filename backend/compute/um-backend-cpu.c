@@ -1,0 +1,230 @@
+/* um-backend-cpu.c — the CPU compute backend: buffers are host memory under
+ * the same hard budget a GPU would impose, so memory plans and out-of-memory
+ * paths are exercised without a GPU. */
+#include "um-backend.h"
+
+#include <string.h>
+
+#include "um-cpu-kernels.h"
+#include "um-error.h"
+
+struct _UmBuf {
+  float  *data;
+  size_t  bytes;
+};
+
+struct _UmDevWeight {
+  UmWeight w;
+};
+
+typedef struct {
+  uint64_t budget;
+  uint64_t in_use;
+  uint64_t peak;
+} CpuCtx;
+
+#define CTX(be) ((CpuCtx *) (be)->ctx)
+
+static void
+cpu_destroy (UmBackend *be)
+{
+  g_free (be->ctx);
+  g_free (be);
+}
+
+static void
+cpu_mem_info (UmBackend *be, UmBackendMemInfo *info)
+{
+  CpuCtx *c = CTX (be);
+  memset (info, 0, sizeof *info);
+  info->budget = c->budget;
+  info->in_use = c->in_use;
+  info->peak = c->peak;
+}
+
+static UmBuf *
+cpu_buf_alloc (UmBackend *be, size_t bytes, GError **error)
+{
+  CpuCtx *c = CTX (be);
+  UmBuf *buf;
+
+  if (c->budget != 0 && (bytes > c->budget || c->in_use > c->budget - bytes))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "cpu: allocating %.1f MiB would exceed the memory budget (%.1f of %.1f MiB in use)",
+                   bytes / 1048576.0, c->in_use / 1048576.0, c->budget / 1048576.0);
+      return NULL;
+    }
+  buf = g_new0 (UmBuf, 1);
+  /* 64-byte aligned for vector loads; try_ so a huge request fails softly. */
+  if (bytes > 0 && posix_memalign ((void **) &buf->data, 64, bytes) != 0)
+    {
+      g_free (buf);
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "cpu: out of memory allocating %.1f MiB", bytes / 1048576.0);
+      return NULL;
+    }
+  buf->bytes = bytes;
+  c->in_use += bytes;
+  c->peak = MAX (c->peak, c->in_use);
+  return buf;
+}
+
+static void
+cpu_buf_free (UmBackend *be, UmBuf *buf)
+{
+  if (buf == NULL)
+    return;
+  CTX (be)->in_use -= buf->bytes;
+  free (buf->data);
+  g_free (buf);
+}
+
+static gboolean
+check_range (UmBuf *buf, size_t offset, size_t bytes, GError **error)
+{
+  if (offset > buf->bytes || bytes > buf->bytes - offset)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "cpu: copy of %zu bytes at %zu is outside a %zu-byte buffer", bytes, offset, buf->bytes);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+static gboolean
+cpu_buf_upload (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes, GError **error)
+{
+  if (!check_range (dst, offset, bytes, error))
+    return FALSE;
+  memcpy ((guint8 *) dst->data + offset, src, bytes);
+  return TRUE;
+}
+
+static gboolean
+cpu_buf_download (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t bytes, GError **error)
+{
+  if (!check_range (src, offset, bytes, error))
+    return FALSE;
+  memcpy (dst, (guint8 *) src->data + offset, bytes);
+  return TRUE;
+}
+
+/* Weights stay where the model mapped them; nothing is copied. */
+static UmDevWeight *
+cpu_weight_load (UmBackend *be, const UmWeight *w, GError **error)
+{
+  UmDevWeight *dw = g_new0 (UmDevWeight, 1);
+  dw->w = *w;
+  return dw;
+}
+
+static void
+cpu_weight_free (UmBackend *be, UmDevWeight *w)
+{
+  g_free (w);
+}
+
+static gboolean
+cpu_embed (UmBackend *be, const UmDevWeight *table, const gint32 *ids, int n, UmBuf *out, GError **error)
+{
+  const UmWeight *w = &table->w;
+  for (int i = 0; i < n; i++)
+    if (ids[i] < 0 || (uint64_t) ids[i] >= w->rows)
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                     "token id %d is outside the vocabulary (%" G_GUINT64_FORMAT ")", ids[i], w->rows);
+        return FALSE;
+      }
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < n; i++)
+    um_cpu_dequant_row (w->dtype, (const guint8 *) w->data + (uint64_t) ids[i] * w->row_bytes,
+                        out->data + (size_t) i * w->cols, w->cols);
+  return TRUE;
+}
+
+static gboolean
+cpu_get_rows (UmBackend *be, UmBuf *src, int dim, const gint32 *rows, int n, UmBuf *out, GError **error)
+{
+  for (int i = 0; i < n; i++)
+    memcpy (out->data + (size_t) i * dim, src->data + (size_t) rows[i] * dim, dim * sizeof (float));
+  return TRUE;
+}
+
+static gboolean
+cpu_rms_norm (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *w, float eps, UmBuf *out,
+              GError **error)
+{
+  um_cpu_rms_norm (x->data, rows, dim, w->w.data, eps, out->data);
+  return TRUE;
+}
+
+static gboolean
+cpu_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *w, UmBuf *out, GError **error)
+{
+  return um_cpu_matmul (x->data, rows, &w->w, out->data, error);
+}
+
+static gboolean
+cpu_rope (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int head_dim,
+          double theta, gboolean interleaved, GError **error)
+{
+  um_cpu_rope (x->data, rows, pos, n_heads, head_dim, theta, interleaved);
+  return TRUE;
+}
+
+static gboolean
+cpu_attention (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, UmBuf *k, UmBuf *v,
+               int seq_len, int n_heads, int n_kv_heads, int head_dim, UmBuf *out, GError **error)
+{
+  um_cpu_attention (q->data, nq, q_seq, k->data, v->data, seq_len, n_heads, n_kv_heads, head_dim,
+                    out->data);
+  return TRUE;
+}
+
+static gboolean
+cpu_swiglu (UmBackend *be, UmBuf *gate, UmBuf *up, size_t n, UmBuf *out, GError **error)
+{
+  um_cpu_swiglu (gate->data, up->data, n, out->data);
+  return TRUE;
+}
+
+static gboolean
+cpu_add (UmBackend *be, UmBuf *x, UmBuf *y, size_t n, GError **error)
+{
+  um_cpu_add (x->data, y->data, n);
+  return TRUE;
+}
+
+static const UmBackendOps cpu_ops = {
+  .name = "cpu",
+  .destroy = cpu_destroy,
+  .mem_info = cpu_mem_info,
+  .buf_alloc = cpu_buf_alloc,
+  .buf_free = cpu_buf_free,
+  .buf_upload = cpu_buf_upload,
+  .buf_download = cpu_buf_download,
+  .weight_load = cpu_weight_load,
+  .weight_free = cpu_weight_free,
+  .embed = cpu_embed,
+  .get_rows = cpu_get_rows,
+  .rms_norm = cpu_rms_norm,
+  .matmul = cpu_matmul,
+  .rope = cpu_rope,
+  .attention = cpu_attention,
+  .swiglu = cpu_swiglu,
+  .add = cpu_add,
+};
+
+UmBackend *
+um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **error)
+{
+  UmBackend *be = g_new0 (UmBackend, 1);
+  CpuCtx *c = g_new0 (CpuCtx, 1);
+
+  c->budget = budget_bytes;
+  be->ops = &cpu_ops;
+  be->ctx = c;
+  um_cpu_set_threads (n_threads);
+  return be;
+}

@@ -1,0 +1,81 @@
+/* um-backend.h — the compute backend vtable.
+ *
+ * The forward pass (engine/um-forward.c) is written once against these ops;
+ * the CPU backend implements them with OpenBLAS and OpenMP, the CUDA backend
+ * in gpu/. Activations are float32 row-major matrices in backend buffers.
+ * Device memory is allocated under a hard budget: beyond it allocation fails
+ * with UM_ERROR_OUT_OF_MEMORY, never silently. Small index arrays (token ids,
+ * positions, selected rows) are passed as host pointers.
+ */
+#pragma once
+
+#include <glib.h>
+#include <stdint.h>
+
+#include "um-model.h"
+
+G_BEGIN_DECLS
+
+typedef struct _UmBackend   UmBackend;
+typedef struct _UmBuf       UmBuf;        /* device memory, backend specific */
+typedef struct _UmDevWeight UmDevWeight;  /* a weight as the backend holds it */
+
+typedef struct {
+  uint64_t budget;      /* hard limit on buffer + weight bytes */
+  uint64_t in_use;
+  uint64_t peak;
+  uint64_t total;       /* device memory, 0 if unknown */
+  uint64_t free;        /* device memory free now, 0 if unknown */
+} UmBackendMemInfo;
+
+typedef struct {
+  const char *name;
+  void         (*destroy)      (UmBackend *be);
+  void         (*mem_info)     (UmBackend *be, UmBackendMemInfo *info);
+
+  UmBuf       *(*buf_alloc)    (UmBackend *be, size_t bytes, GError **error);
+  void         (*buf_free)     (UmBackend *be, UmBuf *buf);
+  gboolean     (*buf_upload)   (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes, GError **error);
+  gboolean     (*buf_download) (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t bytes, GError **error);
+
+  /* The backend may reference host memory (CPU) or copy it (GPU). */
+  UmDevWeight *(*weight_load)  (UmBackend *be, const UmWeight *w, GError **error);
+  void         (*weight_free)  (UmBackend *be, UmDevWeight *w);
+
+  /* out[i, :] = table[ids[i], :] as float. */
+  gboolean (*embed)     (UmBackend *be, const UmDevWeight *table, const gint32 *ids, int n, UmBuf *out, GError **error);
+  /* out[i, :] = src[rows[i], :]; dim floats per row. */
+  gboolean (*get_rows)  (UmBackend *be, UmBuf *src, int dim, const gint32 *rows, int n, UmBuf *out, GError **error);
+  /* out = x / sqrt(mean(x^2) + eps) * w, row-wise; out may be x. */
+  gboolean (*rms_norm)  (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *w, float eps, UmBuf *out, GError **error);
+  /* out[rows, w.rows] = x[rows, w.cols] · wᵀ, for any stored format of w. */
+  gboolean (*matmul)    (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *w, UmBuf *out, GError **error);
+  /* In place on x[rows, n_heads*head_dim]; row i is at position pos[i]. */
+  gboolean (*rope)      (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int head_dim,
+                         double theta, gboolean interleaved, GError **error);
+  /* Bidirectional attention. q[nq, H*hd]: query row i belongs to sequence
+   * q_seq[i] (rows of one sequence are contiguous); k, v[n_seq*L, Hkv*hd];
+   * out[nq, H*hd]. Never needs the whole L×L score matrix at once. */
+  gboolean (*attention) (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, UmBuf *k, UmBuf *v,
+                         int seq_len, int n_heads, int n_kv_heads, int head_dim, UmBuf *out, GError **error);
+  /* out = silu(gate) ⊙ up over n floats; out may be gate. */
+  gboolean (*swiglu)    (UmBackend *be, UmBuf *gate, UmBuf *up, size_t n, UmBuf *out, GError **error);
+  /* x += y over n floats. */
+  gboolean (*add)       (UmBackend *be, UmBuf *x, UmBuf *y, size_t n, GError **error);
+} UmBackendOps;
+
+struct _UmBackend {
+  const UmBackendOps *ops;
+  void               *ctx;
+};
+
+/* CPU backend. @budget_bytes 0 means no limit beyond the machine;
+ * @n_threads 0 means all cores. */
+UmBackend *um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **error);
+
+void       um_backend_free (UmBackend *be);
+const char *um_backend_name (UmBackend *be);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmBackend, um_backend_free)
+
+G_END_DECLS

@@ -1,0 +1,293 @@
+#include "um-cpu-kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "um-error.h"
+#include "um-half.h"
+#include "um-quant.h"
+
+/* OpenBLAS's own controls; declared in its cblas.h, repeated here because
+ * some builds hide them behind macros. */
+extern void openblas_set_num_threads (int num_threads);
+
+/* Rows of a converted weight tile: ~2 MB for K = 4096, large enough that
+ * OpenBLAS's repacking of the activations per call is small against the
+ * product, small enough to stay in L2/L3. */
+#define TILE_BYTES (2u * 1024u * 1024u)
+
+static int cpu_threads = 0;
+
+void
+um_cpu_set_threads (int n_threads)
+{
+  if (n_threads <= 0)
+    n_threads = omp_get_num_procs ();
+  cpu_threads = n_threads;
+  omp_set_num_threads (n_threads);
+  openblas_set_num_threads (n_threads);
+}
+
+int
+um_cpu_get_threads (void)
+{
+  return cpu_threads > 0 ? cpu_threads : omp_get_max_threads ();
+}
+
+gboolean
+um_cpu_dequant_row (UmDType dtype, const void *src, float *dst, int64_t n)
+{
+  switch (dtype)
+    {
+    case UM_DTYPE_F32:
+      memcpy (dst, src, (size_t) n * sizeof (float));
+      return TRUE;
+    case UM_DTYPE_BF16:
+      {
+        const guint8 *s = src;
+        for (int64_t i = 0; i < n; i++)
+          {
+            uint16_t h;
+            memcpy (&h, s + 2 * i, 2);
+            dst[i] = um_bf16_to_f32 (h);
+          }
+        return TRUE;
+      }
+    case UM_DTYPE_F16:
+      {
+#ifdef __FLT16_MAX__
+        /* Lets GCC use F16C / AVX-512 conversions. */
+        const guint8 *s = src;
+        for (int64_t i = 0; i < n; i++)
+          {
+            _Float16 h;
+            memcpy (&h, s + 2 * i, 2);
+            dst[i] = (float) h;
+          }
+#else
+        const guint8 *s = src;
+        for (int64_t i = 0; i < n; i++)
+          {
+            uint16_t h;
+            memcpy (&h, s + 2 * i, 2);
+            dst[i] = um_f16_to_f32 (h);
+          }
+#endif
+        return TRUE;
+      }
+    case UM_DTYPE_Q8_0:
+    case UM_DTYPE_Q4_0:
+    case UM_DTYPE_Q4_1:
+    case UM_DTYPE_Q5_0:
+    case UM_DTYPE_Q5_1:
+    case UM_DTYPE_Q4_K:
+    case UM_DTYPE_Q5_K:
+    case UM_DTYPE_Q6_K:
+      um_quant_dequantize_row (dtype, src, dst, n);
+      return TRUE;
+    case UM_DTYPE_I32:
+    case UM_DTYPE_N_TYPES:
+    default:
+      return FALSE;
+    }
+}
+
+gboolean
+um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out, GError **error)
+{
+  const int64_t n = w->rows, k = w->cols;
+  int64_t tile_rows;
+  int64_t n_tiles;
+  gboolean ok = TRUE;
+
+  if (m == 0)
+    return TRUE;
+  if (w->dtype == UM_DTYPE_F32 && ((uintptr_t) w->data % sizeof (float)) == 0)
+    {
+      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k,
+                   1.0f, x, k, w->data, k, 0.0f, out, n);
+      return TRUE;
+    }
+
+  /* Other formats: convert a tile of weight rows into a small float buffer
+   * and multiply it; the whole weight is never expanded in memory. Each
+   * thread owns its tiles, and OpenBLAS's OpenMP build runs single-threaded
+   * inside our parallel region. */
+  tile_rows = MAX (16, (int64_t) (TILE_BYTES / ((size_t) k * sizeof (float))));
+  tile_rows = MIN (tile_rows, n);
+  n_tiles = (n + tile_rows - 1) / tile_rows;
+
+#pragma omp parallel
+  {
+    float *tile = g_try_malloc ((size_t) tile_rows * k * sizeof (float));
+    if (tile == NULL)
+      {
+#pragma omp atomic write
+        ok = FALSE;
+      }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < n_tiles; t++)
+      {
+        int64_t r0 = t * tile_rows;
+        int64_t nr = MIN (tile_rows, n - r0);
+        if (tile == NULL)
+          continue;
+        for (int64_t r = 0; r < nr; r++)
+          um_cpu_dequant_row (w->dtype, (const guint8 *) w->data + (r0 + r) * w->row_bytes,
+                              tile + r * k, k);
+        cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, m, nr, k,
+                     1.0f, x, k, tile, k, 0.0f, out + r0, n);
+      }
+    g_free (tile);
+  }
+  if (!ok)
+    g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                 "out of memory for a %" G_GINT64_FORMAT "×%" G_GINT64_FORMAT " weight tile",
+                 tile_rows, k);
+  return ok;
+}
+
+void
+um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *out)
+{
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; r++)
+    {
+      const float *xr = x + r * dim;
+      float *o = out + r * dim;
+      float sum = 0.0f;
+#pragma omp simd reduction(+:sum)
+      for (int64_t i = 0; i < dim; i++)
+        sum += xr[i] * xr[i];
+      float scale = 1.0f / sqrtf (sum / (float) dim + eps);
+      for (int64_t i = 0; i < dim; i++)
+        o[i] = xr[i] * scale * w[i];
+    }
+}
+
+void
+um_cpu_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim,
+             double theta, gboolean interleaved)
+{
+  const int half = head_dim / 2;
+  g_autofree double *inv_freq = g_new (double, half);
+  /* cos/sin per (row, frequency), computed in double so long positions keep
+   * their accuracy, applied in float like the reference. */
+  g_autofree float *cs = g_new (float, (size_t) rows * half);
+  g_autofree float *sn = g_new (float, (size_t) rows * half);
+
+  for (int i = 0; i < half; i++)
+    inv_freq[i] = pow (theta, -2.0 * i / head_dim);
+
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; r++)
+    {
+      for (int i = 0; i < half; i++)
+        {
+          double a = (double) pos[r] * inv_freq[i];
+          cs[r * half + i] = (float) cos (a);
+          sn[r * half + i] = (float) sin (a);
+        }
+      for (int h = 0; h < n_heads; h++)
+        {
+          float *v = x + (r * n_heads + h) * head_dim;
+          const float *c = cs + r * half, *s = sn + r * half;
+          for (int i = 0; i < half; i++)
+            {
+              int a = interleaved ? 2 * i : i;
+              int b = interleaved ? 2 * i + 1 : i + half;
+              float x0 = v[a], x1 = v[b];
+              v[a] = x0 * c[i] - x1 * s[i];
+              v[b] = x1 * c[i] + x0 * s[i];
+            }
+        }
+    }
+}
+
+/* Query rows per attention task: bounds the score block to 64 × L floats. */
+#define ATT_CHUNK 64
+
+void
+um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq,
+                  const float *k, const float *v, int64_t seq_len,
+                  int n_heads, int n_kv_heads, int head_dim, float *out)
+{
+  const int64_t qstride = (int64_t) n_heads * head_dim;
+  const int64_t kvstride = (int64_t) n_kv_heads * head_dim;
+  const int group = n_heads / n_kv_heads;
+  const float scale = 1.0f / sqrtf ((float) head_dim);
+  g_autoptr(GArray) chunks = g_array_new (FALSE, FALSE, sizeof (int64_t));
+  int64_t n_chunks;
+
+  /* Runs of query rows of one sequence, cut into chunks. */
+  for (int64_t i = 0; i < nq;)
+    {
+      int64_t j = i;
+      while (j < nq && j - i < ATT_CHUNK && q_seq[j] == q_seq[i])
+        j++;
+      g_array_append_val (chunks, i);
+      i = j;
+    }
+  g_array_append_val (chunks, nq);
+  n_chunks = chunks->len - 1;
+
+#pragma omp parallel
+  {
+    float *scores = g_malloc ((size_t) ATT_CHUNK * seq_len * sizeof (float));
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int h = 0; h < n_heads; h++)
+      for (int64_t c = 0; c < n_chunks; c++)
+        {
+          int64_t i0 = g_array_index (chunks, int64_t, c);
+          int64_t nb = g_array_index (chunks, int64_t, c + 1) - i0;
+          int64_t s = q_seq[i0];
+          int kvh = h / group;
+          const float *qb = q + i0 * qstride + (int64_t) h * head_dim;
+          const float *kb = k + s * seq_len * kvstride + (int64_t) kvh * head_dim;
+          const float *vb = v + s * seq_len * kvstride + (int64_t) kvh * head_dim;
+
+          cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, nb, seq_len, head_dim,
+                       scale, qb, qstride, kb, kvstride, 0.0f, scores, seq_len);
+          for (int64_t r = 0; r < nb; r++)
+            {
+              float *sr = scores + r * seq_len;
+              float mx = -INFINITY, sum = 0.0f;
+              for (int64_t j = 0; j < seq_len; j++)
+                mx = MAX (mx, sr[j]);
+              for (int64_t j = 0; j < seq_len; j++)
+                {
+                  sr[j] = expf (sr[j] - mx);
+                  sum += sr[j];
+                }
+              float inv = 1.0f / sum;
+              for (int64_t j = 0; j < seq_len; j++)
+                sr[j] *= inv;
+            }
+          cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, head_dim, seq_len,
+                       1.0f, scores, seq_len, vb, kvstride, 0.0f,
+                       out + i0 * qstride + (int64_t) h * head_dim, qstride);
+        }
+    g_free (scores);
+  }
+}
+
+void
+um_cpu_swiglu (const float *gate, const float *up, size_t n, float *out)
+{
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++)
+    {
+      float g = gate[i];
+      out[i] = g / (1.0f + expf (-g)) * up[i];
+    }
+}
+
+void
+um_cpu_add (float *x, const float *y, size_t n)
+{
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++)
+    x[i] += y[i];
+}

@@ -1,0 +1,36 @@
+/* um-cpu-kernels.h — the CPU backend's kernels on plain float arrays,
+ * parallelised with OpenMP; matrix products through OpenBLAS.
+ * compute/um-ref-kernels.h has the plain scalar references they are tested
+ * against. */
+#pragma once
+
+#include <glib.h>
+#include <stdint.h>
+
+#include "um-model.h"
+
+G_BEGIN_DECLS
+
+/* Converts n elements of a row stored as @dtype to float. */
+gboolean um_cpu_dequant_row (UmDType dtype, const void *src, float *dst, int64_t n);
+
+/* out[m, w.rows] = x[m, w.cols] · wᵀ. */
+gboolean um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out, GError **error);
+
+void um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *out);
+
+void um_cpu_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim,
+                  double theta, gboolean interleaved);
+
+void um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq,
+                       const float *k, const float *v, int64_t seq_len,
+                       int n_heads, int n_kv_heads, int head_dim, float *out);
+
+void um_cpu_swiglu (const float *gate, const float *up, size_t n, float *out);
+void um_cpu_add (float *x, const float *y, size_t n);
+
+/* Threads used by our kernels and OpenBLAS (0 = all cores). */
+void um_cpu_set_threads (int n_threads);
+int  um_cpu_get_threads (void);
+
+G_END_DECLS

@@ -1,0 +1,1139 @@
+/* um-quant.c — fast CPU paths for llama.cpp's block formats: dequantization
+ * (used to feed sgemm), direct quantized dot products, and the weight matrix
+ * product.
+ *
+ * SIMD code is compiled per function with __attribute__ ((target)) and
+ * picked at run time with __builtin_cpu_supports (), so the file builds with
+ * -march=x86-64 (and on other architectures, where only the portable code
+ * exists) yet uses AVX2 on the machines we run on.
+ *
+ * The dequantizers must equal um-quant-ref.c bit for bit: each value is
+ * (float) q * scale, then a separate add or subtract, with the scales
+ * computed by the same scalar expressions.  That holds as long as the
+ * compiler does not contract a multiply and an add into an FMA, which GCC
+ * does not do in ISO C mode (-std=c11, as the project builds); with
+ * -std=gnu11 GCC would be free to fuse the vector mul/add below, so keep
+ * this file in ISO mode.
+ */
+#include "um-quant.h"
+
+#include "um-half.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define UM_QUANT_X86 1
+#include <immintrin.h>
+#define UM_AVX2 __attribute__ ((target ("avx2,fma,f16c")))
+#else
+#define UM_QUANT_X86 0
+#endif
+
+enum {
+  SIMD_UNKNOWN = -1,
+  SIMD_SCALAR = 0,
+  SIMD_AVX2 = 1,
+};
+
+static int simd_level = SIMD_UNKNOWN;
+static int simd_allowed = 1;
+
+static int
+detect_simd (void)
+{
+#if UM_QUANT_X86
+  __builtin_cpu_init ();
+  /* Every CPU with AVX2 also has F16C (Haswell, Piledriver and later). */
+  if (__builtin_cpu_supports ("avx2") && __builtin_cpu_supports ("fma"))
+    return SIMD_AVX2;
+#endif
+  return SIMD_SCALAR;
+}
+
+static inline int
+get_simd (void)
+{
+  int level = __atomic_load_n (&simd_level, __ATOMIC_RELAXED);
+
+  if (G_UNLIKELY (level == SIMD_UNKNOWN))
+    {
+      level = detect_simd ();
+      __atomic_store_n (&simd_level, level, __ATOMIC_RELAXED);
+    }
+  return __atomic_load_n (&simd_allowed, __ATOMIC_RELAXED) ? level : SIMD_SCALAR;
+}
+
+void
+um_quant_set_simd_enabled (gboolean enabled)
+{
+  __atomic_store_n (&simd_allowed, enabled ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+const char *
+um_quant_simd_level (void)
+{
+  switch (get_simd ())
+    {
+    case SIMD_AVX2: return "avx2";
+    default: return "scalar";
+    }
+}
+
+static gboolean
+check_len (UmDType t, int64_t n, int64_t *n_blocks)
+{
+  const UmDTypeInfo *info = um_dtype_info (t);
+
+  if (info == NULL || t == UM_DTYPE_I32 || n < 0 || n % info->block_elems != 0)
+    return FALSE;
+  *n_blocks = n / info->block_elems;
+  return TRUE;
+}
+
+/* ======================================================================== */
+/* Dequantization, AVX2                                                      */
+/* ======================================================================== */
+
+#if UM_QUANT_X86
+
+/* Scalar half -> float with F16C: exact like um_f16_to_f32 (), but without
+ * its branches (NaN payloads are quieted, which nothing here relies on). */
+UM_AVX2 static inline float
+h2f (uint16_t h)
+{
+  return _cvtsh_ss (h);
+}
+
+/* 16 signed bytes -> 16 floats, each (float) q * d. */
+UM_AVX2 static inline void
+store_i8x16 (float *y, __m128i q, __m256 d)
+{
+  __m256 a = _mm256_cvtepi32_ps (_mm256_cvtepi8_epi32 (q));
+  __m256 b = _mm256_cvtepi32_ps (_mm256_cvtepi8_epi32 (_mm_srli_si128 (q, 8)));
+  _mm256_storeu_ps (y, _mm256_mul_ps (a, d));
+  _mm256_storeu_ps (y + 8, _mm256_mul_ps (b, d));
+}
+
+/* 16 bytes (0..127) -> 16 floats, each (float) q * d + m. */
+UM_AVX2 static inline void
+store_i8x16_add (float *y, __m128i q, __m256 d, __m256 m)
+{
+  __m256 a = _mm256_cvtepi32_ps (_mm256_cvtepi8_epi32 (q));
+  __m256 b = _mm256_cvtepi32_ps (_mm256_cvtepi8_epi32 (_mm_srli_si128 (q, 8)));
+  _mm256_storeu_ps (y, _mm256_add_ps (_mm256_mul_ps (a, d), m));
+  _mm256_storeu_ps (y + 8, _mm256_add_ps (_mm256_mul_ps (b, d), m));
+}
+
+/* 32 bytes (0..127) -> 32 floats, each d * (float) q - m. */
+UM_AVX2 static inline void
+store_u8x32_sub (float *y, __m256i q, __m256 d, __m256 m)
+{
+  __m128i lo = _mm256_castsi256_si128 (q);
+  __m128i hi = _mm256_extracti128_si256 (q, 1);
+  __m256 f0 = _mm256_cvtepi32_ps (_mm256_cvtepu8_epi32 (lo));
+  __m256 f1 = _mm256_cvtepi32_ps (_mm256_cvtepu8_epi32 (_mm_srli_si128 (lo, 8)));
+  __m256 f2 = _mm256_cvtepi32_ps (_mm256_cvtepu8_epi32 (hi));
+  __m256 f3 = _mm256_cvtepi32_ps (_mm256_cvtepu8_epi32 (_mm_srli_si128 (hi, 8)));
+  _mm256_storeu_ps (y, _mm256_sub_ps (_mm256_mul_ps (d, f0), m));
+  _mm256_storeu_ps (y + 8, _mm256_sub_ps (_mm256_mul_ps (d, f1), m));
+  _mm256_storeu_ps (y + 16, _mm256_sub_ps (_mm256_mul_ps (d, f2), m));
+  _mm256_storeu_ps (y + 24, _mm256_sub_ps (_mm256_mul_ps (d, f3), m));
+}
+
+/* Expands 32 bits into 32 bytes, 0xff where the bit is set (byte i <- bit i). */
+UM_AVX2 static inline __m256i
+bits_to_bytes (uint32_t bits)
+{
+  const __m256i pick = _mm256_setr_epi8 (0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x ((long long) 0x8040201008040201ull);
+  __m256i v = _mm256_shuffle_epi8 (_mm256_set1_epi32 ((int) bits), pick);
+  return _mm256_cmpeq_epi8 (_mm256_and_si256 (v, bit), bit);
+}
+
+static inline uint32_t
+load_u32 (const uint8_t *p)
+{
+  return (uint32_t) p[0] | ((uint32_t) p[1] << 8) | ((uint32_t) p[2] << 16) | ((uint32_t) p[3] << 24);
+}
+
+UM_AVX2 static void
+dequant_f16_avx2 (const uint16_t *src, float *y, int64_t n)
+{
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps (y + i, _mm256_cvtph_ps (_mm_loadu_si128 ((const __m128i *) (src + i))));
+  for (; i < n; i++)
+    {
+      uint16_t h;
+      memcpy (&h, src + i, sizeof h);
+      y[i] = h2f (h);
+    }
+}
+
+UM_AVX2 static void
+dequant_bf16_avx2 (const uint16_t *src, float *y, int64_t n)
+{
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    {
+      __m256i v = _mm256_cvtepu16_epi32 (_mm_loadu_si128 ((const __m128i *) (src + i)));
+      _mm256_storeu_ps (y + i, _mm256_castsi256_ps (_mm256_slli_epi32 (v, 16)));
+    }
+  for (; i < n; i++)
+    {
+      uint16_t h;
+      memcpy (&h, src + i, sizeof h);
+      y[i] = um_bf16_to_f32 (h);
+    }
+}
+
+UM_AVX2 static void
+dequant_q8_0_avx2 (const UmBlockQ8_0 *b, float *y, int64_t nb)
+{
+  for (int64_t i = 0; i < nb; i++, y += 32)
+    {
+      __m256 d = _mm256_set1_ps (h2f (b[i].d));
+      store_i8x16 (y, _mm_loadu_si128 ((const __m128i *) b[i].qs), d);
+      store_i8x16 (y + 16, _mm_loadu_si128 ((const __m128i *) (b[i].qs + 16)), d);
+    }
+}
+
+UM_AVX2 static void
+dequant_q4_0_avx2 (const UmBlockQ4_0 *b, float *y, int64_t nb)
+{
+  const __m128i low4 = _mm_set1_epi8 (0x0f), eight = _mm_set1_epi8 (8);
+
+  for (int64_t i = 0; i < nb; i++, y += 32)
+    {
+      __m256 d = _mm256_set1_ps (h2f (b[i].d));
+      __m128i q = _mm_loadu_si128 ((const __m128i *) b[i].qs);
+      __m128i lo = _mm_sub_epi8 (_mm_and_si128 (q, low4), eight);
+      __m128i hi = _mm_sub_epi8 (_mm_and_si128 (_mm_srli_epi16 (q, 4), low4), eight);
+      store_i8x16 (y, lo, d);
+      store_i8x16 (y + 16, hi, d);
+    }
+}
+
+UM_AVX2 static void
+dequant_q4_1_avx2 (const UmBlockQ4_1 *b, float *y, int64_t nb)
+{
+  const __m128i low4 = _mm_set1_epi8 (0x0f);
+
+  for (int64_t i = 0; i < nb; i++, y += 32)
+    {
+      __m256 d = _mm256_set1_ps (h2f (b[i].d));
+      __m256 m = _mm256_set1_ps (h2f (b[i].m));
+      __m128i q = _mm_loadu_si128 ((const __m128i *) b[i].qs);
+      store_i8x16_add (y, _mm_and_si128 (q, low4), d, m);
+      store_i8x16_add (y + 16, _mm_and_si128 (_mm_srli_epi16 (q, 4), low4), d, m);
+    }
+}
+
+/* The 32 5-bit codes of a Q5_x block, in element order, as bytes 0..31. */
+UM_AVX2 static inline __m256i
+unpack_q5 (const uint8_t *qs, const uint8_t *qh)
+{
+  const __m128i low4 = _mm_set1_epi8 (0x0f);
+  __m128i q = _mm_loadu_si128 ((const __m128i *) qs);
+  __m256i nib = _mm256_set_m128i (_mm_and_si128 (_mm_srli_epi16 (q, 4), low4),
+                                  _mm_and_si128 (q, low4));
+  __m256i hbit = _mm256_and_si256 (bits_to_bytes (load_u32 (qh)), _mm256_set1_epi8 (0x10));
+  return _mm256_or_si256 (nib, hbit);
+}
+
+UM_AVX2 static void
+dequant_q5_0_avx2 (const UmBlockQ5_0 *b, float *y, int64_t nb)
+{
+  for (int64_t i = 0; i < nb; i++, y += 32)
+    {
+      __m256 d = _mm256_set1_ps (h2f (b[i].d));
+      __m256i q = _mm256_sub_epi8 (unpack_q5 (b[i].qs, b[i].qh), _mm256_set1_epi8 (16));
+      store_i8x16 (y, _mm256_castsi256_si128 (q), d);
+      store_i8x16 (y + 16, _mm256_extracti128_si256 (q, 1), d);
+    }
+}
+
+UM_AVX2 static void
+dequant_q5_1_avx2 (const UmBlockQ5_1 *b, float *y, int64_t nb)
+{
+  for (int64_t i = 0; i < nb; i++, y += 32)
+    {
+      __m256 d = _mm256_set1_ps (h2f (b[i].d));
+      __m256 m = _mm256_set1_ps (h2f (b[i].m));
+      __m256i q = unpack_q5 (b[i].qs, b[i].qh);
+      store_i8x16_add (y, _mm256_castsi256_si128 (q), d, m);
+      store_i8x16_add (y + 16, _mm256_extracti128_si256 (q, 1), d, m);
+    }
+}
+
+UM_AVX2 static void
+dequant_q4_K_avx2 (const UmBlockQ4_K *b, float *y, int64_t nb)
+{
+  const __m256i low4 = _mm256_set1_epi8 (0x0f);
+
+  for (int64_t i = 0; i < nb; i++)
+    {
+      const float d = h2f (b[i].d);
+      const float dmin = h2f (b[i].dmin);
+
+      for (int g = 0; g < 4; g++, y += 64)
+        {
+          uint8_t sc, m;
+          um_quant_get_scale_min_k4 (2 * g, b[i].scales, &sc, &m);
+          const float d1 = d * (float) sc, m1 = dmin * (float) m;
+          um_quant_get_scale_min_k4 (2 * g + 1, b[i].scales, &sc, &m);
+          const float d2 = d * (float) sc, m2 = dmin * (float) m;
+
+          __m256i q = _mm256_loadu_si256 ((const __m256i *) (b[i].qs + 32 * g));
+          store_u8x32_sub (y, _mm256_and_si256 (q, low4), _mm256_set1_ps (d1), _mm256_set1_ps (m1));
+          store_u8x32_sub (y + 32, _mm256_and_si256 (_mm256_srli_epi16 (q, 4), low4),
+                           _mm256_set1_ps (d2), _mm256_set1_ps (m2));
+        }
+    }
+}
+
+UM_AVX2 static void
+dequant_q5_K_avx2 (const UmBlockQ5_K *b, float *y, int64_t nb)
+{
+  const __m256i low4 = _mm256_set1_epi8 (0x0f), one = _mm256_set1_epi8 (1);
+
+  for (int64_t i = 0; i < nb; i++)
+    {
+      const float d = h2f (b[i].d);
+      const float dmin = h2f (b[i].dmin);
+      const __m256i qh = _mm256_loadu_si256 ((const __m256i *) b[i].qh);
+
+      for (int g = 0; g < 4; g++, y += 64)
+        {
+          uint8_t sc, m;
+          um_quant_get_scale_min_k4 (2 * g, b[i].scales, &sc, &m);
+          const float d1 = d * (float) sc, m1 = dmin * (float) m;
+          um_quant_get_scale_min_k4 (2 * g + 1, b[i].scales, &sc, &m);
+          const float d2 = d * (float) sc, m2 = dmin * (float) m;
+
+          __m256i q = _mm256_loadu_si256 ((const __m256i *) (b[i].qs + 32 * g));
+          /* 16-bit shifts are fine per byte: the mask keeps only bit 0,
+           * which came from the same byte. */
+          __m256i h0 = _mm256_and_si256 (_mm256_srl_epi16 (qh, _mm_cvtsi32_si128 (2 * g)), one);
+          __m256i h1 = _mm256_and_si256 (_mm256_srl_epi16 (qh, _mm_cvtsi32_si128 (2 * g + 1)), one);
+          __m256i q0 = _mm256_or_si256 (_mm256_and_si256 (q, low4), _mm256_slli_epi16 (h0, 4));
+          __m256i q1 = _mm256_or_si256 (_mm256_and_si256 (_mm256_srli_epi16 (q, 4), low4),
+                                        _mm256_slli_epi16 (h1, 4));
+          store_u8x32_sub (y, q0, _mm256_set1_ps (d1), _mm256_set1_ps (m1));
+          store_u8x32_sub (y + 32, q1, _mm256_set1_ps (d2), _mm256_set1_ps (m2));
+        }
+    }
+}
+
+UM_AVX2 static void
+dequant_q6_K_avx2 (const UmBlockQ6_K *b, float *y, int64_t nb)
+{
+  const __m256i low4 = _mm256_set1_epi8 (0x0f), three = _mm256_set1_epi8 (3);
+  const __m256i off = _mm256_set1_epi8 (32);
+
+  for (int64_t i = 0; i < nb; i++)
+    {
+      const float d = h2f (b[i].d);
+
+      for (int h = 0; h < 2; h++, y += 128)
+        {
+          const uint8_t *ql = b[i].ql + 64 * h;
+          const int8_t *sc = b[i].scales + 8 * h;
+          __m256i a = _mm256_loadu_si256 ((const __m256i *) ql);
+          __m256i c = _mm256_loadu_si256 ((const __m256i *) (ql + 32));
+          __m256i qh = _mm256_loadu_si256 ((const __m256i *) (b[i].qh + 32 * h));
+          __m256i q[4];
+
+          q[0] = _mm256_or_si256 (_mm256_and_si256 (a, low4),
+                                  _mm256_slli_epi16 (_mm256_and_si256 (qh, three), 4));
+          q[1] = _mm256_or_si256 (_mm256_and_si256 (c, low4),
+                                  _mm256_slli_epi16 (_mm256_and_si256 (_mm256_srli_epi16 (qh, 2), three), 4));
+          q[2] = _mm256_or_si256 (_mm256_and_si256 (_mm256_srli_epi16 (a, 4), low4),
+                                  _mm256_slli_epi16 (_mm256_and_si256 (_mm256_srli_epi16 (qh, 4), three), 4));
+          q[3] = _mm256_or_si256 (_mm256_and_si256 (_mm256_srli_epi16 (c, 4), low4),
+                                  _mm256_slli_epi16 (_mm256_and_si256 (_mm256_srli_epi16 (qh, 6), three), 4));
+          for (int k = 0; k < 4; k++)
+            {
+              __m256i s = _mm256_sub_epi8 (q[k], off);
+              __m256 da = _mm256_set1_ps (d * (float) sc[2 * k]);
+              __m256 db = _mm256_set1_ps (d * (float) sc[2 * k + 1]);
+              store_i8x16 (y + 32 * k, _mm256_castsi256_si128 (s), da);
+              store_i8x16 (y + 32 * k + 16, _mm256_extracti128_si256 (s, 1), db);
+            }
+        }
+    }
+}
+
+static gboolean
+dequant_avx2 (UmDType t, const void *src, float *dst, int64_t n, int64_t nb)
+{
+  switch (t)
+    {
+    case UM_DTYPE_F16: dequant_f16_avx2 (src, dst, n); return TRUE;
+    case UM_DTYPE_BF16: dequant_bf16_avx2 (src, dst, n); return TRUE;
+    case UM_DTYPE_Q8_0: dequant_q8_0_avx2 (src, dst, nb); return TRUE;
+    case UM_DTYPE_Q4_0: dequant_q4_0_avx2 (src, dst, nb); return TRUE;
+    case UM_DTYPE_Q4_1: dequant_q4_1_avx2 (src, dst, nb); return TRUE;
+    case UM_DTYPE_Q5_0: dequant_q5_0_avx2 (src, dst, nb); return TRUE;
+    case UM_DTYPE_Q5_1: dequant_q5_1_avx2 (src, dst, nb); return TRUE;
+    case UM_DTYPE_Q4_K: dequant_q4_K_avx2 (src, dst, nb); return TRUE;
+    case UM_DTYPE_Q5_K: dequant_q5_K_avx2 (src, dst, nb); return TRUE;
+    case UM_DTYPE_Q6_K: dequant_q6_K_avx2 (src, dst, nb); return TRUE;
+    default: return FALSE;
+    }
+}
+
+#endif /* UM_QUANT_X86 */
+
+gboolean
+um_quant_dequantize_row (UmDType t, const void *src, float *dst, int64_t n)
+{
+  int64_t nb;
+
+  if (!check_len (t, n, &nb) || (n > 0 && (src == NULL || dst == NULL)))
+    return FALSE;
+  if (t == UM_DTYPE_F32)
+    {
+      memcpy (dst, src, (size_t) n * sizeof (float));
+      return TRUE;
+    }
+#if UM_QUANT_X86
+  if (get_simd () >= SIMD_AVX2 && dequant_avx2 (t, src, dst, n, nb))
+    return TRUE;
+#endif
+  /* The reference loops are simple enough for the compiler to vectorise
+   * reasonably on other architectures. */
+  return um_quant_dequantize_row_ref (t, src, dst, n);
+}
+
+/* ======================================================================== */
+/* Activation quantization                                                   */
+/* ======================================================================== */
+
+gboolean
+um_quant_has_vec_dot (UmDType t)
+{
+  switch (t)
+    {
+    case UM_DTYPE_Q8_0:
+    case UM_DTYPE_Q4_0:
+    case UM_DTYPE_Q4_1:
+    case UM_DTYPE_Q5_0:
+    case UM_DTYPE_Q5_1:
+    case UM_DTYPE_Q4_K:
+    case UM_DTYPE_Q5_K:
+    case UM_DTYPE_Q6_K:
+      return TRUE;
+    default:
+      return FALSE;
+    }
+}
+
+static gboolean
+uses_q8_K (UmDType t)
+{
+  return t == UM_DTYPE_Q4_K || t == UM_DTYPE_Q5_K || t == UM_DTYPE_Q6_K;
+}
+
+size_t
+um_quant_q8_row_bytes (UmDType for_type, int64_t n)
+{
+  int64_t nb;
+
+  if (!um_quant_has_vec_dot (for_type) || !check_len (for_type, n, &nb))
+    return 0;
+  if (uses_q8_K (for_type))
+    return (size_t) nb * sizeof (UmBlockQ8_K);
+  return (size_t) (n / UM_QK8_0) * sizeof (UmBlockQ8_0);
+}
+
+gboolean
+um_quant_quantize_row_q8 (UmDType for_type, const float *x, void *dst, int64_t n)
+{
+  int64_t nb;
+
+  if (!um_quant_has_vec_dot (for_type) || !check_len (for_type, n, &nb))
+    return FALSE;
+  /* Activation rows are K long against N*K weight work per row, so the
+   * scalar reference quantizer is not worth vectorising. */
+  if (uses_q8_K (for_type))
+    return um_quant_quantize_row_q8_K_ref (x, dst, n);
+  return um_quant_quantize_row_q8_0_ref (x, dst, n);
+}
+
+/* ======================================================================== */
+/* Direct dot products, portable                                             */
+/* ======================================================================== */
+
+/* All of them sum integer products per block exactly, then scale in float;
+ * so they differ from dot (dequant (w), dequant (x)) only by float rounding. */
+
+static float
+vec_dot_q8_0_scalar (const UmBlockQ8_0 *w, const UmBlockQ8_0 *x, int64_t nb)
+{
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; i++)
+    {
+      int s = 0;
+      for (int j = 0; j < 32; j++)
+        s += w[i].qs[j] * x[i].qs[j];
+      sum += (float) s * (um_f16_to_f32 (w[i].d) * um_f16_to_f32 (x[i].d));
+    }
+  return sum;
+}
+
+static float
+vec_dot_q4_0_scalar (const UmBlockQ4_0 *w, const UmBlockQ8_0 *x, int64_t nb)
+{
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; i++)
+    {
+      int s = 0;
+      for (int j = 0; j < 16; j++)
+        s += ((w[i].qs[j] & 0x0f) - 8) * x[i].qs[j] + ((w[i].qs[j] >> 4) - 8) * x[i].qs[j + 16];
+      sum += (float) s * (um_f16_to_f32 (w[i].d) * um_f16_to_f32 (x[i].d));
+    }
+  return sum;
+}
+
+static float
+vec_dot_q4_1_scalar (const UmBlockQ4_1 *w, const UmBlockQ8_0 *x, int64_t nb)
+{
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; i++)
+    {
+      int s = 0, sx = 0;
+      for (int j = 0; j < 16; j++)
+        {
+          s += (w[i].qs[j] & 0x0f) * x[i].qs[j] + (w[i].qs[j] >> 4) * x[i].qs[j + 16];
+          sx += x[i].qs[j] + x[i].qs[j + 16];
+        }
+      const float dx = um_f16_to_f32 (x[i].d);
+      sum += (float) s * (um_f16_to_f32 (w[i].d) * dx) + (float) sx * (um_f16_to_f32 (w[i].m) * dx);
+    }
+  return sum;
+}
+
+static inline int
+q5_code (const uint8_t *qs, uint32_t qh, int j)
+{
+  int nib = j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
+  return nib | (int) (((qh >> j) & 1u) << 4);
+}
+
+static float
+vec_dot_q5_0_scalar (const UmBlockQ5_0 *w, const UmBlockQ8_0 *x, int64_t nb)
+{
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; i++)
+    {
+      const uint32_t qh = (uint32_t) w[i].qh[0] | ((uint32_t) w[i].qh[1] << 8) |
+                          ((uint32_t) w[i].qh[2] << 16) | ((uint32_t) w[i].qh[3] << 24);
+      int s = 0;
+      for (int j = 0; j < 32; j++)
+        s += (q5_code (w[i].qs, qh, j) - 16) * x[i].qs[j];
+      sum += (float) s * (um_f16_to_f32 (w[i].d) * um_f16_to_f32 (x[i].d));
+    }
+  return sum;
+}
+
+static float
+vec_dot_q5_1_scalar (const UmBlockQ5_1 *w, const UmBlockQ8_0 *x, int64_t nb)
+{
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; i++)
+    {
+      const uint32_t qh = (uint32_t) w[i].qh[0] | ((uint32_t) w[i].qh[1] << 8) |
+                          ((uint32_t) w[i].qh[2] << 16) | ((uint32_t) w[i].qh[3] << 24);
+      int s = 0, sx = 0;
+      for (int j = 0; j < 32; j++)
+        {
+          s += q5_code (w[i].qs, qh, j) * x[i].qs[j];
+          sx += x[i].qs[j];
+        }
+      const float dx = um_f16_to_f32 (x[i].d);
+      sum += (float) s * (um_f16_to_f32 (w[i].d) * dx) + (float) sx * (um_f16_to_f32 (w[i].m) * dx);
+    }
+  return sum;
+}
+
+/* Q4_K and Q5_K: sum_j d*sc_j*<q, x>_j - dmin*m_j*<1, x>_j, where the second
+ * sums come from the Q8_K block's bsums. */
+static float
+vec_dot_q45_K_scalar (const void *wv, const UmBlockQ8_K *x, int64_t nb, gboolean five)
+{
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; i++)
+    {
+      const uint8_t *scales, *qs, *qh = NULL;
+      uint16_t dh, dminh;
+      if (five)
+        {
+          const UmBlockQ5_K *w = (const UmBlockQ5_K *) wv + i;
+          scales = w->scales; qs = w->qs; qh = w->qh; dh = w->d; dminh = w->dmin;
+        }
+      else
+        {
+          const UmBlockQ4_K *w = (const UmBlockQ4_K *) wv + i;
+          scales = w->scales; qs = w->qs; dh = w->d; dminh = w->dmin;
+        }
+      int32_t sumi = 0, summ = 0;
+      for (int j = 0; j < 8; j++)
+        {
+          uint8_t sc, m;
+          int g = j / 2, hi = j % 2, s = 0;
+          um_quant_get_scale_min_k4 (j, scales, &sc, &m);
+          for (int l = 0; l < 32; l++)
+            {
+              int q = hi ? (qs[32 * g + l] >> 4) : (qs[32 * g + l] & 0x0f);
+              if (qh != NULL)
+                q |= ((qh[l] >> j) & 1) << 4;
+              s += q * x[i].qs[32 * j + l];
+            }
+          sumi += sc * s;
+          summ += m * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+        }
+      sum += x[i].d * um_f16_to_f32 (dh) * (float) sumi - x[i].d * um_f16_to_f32 (dminh) * (float) summ;
+    }
+  return sum;
+}
+
+static float
+vec_dot_q6_K_scalar (const UmBlockQ6_K *w, const UmBlockQ8_K *x, int64_t nb)
+{
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; i++)
+    {
+      int32_t sumi = 0;
+      for (int h = 0; h < 2; h++)
+        {
+          const uint8_t *ql = w[i].ql + 64 * h, *qh = w[i].qh + 32 * h;
+          const int8_t *xq = x[i].qs + 128 * h;
+          int s[8] = { 0 };
+          for (int l = 0; l < 32; l++)
+            {
+              int is = l / 16;
+              s[is + 0] += (((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) - 32) * xq[l];
+              s[is + 2] += (((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32) * xq[l + 32];
+              s[is + 4] += (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32) * xq[l + 64];
+              s[is + 6] += (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32) * xq[l + 96];
+            }
+          for (int k = 0; k < 8; k++)
+            sumi += w[i].scales[8 * h + k] * s[k];
+        }
+      sum += x[i].d * um_f16_to_f32 (w[i].d) * (float) sumi;
+    }
+  return sum;
+}
+
+/* ======================================================================== */
+/* Direct dot products, AVX2                                                 */
+/* ======================================================================== */
+
+#if UM_QUANT_X86
+
+UM_AVX2 static inline float
+hsum_ps (__m256 v)
+{
+  __m128 s = _mm_add_ps (_mm256_castps256_ps128 (v), _mm256_extractf128_ps (v, 1));
+  s = _mm_add_ps (s, _mm_movehl_ps (s, s));
+  s = _mm_add_ss (s, _mm_movehdup_ps (s));
+  return _mm_cvtss_f32 (s);
+}
+
+UM_AVX2 static inline int
+hsum_epi32 (__m256i v)
+{
+  __m128i s = _mm_add_epi32 (_mm256_castsi256_si128 (v), _mm256_extracti128_si256 (v, 1));
+  s = _mm_add_epi32 (s, _mm_shuffle_epi32 (s, _MM_SHUFFLE (1, 0, 3, 2)));
+  s = _mm_add_epi32 (s, _mm_shuffle_epi32 (s, _MM_SHUFFLE (2, 3, 0, 1)));
+  return _mm_cvtsi128_si32 (s);
+}
+
+/* 8 int32 sums of a*b over 32 signed bytes: maddubs wants one unsigned
+ * operand, so move a's sign onto b (|a| <= 128 and |b| <= 127 keep the
+ * pairwise int16 sums from saturating). */
+UM_AVX2 static inline __m256i
+dot_i8 (__m256i a, __m256i b)
+{
+  __m256i p = _mm256_maddubs_epi16 (_mm256_sign_epi8 (a, a), _mm256_sign_epi8 (b, a));
+  return _mm256_madd_epi16 (p, _mm256_set1_epi16 (1));
+}
+
+/* Same with a unsigned (0..63). */
+UM_AVX2 static inline __m256i
+dot_u8 (__m256i a, __m256i b)
+{
+  return _mm256_madd_epi16 (_mm256_maddubs_epi16 (a, b), _mm256_set1_epi16 (1));
+}
+
+UM_AVX2 static float
+vec_dot_q8_0_avx2 (const UmBlockQ8_0 *w, const UmBlockQ8_0 *x, int64_t nb)
+{
+  __m256 acc = _mm256_setzero_ps ();
+  for (int64_t i = 0; i < nb; i++)
+    {
+      __m256i a = _mm256_loadu_si256 ((const __m256i *) w[i].qs);
+      __m256i b = _mm256_loadu_si256 ((const __m256i *) x[i].qs);
+      __m256 d = _mm256_set1_ps (h2f (w[i].d) * h2f (x[i].d));
+      acc = _mm256_fmadd_ps (_mm256_cvtepi32_ps (dot_i8 (a, b)), d, acc);
+    }
+  return hsum_ps (acc);
+}
+
+UM_AVX2 static inline __m256i
+unpack_q4 (const uint8_t *qs)
+{
+  const __m128i low4 = _mm_set1_epi8 (0x0f);
+  __m128i q = _mm_loadu_si128 ((const __m128i *) qs);
+  return _mm256_set_m128i (_mm_and_si128 (_mm_srli_epi16 (q, 4), low4), _mm_and_si128 (q, low4));
+}
+
+UM_AVX2 static float
+vec_dot_q4_0_avx2 (const UmBlockQ4_0 *w, const UmBlockQ8_0 *x, int64_t nb)
+{
+  __m256 acc = _mm256_setzero_ps ();
+  for (int64_t i = 0; i < nb; i++)
+    {
+      __m256i a = _mm256_sub_epi8 (unpack_q4 (w[i].qs), _mm256_set1_epi8 (8));
+      __m256i b = _mm256_loadu_si256 ((const __m256i *) x[i].qs);
+      __m256 d = _mm256_set1_ps (h2f (w[i].d) * h2f (x[i].d));
+      acc = _mm256_fmadd_ps (_mm256_cvtepi32_ps (dot_i8 (a, b)), d, acc);
+    }
+  return hsum_ps (acc);
+}
+
+UM_AVX2 static float
+vec_dot_q4_1_avx2 (const UmBlockQ4_1 *w, const UmBlockQ8_0 *x, int64_t nb)
+{
+  const __m256i ones = _mm256_set1_epi8 (1);
+  __m256 acc = _mm256_setzero_ps (), accm = _mm256_setzero_ps ();
+  for (int64_t i = 0; i < nb; i++)
+    {
+      __m256i b = _mm256_loadu_si256 ((const __m256i *) x[i].qs);
+      const float dx = h2f (x[i].d);
+      __m256 d = _mm256_set1_ps (h2f (w[i].d) * dx);
+      __m256 m = _mm256_set1_ps (h2f (w[i].m) * dx);
+      acc = _mm256_fmadd_ps (_mm256_cvtepi32_ps (dot_u8 (unpack_q4 (w[i].qs), b)), d, acc);
+      accm = _mm256_fmadd_ps (_mm256_cvtepi32_ps (dot_u8 (ones, b)), m, accm);
+    }
+  return hsum_ps (_mm256_add_ps (acc, accm));
+}
+
+UM_AVX2 static float
+vec_dot_q5_0_avx2 (const UmBlockQ5_0 *w, const UmBlockQ8_0 *x, int64_t nb)
+{
+  __m256 acc = _mm256_setzero_ps ();
+  for (int64_t i = 0; i < nb; i++)
+    {
+      __m256i a = _mm256_sub_epi8 (unpack_q5 (w[i].qs, w[i].qh), _mm256_set1_epi8 (16));
+      __m256i b = _mm256_loadu_si256 ((const __m256i *) x[i].qs);
+      __m256 d = _mm256_set1_ps (h2f (w[i].d) * h2f (x[i].d));
+      acc = _mm256_fmadd_ps (_mm256_cvtepi32_ps (dot_i8 (a, b)), d, acc);
+    }
+  return hsum_ps (acc);
+}
+
+UM_AVX2 static float
+vec_dot_q5_1_avx2 (const UmBlockQ5_1 *w, const UmBlockQ8_0 *x, int64_t nb)
+{
+  const __m256i ones = _mm256_set1_epi8 (1);
+  __m256 acc = _mm256_setzero_ps (), accm = _mm256_setzero_ps ();
+  for (int64_t i = 0; i < nb; i++)
+    {
+      __m256i b = _mm256_loadu_si256 ((const __m256i *) x[i].qs);
+      const float dx = h2f (x[i].d);
+      __m256 d = _mm256_set1_ps (h2f (w[i].d) * dx);
+      __m256 m = _mm256_set1_ps (h2f (w[i].m) * dx);
+      acc = _mm256_fmadd_ps (_mm256_cvtepi32_ps (dot_u8 (unpack_q5 (w[i].qs, w[i].qh), b)), d, acc);
+      accm = _mm256_fmadd_ps (_mm256_cvtepi32_ps (dot_u8 (ones, b)), m, accm);
+    }
+  return hsum_ps (_mm256_add_ps (acc, accm));
+}
+
+/* Sum over the 8 sub-blocks of m_j * (bsums[2j] + bsums[2j+1]). */
+static inline int32_t
+k4_min_sum (const uint8_t *scales, const int16_t *bsums, uint8_t sc[8])
+{
+  int32_t summ = 0;
+  for (int j = 0; j < 8; j++)
+    {
+      uint8_t m;
+      um_quant_get_scale_min_k4 (j, scales, &sc[j], &m);
+      summ += m * (bsums[2 * j] + bsums[2 * j + 1]);
+    }
+  return summ;
+}
+
+UM_AVX2 static float
+vec_dot_q4_K_avx2 (const UmBlockQ4_K *w, const UmBlockQ8_K *x, int64_t nb)
+{
+  const __m256i low4 = _mm256_set1_epi8 (0x0f);
+  __m256 acc = _mm256_setzero_ps ();
+  float accm = 0.0f;
+
+  for (int64_t i = 0; i < nb; i++)
+    {
+      uint8_t sc[8];
+      int32_t summ = k4_min_sum (w[i].scales, x[i].bsums, sc);
+      __m256i sumi = _mm256_setzero_si256 ();
+
+      for (int g = 0; g < 4; g++)
+        {
+          __m256i q = _mm256_loadu_si256 ((const __m256i *) (w[i].qs + 32 * g));
+          __m256i b0 = _mm256_loadu_si256 ((const __m256i *) (x[i].qs + 64 * g));
+          __m256i b1 = _mm256_loadu_si256 ((const __m256i *) (x[i].qs + 64 * g + 32));
+          __m256i p0 = _mm256_maddubs_epi16 (_mm256_and_si256 (q, low4), b0);
+          __m256i p1 = _mm256_maddubs_epi16 (_mm256_and_si256 (_mm256_srli_epi16 (q, 4), low4), b1);
+          sumi = _mm256_add_epi32 (sumi, _mm256_madd_epi16 (p0, _mm256_set1_epi16 (sc[2 * g])));
+          sumi = _mm256_add_epi32 (sumi, _mm256_madd_epi16 (p1, _mm256_set1_epi16 (sc[2 * g + 1])));
+        }
+      acc = _mm256_fmadd_ps (_mm256_cvtepi32_ps (sumi), _mm256_set1_ps (x[i].d * h2f (w[i].d)), acc);
+      accm += x[i].d * h2f (w[i].dmin) * (float) summ;
+    }
+  return hsum_ps (acc) - accm;
+}
+
+UM_AVX2 static float
+vec_dot_q5_K_avx2 (const UmBlockQ5_K *w, const UmBlockQ8_K *x, int64_t nb)
+{
+  const __m256i low4 = _mm256_set1_epi8 (0x0f), one = _mm256_set1_epi8 (1);
+  __m256 acc = _mm256_setzero_ps ();
+  float accm = 0.0f;
+
+  for (int64_t i = 0; i < nb; i++)
+    {
+      uint8_t sc[8];
+      int32_t summ = k4_min_sum (w[i].scales, x[i].bsums, sc);
+      __m256i sumi = _mm256_setzero_si256 ();
+      __m256i qh = _mm256_loadu_si256 ((const __m256i *) w[i].qh);
+
+      for (int g = 0; g < 4; g++)
+        {
+          __m256i q = _mm256_loadu_si256 ((const __m256i *) (w[i].qs + 32 * g));
+          __m256i h0 = _mm256_and_si256 (qh, one);
+          __m256i h1 = _mm256_and_si256 (_mm256_srli_epi16 (qh, 1), one);
+          qh = _mm256_srli_epi16 (qh, 2);
+          __m256i q0 = _mm256_or_si256 (_mm256_and_si256 (q, low4), _mm256_slli_epi16 (h0, 4));
+          __m256i q1 = _mm256_or_si256 (_mm256_and_si256 (_mm256_srli_epi16 (q, 4), low4),
+                                        _mm256_slli_epi16 (h1, 4));
+          __m256i b0 = _mm256_loadu_si256 ((const __m256i *) (x[i].qs + 64 * g));
+          __m256i b1 = _mm256_loadu_si256 ((const __m256i *) (x[i].qs + 64 * g + 32));
+          __m256i p0 = _mm256_maddubs_epi16 (q0, b0);
+          __m256i p1 = _mm256_maddubs_epi16 (q1, b1);
+          sumi = _mm256_add_epi32 (sumi, _mm256_madd_epi16 (p0, _mm256_set1_epi16 (sc[2 * g])));
+          sumi = _mm256_add_epi32 (sumi, _mm256_madd_epi16 (p1, _mm256_set1_epi16 (sc[2 * g + 1])));
+        }
+      acc = _mm256_fmadd_ps (_mm256_cvtepi32_ps (sumi), _mm256_set1_ps (x[i].d * h2f (w[i].d)), acc);
+      accm += x[i].d * h2f (w[i].dmin) * (float) summ;
+    }
+  return hsum_ps (acc) - accm;
+}
+
+/* Q6_K: codes are taken unsigned (0..63) so maddubs applies, and the -32
+ * offset is removed afterwards with the bsums: sum sc*(q-32)*x =
+ * sum sc*q*x - 32 * sum sc*bsum. */
+UM_AVX2 static float
+vec_dot_q6_K_avx2 (const UmBlockQ6_K *w, const UmBlockQ8_K *x, int64_t nb)
+{
+  const __m256i low4 = _mm256_set1_epi8 (0x0f), three = _mm256_set1_epi8 (3);
+  float acc = 0.0f;
+
+  for (int64_t i = 0; i < nb; i++)
+    {
+      __m256i sumi = _mm256_setzero_si256 ();
+      int32_t off = 0;
+
+      for (int j = 0; j < 16; j++)
+        off += w[i].scales[j] * x[i].bsums[j];
+
+      for (int h = 0; h < 2; h++)
+        {
+          const uint8_t *ql = w[i].ql + 64 * h;
+          const int8_t *sc = w[i].scales + 8 * h;
+          const int8_t *xq = x[i].qs + 128 * h;
+          __m256i a = _mm256_loadu_si256 ((const __m256i *) ql);
+          __m256i c = _mm256_loadu_si256 ((const __m256i *) (ql + 32));
+          __m256i qh = _mm256_loadu_si256 ((const __m256i *) (w[i].qh + 32 * h));
+          __m256i q[4];
+
+          q[0] = _mm256_or_si256 (_mm256_and_si256 (a, low4),
+                                  _mm256_slli_epi16 (_mm256_and_si256 (qh, three), 4));
+          q[1] = _mm256_or_si256 (_mm256_and_si256 (c, low4),
+                                  _mm256_slli_epi16 (_mm256_and_si256 (_mm256_srli_epi16 (qh, 2), three), 4));
+          q[2] = _mm256_or_si256 (_mm256_and_si256 (_mm256_srli_epi16 (a, 4), low4),
+                                  _mm256_slli_epi16 (_mm256_and_si256 (_mm256_srli_epi16 (qh, 4), three), 4));
+          q[3] = _mm256_or_si256 (_mm256_and_si256 (_mm256_srli_epi16 (c, 4), low4),
+                                  _mm256_slli_epi16 (_mm256_and_si256 (_mm256_srli_epi16 (qh, 6), three), 4));
+          for (int k = 0; k < 4; k++)
+            {
+              __m256i b = _mm256_loadu_si256 ((const __m256i *) (xq + 32 * k));
+              __m256i p = _mm256_maddubs_epi16 (q[k], b);
+              /* int16 lanes 0-7 come from elements 0-15 (scale 2k), 8-15
+               * from 16-31 (scale 2k+1). */
+              __m256i s = _mm256_set_m128i (_mm_set1_epi16 (sc[2 * k + 1]), _mm_set1_epi16 (sc[2 * k]));
+              sumi = _mm256_add_epi32 (sumi, _mm256_madd_epi16 (p, s));
+            }
+        }
+      int32_t total = hsum_epi32 (sumi) - 32 * off;
+      acc += x[i].d * h2f (w[i].d) * (float) total;
+    }
+  return acc;
+}
+
+static float
+vec_dot_avx2 (UmDType t, const void *w, const void *x, int64_t nb)
+{
+  switch (t)
+    {
+    case UM_DTYPE_Q8_0: return vec_dot_q8_0_avx2 (w, x, nb);
+    case UM_DTYPE_Q4_0: return vec_dot_q4_0_avx2 (w, x, nb);
+    case UM_DTYPE_Q4_1: return vec_dot_q4_1_avx2 (w, x, nb);
+    case UM_DTYPE_Q5_0: return vec_dot_q5_0_avx2 (w, x, nb);
+    case UM_DTYPE_Q5_1: return vec_dot_q5_1_avx2 (w, x, nb);
+    case UM_DTYPE_Q4_K: return vec_dot_q4_K_avx2 (w, x, nb);
+    case UM_DTYPE_Q5_K: return vec_dot_q5_K_avx2 (w, x, nb);
+    case UM_DTYPE_Q6_K: return vec_dot_q6_K_avx2 (w, x, nb);
+    default: return NAN;
+    }
+}
+
+#endif /* UM_QUANT_X86 */
+
+static float
+vec_dot_scalar (UmDType t, const void *w, const void *x, int64_t nb)
+{
+  switch (t)
+    {
+    case UM_DTYPE_Q8_0: return vec_dot_q8_0_scalar (w, x, nb);
+    case UM_DTYPE_Q4_0: return vec_dot_q4_0_scalar (w, x, nb);
+    case UM_DTYPE_Q4_1: return vec_dot_q4_1_scalar (w, x, nb);
+    case UM_DTYPE_Q5_0: return vec_dot_q5_0_scalar (w, x, nb);
+    case UM_DTYPE_Q5_1: return vec_dot_q5_1_scalar (w, x, nb);
+    case UM_DTYPE_Q4_K: return vec_dot_q45_K_scalar (w, x, nb, FALSE);
+    case UM_DTYPE_Q5_K: return vec_dot_q45_K_scalar (w, x, nb, TRUE);
+    case UM_DTYPE_Q6_K: return vec_dot_q6_K_scalar (w, x, nb);
+    default: return NAN;
+    }
+}
+
+/* nb is in blocks of the weight type. */
+static inline float
+vec_dot_blocks (int simd, UmDType t, const void *w, const void *x, int64_t nb)
+{
+#if UM_QUANT_X86
+  if (simd >= SIMD_AVX2)
+    return vec_dot_avx2 (t, w, x, nb);
+#endif
+  return vec_dot_scalar (t, w, x, nb);
+}
+
+float
+um_quant_vec_dot_q8 (UmDType t, const void *wrow, const void *xq8, int64_t n)
+{
+  int64_t nb;
+
+  if (!um_quant_has_vec_dot (t) || !check_len (t, n, &nb) ||
+      (n > 0 && (wrow == NULL || xq8 == NULL)))
+    return NAN;
+  return vec_dot_blocks (get_simd (), t, wrow, xq8, nb);
+}
+
+/* ======================================================================== */
+/* Matrix product                                                            */
+/* ======================================================================== */
+
+/* Rows of W dequantized per sgemm call.  Measured on a 2-core EPYC (Zen 4)
+ * with K = 4096 (see tests/tools/um-quant-bench.c): 64 rows (1 MiB of f32
+ * per thread) was best or within noise of the best for every type. */
+#define UM_QUANT_DEFAULT_TILE 64
+
+static int
+max_threads (void)
+{
+#ifdef _OPENMP
+  return omp_in_parallel () ? 1 : omp_get_max_threads ();
+#else
+  return 1;
+#endif
+}
+
+static gboolean
+check_matmul_args (UmDType t, const void *w, int64_t n, int64_t k,
+                   const float *x, int64_t m, const float *out, size_t *row_bytes)
+{
+  const UmDTypeInfo *info = um_dtype_info (t);
+  uint64_t rb;
+
+  if (info == NULL || t == UM_DTYPE_I32 || n < 0 || k < 0 || m < 0)
+    return FALSE;
+  /* sgemm takes int dimensions. */
+  if (n > G_MAXINT || k > G_MAXINT || m > G_MAXINT)
+    return FALSE;
+  if (!um_dtype_bytes (t, (uint64_t) k, &rb))
+    return FALSE;
+  if ((m > 0 && n > 0 && k > 0) && (w == NULL || x == NULL || out == NULL))
+    return FALSE;
+  if (m > 0 && n > 0 && out == NULL)
+    return FALSE;
+  *row_bytes = (size_t) rb;
+  return TRUE;
+}
+
+size_t
+um_quant_matmul_scratch_bytes (UmDType t, int64_t n, int64_t k, int64_t m)
+{
+  int64_t tile;
+
+  if (t == UM_DTYPE_F32 || n <= 0 || k <= 0)
+    return 0;
+  tile = MIN (n, (int64_t) UM_QUANT_DEFAULT_TILE);
+  return (size_t) max_threads () * (size_t) tile * (size_t) k * sizeof (float);
+}
+
+gboolean
+um_quant_matmul_tiled (UmDType t, const void *w, int64_t n, int64_t k,
+                       const float *x, int64_t m, float *out,
+                       int64_t tile_rows, float *scratch, size_t scratch_bytes)
+{
+  size_t row_bytes, per_thread;
+  int64_t n_tiles;
+  int n_threads;
+  float *owned = NULL;
+  gboolean ok = TRUE;
+
+  if (!check_matmul_args (t, w, n, k, x, m, out, &row_bytes))
+    return FALSE;
+  if (m == 0 || n == 0)
+    return TRUE;
+  if (k == 0)
+    {
+      for (int64_t i = 0; i < m; i++)
+        memset (out + i * n, 0, (size_t) n * sizeof (float));
+      return TRUE;
+    }
+
+  if (t == UM_DTYPE_F32)
+    {
+      /* OpenBLAS threads this itself. */
+      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) m, (int) n, (int) k,
+                   1.0f, x, (int) k, w, (int) k, 0.0f, out, (int) n);
+      return TRUE;
+    }
+
+  if (tile_rows <= 0)
+    tile_rows = UM_QUANT_DEFAULT_TILE;
+  tile_rows = MIN (tile_rows, n);
+  if ((uint64_t) tile_rows > G_MAXSIZE / sizeof (float) / (uint64_t) k)
+    return FALSE;
+  per_thread = (size_t) tile_rows * (size_t) k;
+  n_tiles = (n + tile_rows - 1) / tile_rows;
+  n_threads = (int) MIN ((int64_t) max_threads (), n_tiles);
+
+  /* Use as many threads as the caller's scratch has room for; only when it
+   * cannot hold even one tile do we allocate (which may fail cleanly). */
+  if (scratch != NULL && scratch_bytes / sizeof (float) >= per_thread)
+    n_threads = (int) MIN ((size_t) n_threads, scratch_bytes / sizeof (float) / per_thread);
+  else
+    {
+      if ((size_t) n_threads > G_MAXSIZE / sizeof (float) / per_thread)
+        return FALSE;
+      owned = g_try_malloc ((size_t) n_threads * per_thread * sizeof (float));
+      if (owned == NULL)
+        return FALSE;
+      scratch = owned;
+    }
+
+#pragma omp parallel for num_threads (n_threads) schedule (dynamic, 1) reduction (&& : ok)
+  for (int64_t tile = 0; tile < n_tiles; tile++)
+    {
+#ifdef _OPENMP
+      float *buf = scratch + (size_t) omp_get_thread_num () * per_thread;
+#else
+      float *buf = scratch;
+#endif
+      int64_t r0 = tile * tile_rows;
+      int64_t rows = MIN (tile_rows, n - r0);
+
+      if (!um_quant_dequantize_row (t, (const uint8_t *) w + (size_t) r0 * row_bytes, buf, rows * k))
+        {
+          ok = FALSE;
+          continue;
+        }
+      /* Inside a parallel region the OpenMP build of OpenBLAS runs this
+       * single-threaded, which is what we want: one tile per thread. */
+      if (getenv ("UM_QT_TRANS"))
+        cblas_sgemm (CblasColMajor, CblasTrans, CblasNoTrans, (int) rows, (int) m, (int) k,
+                     1.0f, buf, (int) k, x, (int) k, 0.0f, out + r0, (int) n);
+      else
+      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) m, (int) rows, (int) k,
+                   1.0f, x, (int) k, buf, (int) k, 0.0f, out + r0, (int) n);
+    }
+
+  g_free (owned);
+  return ok;
+}
+
+gboolean
+um_quant_matmul (UmDType t, const void *w, int64_t n, int64_t k,
+                 const float *x, int64_t m, float *out,
+                 float *scratch, size_t scratch_bytes)
+{
+  return um_quant_matmul_tiled (t, w, n, k, x, m, out, 0, scratch, scratch_bytes);
+}
+
+/* Weight rows per work item of the direct product: enough to amortise
+ * scheduling, few enough that the rows stay in L1/L2 while every x row
+ * passes over them. */
+#define UM_QUANT_Q8_TILE 16
+
+gboolean
+um_quant_matmul_q8 (UmDType t, const void *w, int64_t n, int64_t k,
+                    const float *x, int64_t m, float *out)
+{
+  size_t row_bytes, q8_bytes;
+  uint8_t *xq;
+  int64_t n_tiles, nb;
+  int simd = get_simd ();
+
+  if (!um_quant_has_vec_dot (t) || !check_matmul_args (t, w, n, k, x, m, out, &row_bytes))
+    return FALSE;
+  if (m == 0 || n == 0)
+    return TRUE;
+  q8_bytes = um_quant_q8_row_bytes (t, k);
+  if (k > 0 && (q8_bytes == 0 || (size_t) m > G_MAXSIZE / q8_bytes))
+    return FALSE;
+  xq = g_try_malloc (MAX ((size_t) m * q8_bytes, 1));
+  if (xq == NULL)
+    return FALSE;
+  nb = k / um_dtype_info (t)->block_elems;
+
+#pragma omp parallel for schedule (static)
+  for (int64_t i = 0; i < m; i++)
+    um_quant_quantize_row_q8 (t, x + i * k, xq + (size_t) i * q8_bytes, k);
+
+  n_tiles = (n + UM_QUANT_Q8_TILE - 1) / UM_QUANT_Q8_TILE;
+#pragma omp parallel for schedule (dynamic, 4)
+  for (int64_t tile = 0; tile < n_tiles; tile++)
+    {
+      int64_t r0 = tile * UM_QUANT_Q8_TILE;
+      int64_t r1 = MIN (n, r0 + UM_QUANT_Q8_TILE);
+      for (int64_t i = 0; i < m; i++)
+        {
+          const uint8_t *xi = xq + (size_t) i * q8_bytes;
+          for (int64_t r = r0; r < r1; r++)
+            out[i * n + r] = vec_dot_blocks (simd, t, (const uint8_t *) w + (size_t) r * row_bytes, xi, nb);
+        }
+    }
+
+  g_free (xq);
+  return TRUE;
+}

@@ -1,0 +1,290 @@
+/* um-quant.h — llama.cpp's block-quantized weight formats.
+ *
+ * The first part of this header describes the bytes of each block exactly as
+ * ggml (ggml-common.h) lays them out in GGUF files, so that a block pointer
+ * into a mapped file can be read directly.  It is plain C11 with no GLib, so
+ * CUDA sources (.cu) can include it too; GLib-using prototypes come later,
+ * hidden from nvcc.
+ *
+ * All structs are packed (alignment 1): inside a mapped file a block is only
+ * guaranteed to be 2-byte aligned, and not even that when a caller slices
+ * rows at odd offsets, so the compiler must never assume more.
+ *
+ * Halves (ggml_half) are stored as uint16_t bit patterns; convert with
+ * um_f16_to_f32 () from um-half.h.
+ *
+ * Element order inside a block (what dequantization produces):
+ *
+ *  - Q4_0/Q4_1/Q5_0/Q5_1 (32 elements): byte qs[j] holds element j in its low
+ *    nibble and element j + 16 in its high nibble.  For Q5_x, bit j of the
+ *    little-endian 32-bit qh is the 5th bit of element j (j = 0..31).
+ *  - Q4_K/Q5_K (256 elements, 8 sub-blocks of 32): qs is four 32-byte
+ *    groups; group g covers elements 64g..64g+63, low nibbles are elements
+ *    64g+l (sub-block 2g), high nibbles 64g+32+l (sub-block 2g+1).  For Q5_K,
+ *    bit 2g of qh[l] is the 5th bit of element 64g+l and bit 2g+1 that of
+ *    element 64g+32+l.  The eight 6-bit scales and eight 6-bit mins are packed
+ *    in scales[12] (see um_quant_get_scale_min_k4 ()); value = d*sc*q - dmin*m.
+ *  - Q6_K (256 elements, 16 sub-blocks of 16): two halves of 128 elements;
+ *    half h uses ql[64h..64h+63], qh[32h..32h+31], scales[8h..8h+7].  For
+ *    l = 0..31: element 128h+l   = low nibble of ql[64h+l]    | bits 0-1 of qh,
+ *               element 128h+l+32 = low nibble of ql[64h+l+32] | bits 2-3,
+ *               element 128h+l+64 = high nibble of ql[64h+l]   | bits 4-5,
+ *               element 128h+l+96 = high nibble of ql[64h+l+32]| bits 6-7,
+ *    each minus 32, times d * scales[element / 16].
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define UM_QK4_0 32
+#define UM_QK4_1 32
+#define UM_QK5_0 32
+#define UM_QK5_1 32
+#define UM_QK8_0 32
+#define UM_QK_K  256
+#define UM_K_SCALE_SIZE 12
+
+#if defined(__GNUC__) || defined(__clang__) || defined(__CUDACC__)
+#define UM_QUANT_PACKED __attribute__ ((packed))
+#else
+#define UM_QUANT_PACKED
+#endif
+
+/* Small helpers below are usable from CUDA device code as well. */
+#ifdef __CUDACC__
+#define UM_QUANT_HD __host__ __device__
+#else
+#define UM_QUANT_HD
+#endif
+
+#ifdef __cplusplus
+#define UM_QUANT_STATIC_ASSERT(cond, msg) static_assert (cond, msg)
+extern "C" {
+#else
+#define UM_QUANT_STATIC_ASSERT(cond, msg) _Static_assert (cond, msg)
+#endif
+
+/* 8-bit, symmetric: value = d * qs[i]. */
+typedef struct UM_QUANT_PACKED {
+  uint16_t d;
+  int8_t   qs[UM_QK8_0];
+} UmBlockQ8_0;
+UM_QUANT_STATIC_ASSERT (sizeof (UmBlockQ8_0) == 34, "block_q8_0 is 34 bytes");
+
+/* 4-bit, symmetric: value = d * (q - 8). */
+typedef struct UM_QUANT_PACKED {
+  uint16_t d;
+  uint8_t  qs[UM_QK4_0 / 2];
+} UmBlockQ4_0;
+UM_QUANT_STATIC_ASSERT (sizeof (UmBlockQ4_0) == 18, "block_q4_0 is 18 bytes");
+
+/* 4-bit with offset: value = d * q + m. */
+typedef struct UM_QUANT_PACKED {
+  uint16_t d;
+  uint16_t m;
+  uint8_t  qs[UM_QK4_1 / 2];
+} UmBlockQ4_1;
+UM_QUANT_STATIC_ASSERT (sizeof (UmBlockQ4_1) == 20, "block_q4_1 is 20 bytes");
+
+/* 5-bit, symmetric: value = d * (q - 16). */
+typedef struct UM_QUANT_PACKED {
+  uint16_t d;
+  uint8_t  qh[4];
+  uint8_t  qs[UM_QK5_0 / 2];
+} UmBlockQ5_0;
+UM_QUANT_STATIC_ASSERT (sizeof (UmBlockQ5_0) == 22, "block_q5_0 is 22 bytes");
+
+/* 5-bit with offset: value = d * q + m. */
+typedef struct UM_QUANT_PACKED {
+  uint16_t d;
+  uint16_t m;
+  uint8_t  qh[4];
+  uint8_t  qs[UM_QK5_1 / 2];
+} UmBlockQ5_1;
+UM_QUANT_STATIC_ASSERT (sizeof (UmBlockQ5_1) == 24, "block_q5_1 is 24 bytes");
+
+/* 4-bit super-block: 8 sub-blocks of 32, 6-bit scale and min each. */
+typedef struct UM_QUANT_PACKED {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t  scales[UM_K_SCALE_SIZE];
+  uint8_t  qs[UM_QK_K / 2];
+} UmBlockQ4_K;
+UM_QUANT_STATIC_ASSERT (sizeof (UmBlockQ4_K) == 144, "block_q4_K is 144 bytes");
+
+/* 5-bit super-block: as Q4_K plus one high bit per element. */
+typedef struct UM_QUANT_PACKED {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t  scales[UM_K_SCALE_SIZE];
+  uint8_t  qh[UM_QK_K / 8];
+  uint8_t  qs[UM_QK_K / 2];
+} UmBlockQ5_K;
+UM_QUANT_STATIC_ASSERT (sizeof (UmBlockQ5_K) == 176, "block_q5_K is 176 bytes");
+
+/* 6-bit super-block: 16 sub-blocks of 16 with signed 8-bit scales. */
+typedef struct UM_QUANT_PACKED {
+  uint8_t  ql[UM_QK_K / 2];
+  uint8_t  qh[UM_QK_K / 4];
+  int8_t   scales[UM_QK_K / 16];
+  uint16_t d;
+} UmBlockQ6_K;
+UM_QUANT_STATIC_ASSERT (sizeof (UmBlockQ6_K) == 210, "block_q6_K is 210 bytes");
+
+/* Activation block for the K-quant dot products (never stored in files):
+ * value = d * qs[i]; bsums[j] = sum of qs[16j .. 16j+15], which lets the
+ * Q4_K/Q5_K dot products apply the mins without touching qs again.
+ * Buffers of these are allocated by us, so it keeps natural alignment. */
+typedef struct {
+  float   d;
+  int8_t  qs[UM_QK_K];
+  int16_t bsums[UM_QK_K / 16];
+} UmBlockQ8_K;
+UM_QUANT_STATIC_ASSERT (sizeof (UmBlockQ8_K) == 292, "block_q8_K is 292 bytes");
+
+/* Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K
+ * super-block: j < 4 keep them in the low 6 bits of scales[j] and
+ * scales[j+4]; j >= 4 put their low 4 bits in the nibbles of scales[j+4] and
+ * their top 2 bits in the top bits of scales[j-4] (scale) and scales[j]
+ * (min). */
+static inline UM_QUANT_HD void
+um_quant_get_scale_min_k4 (int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
+{
+  if (j < 4)
+    {
+      *sc = q[j] & 63;
+      *m = q[j + 4] & 63;
+    }
+  else
+    {
+      *sc = (uint8_t) ((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+      *m = (uint8_t) ((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifndef __CUDACC__
+
+#include <glib.h>
+
+#include "um-dtype.h"
+
+G_BEGIN_DECLS
+
+/* ---- reference (um-quant-ref.c): plain, obviously-correct C ---------------
+ *
+ * n is the number of elements and must be a non-negative multiple of the
+ * type's block size; on a bad type or length these return FALSE and write
+ * nothing.  src/dst may be unaligned. */
+
+/* All types: F32, F16, BF16 and every quantized type. */
+gboolean um_quant_dequantize_row_ref (UmDType     t,
+                                      const void *src,
+                                      float      *dst,
+                                      int64_t     n);
+
+/* F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.  The
+ * algorithms are ggml's non-imatrix reference quantizers (what llama-quantize
+ * does without an importance matrix); non-finite inputs give unspecified but
+ * memory-safe output. */
+gboolean um_quant_quantize_row_ref (UmDType      t,
+                                    const float *src,
+                                    void        *dst,
+                                    int64_t      n);
+
+/* Activation quantizers (reference): Q8_0 as ggml does it, and Q8_K. */
+gboolean um_quant_quantize_row_q8_0_ref (const float *x, UmBlockQ8_0 *y, int64_t n);
+gboolean um_quant_quantize_row_q8_K_ref (const float *x, UmBlockQ8_K *y, int64_t n);
+
+/* ---- fast paths (um-quant.c) ---------------------------------------------- */
+
+/* Same result as um_quant_dequantize_row_ref (), bit for bit (SIMD where the
+ * CPU has it, chosen at run time). */
+gboolean um_quant_dequantize_row (UmDType     t,
+                                  const void *src,
+                                  float      *dst,
+                                  int64_t     n);
+
+/* Whether t has a direct quantized dot product: TRUE for Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1 (activations in UmBlockQ8_0 blocks of 32) and Q4_K, Q5_K, Q6_K
+ * (activations in UmBlockQ8_K blocks of 256). */
+gboolean um_quant_has_vec_dot (UmDType t);
+
+/* Bytes of the quantized activation buffer for n elements, or 0 when t has
+ * no direct product or n is not a multiple of t's block size. */
+size_t   um_quant_q8_row_bytes (UmDType for_type, int64_t n);
+
+/* Quantizes an activation row x[n] to the format that t's dot product reads
+ * (Q8_0 or Q8_K blocks, in dst).  Returns FALSE on a bad type or length. */
+gboolean um_quant_quantize_row_q8 (UmDType      for_type,
+                                   const float *x,
+                                   void        *dst,
+                                   int64_t      n);
+
+/* dot (dequant (wrow), dequant (xq8)) computed in integers per block, as
+ * llama.cpp's CPU backend does.  Returns NaN on a bad type or length. */
+float    um_quant_vec_dot_q8 (UmDType     t,
+                              const void *wrow,
+                              const void *xq8,
+                              int64_t     n);
+
+/* out[m, N] = x[m, k] * W[N, k]^T, with W stored row-major in type t (each
+ * row a whole number of blocks) and out row-major with leading dimension N.
+ * x is f32 with leading dimension k.
+ *
+ * Weights are dequantized in tiles of rows into f32 and multiplied with
+ * OpenBLAS sgemm, the tiles spread over OpenMP threads (F32 weights go to
+ * sgemm directly).  scratch gives the per-thread tile buffers; pass at least
+ * um_quant_matmul_scratch_bytes () for full speed.  With less (or NULL) it
+ * uses fewer threads, or allocates its own buffer if even one tile does not
+ * fit.  Returns FALSE (touching nothing) on bad arguments or an allocation
+ * failure.  Must not be called from inside an OpenMP parallel region if the
+ * caller wants it parallel. */
+gboolean um_quant_matmul (UmDType      t,
+                          const void  *w,
+                          int64_t      n,
+                          int64_t      k,
+                          const float *x,
+                          int64_t      m,
+                          float       *out,
+                          float       *scratch,
+                          size_t       scratch_bytes);
+
+size_t   um_quant_matmul_scratch_bytes (UmDType t, int64_t n, int64_t k, int64_t m);
+
+/* For the benchmark and tests: the same product through
+ * um_quant_vec_dot_q8 () (x quantized to Q8 first; so only approximately
+ * equal to um_quant_matmul ()), and the dequant + sgemm path with an
+ * explicit tile height (0 = default). */
+gboolean um_quant_matmul_q8 (UmDType      t,
+                             const void  *w,
+                             int64_t      n,
+                             int64_t      k,
+                             const float *x,
+                             int64_t      m,
+                             float       *out);
+gboolean um_quant_matmul_tiled (UmDType      t,
+                                const void  *w,
+                                int64_t      n,
+                                int64_t      k,
+                                const float *x,
+                                int64_t      m,
+                                float       *out,
+                                int64_t      tile_rows,
+                                float       *scratch,
+                                size_t       scratch_bytes);
+
+/* Name of the SIMD level the fast paths use ("avx2" or "scalar"). */
+const char *um_quant_simd_level (void);
+
+/* For tests and benchmarks: FALSE makes the fast paths use their portable
+ * code, to check it on machines that have SIMD.  Process-wide. */
+void        um_quant_set_simd_enabled (gboolean enabled);
+
+G_END_DECLS
+
+#endif /* !__CUDACC__ */

@@ -1,0 +1,32 @@
+/* um-ref-kernels.h — plain, obviously-correct references of every kernel and
+ * of the whole forward pass, in double precision, straight from the
+ * definitions in llada.md. Slow on purpose; tests compare the fast paths of
+ * every backend against these. */
+#pragma once
+
+#include <glib.h>
+#include <stdint.h>
+
+#include "um-model.h"
+
+G_BEGIN_DECLS
+
+/* Row r of w as doubles (any stored format). */
+void um_ref_weight_row (const UmWeight *w, uint64_t r, double *out);
+
+/* out[m, w.rows] = x[m, w.cols] · wᵀ */
+void um_ref_matmul (const double *x, int64_t m, const UmWeight *w, double *out);
+void um_ref_rms_norm (const double *x, int64_t rows, int64_t dim, const float *w, double eps, double *out);
+/* x[rows, n_heads*head_dim], row r at position pos[r]. */
+void um_ref_rope (double *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim,
+                  double theta, gboolean interleaved);
+/* One sequence: q[L, H*hd], k, v[L, Hkv*hd] -> out[L, H*hd]. */
+void um_ref_attention (const double *q, const double *k, const double *v, int64_t seq_len,
+                       int n_heads, int n_kv_heads, int head_dim, double *out);
+void um_ref_swiglu (const double *gate, const double *up, size_t n, double *out);
+
+/* Full logits [seq_len, vocab] of one sequence. */
+gboolean um_ref_forward (const UmModel *model, const gint32 *ids, int seq_len, double *logits,
+                         GError **error);
+
+G_END_DECLS

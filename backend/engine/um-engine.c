@@ -1,0 +1,164 @@
+#include "um-engine.h"
+
+#include "um-chat-template.h"
+#include "um-error.h"
+
+#include <string.h>
+
+struct _UmEngine {
+  UmModel   *model;
+  UmBackend *backend;
+  UmForward *forward;
+  GMutex     busy;
+};
+
+void
+um_engine_options_init (UmEngineOptions *options)
+{
+  options->n_threads = 0;
+  options->memory_budget = 0;
+}
+
+void
+um_gen_request_init (UmGenRequest *request)
+{
+  memset (request, 0, sizeof *request);
+  um_gen_params_init (&request->params);
+}
+
+UmEngine *
+um_engine_load (const char             *path,
+                const UmEngineOptions  *options,
+                GCancellable           *cancellable,
+                UmProgressFunc          progress_cb,
+                gpointer                user_data,
+                GError                **error)
+{
+  g_autoptr(UmEngine) engine = g_new0 (UmEngine, 1);
+  UmEngineOptions defaults;
+
+  g_mutex_init (&engine->busy);
+  if (options == NULL)
+    {
+      um_engine_options_init (&defaults);
+      options = &defaults;
+    }
+  if (progress_cb)
+    progress_cb (0.0, "Reading the model", user_data);
+  engine->model = um_model_load (path, cancellable, error);
+  if (engine->model == NULL)
+    return NULL;
+  if (g_cancellable_set_error_if_cancelled (cancellable, error))
+    return NULL;
+  if (progress_cb)
+    progress_cb (0.5, "Preparing the compute backend", user_data);
+  engine->backend = um_backend_cpu_new (options->memory_budget, options->n_threads, error);
+  if (engine->backend == NULL)
+    return NULL;
+  engine->forward = um_forward_new (engine->model, engine->backend, error);
+  if (engine->forward == NULL)
+    return NULL;
+  if (progress_cb)
+    progress_cb (1.0, "Ready", user_data);
+  return g_steal_pointer (&engine);
+}
+
+void
+um_engine_free (UmEngine *engine)
+{
+  if (engine == NULL)
+    return;
+  g_clear_pointer (&engine->forward, um_forward_free);
+  g_clear_pointer (&engine->backend, um_backend_free);
+  g_clear_pointer (&engine->model, um_model_free);
+  g_mutex_clear (&engine->busy);
+  g_free (engine);
+}
+
+UmModel *
+um_engine_get_model (UmEngine *engine)
+{
+  return engine->model;
+}
+
+UmForward *
+um_engine_get_forward (UmEngine *engine)
+{
+  return engine->forward;
+}
+
+UmBackend *
+um_engine_get_backend (UmEngine *engine)
+{
+  return engine->backend;
+}
+
+void
+um_gen_result_free (UmGenResult *result)
+{
+  if (result == NULL)
+    return;
+  g_clear_pointer (&result->prompt_ids, g_array_unref);
+  g_clear_pointer (&result->ids, g_array_unref);
+  g_free (result->text);
+  g_free (result);
+}
+
+char *
+um_engine_decode_answer (UmEngine *engine, const gint32 *ids, int n_ids, GError **error)
+{
+  const UmModelConfig *c = &engine->model->cfg;
+  int n = 0;
+
+  while (n < n_ids && ids[n] != c->eos_id && ids[n] != c->eot_id)
+    n++;
+  return um_tokenizer_decode (engine->model->tokenizer, ids, n, TRUE, error);
+}
+
+UmGenResult *
+um_engine_generate (UmEngine           *engine,
+                    const UmGenRequest *request,
+                    UmStepFunc          step_cb,
+                    gpointer            user_data,
+                    GCancellable       *cancellable,
+                    GError            **error)
+{
+  g_autoptr(UmGenResult) result = g_new0 (UmGenResult, 1);
+  UmModel *model = engine->model;
+  gint64 t0;
+  gboolean ok;
+
+  if (!g_mutex_trylock (&engine->busy))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_FAILED, "the engine is already generating");
+      return NULL;
+    }
+
+  result->prompt_ids = g_array_new (FALSE, FALSE, sizeof (gint32));
+  result->ids = g_array_new (FALSE, FALSE, sizeof (gint32));
+  if (request->prompt != NULL && request->chat)
+    ok = um_chat_build_prompt (model->tokenizer, NULL, 0, request->prompt,
+                               model->cfg.bos_id, model->cfg.eos_id, result->prompt_ids, error);
+  else if (request->prompt != NULL)
+    ok = um_tokenizer_encode (model->tokenizer, request->prompt, -1, result->prompt_ids, error);
+  else
+    {
+      g_array_append_vals (result->prompt_ids, request->prompt_ids, request->n_prompt_ids);
+      ok = TRUE;
+    }
+
+  t0 = g_get_monotonic_time ();
+  ok = ok && um_sampler_generate (engine->forward, (const gint32 *) result->prompt_ids->data,
+                                  result->prompt_ids->len, &request->params, step_cb, user_data,
+                                  cancellable, result->ids, error);
+  result->seconds = (g_get_monotonic_time () - t0) / 1e6;
+  result->steps = request->params.steps;
+  if (ok)
+    {
+      result->text = um_engine_decode_answer (engine, (const gint32 *) result->ids->data,
+                                              result->ids->len, error);
+      ok = result->text != NULL;
+    }
+  g_mutex_unlock (&engine->busy);
+  return ok ? g_steal_pointer (&result) : NULL;
+}

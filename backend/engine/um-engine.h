@@ -1,0 +1,74 @@
+/* um-engine.h — the engine facade the GUI and the CLI use.
+ *
+ * Thread safety: an UmEngine may be used from any thread, but runs one
+ * generation at a time; a second concurrent um_engine_generate() fails with
+ * UM_ERROR_FAILED ("busy") instead of waiting. Loading and freeing must not
+ * overlap a generation.
+ */
+#pragma once
+
+#include <gio/gio.h>
+
+#include "um-backend.h"
+#include "um-forward.h"
+#include "um-model.h"
+#include "um-sampler.h"
+
+G_BEGIN_DECLS
+
+typedef struct _UmEngine UmEngine;
+
+typedef struct {
+  int      n_threads;        /* 0: all cores */
+  guint64  memory_budget;    /* compute-backend bytes, 0: no limit */
+} UmEngineOptions;
+
+void um_engine_options_init (UmEngineOptions *options);
+
+/* Progress in [0, 1] with a short description of the current stage. */
+typedef void (*UmProgressFunc) (double fraction, const char *stage, gpointer user_data);
+
+UmEngine *um_engine_load (const char             *path,
+                          const UmEngineOptions  *options,
+                          GCancellable           *cancellable,
+                          UmProgressFunc          progress_cb,
+                          gpointer                user_data,
+                          GError                **error);
+void      um_engine_free (UmEngine *engine);
+
+UmModel   *um_engine_get_model (UmEngine *engine);
+UmForward *um_engine_get_forward (UmEngine *engine);
+UmBackend *um_engine_get_backend (UmEngine *engine);
+
+typedef struct {
+  const char   *prompt;        /* text; NULL to use prompt_ids */
+  gboolean      chat;          /* wrap the text in the Instruct chat template */
+  const gint32 *prompt_ids;
+  int           n_prompt_ids;
+  UmGenParams   params;
+} UmGenRequest;
+
+typedef struct {
+  GArray *prompt_ids;  /* gint32 */
+  GArray *ids;         /* gint32, gen_length generated ids */
+  char   *text;        /* decoded answer: up to the first EOS/EOT, no special tokens */
+  double  seconds;
+  int     steps;
+} UmGenResult;
+
+void         um_gen_request_init (UmGenRequest *request);
+UmGenResult *um_engine_generate (UmEngine           *engine,
+                                 const UmGenRequest *request,
+                                 UmStepFunc          step_cb,
+                                 gpointer            user_data,
+                                 GCancellable       *cancellable,
+                                 GError            **error);
+void         um_gen_result_free (UmGenResult *result);
+
+/* Text of generated ids up to the first EOS/EOT, special tokens skipped. */
+char        *um_engine_decode_answer (UmEngine *engine, const gint32 *ids, int n_ids, GError **error);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmEngine, um_engine_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmGenResult, um_gen_result_free)
+
+G_END_DECLS

@@ -1,0 +1,352 @@
+#include "um-sampler.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "um-error.h"
+#include "um-topk.h"
+
+void
+um_gen_params_init (UmGenParams *p)
+{
+  memset (p, 0, sizeof *p);
+  p->gen_length = 128;
+  p->steps = 128;
+  p->block_length = 32;
+  p->temperature = 0.0;
+  p->cfg_scale = 0.0;
+  p->remasking = UM_REMASK_LOW_CONFIDENCE;
+  p->seed = 0;
+}
+
+const char *
+um_remasking_to_string (UmRemasking r)
+{
+  return r == UM_REMASK_RANDOM ? "random" : "low_confidence";
+}
+
+gboolean
+um_remasking_from_string (const char *s, UmRemasking *out)
+{
+  if (g_strcmp0 (s, "low_confidence") == 0)
+    *out = UM_REMASK_LOW_CONFIDENCE;
+  else if (g_strcmp0 (s, "random") == 0)
+    *out = UM_REMASK_RANDOM;
+  else
+    return FALSE;
+  return TRUE;
+}
+
+gboolean
+um_gen_params_validate (const UmGenParams *p,
+                        int                prompt_len,
+                        guint              max_seq_len,
+                        GError           **error)
+{
+#define FAIL(...) G_STMT_START { g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, __VA_ARGS__); return FALSE; } G_STMT_END
+  if (p->gen_length <= 0)
+    FAIL ("gen_length must be positive (got %d)", p->gen_length);
+  if (p->block_length <= 0)
+    FAIL ("block_length must be positive (got %d)", p->block_length);
+  if (p->steps <= 0)
+    FAIL ("steps must be positive (got %d)", p->steps);
+  if (p->gen_length % p->block_length != 0)
+    FAIL ("gen_length (%d) must be a multiple of block_length (%d)", p->gen_length, p->block_length);
+  if (p->steps % (p->gen_length / p->block_length) != 0)
+    FAIL ("steps (%d) must be a multiple of the number of blocks (gen_length / block_length = %d)",
+          p->steps, p->gen_length / p->block_length);
+  if (!(p->temperature >= 0.0) || !isfinite (p->temperature))
+    FAIL ("temperature must be a finite number ≥ 0 (got %g)", p->temperature);
+  if (!(p->cfg_scale >= 0.0) || !isfinite (p->cfg_scale))
+    FAIL ("cfg_scale must be a finite number ≥ 0 (got %g)", p->cfg_scale);
+  if (p->remasking != UM_REMASK_LOW_CONFIDENCE && p->remasking != UM_REMASK_RANDOM)
+    FAIL ("unknown remasking strategy %d", (int) p->remasking);
+  if (prompt_len < 0 || (gint64) prompt_len + p->gen_length > (gint64) max_seq_len)
+    FAIL ("prompt (%d tokens) + gen_length (%d) exceeds the model's maximum sequence length (%u)",
+          prompt_len, p->gen_length, max_seq_len);
+#undef FAIL
+  return TRUE;
+}
+
+void
+um_sampler_split_steps (int n_masks, int steps, int *out_counts)
+{
+  for (int i = 0; i < steps; i++)
+    out_counts[i] = n_masks / steps + (i < n_masks % steps ? 1 : 0);
+}
+
+/* Counter-based uniform noise: the same (seed, step, position, token) always
+ * gives the same number, whatever rows are computed or in which order, so
+ * runs are reproducible on any backend and thread count. */
+static inline guint64
+mix64 (guint64 z)
+{
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1), never 0 so −log(u) is finite. */
+static inline double
+uniform (guint64 seed, guint64 stream, guint64 a, guint64 b)
+{
+  guint64 z = mix64 (mix64 (mix64 (seed ^ stream) ^ a) ^ b);
+  return ((double) (z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+#define STREAM_GUMBEL 0x67756d62656cull
+#define STREAM_RANDOM 0x72616e646f6dull
+
+typedef struct {
+  gint32 pos;
+  gint32 id;
+  double conf;
+} Candidate;
+
+static int
+candidate_position_compare (gconstpointer a, gconstpointer b)
+{
+  const Candidate *x = a, *y = b;
+  return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* Chooses x0 and its confidence for one row of logits (modified in place),
+ * following generate.py of the reference step by step. */
+static void
+choose_token (float             *row,
+              int                V,
+              const UmGenParams *p,
+              gint32             eos,
+              gint32             eot,
+              guint64            step,
+              gint32             position,
+              Candidate         *cand)
+{
+  gint32 best = 0;
+
+  if (p->logits_eos_inf && eos >= 0)
+    row[eos] = -INFINITY;
+
+  if (p->temperature == 0.0)
+    {
+      for (int v = 1; v < V; v++)
+        if (row[v] > row[best])
+          best = v;
+    }
+  else
+    {
+      /* exp(logits) / (−log u)^T in float64, as add_gumbel_noise does. */
+      double best_score = -INFINITY;
+      gboolean have = FALSE;
+      guint64 key = (step << 32) ^ (guint32) position;
+      for (int v = 0; v < V; v++)
+        {
+          double u = uniform (p->seed, STREAM_GUMBEL, key, (guint64) v);
+          double score = exp ((double) row[v]) / pow (-log (u), p->temperature);
+          if (!have || score > best_score)
+            {
+              best = v;
+              best_score = score;
+              have = TRUE;
+            }
+        }
+    }
+  cand->id = best;
+  cand->pos = position;
+
+  /* The reference writes −inf into the noisy logits for EOS and into the
+   * logits for EOT; at temperature 0 both are the same tensor. */
+  if (p->confidence_eos_eot_inf)
+    {
+      if (eot >= 0)
+        row[eot] = -INFINITY;
+      if (p->temperature == 0.0 && eos >= 0)
+        row[eos] = -INFINITY;
+    }
+
+  if (p->remasking == UM_REMASK_RANDOM)
+    cand->conf = uniform (p->seed, STREAM_RANDOM, step, (guint64) position);
+  else
+    {
+      double mx = -INFINITY, sum = 0.0;
+      for (int v = 0; v < V; v++)
+        mx = MAX (mx, (double) row[v]);
+      if (!isfinite (mx))
+        {
+          cand->conf = 0.0;
+          return;
+        }
+      for (int v = 0; v < V; v++)
+        sum += exp ((double) row[v] - mx);
+      cand->conf = exp ((double) row[best] - mx) / sum;
+    }
+}
+
+gboolean
+um_sampler_generate (UmForward         *fw,
+                     const gint32      *prompt,
+                     int                prompt_len,
+                     const UmGenParams *p,
+                     UmStepFunc         step_cb,
+                     gpointer           user_data,
+                     GCancellable      *cancellable,
+                     GArray            *out_ids,
+                     GError           **error)
+{
+  const UmModelConfig *c = &um_forward_get_model (fw)->cfg;
+  const int V = c->vocab_size;
+  const gint32 mask = c->mask_id;
+  const gboolean cfg = p->cfg_scale > 0.0;
+  const int n_seq = cfg ? 2 : 1;
+  int L, n_blocks, steps_per_block, global_step = 0, logits_rows = 0;
+  g_autofree gint32 *x = NULL, *canvas2 = NULL, *rows = NULL, *counts = NULL;
+  g_autofree gint32 *commit_pos = NULL, *commit_ids = NULL;
+  g_autofree float *commit_conf = NULL, *logits = NULL;
+  g_autofree Candidate *cands = NULL;
+  g_autofree double *scores = NULL;
+  g_autofree gint32 *chosen = NULL;
+  gint64 t0 = g_get_monotonic_time ();
+
+  if (!um_gen_params_validate (p, prompt_len, c->max_seq_len, error))
+    return FALSE;
+  for (int i = 0; i < prompt_len; i++)
+    if (prompt[i] < 0 || prompt[i] >= V)
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                     "prompt token %d at position %d is outside the vocabulary (%d)", prompt[i], i, V);
+        return FALSE;
+      }
+
+  L = prompt_len + p->gen_length;
+  n_blocks = p->gen_length / p->block_length;
+  steps_per_block = p->steps / n_blocks;
+
+  x = g_new (gint32, (size_t) n_seq * L);
+  memcpy (x, prompt, sizeof (gint32) * prompt_len);
+  for (int i = prompt_len; i < L; i++)
+    x[i] = mask;
+  rows = g_new (gint32, (size_t) n_seq * L);
+  counts = g_new (gint32, steps_per_block);
+  cands = g_new (Candidate, L);
+  scores = g_new (double, L);
+  chosen = g_new (gint32, L);
+  commit_pos = g_new (gint32, L);
+  commit_ids = g_new (gint32, L);
+  commit_conf = g_new (float, L);
+
+  for (int b = 0; b < n_blocks; b++)
+    {
+      const int block_start = prompt_len + b * p->block_length;
+      const int block_end = block_start + p->block_length;
+      int n_masks = 0;
+
+      for (int i = block_start; i < block_end; i++)
+        n_masks += x[i] == mask;
+      um_sampler_split_steps (n_masks, steps_per_block, counts);
+
+      for (int s = 0; s < steps_per_block; s++, global_step++)
+        {
+          int n_cand = 0, k = counts[s];
+          UmStepEvent ev = { 0 };
+
+          if (g_cancellable_set_error_if_cancelled (cancellable, error))
+            return FALSE;
+
+          /* Candidates: every mask before the end of the block (prompt masks
+           * included, as in the reference); later positions score −inf. */
+          for (int i = 0; i < block_end; i++)
+            if (x[i] == mask)
+              rows[n_cand++] = i;
+          k = MIN (k, n_cand);
+
+          /* A step that commits nothing needs no forward pass. */
+          if (k > 0)
+            {
+              int n_rows = n_cand * n_seq;
+              if (cfg)
+                {
+                  /* Unconditional copy: the prompt replaced by masks. */
+                  memcpy (x + L, x, sizeof (gint32) * L);
+                  for (int i = 0; i < prompt_len; i++)
+                    x[L + i] = mask;
+                  for (int i = 0; i < n_cand; i++)
+                    rows[n_cand + i] = rows[i] + L;
+                }
+              if (n_rows > logits_rows)
+                {
+                  g_free (logits);
+                  logits = g_try_malloc ((size_t) n_rows * V * sizeof (float));
+                  logits_rows = logits ? n_rows : 0;
+                  if (logits == NULL)
+                    {
+                      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                                   "out of memory for %d × %d logits", n_rows, V);
+                      return FALSE;
+                    }
+                }
+              if (!um_forward_logits (fw, x, n_seq, L, rows, n_rows, logits, cancellable, error))
+                return FALSE;
+
+              for (int i = 0; i < n_cand; i++)
+                {
+                  float *row = logits + (size_t) i * V;
+                  if (cfg)
+                    {
+                      const float *un = logits + (size_t) (n_cand + i) * V;
+                      const float scale = (float) (p->cfg_scale + 1.0);
+                      for (int v = 0; v < V; v++)
+                        row[v] = un[v] + scale * (row[v] - un[v]);
+                    }
+                  choose_token (row, V, p, c->eos_id, c->eot_id, global_step, rows[i], &cands[i]);
+                }
+              /* Pick the k most confident as torch.topk over the whole
+               * canvas does, non-candidates at −inf (ties as the reference). */
+              for (int i = 0; i < L; i++)
+                scores[i] = -INFINITY;
+              for (int i = 0; i < n_cand; i++)
+                scores[cands[i].pos] = cands[i].conf;
+              um_topk_reference (scores, L, k, chosen);
+              for (int j = 0; j < k; j++)
+                for (int i = 0; i < n_cand; i++)
+                  if (cands[i].pos == chosen[j])
+                    {
+                      Candidate t = cands[j];
+                      cands[j] = cands[i];
+                      cands[i] = t;
+                      break;
+                    }
+            }
+
+          /* Commit the k best; report them in position order. */
+          qsort (cands, k, sizeof (Candidate), candidate_position_compare);
+          for (int j = 0; j < k; j++)
+            {
+              x[cands[j].pos] = cands[j].id;
+              commit_pos[j] = cands[j].pos;
+              commit_ids[j] = cands[j].id;
+              commit_conf[j] = (float) cands[j].conf;
+            }
+
+          if (step_cb != NULL)
+            {
+              ev.step = global_step;
+              ev.n_steps = p->steps;
+              ev.block = b;
+              ev.n_blocks = n_blocks;
+              ev.n_committed = k;
+              ev.positions = commit_pos;
+              ev.ids = commit_ids;
+              ev.confidences = commit_conf;
+              ev.canvas = x;
+              ev.prompt_len = prompt_len;
+              ev.seq_len = L;
+              ev.elapsed = (g_get_monotonic_time () - t0) / 1e6;
+              step_cb (&ev, user_data);
+            }
+        }
+    }
+
+  g_array_append_vals (out_ids, x + prompt_len, p->gen_length);
+  return TRUE;
+}

@@ -1,0 +1,72 @@
+/* um-sampler.h — the reference LLaDA schedule (see docs: llada.md):
+ * blocks, per-block step split, Gumbel-max temperature in float64,
+ * low_confidence / random remasking, classifier-free guidance, the EOS/EOT
+ * flags and the lower-position-first tie rule. */
+#pragma once
+
+#include <gio/gio.h>
+
+#include "um-forward.h"
+
+G_BEGIN_DECLS
+
+typedef enum {
+  UM_REMASK_LOW_CONFIDENCE,
+  UM_REMASK_RANDOM,
+} UmRemasking;
+
+typedef struct {
+  int         gen_length;
+  int         steps;
+  int         block_length;
+  double      temperature;
+  double      cfg_scale;
+  UmRemasking remasking;
+  gboolean    logits_eos_inf;
+  gboolean    confidence_eos_eot_inf;
+  guint64     seed;
+} UmGenParams;
+
+/* The reference chat defaults: 128 tokens, 128 steps, blocks of 32, greedy. */
+void        um_gen_params_init (UmGenParams *p);
+gboolean    um_gen_params_validate (const UmGenParams *p,
+                                    int                prompt_len,
+                                    guint              max_seq_len,
+                                    GError           **error);
+const char *um_remasking_to_string (UmRemasking r);
+gboolean    um_remasking_from_string (const char *s, UmRemasking *out);
+
+typedef struct {
+  int           step;         /* 0-based, over the whole generation */
+  int           n_steps;
+  int           block;        /* 0-based */
+  int           n_blocks;
+  int           n_committed;
+  const gint32 *positions;    /* absolute positions committed this step, ascending */
+  const gint32 *ids;          /* their tokens */
+  const float  *confidences;  /* their confidences (softmax probability or random score) */
+  const gint32 *canvas;       /* the whole sequence after this step */
+  int           prompt_len;
+  int           seq_len;
+  double        elapsed;      /* seconds since the start */
+} UmStepEvent;
+
+typedef void (*UmStepFunc) (const UmStepEvent *event, gpointer user_data);
+
+/* Runs the schedule. @out_ids receives the gen_length generated ids (gint32).
+ * @step_cb (may be NULL) is called after every step from this thread.
+ * Cancellation is checked between steps and between layers. */
+gboolean um_sampler_generate (UmForward         *fw,
+                              const gint32      *prompt,
+                              int                prompt_len,
+                              const UmGenParams *params,
+                              UmStepFunc         step_cb,
+                              gpointer           user_data,
+                              GCancellable      *cancellable,
+                              GArray            *out_ids,
+                              GError           **error);
+
+/* Tokens per step of one block: the first (n % steps) steps get one more. */
+void     um_sampler_split_steps (int n_masks, int steps, int *out_counts);
+
+G_END_DECLS

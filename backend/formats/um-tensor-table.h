@@ -1,0 +1,68 @@
+/* um-tensor-table.h — the one tensor table every container yields.
+ *
+ * Safetensors and GGUF readers both fill an UmTensorTable: name, dtype,
+ * shape (outermost first, i.e. PyTorch order: a weight is [rows, cols] with
+ * cols contiguous) and a pointer into a read-only memory mapping the table
+ * keeps alive. Readers validate every offset and size before adding a tensor,
+ * so a tensor in the table is always fully inside its file.
+ */
+#pragma once
+
+#include <glib.h>
+#include <stdint.h>
+
+#include "um-dtype.h"
+
+G_BEGIN_DECLS
+
+#define UM_MAX_DIMS 4
+
+typedef struct {
+  char         *name;
+  UmDType       dtype;
+  guint         n_dims;
+  uint64_t      shape[UM_MAX_DIMS];   /* outermost first; unused dims are 1 */
+  uint64_t      n_elems;
+  uint64_t      n_bytes;
+  const guint8 *data;                 /* inside a mapping owned by the table */
+  const char   *file;                 /* basename of the source file (owned by the table) */
+} UmTensorInfo;
+
+typedef struct _UmTensorTable UmTensorTable;
+
+UmTensorTable      *um_tensor_table_new (void);
+void                um_tensor_table_free (UmTensorTable *table);
+
+/* Keeps @mapping alive as long as the table; returns the interned file name to
+ * store in UmTensorInfo.file. */
+const char         *um_tensor_table_add_mapping (UmTensorTable *table,
+                                                 GMappedFile   *mapping,
+                                                 const char    *file_name);
+
+/* Copies @info (and its name). Fails on a duplicate name. */
+gboolean            um_tensor_table_add (UmTensorTable      *table,
+                                         const UmTensorInfo *info,
+                                         GError            **error);
+
+const UmTensorInfo *um_tensor_table_lookup (const UmTensorTable *table,
+                                            const char          *name);
+guint               um_tensor_table_size (const UmTensorTable *table);
+/* Tensors in the order they were added. */
+const UmTensorInfo *um_tensor_table_get (const UmTensorTable *table,
+                                         guint                index);
+
+/* Sum of n_bytes over all tensors. */
+uint64_t            um_tensor_table_total_bytes (const UmTensorTable *table);
+
+/* Shape as "[a, b]" for messages; returns a newly allocated string. */
+char               *um_tensor_shape_string (const UmTensorInfo *info);
+
+/* Helper for readers: fills n_elems and n_bytes from dtype and shape, checking
+ * for overflow and partial quantization blocks. */
+gboolean            um_tensor_info_compute_sizes (UmTensorInfo *info,
+                                                  const char   *file,
+                                                  GError      **error);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmTensorTable, um_tensor_table_free)
+
+G_END_DECLS

@@ -1,0 +1,265 @@
+#include "um-model.h"
+
+#include <json-glib/json-glib.h>
+#include <string.h>
+
+#include "um-error.h"
+#include "um-half.h"
+#include "um-model-gguf.h"
+#include "um-safetensors.h"
+
+/* Checks a tensor against the shape the configuration implies and fills @w. */
+gboolean
+um_model_bind_weight (UmModel    *model,
+                      UmWeight   *w,
+                      const char *name,
+                      uint64_t    rows,
+                      uint64_t    cols,
+                      GError    **error)
+{
+  const UmTensorInfo *info = um_tensor_table_lookup (model->tensors, name);
+  uint64_t got_rows, got_cols;
+
+  if (info == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: tensor “%s” is missing",
+                   model->display_name, name);
+      return FALSE;
+    }
+  if (info->dtype == UM_DTYPE_I32)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "%s: tensor “%s” is integer, not a weight",
+                   info->file, name);
+      return FALSE;
+    }
+  /* Norm vectors are 1-D; everything else [rows, cols]. */
+  if (info->n_dims == 1)
+    {
+      got_rows = 1;
+      got_cols = info->shape[0];
+    }
+  else if (info->n_dims == 2)
+    {
+      got_rows = info->shape[0];
+      got_cols = info->shape[1];
+    }
+  else
+    got_rows = got_cols = 0;
+  if (got_rows != rows || got_cols != cols)
+    {
+      g_autofree char *shape = um_tensor_shape_string (info);
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "%s: tensor “%s” has shape %s but the configuration implies [%" G_GUINT64_FORMAT
+                   ", %" G_GUINT64_FORMAT "]",
+                   info->file, name, shape, rows, cols);
+      return FALSE;
+    }
+  w->name = info->name;
+  w->dtype = info->dtype;
+  w->rows = rows;
+  w->cols = cols;
+  w->row_bytes = info->n_bytes / rows;
+  w->data = info->data;
+  return TRUE;
+}
+
+/* Norm vectors are tiny; keep them as aligned floats whatever the file holds. */
+gboolean
+um_model_weight_to_f32 (UmModel *model, UmWeight *w, GError **error)
+{
+  float *copy;
+  uint64_t n = w->rows * w->cols;
+
+  if (w->dtype == UM_DTYPE_F32 && ((uintptr_t) w->data % sizeof (float)) == 0)
+    return TRUE;
+  copy = g_new (float, n);
+  if (w->dtype == UM_DTYPE_F32)
+    memcpy (copy, w->data, n * sizeof (float));
+  else if (w->dtype == UM_DTYPE_F16 || w->dtype == UM_DTYPE_BF16)
+    {
+      for (uint64_t i = 0; i < n; i++)
+        {
+          uint16_t h;
+          memcpy (&h, (const guint8 *) w->data + 2 * i, 2);
+          copy[i] = w->dtype == UM_DTYPE_F16 ? um_f16_to_f32 (h) : um_bf16_to_f32 (h);
+        }
+    }
+  else
+    {
+      g_free (copy);
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                   "%s: norm tensor “%s” is stored as %s; only float types are supported for norms",
+                   model->display_name, w->name, um_dtype_name (w->dtype));
+      return FALSE;
+    }
+  g_ptr_array_add (model->owned, copy);
+  w->dtype = UM_DTYPE_F32;
+  w->data = copy;
+  w->row_bytes = w->cols * sizeof (float);
+  return TRUE;
+}
+
+static gboolean
+bind_hf_weights (UmModel *model, GError **error)
+{
+  const UmModelConfig *c = &model->cfg;
+  uint64_t d = c->d_model, f = c->mlp_hidden, v = c->vocab_size;
+  uint64_t qd = (uint64_t) c->n_heads * c->head_dim, kvd = (uint64_t) c->n_kv_heads * c->head_dim;
+  const char *p = "model.transformer.";
+  char name[256];
+
+#define BIND(field, rows, cols, ...) G_STMT_START {                            \
+    g_snprintf (name, sizeof name, __VA_ARGS__);                                \
+    if (!um_model_bind_weight (model, field, name, rows, cols, error))          \
+      return FALSE;                                                             \
+  } G_STMT_END
+
+  BIND (&model->tok_embd, v, d, "%swte.weight", p);
+  BIND (&model->out_norm, 1, d, "%sln_f.weight", p);
+  if (c->tied_embeddings)
+    model->output = model->tok_embd;
+  else
+    BIND (&model->output, v, d, "%sff_out.weight", p);
+  if (!um_model_weight_to_f32 (model, &model->out_norm, error))
+    return FALSE;
+
+  for (guint l = 0; l < c->n_layers; l++)
+    {
+      UmLayerWeights *L = &model->layers[l];
+      BIND (&L->attn_norm, 1, d, "%sblocks.%u.attn_norm.weight", p, l);
+      BIND (&L->wq, qd, d, "%sblocks.%u.q_proj.weight", p, l);
+      BIND (&L->wk, kvd, d, "%sblocks.%u.k_proj.weight", p, l);
+      BIND (&L->wv, kvd, d, "%sblocks.%u.v_proj.weight", p, l);
+      BIND (&L->wo, d, qd, "%sblocks.%u.attn_out.weight", p, l);
+      BIND (&L->ffn_norm, 1, d, "%sblocks.%u.ff_norm.weight", p, l);
+      BIND (&L->w_gate, f, d, "%sblocks.%u.ff_proj.weight", p, l);
+      BIND (&L->w_up, f, d, "%sblocks.%u.up_proj.weight", p, l);
+      BIND (&L->w_down, d, f, "%sblocks.%u.ff_out.weight", p, l);
+      if (!um_model_weight_to_f32 (model, &L->attn_norm, error)
+          || !um_model_weight_to_f32 (model, &L->ffn_norm, error))
+        return FALSE;
+    }
+#undef BIND
+  return TRUE;
+}
+
+/* tokenizer_config.json's "bos_token" may be a string or {"content": ...}. */
+static gint32
+bos_from_tokenizer_config (UmModel *model, const char *dir)
+{
+  g_autofree char *path = g_build_filename (dir, "tokenizer_config.json", NULL);
+  g_autoptr(JsonParser) parser = json_parser_new_immutable ();
+  JsonNode *root, *node;
+  const char *text = NULL;
+
+  if (!json_parser_load_from_mapped_file (parser, path, NULL))
+    return -1;
+  root = json_parser_get_root (parser);
+  if (root == NULL || JSON_NODE_TYPE (root) != JSON_NODE_OBJECT)
+    return -1;
+  node = json_object_get_member (json_node_get_object (root), "bos_token");
+  if (node != NULL && JSON_NODE_TYPE (node) == JSON_NODE_VALUE
+      && json_node_get_value_type (node) == G_TYPE_STRING)
+    text = json_node_get_string (node);
+  else if (node != NULL && JSON_NODE_TYPE (node) == JSON_NODE_OBJECT)
+    text = json_object_get_string_member_with_default (json_node_get_object (node), "content", NULL);
+  return text ? um_tokenizer_token_to_id (model->tokenizer, text) : -1;
+}
+
+/* Ids the configuration does not carry come from the vocabulary. */
+void
+um_model_resolve_special_ids (UmModel *model)
+{
+  UmModelConfig *c = &model->cfg;
+  if (c->eot_id < 0)
+    c->eot_id = um_tokenizer_token_to_id (model->tokenizer, "<|eot_id|>");
+  if (c->bos_id < 0)
+    c->bos_id = um_tokenizer_token_to_id (model->tokenizer, "<|startoftext|>");
+}
+
+static gboolean
+load_hf_dir (UmModel *model, GError **error)
+{
+  g_autofree char *tok_path = g_build_filename (model->path, "tokenizer.json", NULL);
+
+  if (!um_model_config_load_hf (&model->cfg, model->path, error))
+    return FALSE;
+  model->tokenizer = um_tokenizer_new_from_file (tok_path, error);
+  if (model->tokenizer == NULL)
+    return FALSE;
+  if (um_tokenizer_vocab_size (model->tokenizer) > model->cfg.vocab_size)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "tokenizer.json: the vocabulary has %u tokens but config.json's vocab_size is %u",
+                   um_tokenizer_vocab_size (model->tokenizer), model->cfg.vocab_size);
+      return FALSE;
+    }
+  if (model->cfg.bos_id < 0)
+    model->cfg.bos_id = bos_from_tokenizer_config (model, model->path);
+  um_model_resolve_special_ids (model);
+  if (!um_model_config_validate (&model->cfg, "config.json", error))
+    return FALSE;
+
+  model->tensors = um_safetensors_open_dir (model->path, error);
+  if (model->tensors == NULL)
+    return FALSE;
+  model->layers = g_new0 (UmLayerWeights, model->cfg.n_layers);
+  return bind_hf_weights (model, error);
+}
+
+UmModel *
+um_model_load (const char   *path,
+               GCancellable *cancellable,
+               GError      **error)
+{
+  g_autoptr(UmModel) model = g_new0 (UmModel, 1);
+
+  model->path = g_strdup (path);
+  model->display_name = g_path_get_basename (path);
+  model->owned = g_ptr_array_new_with_free_func (g_free);
+
+  if (g_cancellable_set_error_if_cancelled (cancellable, error))
+    return NULL;
+  if (g_file_test (path, G_FILE_TEST_IS_DIR))
+    {
+      model->format = UM_MODEL_FORMAT_SAFETENSORS;
+      if (!load_hf_dir (model, error))
+        return NULL;
+    }
+  else if (g_file_test (path, G_FILE_TEST_IS_REGULAR))
+    {
+      model->format = UM_MODEL_FORMAT_GGUF;
+      if (!um_model_load_gguf (model, error))
+        return NULL;
+    }
+  else
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_IO,
+                   "%s: no such model folder or .gguf file", path);
+      return NULL;
+    }
+  return g_steal_pointer (&model);
+}
+
+void
+um_model_free (UmModel *model)
+{
+  if (model == NULL)
+    return;
+  g_clear_pointer (&model->tokenizer, um_tokenizer_free);
+  if (model->gguf != NULL)
+    um_model_gguf_release (model);
+  else
+    g_clear_pointer (&model->tensors, um_tensor_table_free);
+  g_clear_pointer (&model->owned, g_ptr_array_unref);
+  g_free (model->layers);
+  g_free (model->path);
+  g_free (model->display_name);
+  g_free (model);
+}
+
+uint64_t
+um_model_weight_bytes (const UmModel *model)
+{
+  return model->tensors ? um_tensor_table_total_bytes (model->tensors) : 0;
+}

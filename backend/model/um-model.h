@@ -1,0 +1,69 @@
+/* um-model.h — a loaded LLaDA checkpoint: configuration, tokenizer and the
+ * weights as views into the memory-mapped files (nothing is copied except
+ * tiny norm vectors that need converting to float). */
+#pragma once
+
+#include <gio/gio.h>
+
+#include "um-model-config.h"
+#include "um-tensor-table.h"
+#include "um-tokenizer.h"
+
+G_BEGIN_DECLS
+
+/* A 2-D weight [rows, cols] (cols contiguous) in its stored format. */
+typedef struct {
+  const char   *name;
+  UmDType       dtype;
+  uint64_t      rows;
+  uint64_t      cols;
+  uint64_t      row_bytes;
+  const void   *data;
+} UmWeight;
+
+typedef struct {
+  UmWeight attn_norm;   /* [1, D] float */
+  UmWeight wq;          /* [H*hd, D] */
+  UmWeight wk;          /* [Hkv*hd, D] */
+  UmWeight wv;          /* [Hkv*hd, D] */
+  UmWeight wo;          /* [D, H*hd] */
+  UmWeight ffn_norm;    /* [1, D] float */
+  UmWeight w_gate;      /* [F, D] */
+  UmWeight w_up;        /* [F, D] */
+  UmWeight w_down;      /* [D, F] */
+} UmLayerWeights;
+
+typedef enum {
+  UM_MODEL_FORMAT_SAFETENSORS,
+  UM_MODEL_FORMAT_GGUF,
+} UmModelFormat;
+
+typedef struct {
+  char            *path;
+  char            *display_name;
+  UmModelFormat    format;
+  UmModelConfig    cfg;
+  UmTokenizer     *tokenizer;
+  UmTensorTable   *tensors;       /* borrowed from the GGUF for GGUF files */
+  UmWeight         tok_embd;      /* [V, D] */
+  UmWeight         out_norm;      /* [1, D] float */
+  UmWeight         output;        /* [V, D] */
+  UmLayerWeights  *layers;        /* n_layers */
+
+  /*< private >*/
+  gpointer         gguf;
+  GPtrArray       *owned;         /* converted norm vectors */
+} UmModel;
+
+/* @path: a Hugging Face model folder or a .gguf file. */
+UmModel *um_model_load (const char   *path,
+                        GCancellable *cancellable,
+                        GError      **error);
+void     um_model_free (UmModel *model);
+
+/* Bytes of all weights as stored. */
+uint64_t um_model_weight_bytes (const UmModel *model);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmModel, um_model_free)
+
+G_END_DECLS

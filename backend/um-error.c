@@ -1,0 +1,3 @@
+#include "um-error.h"
+
+G_DEFINE_QUARK (um-error-quark, um_error)

@@ -1,0 +1,353 @@
+#include "um-test-util.h"
+
+#include <errno.h>
+#include <glib/gstdio.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "um-error.h"
+#include "um-half.h"
+
+char *
+um_test_data_path (const char *name)
+{
+  const char *dir = g_getenv ("UM_TEST_DATA");
+  return g_build_filename (dir ? dir : "tests/data", name, NULL);
+}
+
+JsonParser *
+um_test_load_json (const char *name)
+{
+  g_autofree char *path = um_test_data_path (name);
+  g_autoptr(GError) error = NULL;
+  JsonParser *parser = json_parser_new_immutable ();
+
+  json_parser_load_from_mapped_file (parser, path, &error);
+  g_assert_no_error (error);
+  return parser;
+}
+
+GArray *
+um_test_json_ids (JsonArray *array)
+{
+  GArray *ids = g_array_new (FALSE, FALSE, sizeof (gint32));
+  for (guint i = 0; i < json_array_get_length (array); i++)
+    {
+      gint32 v = (gint32) json_array_get_int_element (array, i);
+      g_array_append_val (ids, v);
+    }
+  return ids;
+}
+
+char *
+um_test_mkdtemp (void)
+{
+  g_autoptr(GError) error = NULL;
+  char *dir = g_dir_make_tmp ("unmask-test-XXXXXX", &error);
+  g_assert_no_error (error);
+  return dir;
+}
+
+void
+um_test_rmtree (const char *path)
+{
+  GDir *dir = g_dir_open (path, 0, NULL);
+  const char *name;
+
+  if (dir != NULL)
+    {
+      while ((name = g_dir_read_name (dir)) != NULL)
+        {
+          g_autofree char *child = g_build_filename (path, name, NULL);
+          if (g_file_test (child, G_FILE_TEST_IS_DIR) && !g_file_test (child, G_FILE_TEST_IS_SYMLINK))
+            um_test_rmtree (child);
+          else
+            g_unlink (child);
+        }
+      g_dir_close (dir);
+    }
+  g_rmdir (path);
+}
+
+void
+um_test_write_file (const char *path, const char *contents, gssize len)
+{
+  g_autoptr(GError) error = NULL;
+  g_file_set_contents (path, contents, len, &error);
+  g_assert_no_error (error);
+}
+
+void
+um_test_copy_dir (const char *from, const char *to)
+{
+  g_autoptr(GError) error = NULL;
+  GDir *dir = g_dir_open (from, 0, &error);
+  const char *name;
+
+  g_assert_no_error (error);
+  g_mkdir_with_parents (to, 0755);
+  while ((name = g_dir_read_name (dir)) != NULL)
+    {
+      g_autofree char *src = g_build_filename (from, name, NULL);
+      g_autofree char *dst = g_build_filename (to, name, NULL);
+      g_autofree char *contents = NULL;
+      gsize len;
+      if (g_file_test (src, G_FILE_TEST_IS_DIR))
+        continue;
+      g_file_get_contents (src, &contents, &len, &error);
+      g_assert_no_error (error);
+      um_test_write_file (dst, contents, len);
+    }
+  g_dir_close (dir);
+}
+
+void
+um_test_model_spec_init (UmTestModelSpec *spec)
+{
+  memset (spec, 0, sizeof *spec);
+  spec->n_layers = 2;
+  spec->d_model = 64;
+  spec->n_heads = 4;
+  spec->n_kv_heads = 4;
+  spec->mlp_hidden = 160;
+  spec->vocab_size = 512;
+  spec->rope_theta = 10000.0;
+  spec->rms_eps = 1e-5;
+  spec->mask_id = 508;
+  spec->eos_id = 507;
+  spec->bos_id = 506;
+  spec->dtype = UM_DTYPE_F32;
+  spec->n_shards = 1;
+  spec->seed = 1;
+}
+
+void
+um_test_model_spec_init_llada8b (UmTestModelSpec *spec, guint n_layers)
+{
+  um_test_model_spec_init (spec);
+  spec->n_layers = n_layers;
+  spec->d_model = 4096;
+  spec->n_heads = 32;
+  spec->n_kv_heads = 32;
+  spec->mlp_hidden = 12288;
+  spec->vocab_size = 126464;
+  spec->rope_theta = 500000.0;
+  spec->mask_id = 126336;
+  spec->eos_id = 126081;
+  spec->bos_id = 126080;
+  spec->dtype = UM_DTYPE_BF16;
+}
+
+typedef struct {
+  char    *name;
+  guint64  rows, cols;   /* rows 0: a 1-D tensor of cols */
+  double   scale;        /* uniform in [-scale, scale] */
+  double   offset;       /* added (norms are ~1) */
+  guint    shard;
+  guint64  begin, end;
+} Spec;
+
+/* xorshift64*: fast and reproducible; quality does not matter here. */
+static inline double
+next_uniform (guint64 *s)
+{
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return ((*s * 0x2545F4914F6CDD1Dull) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
+}
+
+static void
+add_spec (GArray *specs, const char *name, guint64 rows, guint64 cols, double scale, double offset)
+{
+  Spec s = { g_strdup (name), rows, cols, scale, offset, 0, 0, 0 };
+  g_array_append_val (specs, s);
+}
+
+static gboolean
+write_config (const char *dir, const UmTestModelSpec *m, GError **error)
+{
+  g_autofree char *config = g_strdup_printf (
+    "{\n \"architectures\": [\"LLaDAModelLM\"],\n \"model_type\": \"llada\",\n"
+    " \"d_model\": %u,\n \"n_heads\": %u,\n \"n_kv_heads\": %u,\n \"n_layers\": %u,\n"
+    " \"mlp_hidden_size\": %u,\n \"vocab_size\": %u,\n \"embedding_size\": %u,\n"
+    " \"max_sequence_length\": 4096,\n \"rope_theta\": %.17g,\n \"rms_norm_eps\": %.17g,\n"
+    " \"block_type\": \"llama\",\n \"activation_type\": \"silu\",\n \"layer_norm_type\": \"rms\",\n"
+    " \"include_bias\": false,\n \"weight_tying\": false,\n"
+    " \"eos_token_id\": %d,\n \"pad_token_id\": %d,\n \"mask_token_id\": %d\n}\n",
+    m->d_model, m->n_heads, m->n_kv_heads, m->n_layers, m->mlp_hidden, m->vocab_size, m->vocab_size,
+    m->rope_theta, m->rms_eps, m->eos_id, m->eos_id, m->mask_id);
+  g_autofree char *gen = g_strdup_printf ("{\n \"bos_token_id\": %d,\n \"eos_token_id\": %d\n}\n",
+                                          m->bos_id, m->eos_id);
+  g_autofree char *config_path = g_build_filename (dir, "config.json", NULL);
+  g_autofree char *gen_path = g_build_filename (dir, "generation_config.json", NULL);
+  g_autofree char *tok_src = m->tokenizer ? g_strdup (m->tokenizer) : um_test_data_path ("tiny-llada/tokenizer.json");
+  g_autofree char *tokcfg_src = um_test_data_path ("tiny-llada/tokenizer_config.json");
+  g_autofree char *tok_dst = g_build_filename (dir, "tokenizer.json", NULL);
+  g_autofree char *tokcfg_dst = g_build_filename (dir, "tokenizer_config.json", NULL);
+  g_autofree char *contents = NULL;
+  gsize len;
+
+  if (!g_file_set_contents (config_path, config, -1, error)
+      || !g_file_set_contents (gen_path, gen, -1, error)
+      || !g_file_get_contents (tok_src, &contents, &len, error)
+      || !g_file_set_contents (tok_dst, contents, len, error))
+    return FALSE;
+  g_clear_pointer (&contents, g_free);
+  if (g_file_get_contents (tokcfg_src, &contents, &len, NULL))
+    return g_file_set_contents (tokcfg_dst, contents, len, error);
+  return TRUE;
+}
+
+static guint64
+elem_bytes (UmDType t)
+{
+  return t == UM_DTYPE_F32 ? 4 : 2;
+}
+
+static gboolean
+write_shard (const char *path, GArray *specs, guint shard, const UmTestModelSpec *m, GError **error)
+{
+  g_autoptr(GString) header = g_string_new ("{\"__metadata__\":{\"format\":\"pt\"}");
+  const char *dtype = m->dtype == UM_DTYPE_F32 ? "F32" : m->dtype == UM_DTYPE_F16 ? "F16" : "BF16";
+  guint64 offset = 0, hlen;
+  FILE *f;
+  enum { CHUNK = 1 << 16 };
+  g_autofree float *buf = g_new (float, CHUNK);
+  g_autofree guint8 *out = g_new (guint8, CHUNK * 4);
+
+  for (guint i = 0; i < specs->len; i++)
+    {
+      Spec *s = &g_array_index (specs, Spec, i);
+      guint64 n = (s->rows ? s->rows : 1) * s->cols;
+      if (s->shard != shard)
+        continue;
+      s->begin = offset;
+      s->end = offset + n * elem_bytes (m->dtype);
+      offset = s->end;
+      if (s->rows)
+        g_string_append_printf (header, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%" G_GUINT64_FORMAT ",%" G_GUINT64_FORMAT
+                                "],\"data_offsets\":[%" G_GUINT64_FORMAT ",%" G_GUINT64_FORMAT "]}",
+                                s->name, dtype, s->rows, s->cols, s->begin, s->end);
+      else
+        g_string_append_printf (header, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%" G_GUINT64_FORMAT
+                                "],\"data_offsets\":[%" G_GUINT64_FORMAT ",%" G_GUINT64_FORMAT "]}",
+                                s->name, dtype, s->cols, s->begin, s->end);
+    }
+  g_string_append_c (header, '}');
+  /* Pad so tensor data is 8-byte aligned, as the reference writer does. */
+  while ((header->len + 8) % 8 != 0)
+    g_string_append_c (header, ' ');
+
+  f = fopen (path, "wb");
+  if (f == NULL)
+    {
+      g_set_error (error, G_FILE_ERROR, g_file_error_from_errno (errno), "%s: %s", path, g_strerror (errno));
+      return FALSE;
+    }
+  hlen = GUINT64_TO_LE (header->len);
+  fwrite (&hlen, 8, 1, f);
+  fwrite (header->str, 1, header->len, f);
+  for (guint i = 0; i < specs->len; i++)
+    {
+      Spec *s = &g_array_index (specs, Spec, i);
+      guint64 n = (s->rows ? s->rows : 1) * s->cols;
+      guint64 state = (guint64) m->seed * 0x9E3779B97F4A7C15ull + (i + 1) * 0xD1B54A32D192ED03ull;
+      if (s->shard != shard)
+        continue;
+      for (guint64 done = 0; done < n;)
+        {
+          guint64 c = MIN ((guint64) CHUNK, n - done);
+          for (guint64 j = 0; j < c; j++)
+            buf[j] = (float) (s->offset + s->scale * next_uniform (&state));
+          for (guint64 j = 0; j < c; j++)
+            {
+              if (m->dtype == UM_DTYPE_F32)
+                memcpy (out + 4 * j, &buf[j], 4);
+              else
+                {
+                  guint16 h = m->dtype == UM_DTYPE_F16 ? um_f32_to_f16 (buf[j]) : um_f32_to_bf16 (buf[j]);
+                  memcpy (out + 2 * j, &h, 2);
+                }
+            }
+          fwrite (out, elem_bytes (m->dtype), c, f);
+          done += c;
+        }
+    }
+  if (fclose (f) != 0)
+    {
+      g_set_error (error, G_FILE_ERROR, G_FILE_ERROR_IO, "%s: write failed", path);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+gboolean
+um_test_write_model (const char *dir, const UmTestModelSpec *m, GError **error)
+{
+  g_autoptr(GArray) specs = g_array_new (FALSE, FALSE, sizeof (Spec));
+  const guint hd = m->d_model / m->n_heads;
+  const double sd = 1.0 / sqrt (m->d_model), sf = 1.0 / sqrt (m->mlp_hidden);
+  char name[256];
+  gboolean ok = TRUE;
+
+  g_mkdir_with_parents (dir, 0755);
+  if (!write_config (dir, m, error))
+    return FALSE;
+
+  /* Uniform in [-a, a] has standard deviation a/√3: scale so activations stay O(1). */
+  add_spec (specs, "model.transformer.wte.weight", m->vocab_size, m->d_model, 1.0, 0.0);
+  for (guint l = 0; l < m->n_layers; l++)
+    {
+#define ADD(suffix, r, c, sc, off) G_STMT_START { \
+        g_snprintf (name, sizeof name, "model.transformer.blocks.%u.%s", l, suffix); \
+        add_spec (specs, name, r, c, sc, off); } G_STMT_END
+      ADD ("attn_norm.weight", 0, m->d_model, 0.1, 1.0);
+      ADD ("q_proj.weight", m->n_heads * hd, m->d_model, 1.7 * sd, 0.0);
+      ADD ("k_proj.weight", m->n_kv_heads * hd, m->d_model, 1.7 * sd, 0.0);
+      ADD ("v_proj.weight", m->n_kv_heads * hd, m->d_model, 1.7 * sd, 0.0);
+      ADD ("attn_out.weight", m->d_model, m->n_heads * hd, 1.7 * sd, 0.0);
+      ADD ("ff_norm.weight", 0, m->d_model, 0.1, 1.0);
+      ADD ("ff_proj.weight", m->mlp_hidden, m->d_model, 1.7 * sd, 0.0);
+      ADD ("up_proj.weight", m->mlp_hidden, m->d_model, 1.7 * sd, 0.0);
+      ADD ("ff_out.weight", m->d_model, m->mlp_hidden, 1.7 * sf, 0.0);
+#undef ADD
+    }
+  add_spec (specs, "model.transformer.ln_f.weight", 0, m->d_model, 0.1, 1.0);
+  /* A larger head scale makes the logits confident, like a trained model. */
+  add_spec (specs, "model.transformer.ff_out.weight", m->vocab_size, m->d_model, 8.0 * sd, 0.0);
+
+  if (m->n_shards <= 1)
+    {
+      g_autofree char *path = g_build_filename (dir, "model.safetensors", NULL);
+      ok = write_shard (path, specs, 0, m, error);
+    }
+  else
+    {
+      g_autoptr(GString) index = g_string_new ("{\"metadata\": {}, \"weight_map\": {");
+      g_autofree char *index_path = g_build_filename (dir, "model.safetensors.index.json", NULL);
+      for (guint i = 0; i < specs->len; i++)
+        {
+          Spec *s = &g_array_index (specs, Spec, i);
+          s->shard = (guint) ((guint64) i * m->n_shards / specs->len);
+        }
+      for (guint sh = 0; ok && sh < m->n_shards; sh++)
+        {
+          g_autofree char *file = g_strdup_printf ("model-%05u-of-%05u.safetensors", sh + 1, m->n_shards);
+          g_autofree char *path = g_build_filename (dir, file, NULL);
+          ok = write_shard (path, specs, sh, m, error);
+        }
+      for (guint i = 0; i < specs->len; i++)
+        {
+          Spec *s = &g_array_index (specs, Spec, i);
+          g_string_append_printf (index, "%s\"%s\": \"model-%05u-of-%05u.safetensors\"", i ? ", " : "",
+                                  s->name, s->shard + 1, m->n_shards);
+        }
+      g_string_append (index, "}}\n");
+      ok = ok && g_file_set_contents (index_path, index->str, -1, error);
+    }
+  for (guint i = 0; i < specs->len; i++)
+    g_free (g_array_index (specs, Spec, i).name);
+  return ok;
+}

@@ -1,0 +1,51 @@
+/* um-test-util.h — helpers shared by the engine tests and tools: fixture
+ * paths, JSON, and writing small (or LLaDA-8B-shaped) safetensors models. */
+#pragma once
+
+#include <glib.h>
+#include <json-glib/json-glib.h>
+
+#include "um-dtype.h"
+
+G_BEGIN_DECLS
+
+/* Path of a file in the test data folder ($UM_TEST_DATA). */
+char       *um_test_data_path (const char *name);
+/* Parses a JSON file of the test data folder; aborts the test on failure. */
+JsonParser *um_test_load_json (const char *name);
+GArray     *um_test_json_ids (JsonArray *array);
+
+/* A fresh temporary folder, removed with um_test_rmtree. */
+char       *um_test_mkdtemp (void);
+void        um_test_rmtree (const char *path);
+/* Copies a whole folder (not recursive). */
+void        um_test_copy_dir (const char *from, const char *to);
+void        um_test_write_file (const char *path, const char *contents, gssize len);
+
+typedef struct {
+  guint    n_layers;
+  guint    d_model;
+  guint    n_heads;
+  guint    n_kv_heads;
+  guint    mlp_hidden;
+  guint    vocab_size;
+  double   rope_theta;
+  double   rms_eps;
+  gint32   mask_id;
+  gint32   eos_id;
+  gint32   bos_id;
+  UmDType  dtype;          /* F32, F16 or BF16 */
+  guint    n_shards;       /* 1: model.safetensors; more: index + shards */
+  guint32  seed;
+  const char *tokenizer;   /* tokenizer.json to copy in; NULL: the tiny fixture's */
+} UmTestModelSpec;
+
+/* The tiny fixture's shape (vocab 512, special ids 506–511). */
+void     um_test_model_spec_init (UmTestModelSpec *spec);
+/* LLaDA-8B's shape with @n_layers layers. */
+void     um_test_model_spec_init_llada8b (UmTestModelSpec *spec, guint n_layers);
+/* Writes config.json, generation_config.json, tokenizer files and random
+ * weights (streamed to disk, never all in memory). */
+gboolean um_test_write_model (const char *dir, const UmTestModelSpec *spec, GError **error);
+
+G_END_DECLS
