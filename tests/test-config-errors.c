@@ -1,1 +1,156 @@
-int main (void) { return 77; } /* placeholder */
+/* Loading a model folder: every broken file or field gives a GError that
+ * names the file and the field; nothing aborts. */
+#include <glib/gstdio.h>
+#include <string.h>
+
+#include "um-error.h"
+#include "um-model.h"
+#include "um-test-util.h"
+
+static char *
+copy_fixture (void)
+{
+  g_autofree char *src = um_test_data_path ("tiny-llada");
+  char *dir = um_test_mkdtemp ();
+  um_test_copy_dir (src, dir);
+  return dir;
+}
+
+/* Replaces the first occurrence of @from in @file by @to. */
+static void
+patch (const char *dir, const char *file, const char *from, const char *to)
+{
+  g_autofree char *path = g_build_filename (dir, file, NULL);
+  g_autofree char *text = NULL;
+  g_autoptr(GString) s = NULL;
+  char *at;
+
+  g_assert_true (g_file_get_contents (path, &text, NULL, NULL));
+  at = strstr (text, from);
+  g_assert_nonnull (at);
+  s = g_string_new_len (text, at - text);
+  g_string_append (s, to);
+  g_string_append (s, at + strlen (from));
+  um_test_write_file (path, s->str, s->len);
+}
+
+static void
+expect_load_error (const char *dir, gint code, const char *needle1, const char *needle2)
+{
+  g_autoptr(GError) error = NULL;
+  UmModel *m = um_model_load (dir, NULL, &error);
+  g_assert_null (m);
+  g_assert_nonnull (error);
+  if (error->domain != UM_ERROR || error->code != code)
+    g_error ("expected code %d, got %s %d: %s", code, g_quark_to_string (error->domain), error->code, error->message);
+  if (needle1 && !strstr (error->message, needle1))
+    g_error ("“%s” does not mention “%s”", error->message, needle1);
+  if (needle2 && !strstr (error->message, needle2))
+    g_error ("“%s” does not mention “%s”", error->message, needle2);
+}
+
+typedef struct {
+  const char *file, *from, *to;
+  gint code;
+  const char *needle1, *needle2;
+} Case;
+
+static void
+test_config_cases (void)
+{
+  static const Case cases[] = {
+    { "config.json", "\"d_model\": 64,", "", UM_ERROR_CONFIG, "config.json", "d_model" },
+    { "config.json", "\"d_model\": 64", "\"d_model\": 66", UM_ERROR_CONFIG, "config.json", "n_heads" },
+    { "config.json", "\"n_kv_heads\": 4", "\"n_kv_heads\": 3", UM_ERROR_CONFIG, "config.json", "n_kv_heads" },
+    { "config.json", "\"n_layers\": 2", "\"n_layers\": 0", UM_ERROR_CONFIG, "config.json", "n_layers" },
+    { "config.json", "\"n_layers\": 2", "\"n_layers\": -3", UM_ERROR_CONFIG, "config.json", "n_layers" },
+    { "config.json", "\"n_layers\": 2", "\"n_layers\": \"two\"", UM_ERROR_CONFIG, "config.json", "n_layers" },
+    { "config.json", "\"n_layers\": 2", "\"n_layers\": 99999999999", UM_ERROR_CONFIG, "config.json", "n_layers" },
+    { "config.json", "\"vocab_size\": 512", "\"vocab_size\": 0", UM_ERROR_CONFIG, "config.json", "vocab_size" },
+    { "config.json", "\"mask_token_id\": 508", "\"mask_token_id\": 9999", UM_ERROR_CONFIG, "config.json", "mask_token_id" },
+    { "config.json", "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": -1", UM_ERROR_CONFIG, "config.json", "rms_norm_eps" },
+    { "config.json", "\"rope_theta\": 10000.0", "\"rope_theta\": 0", UM_ERROR_CONFIG, "config.json", "rope_theta" },
+    { "config.json", "\"include_bias\": false", "\"include_bias\": true", UM_ERROR_UNSUPPORTED, "config.json", "include_bias" },
+    { "config.json", "\"block_type\": \"llama\"", "\"block_type\": \"moe\"", UM_ERROR_UNSUPPORTED, "config.json", "block_type" },
+    { "config.json", "{", "[", UM_ERROR_FORMAT, "config.json", NULL },
+    { "config.json", "\"d_model\": 64,", "\"d_model\": 64", UM_ERROR_FORMAT, "config.json", NULL },
+    /* shapes that disagree with the configuration name the tensor */
+    { "config.json", "\"mlp_hidden_size\": 160", "\"mlp_hidden_size\": 128", UM_ERROR_CONFIG, "ff_proj", "[160, 64]" },
+    { "config.json", "\"n_layers\": 2", "\"n_layers\": 3", UM_ERROR_FORMAT, "blocks.2", "missing" },
+    { "generation_config.json", "{", "{{", UM_ERROR_FORMAT, "generation_config.json", NULL },
+    { "tokenizer.json", "\"model\"", "\"modell\"", UM_ERROR_FORMAT, "tokenizer.json", NULL },
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      g_autofree char *dir = copy_fixture ();
+      g_test_message ("case %u: %s: %s → %s", i, cases[i].file, cases[i].from, cases[i].to);
+      patch (dir, cases[i].file, cases[i].from, cases[i].to);
+      expect_load_error (dir, cases[i].code, cases[i].needle1, cases[i].needle2);
+      um_test_rmtree (dir);
+    }
+}
+
+static void
+test_missing_files (void)
+{
+  static const char *const files[] = { "config.json", "tokenizer.json", "model.safetensors" };
+  for (guint i = 0; i < G_N_ELEMENTS (files); i++)
+    {
+      g_autofree char *dir = copy_fixture ();
+      g_autofree char *path = g_build_filename (dir, files[i], NULL);
+      g_unlink (path);
+      expect_load_error (dir, UM_ERROR_IO, files[i], NULL);
+      um_test_rmtree (dir);
+    }
+  expect_load_error ("/nonexistent/model", UM_ERROR_IO, "/nonexistent/model", NULL);
+}
+
+/* A truncated weight file is caught at load, not at the first forward pass. */
+static void
+test_truncated_weights (void)
+{
+  g_autofree char *dir = copy_fixture ();
+  g_autofree char *path = g_build_filename (dir, "model.safetensors", NULL);
+  g_autofree char *text = NULL;
+  gsize len;
+
+  g_assert_true (g_file_get_contents (path, &text, &len, NULL));
+  um_test_write_file (path, text, len - 1000);
+  expect_load_error (dir, UM_ERROR_FORMAT, "model.safetensors", "truncated");
+  um_test_rmtree (dir);
+}
+
+/* Optional ids come from the tokenizer when config files lack them. */
+static void
+test_special_ids (void)
+{
+  g_autofree char *dir = copy_fixture ();
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmModel) m = um_model_load (dir, NULL, &error);
+
+  g_assert_no_error (error);
+  g_assert_cmpint (m->cfg.mask_id, ==, 508);
+  g_assert_cmpint (m->cfg.eos_id, ==, 507);
+  g_assert_cmpint (m->cfg.bos_id, ==, 506);
+  g_assert_cmpint (m->cfg.eot_id, ==, 511);
+  g_assert_cmpuint (m->cfg.head_dim, ==, 16);
+  g_assert_cmpuint (um_model_config_n_params (&m->cfg), ==, 2 * 512 * 64 + 64 + 2 * (64 * 2 + 4 * 64 * 64 + 3 * 64 * 160));
+  g_clear_pointer (&m, um_model_free);
+
+  patch (dir, "generation_config.json", "\"bos_token_id\": 506", "\"bos_token_id\": null");
+  m = um_model_load (dir, NULL, &error);
+  g_assert_no_error (error);
+  g_assert_cmpint (m->cfg.bos_id, ==, 506);
+  um_test_rmtree (dir);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/config/cases", test_config_cases);
+  g_test_add_func ("/config/missing-files", test_missing_files);
+  g_test_add_func ("/config/truncated-weights", test_truncated_weights);
+  g_test_add_func ("/config/special-ids", test_special_ids);
+  return g_test_run ();
+}

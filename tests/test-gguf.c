@@ -737,12 +737,13 @@ test_writer_copy (void)
   UmTensorTable *st = um_gguf_get_tensors (src);
 
   g_assert_no_error (error);
-  /* Alignment 64, to see it is ours and not the source's 32 that counts. */
-  g_assert_true (um_gguf_writer_set_alignment (w, 64, &error));
   g_assert_false (um_gguf_writer_set_alignment (w, 48, &error));
   g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
   g_clear_error (&error);
   g_assert_true (um_gguf_writer_copy_all_kv (w, src, &error));
+  /* Alignment 64, to see it is ours and not the source's 32 that counts;
+   * the key keeps the place the copy gave it. */
+  um_gguf_writer_set_u32 (w, "general.alignment", 64);
   g_assert_false (um_gguf_writer_copy_kv (w, src, "no.such.key", &error));
   assert_error_names (error, "tiny-llada-q4_0.gguf", "no.such.key");
   g_clear_error (&error);
@@ -793,6 +794,48 @@ test_writer_copy (void)
       g_assert_cmpuint ((guint64) (b->data - base) % 64, ==, 0);
     }
   g_clear_pointer (&g, um_gguf_free);
+  g_remove (path);
+  g_rmdir (dir);
+}
+
+/* Rewriting a llama.cpp file (its KVs copied, tensors streamed in the same
+ * order, default alignment) reproduces it byte for byte: the writer's
+ * layout, padding included, is llama.cpp's. */
+static void
+test_writer_identical (gconstpointer data)
+{
+  const char *name = data;
+  g_autofree char *src_path = data_path (name);
+  g_autoptr (GError) error = NULL;
+  g_autofree char *dir = g_dir_make_tmp ("um-gguf-XXXXXX", &error);
+  g_autofree char *path = g_build_filename (dir, name, NULL);
+  g_autoptr (UmGguf) src = um_gguf_open (src_path, &error);
+  g_autoptr (UmGgufWriter) w = um_gguf_writer_new ();
+  g_autofree char *a = NULL, *b = NULL;
+  gsize a_len, b_len;
+  UmTensorTable *st;
+
+  g_assert_no_error (error);
+  st = um_gguf_get_tensors (src);
+  g_assert_true (um_gguf_writer_copy_all_kv (w, src, &error));
+  for (guint k = 0; k < um_tensor_table_size (st); k++)
+    {
+      const UmTensorInfo *info = um_tensor_table_get (st, k);
+      g_assert_true (um_gguf_writer_add_tensor_info (w, info->name, info->dtype, info->n_dims,
+                                                     info->shape, NULL, &error));
+    }
+  g_assert_true (um_gguf_writer_begin (w, path, &error));
+  for (guint k = 0; k < um_tensor_table_size (st); k++)
+    {
+      const UmTensorInfo *info = um_tensor_table_get (st, k);
+      g_assert_true (um_gguf_writer_write_tensor_data (w, info->data, info->n_bytes, &error));
+    }
+  g_assert_true (um_gguf_writer_finish (w, &error));
+  g_assert_no_error (error);
+
+  g_assert_true (g_file_get_contents (src_path, &a, &a_len, &error));
+  g_assert_true (g_file_get_contents (path, &b, &b_len, &error));
+  g_assert_cmpmem (a, a_len, b, b_len);
   g_remove (path);
   g_rmdir (dir);
 }
@@ -1039,6 +1082,37 @@ load (const char *name)
   return g_bytes_new_take (contents, len);
 }
 
+static void
+test_defaults_and_v2 (void)
+{
+  g_autoptr (GBytes) file = load ("tiny-llada-q4_0.gguf");
+  g_autoptr (GError) error = NULL;
+  gsize len;
+  guint8 *buf = g_memdup2 (g_bytes_get_data (file, &len), g_bytes_get_size (file));
+  UmGguf *g;
+  guint8 *key;
+
+  /* Version 2 has the same layout. */
+  buf[4] = 2;
+  g = um_gguf_open_from_bytes (buf, len, "v2.gguf", &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (um_gguf_version (g), ==, 2);
+  um_gguf_free (g);
+  buf[4] = 3;
+
+  /* Without general.alignment the default, 32, applies. */
+  key = memmem (buf, len, "general.alignment", 17);
+  g_assert_nonnull (key);
+  key[16] = 'X';
+  g = um_gguf_open_from_bytes (buf, len, "noalign.gguf", &error);
+  g_assert_no_error (error);
+  g_assert_cmpint (um_gguf_find_key (g, "general.alignment"), ==, -1);
+  g_assert_cmpuint (um_gguf_alignment (g), ==, 32);
+  g_assert_cmpuint (um_tensor_table_size (um_gguf_get_tensors (g)), ==, 21);
+  um_gguf_free (g);
+  g_free (buf);
+}
+
 /* Every prefix of the metadata and a spread of prefixes through the data
  * must fail cleanly: the file ends exactly at its last tensor, so no strict
  * prefix holds all the data. Each prefix is its own heap block so ASan sees
@@ -1147,7 +1221,12 @@ main (int argc, char **argv)
   g_test_add_func ("/gguf/writer/roundtrip", test_writer_roundtrip);
   g_test_add_func ("/gguf/writer/copy", test_writer_copy);
   g_test_add_func ("/gguf/writer/interrupted", test_writer_interrupted);
+  g_test_add_data_func ("/gguf/writer/identical/tiny-llada-q8_0", "tiny-llada-q8_0.gguf",
+                        test_writer_identical);
+  g_test_add_data_func ("/gguf/writer/identical/small-kquant-q4_k_m", "small-kquant-q4_k_m.gguf",
+                        test_writer_identical);
   g_test_add_func ("/gguf/malformed-corpus", test_malformed_corpus);
+  g_test_add_func ("/gguf/defaults-and-v2", test_defaults_and_v2);
   g_test_add_func ("/gguf/truncation", test_truncation);
   g_test_add_func ("/gguf/mutations", test_mutations);
   return g_test_run ();

@@ -544,6 +544,16 @@ test_vec_dot (void)
                 }
               float got = um_quant_vec_dot_q8 (t, wq + 1, xq, n);
               g_assert_cmpfloat (fabs (got - ref), <=, 2e-6 * mag + 1e-30);
+
+              /* the 4-row kernel of the direct matrix product agrees: the
+               * same x four times against this (possibly random) row */
+              float *x4 = g_new (float, 4 * n), out4[4];
+              for (int j = 0; j < 4; j++)
+                memcpy (x4 + j * n, x, (size_t) n * sizeof (float));
+              g_assert_true (um_quant_matmul_q8 (t, wq + 1, 1, n, x4, 4, out4));
+              for (int j = 0; j < 4; j++)
+                g_assert_cmpfloat (fabs (out4[j] - ref), <=, 2e-6 * mag + 1e-30);
+              g_free (x4);
             }
           g_free (wq);
           g_free (xq);
@@ -579,8 +589,8 @@ check_matmul_case (GRand *r, UmDType t, int64_t n, int64_t k, int64_t m, int scr
     case 0:   /* as recommended */
       scratch_bytes = um_quant_matmul_scratch_bytes (t, n, k, m);
       break;
-    case 1:   /* room for one tile only */
-      scratch_bytes = MIN ((size_t) 64, (size_t) n) * (size_t) k * sizeof (float);
+    case 1:   /* room for fewer threads (or less than a tile: allocates) */
+      scratch_bytes = um_quant_matmul_scratch_bytes (t, n, k, m) / 2;
       break;
     case 2:   /* too small: the product allocates */
       scratch_bytes = 16;
@@ -617,26 +627,40 @@ check_matmul_case (GRand *r, UmDType t, int64_t n, int64_t k, int64_t m, int scr
       g_free (out2);
     }
 
-  /* the direct quantized product approximates it (activations rounded to
-   * 8 bits) and is exactly the per-element vec_dot */
+  /* the direct quantized product: per element, the exact product of the
+   * dequantized weights and the dequantized Q8 activations (this covers the
+   * 4-row kernels and the remainder rows), and close to the f32 product */
   if (um_quant_has_vec_dot (t))
     {
-      float *out3 = g_new (float, m * n);
+      float *out3 = g_new (float, m * n), *xd = g_new (float, k);
       size_t xb = um_quant_q8_row_bytes (t, k);
       uint8_t *xq = g_malloc (xb);
       double e2 = 0, r2 = 0;
 
       g_assert_true (um_quant_matmul_q8 (t, wq, n, k, x, m, out3));
+      for (int64_t i = 0; i < m; i++)
+        {
+          g_assert_true (um_quant_quantize_row_q8 (t, x + i * k, xq, k));
+          dequant_q8 (t, xq, xd, k);
+          for (int64_t j = 0; j < n; j++)
+            {
+              double ref = 0, mag = 0;
+              for (int64_t l = 0; l < k; l++)
+                {
+                  ref += (double) xd[l] * wd[j * k + l];
+                  mag += fabs ((double) xd[l] * wd[j * k + l]);
+                }
+              g_assert_cmpfloat (fabs (out3[i * n + j] - ref), <=, 2e-6 * mag + 1e-30);
+            }
+        }
       for (int64_t i = 0; i < m * n; i++)
         {
           e2 += (double) (out3[i] - out[i]) * (out3[i] - out[i]);
           r2 += (double) out[i] * out[i];
         }
       g_assert_cmpfloat (sqrt (e2 / r2), <=, 0.02);
-      g_assert_true (um_quant_quantize_row_q8 (t, x + (m - 1) * k, xq, k));
-      g_assert_cmpfloat (out3[(m - 1) * n + n - 1], ==,
-                         um_quant_vec_dot_q8 (t, wq + (size_t) (n - 1) * type_bytes (t, k), xq, k));
       g_free (xq);
+      g_free (xd);
       g_free (out3);
     }
 
@@ -660,6 +684,10 @@ test_matmul (void)
       check_matmul_case (r, t, 67, 256, 1, (ti + 1) % 4);
     }
   check_matmul_case (r, UM_DTYPE_Q4_0, 130, 96, 64, 0);
+  /* several default-height tiles */
+  check_matmul_case (r, UM_DTYPE_Q6_K, 300, 2048, 5, 0);
+  check_matmul_case (r, UM_DTYPE_Q4_1, 300, 2048, 5, 1);
+  check_matmul_case (r, UM_DTYPE_BF16, 300, 2048, 5, 3);
 
   /* empty products are fine; k = 0 gives zeros */
   {

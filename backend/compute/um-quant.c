@@ -28,7 +28,9 @@
 #include <omp.h>
 #endif
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+/* UM_QUANT_PORTABLE_ONLY builds what other architectures get, to check it. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(UM_QUANT_PORTABLE_ONLY)
 #define UM_QUANT_X86 1
 #include <immintrin.h>
 #define UM_AVX2 __attribute__ ((target ("avx2,fma,f16c")))
@@ -906,6 +908,280 @@ vec_dot_avx2 (UmDType t, const void *w, const void *x, int64_t nb)
     }
 }
 
+
+/* ---- 4 activation rows at a time ----------------------------------------
+ *
+ * The matrix product calls these: a weight block is unpacked once and
+ * multiplied with the same block of four activation rows, which removes
+ * most of the unpacking cost per product.  xs is the byte stride between
+ * the activation rows. */
+
+#define UM_ALWAYS_INLINE __attribute__ ((always_inline))
+
+/* Unpacks one 32-element weight block: *q the codes as bytes (signed for the
+ * symmetric types, 0..31 for Q4_1/Q5_1), *d the scale, *m the offset (0 for
+ * symmetric types). */
+UM_AVX2 static inline UM_ALWAYS_INLINE __m256i
+unpack32_avx2 (UmDType t, const uint8_t *blk, float *d, float *m)
+{
+  switch (t)
+    {
+    case UM_DTYPE_Q8_0:
+      {
+        const UmBlockQ8_0 *b = (const UmBlockQ8_0 *) blk;
+        *d = h2f (b->d); *m = 0;
+        return _mm256_loadu_si256 ((const __m256i *) b->qs);
+      }
+    case UM_DTYPE_Q4_0:
+      {
+        const UmBlockQ4_0 *b = (const UmBlockQ4_0 *) blk;
+        *d = h2f (b->d); *m = 0;
+        return _mm256_sub_epi8 (unpack_q4 (b->qs), _mm256_set1_epi8 (8));
+      }
+    case UM_DTYPE_Q4_1:
+      {
+        const UmBlockQ4_1 *b = (const UmBlockQ4_1 *) blk;
+        *d = h2f (b->d); *m = h2f (b->m);
+        return unpack_q4 (b->qs);
+      }
+    case UM_DTYPE_Q5_0:
+      {
+        const UmBlockQ5_0 *b = (const UmBlockQ5_0 *) blk;
+        *d = h2f (b->d); *m = 0;
+        return _mm256_sub_epi8 (unpack_q5 (b->qs, b->qh), _mm256_set1_epi8 (16));
+      }
+    default:
+      {
+        const UmBlockQ5_1 *b = (const UmBlockQ5_1 *) blk;
+        *d = h2f (b->d); *m = h2f (b->m);
+        return unpack_q5 (b->qs, b->qh);
+      }
+    }
+}
+
+UM_AVX2 static inline UM_ALWAYS_INLINE void
+dot4_q32_avx2 (UmDType t, size_t wbytes, const uint8_t *w, const uint8_t *x, size_t xs,
+               int64_t nb, float *res)
+{
+  const gboolean offset = (t == UM_DTYPE_Q4_1 || t == UM_DTYPE_Q5_1);
+  const __m256i ones16 = _mm256_set1_epi16 (1), ones8 = _mm256_set1_epi8 (1);
+  __m256 acc[4], accm[4];
+
+  for (int r = 0; r < 4; r++)
+    acc[r] = accm[r] = _mm256_setzero_ps ();
+
+  for (int64_t i = 0; i < nb; i++, w += wbytes)
+    {
+      float dw, mw;
+      __m256i a = unpack32_avx2 (t, w, &dw, &mw);
+      __m256i aa = offset ? a : _mm256_sign_epi8 (a, a);
+      __m256 vdw = _mm256_set1_ps (dw), vmw = _mm256_set1_ps (mw);
+
+      for (int r = 0; r < 4; r++)
+        {
+          const UmBlockQ8_0 *xb = (const UmBlockQ8_0 *) (x + r * xs) + i;
+          __m256i b = _mm256_loadu_si256 ((const __m256i *) xb->qs);
+          __m256 dx = _mm256_set1_ps (h2f (xb->d));
+          __m256i bb = offset ? b : _mm256_sign_epi8 (b, a);
+          __m256i p = _mm256_madd_epi16 (_mm256_maddubs_epi16 (aa, bb), ones16);
+          acc[r] = _mm256_fmadd_ps (_mm256_cvtepi32_ps (p), _mm256_mul_ps (vdw, dx), acc[r]);
+          if (offset)
+            {
+              __m256i sx = _mm256_madd_epi16 (_mm256_maddubs_epi16 (ones8, b), ones16);
+              accm[r] = _mm256_fmadd_ps (_mm256_cvtepi32_ps (sx), _mm256_mul_ps (vmw, dx), accm[r]);
+            }
+        }
+    }
+  for (int r = 0; r < 4; r++)
+    res[r] = hsum_ps (offset ? _mm256_add_ps (acc[r], accm[r]) : acc[r]);
+}
+
+UM_AVX2 static void
+dot4_q8_0_avx2 (const void *w, const uint8_t *x, size_t xs, int64_t nb, float *res)
+{
+  dot4_q32_avx2 (UM_DTYPE_Q8_0, sizeof (UmBlockQ8_0), w, x, xs, nb, res);
+}
+
+UM_AVX2 static void
+dot4_q4_0_avx2 (const void *w, const uint8_t *x, size_t xs, int64_t nb, float *res)
+{
+  dot4_q32_avx2 (UM_DTYPE_Q4_0, sizeof (UmBlockQ4_0), w, x, xs, nb, res);
+}
+
+UM_AVX2 static void
+dot4_q4_1_avx2 (const void *w, const uint8_t *x, size_t xs, int64_t nb, float *res)
+{
+  dot4_q32_avx2 (UM_DTYPE_Q4_1, sizeof (UmBlockQ4_1), w, x, xs, nb, res);
+}
+
+UM_AVX2 static void
+dot4_q5_0_avx2 (const void *w, const uint8_t *x, size_t xs, int64_t nb, float *res)
+{
+  dot4_q32_avx2 (UM_DTYPE_Q5_0, sizeof (UmBlockQ5_0), w, x, xs, nb, res);
+}
+
+UM_AVX2 static void
+dot4_q5_1_avx2 (const void *w, const uint8_t *x, size_t xs, int64_t nb, float *res)
+{
+  dot4_q32_avx2 (UM_DTYPE_Q5_1, sizeof (UmBlockQ5_1), w, x, xs, nb, res);
+}
+
+/* Q4_K / Q5_K: the 8 sub-blocks are unpacked to bytes once per super-block;
+ * per activation row the integer sum sum_j sc_j * <q_j, x_j> takes one
+ * maddubs and one madd per 32 elements, and the mins term comes from bsums
+ * with one more madd. */
+UM_AVX2 static inline UM_ALWAYS_INLINE void
+dot4_q45_K_avx2 (gboolean five, const void *wv, const uint8_t *x, size_t xs, int64_t nb, float *res)
+{
+  const __m256i low4 = _mm256_set1_epi8 (0x0f), one = _mm256_set1_epi8 (1);
+  __m256 acc[4], accm[4];
+
+  for (int r = 0; r < 4; r++)
+    acc[r] = accm[r] = _mm256_setzero_ps ();
+
+  for (int64_t i = 0; i < nb; i++)
+    {
+      const uint8_t *scales, *qs, *qhp = NULL;
+      uint16_t dh, dminh;
+      if (five)
+        {
+          const UmBlockQ5_K *w = (const UmBlockQ5_K *) wv + i;
+          scales = w->scales; qs = w->qs; qhp = w->qh; dh = w->d; dminh = w->dmin;
+        }
+      else
+        {
+          const UmBlockQ4_K *w = (const UmBlockQ4_K *) wv + i;
+          scales = w->scales; qs = w->qs; dh = w->d; dminh = w->dmin;
+        }
+
+      uint8_t sc[8], mn[8];
+      for (int j = 0; j < 8; j++)
+        um_quant_get_scale_min_k4 (j, scales, &sc[j], &mn[j]);
+      /* mins per group of 16 activations, to pair with bsums */
+      const __m256i mins16 = _mm256_setr_epi16 (mn[0], mn[0], mn[1], mn[1], mn[2], mn[2], mn[3], mn[3],
+                                                mn[4], mn[4], mn[5], mn[5], mn[6], mn[6], mn[7], mn[7]);
+      __m256i q[8];
+      __m256i qh = five ? _mm256_loadu_si256 ((const __m256i *) qhp) : _mm256_setzero_si256 ();
+      for (int g = 0; g < 4; g++)
+        {
+          __m256i v = _mm256_loadu_si256 ((const __m256i *) (qs + 32 * g));
+          q[2 * g] = _mm256_and_si256 (v, low4);
+          q[2 * g + 1] = _mm256_and_si256 (_mm256_srli_epi16 (v, 4), low4);
+          if (five)
+            {
+              q[2 * g] = _mm256_or_si256 (q[2 * g], _mm256_slli_epi16 (_mm256_and_si256 (qh, one), 4));
+              q[2 * g + 1] = _mm256_or_si256 (q[2 * g + 1],
+                                              _mm256_slli_epi16 (_mm256_and_si256 (_mm256_srli_epi16 (qh, 1), one), 4));
+              qh = _mm256_srli_epi16 (qh, 2);
+            }
+        }
+      const float dw = h2f (dh), dminw = h2f (dminh);
+
+      for (int r = 0; r < 4; r++)
+        {
+          const UmBlockQ8_K *xb = (const UmBlockQ8_K *) (x + r * xs) + i;
+          __m256i sumi = _mm256_setzero_si256 ();
+          for (int j = 0; j < 8; j++)
+            {
+              __m256i b = _mm256_loadu_si256 ((const __m256i *) (xb->qs + 32 * j));
+              __m256i p = _mm256_maddubs_epi16 (q[j], b);
+              sumi = _mm256_add_epi32 (sumi, _mm256_madd_epi16 (p, _mm256_set1_epi16 (sc[j])));
+            }
+          __m256i bs = _mm256_loadu_si256 ((const __m256i *) xb->bsums);
+          __m256i summ = _mm256_madd_epi16 (bs, mins16);
+          acc[r] = _mm256_fmadd_ps (_mm256_cvtepi32_ps (sumi), _mm256_set1_ps (xb->d * dw), acc[r]);
+          accm[r] = _mm256_fmadd_ps (_mm256_cvtepi32_ps (summ), _mm256_set1_ps (xb->d * dminw), accm[r]);
+        }
+    }
+  for (int r = 0; r < 4; r++)
+    res[r] = hsum_ps (_mm256_sub_ps (acc[r], accm[r]));
+}
+
+UM_AVX2 static void
+dot4_q4_K_avx2 (const void *w, const uint8_t *x, size_t xs, int64_t nb, float *res)
+{
+  dot4_q45_K_avx2 (FALSE, w, x, xs, nb, res);
+}
+
+UM_AVX2 static void
+dot4_q5_K_avx2 (const void *w, const uint8_t *x, size_t xs, int64_t nb, float *res)
+{
+  dot4_q45_K_avx2 (TRUE, w, x, xs, nb, res);
+}
+
+UM_AVX2 static void
+dot4_q6_K_avx2 (const void *wv, const uint8_t *x, size_t xs, int64_t nb, float *res)
+{
+  const __m256i low4 = _mm256_set1_epi8 (0x0f), three = _mm256_set1_epi8 (3);
+  __m256 acc[4];
+
+  for (int r = 0; r < 4; r++)
+    acc[r] = _mm256_setzero_ps ();
+
+  for (int64_t i = 0; i < nb; i++)
+    {
+      const UmBlockQ6_K *w = (const UmBlockQ6_K *) wv + i;
+      __m256i q[8], s[8];
+
+      for (int h = 0; h < 2; h++)
+        {
+          const uint8_t *ql = w->ql + 64 * h;
+          const int8_t *sc = w->scales + 8 * h;
+          __m256i a = _mm256_loadu_si256 ((const __m256i *) ql);
+          __m256i c = _mm256_loadu_si256 ((const __m256i *) (ql + 32));
+          __m256i qh = _mm256_loadu_si256 ((const __m256i *) (w->qh + 32 * h));
+          q[4 * h + 0] = _mm256_or_si256 (_mm256_and_si256 (a, low4),
+                                          _mm256_slli_epi16 (_mm256_and_si256 (qh, three), 4));
+          q[4 * h + 1] = _mm256_or_si256 (_mm256_and_si256 (c, low4),
+                                          _mm256_slli_epi16 (_mm256_and_si256 (_mm256_srli_epi16 (qh, 2), three), 4));
+          q[4 * h + 2] = _mm256_or_si256 (_mm256_and_si256 (_mm256_srli_epi16 (a, 4), low4),
+                                          _mm256_slli_epi16 (_mm256_and_si256 (_mm256_srli_epi16 (qh, 4), three), 4));
+          q[4 * h + 3] = _mm256_or_si256 (_mm256_and_si256 (_mm256_srli_epi16 (c, 4), low4),
+                                          _mm256_slli_epi16 (_mm256_and_si256 (_mm256_srli_epi16 (qh, 6), three), 4));
+          for (int k = 0; k < 4; k++)
+            s[4 * h + k] = _mm256_set_m128i (_mm_set1_epi16 (sc[2 * k + 1]), _mm_set1_epi16 (sc[2 * k]));
+        }
+      /* the 16 scales as int16, to remove the +32 offset through bsums */
+      const __m256i sc16 = _mm256_cvtepi8_epi16 (_mm_loadu_si128 ((const __m128i *) w->scales));
+      const float dw = h2f (w->d);
+
+      for (int r = 0; r < 4; r++)
+        {
+          const UmBlockQ8_K *xb = (const UmBlockQ8_K *) (x + r * xs) + i;
+          __m256i sumi = _mm256_setzero_si256 ();
+          for (int j = 0; j < 8; j++)
+            {
+              __m256i b = _mm256_loadu_si256 ((const __m256i *) (xb->qs + 32 * j));
+              sumi = _mm256_add_epi32 (sumi, _mm256_madd_epi16 (_mm256_maddubs_epi16 (q[j], b), s[j]));
+            }
+          __m256i off = _mm256_madd_epi16 (_mm256_loadu_si256 ((const __m256i *) xb->bsums), sc16);
+          sumi = _mm256_sub_epi32 (sumi, _mm256_slli_epi32 (off, 5));
+          acc[r] = _mm256_fmadd_ps (_mm256_cvtepi32_ps (sumi), _mm256_set1_ps (xb->d * dw), acc[r]);
+        }
+    }
+  for (int r = 0; r < 4; r++)
+    res[r] = hsum_ps (acc[r]);
+}
+
+typedef void (*Dot4Func) (const void *w, const uint8_t *x, size_t xs, int64_t nb, float *res);
+
+static Dot4Func
+dot4_avx2 (UmDType t)
+{
+  switch (t)
+    {
+    case UM_DTYPE_Q8_0: return dot4_q8_0_avx2;
+    case UM_DTYPE_Q4_0: return dot4_q4_0_avx2;
+    case UM_DTYPE_Q4_1: return dot4_q4_1_avx2;
+    case UM_DTYPE_Q5_0: return dot4_q5_0_avx2;
+    case UM_DTYPE_Q5_1: return dot4_q5_1_avx2;
+    case UM_DTYPE_Q4_K: return dot4_q4_K_avx2;
+    case UM_DTYPE_Q5_K: return dot4_q5_K_avx2;
+    case UM_DTYPE_Q6_K: return dot4_q6_K_avx2;
+    default: return NULL;
+    }
+}
+
 #endif /* UM_QUANT_X86 */
 
 static float
@@ -951,10 +1227,13 @@ um_quant_vec_dot_q8 (UmDType t, const void *wrow, const void *xq8, int64_t n)
 /* Matrix product                                                            */
 /* ======================================================================== */
 
-/* Rows of W dequantized per sgemm call.  Measured on a 2-core EPYC (Zen 4)
- * with K = 4096 (see tests/tools/um-quant-bench.c): 64 rows (1 MiB of f32
- * per thread) was best or within noise of the best for every type. */
-#define UM_QUANT_DEFAULT_TILE 64
+/* Tile height of the dequantize + sgemm product, as f32 elements per
+ * thread: each sgemm call re-packs all of x, so tiles must be tall enough to
+ * amortise that, while the tile itself should stay in L2/L3.  Measured on
+ * the 2-core EPYC (Zen 4) with tests/tools/um-quant-bench.c: at K = 4096,
+ * 128 rows (2 MiB) beat 32 and 64 rows by 5-15% at M = 64..256 and were
+ * within noise of 256 and 512. */
+#define UM_QUANT_TILE_ELEMS (128 * 4096)
 
 static int
 max_threads (void)
@@ -966,6 +1245,15 @@ max_threads (void)
 #endif
 }
 
+static int64_t
+default_tile_rows (int64_t n, int64_t k)
+{
+  int64_t rows = UM_QUANT_TILE_ELEMS / MAX (k, (int64_t) 1);
+
+  rows = CLAMP (rows / 16 * 16, (int64_t) 16, (int64_t) 512);
+  return MIN (rows, n);
+}
+
 static gboolean
 check_matmul_args (UmDType t, const void *w, int64_t n, int64_t k,
                    const float *x, int64_t m, const float *out, size_t *row_bytes)
@@ -975,14 +1263,12 @@ check_matmul_args (UmDType t, const void *w, int64_t n, int64_t k,
 
   if (info == NULL || t == UM_DTYPE_I32 || n < 0 || k < 0 || m < 0)
     return FALSE;
-  /* sgemm takes int dimensions. */
+  /* sgemm takes int dimensions and leading dimensions. */
   if (n > G_MAXINT || k > G_MAXINT || m > G_MAXINT)
     return FALSE;
   if (!um_dtype_bytes (t, (uint64_t) k, &rb))
     return FALSE;
-  if ((m > 0 && n > 0 && k > 0) && (w == NULL || x == NULL || out == NULL))
-    return FALSE;
-  if (m > 0 && n > 0 && out == NULL)
+  if (m > 0 && n > 0 && (out == NULL || (k > 0 && (w == NULL || x == NULL))))
     return FALSE;
   *row_bytes = (size_t) rb;
   return TRUE;
@@ -991,12 +1277,9 @@ check_matmul_args (UmDType t, const void *w, int64_t n, int64_t k,
 size_t
 um_quant_matmul_scratch_bytes (UmDType t, int64_t n, int64_t k, int64_t m)
 {
-  int64_t tile;
-
-  if (t == UM_DTYPE_F32 || n <= 0 || k <= 0)
+  if (t == UM_DTYPE_F32 || n <= 0 || k <= 0 || k > G_MAXINT)
     return 0;
-  tile = MIN (n, (int64_t) UM_QUANT_DEFAULT_TILE);
-  return (size_t) max_threads () * (size_t) tile * (size_t) k * sizeof (float);
+  return (size_t) max_threads () * (size_t) default_tile_rows (n, k) * (size_t) k * sizeof (float);
 }
 
 gboolean
@@ -1009,6 +1292,7 @@ um_quant_matmul_tiled (UmDType t, const void *w, int64_t n, int64_t k,
   int n_threads;
   float *owned = NULL;
   gboolean ok = TRUE;
+  const gboolean direct = (t == UM_DTYPE_F32);
 
   if (!check_matmul_args (t, w, n, k, x, m, out, &row_bytes))
     return FALSE;
@@ -1021,17 +1305,16 @@ um_quant_matmul_tiled (UmDType t, const void *w, int64_t n, int64_t k,
       return TRUE;
     }
 
-  if (t == UM_DTYPE_F32)
+  if (direct && tile_rows <= 0)
     {
-      /* OpenBLAS threads this itself. */
+      /* F32 weights need no conversion: one sgemm, threaded by OpenBLAS
+       * (as fast as our own tiling, measured). */
       cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) m, (int) n, (int) k,
                    1.0f, x, (int) k, w, (int) k, 0.0f, out, (int) n);
       return TRUE;
     }
 
-  if (tile_rows <= 0)
-    tile_rows = UM_QUANT_DEFAULT_TILE;
-  tile_rows = MIN (tile_rows, n);
+  tile_rows = tile_rows > 0 ? MIN (tile_rows, n) : default_tile_rows (n, k);
   if ((uint64_t) tile_rows > G_MAXSIZE / sizeof (float) / (uint64_t) k)
     return FALSE;
   per_thread = (size_t) tile_rows * (size_t) k;
@@ -1040,7 +1323,9 @@ um_quant_matmul_tiled (UmDType t, const void *w, int64_t n, int64_t k,
 
   /* Use as many threads as the caller's scratch has room for; only when it
    * cannot hold even one tile do we allocate (which may fail cleanly). */
-  if (scratch != NULL && scratch_bytes / sizeof (float) >= per_thread)
+  if (direct)
+    ;
+  else if (scratch != NULL && scratch_bytes / sizeof (float) >= per_thread)
     n_threads = (int) MIN ((size_t) n_threads, scratch_bytes / sizeof (float) / per_thread);
   else
     {
@@ -1055,27 +1340,30 @@ um_quant_matmul_tiled (UmDType t, const void *w, int64_t n, int64_t k,
 #pragma omp parallel for num_threads (n_threads) schedule (dynamic, 1) reduction (&& : ok)
   for (int64_t tile = 0; tile < n_tiles; tile++)
     {
-#ifdef _OPENMP
-      float *buf = scratch + (size_t) omp_get_thread_num () * per_thread;
-#else
-      float *buf = scratch;
-#endif
       int64_t r0 = tile * tile_rows;
       int64_t rows = MIN (tile_rows, n - r0);
+      const float *b;
 
-      if (!um_quant_dequantize_row (t, (const uint8_t *) w + (size_t) r0 * row_bytes, buf, rows * k))
+      if (direct)
+        b = (const float *) w + (size_t) r0 * (size_t) k;
+      else
         {
-          ok = FALSE;
-          continue;
+#ifdef _OPENMP
+          float *buf = scratch + (size_t) omp_get_thread_num () * per_thread;
+#else
+          float *buf = scratch;
+#endif
+          if (!um_quant_dequantize_row (t, (const uint8_t *) w + (size_t) r0 * row_bytes, buf, rows * k))
+            {
+              ok = FALSE;
+              continue;
+            }
+          b = buf;
         }
       /* Inside a parallel region the OpenMP build of OpenBLAS runs this
        * single-threaded, which is what we want: one tile per thread. */
-      if (getenv ("UM_QT_TRANS"))
-        cblas_sgemm (CblasColMajor, CblasTrans, CblasNoTrans, (int) rows, (int) m, (int) k,
-                     1.0f, buf, (int) k, x, (int) k, 0.0f, out + r0, (int) n);
-      else
       cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) m, (int) rows, (int) k,
-                   1.0f, x, (int) k, buf, (int) k, 0.0f, out + r0, (int) n);
+                   1.0f, x, (int) k, b, (int) k, 0.0f, out + r0, (int) n);
     }
 
   g_free (owned);
@@ -1090,10 +1378,9 @@ um_quant_matmul (UmDType t, const void *w, int64_t n, int64_t k,
   return um_quant_matmul_tiled (t, w, n, k, x, m, out, 0, scratch, scratch_bytes);
 }
 
-/* Weight rows per work item of the direct product: enough to amortise
- * scheduling, few enough that the rows stay in L1/L2 while every x row
- * passes over them. */
-#define UM_QUANT_Q8_TILE 16
+/* Weight rows per work item of the direct product: a few KiB each, so a
+ * tile plus four activation rows stay in L1/L2 while the tile is swept. */
+#define UM_QUANT_Q8_TILE 8
 
 gboolean
 um_quant_matmul_q8 (UmDType t, const void *w, int64_t n, int64_t k,
@@ -1103,6 +1390,7 @@ um_quant_matmul_q8 (UmDType t, const void *w, int64_t n, int64_t k,
   uint8_t *xq;
   int64_t n_tiles, nb;
   int simd = get_simd ();
+  void (*dot4) (const void *, const uint8_t *, size_t, int64_t, float *) = NULL;
 
   if (!um_quant_has_vec_dot (t) || !check_matmul_args (t, w, n, k, x, m, out, &row_bytes))
     return FALSE;
@@ -1115,6 +1403,10 @@ um_quant_matmul_q8 (UmDType t, const void *w, int64_t n, int64_t k,
   if (xq == NULL)
     return FALSE;
   nb = k / um_dtype_info (t)->block_elems;
+#if UM_QUANT_X86
+  if (simd >= SIMD_AVX2)
+    dot4 = dot4_avx2 (t);
+#endif
 
 #pragma omp parallel for schedule (static)
   for (int64_t i = 0; i < m; i++)
@@ -1126,7 +1418,21 @@ um_quant_matmul_q8 (UmDType t, const void *w, int64_t n, int64_t k,
     {
       int64_t r0 = tile * UM_QUANT_Q8_TILE;
       int64_t r1 = MIN (n, r0 + UM_QUANT_Q8_TILE);
-      for (int64_t i = 0; i < m; i++)
+      int64_t i = 0;
+
+      if (dot4 != NULL)
+        for (; i + 4 <= m; i += 4)
+          {
+            const uint8_t *xi = xq + (size_t) i * q8_bytes;
+            for (int64_t r = r0; r < r1; r++)
+              {
+                float res[4];
+                dot4 ((const uint8_t *) w + (size_t) r * row_bytes, xi, q8_bytes, nb, res);
+                for (int j = 0; j < 4; j++)
+                  out[(i + j) * n + r] = res[j];
+              }
+          }
+      for (; i < m; i++)
         {
           const uint8_t *xi = xq + (size_t) i * q8_bytes;
           for (int64_t r = r0; r < r1; r++)

@@ -40,7 +40,7 @@ typedef struct {
   UmGgufType    elem_type;  /* array */
   guint64       count;      /* array */
   char         *str;        /* string: NUL-terminated copy */
-  char        **strv;       /* string array: built once, on demand */
+  char        **strv;       /* string array: built once, on demand, one block */
 } Kv;
 
 struct _UmGguf {
@@ -420,7 +420,7 @@ kv_clear (Kv *kv)
 {
   g_free (kv->key);
   g_free (kv->str);
-  g_strfreev (kv->strv);
+  g_free (kv->strv);   /* one block, see build_strv() */
 }
 
 static gboolean
@@ -655,7 +655,6 @@ parse (UmGguf *g, GError **error)
                  " key-value pairs but only %" G_GSIZE_FORMAT " bytes follow",
                  n_tensors, n_kv, left (&p));
 
-  g_array_set_size (g->kvs, 0);
   if (!parse_kvs (g, &p, n_kv))
     return FALSE;
   if (!parse_alignment (g, &p))
@@ -1010,17 +1009,35 @@ um_gguf_get_array_info (UmGguf *g, const char *key, UmGgufType *elem_type,
   return TRUE;
 }
 
-/* Walks a validated string array. */
+/* Walks a validated string array. The vector and all the strings are one
+ * allocation (pointers first, then the NUL-terminated copies): a 126k-token
+ * vocabulary costs one malloc, and a hostile array of empty strings at most
+ * about twice its size in the file. */
 static char **
 build_strv (const Kv *kv)
 {
-  char **strv = g_new (char *, kv->count + 1);
+  gsize ptrs = (kv->count + 1) * sizeof (char *);
+  gsize total = ptrs;
   const guint8 *q = kv->value;
+  char **strv;
+  char *dst;
 
   for (guint64 i = 0; i < kv->count; i++)
     {
       guint64 len = load_u64 (q);
-      strv[i] = g_strndup ((const char *) q + 8, len);
+      total += len + 1;
+      q += 8 + len;
+    }
+  strv = g_malloc (total);
+  dst = (char *) strv + ptrs;
+  q = kv->value;
+  for (guint64 i = 0; i < kv->count; i++)
+    {
+      guint64 len = load_u64 (q);
+      strv[i] = dst;
+      memcpy (dst, q + 8, len);
+      dst[len] = '\0';
+      dst += len + 1;
       q += 8 + len;
     }
   strv[kv->count] = NULL;

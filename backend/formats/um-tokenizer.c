@@ -1906,6 +1906,14 @@ encode_plain (const UmTokenizer *tok, Scratch *sc, const char *s, gsize n, GArra
 
   if (n == 0)
     return TRUE;
+  /* Room for the text and a prefix-space copy of every piece, all zeroed:
+   * PCRE2's JIT scans ahead in aligned blocks past the subject, and bytes it
+   * reads must be initialized (valgrind) and the buffer must not move. */
+  if (sc->buf->allocated_len < 3 * n + 64)
+    {
+      g_string_set_size (sc->buf, 3 * n + 64);
+      memset (sc->buf->str, 0, sc->buf->allocated_len);
+    }
   g_string_truncate (sc->buf, 0);
   g_string_append_len (sc->buf, s, n);
   g_array_set_size (sc->spans, 0);

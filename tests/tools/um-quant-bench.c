@@ -104,7 +104,7 @@ main (int argc, char **argv)
     { "reps", 0, 0, G_OPTION_ARG_INT64, &reps, "Repetitions (best is kept)", "3" },
     { "no-q8", 0, 0, G_OPTION_ARG_NONE, &no_q8, "Skip the direct quantized product", NULL },
     { "no-tiles", 0, 0, G_OPTION_ARG_NONE, &no_tiles, "Only the default tile height", NULL },
-    { NULL }
+    { NULL, 0, 0, 0, NULL, NULL, NULL }
   };
   GOptionContext *ctx = g_option_context_new ("- quantized matmul benchmark");
   GError *error = NULL;
