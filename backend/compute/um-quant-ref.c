@@ -339,10 +339,12 @@ quant_q8_0 (const float *x, UmBlockQ8_0 *y, int64_t nb)
       const float d = amax / 127.0f;
       const float id = d != 0.0f ? 1.0f / d : 0.0f;
       y[i].d = um_f32_to_f16 (d);
+      /* roundf: ties away from zero, as ggml (not nearest_int's ties to
+       * even); the clamp only matters for non-finite input */
       for (int j = 0; j < UM_QK8_0; j++)
         {
-          float r = roundf (x[j] * id);   /* ties away from zero, as ggml */
-          y[i].qs[j] = (int8_t) (r >= 127.0f ? 127 : (r <= -127.0f ? -127 : (r == r ? (int) r : 0)));
+          float r = roundf (x[j] * id);
+          y[i].qs[j] = (int8_t) (isnan (r) ? 0 : (r >= 127.0f ? 127 : (r <= -127.0f ? -127 : (int) r)));
         }
     }
 }

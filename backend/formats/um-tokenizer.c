@@ -89,6 +89,21 @@ typedef struct {
   guint    n;
 } MergeTable;
 
+/* Model vocabulary: open addressing over (hash, length, key), so lookups
+ * need no NUL-terminated copy and "a" + "b" can be looked up unjoined. */
+typedef struct {
+  const char *key;                 /* in tok->strings; NULL when free */
+  guint32     hash;
+  guint32     len;
+  gint32      id;
+} VocabEntry;
+
+typedef struct {
+  VocabEntry *e;
+  guint32     mask;
+  guint       n;
+} VocabTable;
+
 enum {
   ID_MODEL   = 1 << 0,
   ID_ADDED   = 1 << 1,
@@ -98,7 +113,7 @@ enum {
 struct _UmTokenizer {
   char         *source;            /* file name or GGUF, for messages */
   GStringChunk *strings;
-  GHashTable   *vocab;             /* model token -> id + 1 */
+  VocabTable    vocab;             /* model token -> id */
   GHashTable   *added_vocab;       /* added content -> index into added + 1 */
   guint         n_model_tokens;    /* distinct model tokens (HF's get_vocab_size) */
   const char  **id_tokens;         /* [n_ids]; an added token's content wins */
@@ -365,6 +380,91 @@ merge_table_get (const MergeTable *t, gint32 a, gint32 b, guint32 *rank, gint32 
     }
 }
 
+/* ---- vocabulary table ------------------------------------------------------------ */
+
+/* FNV-1a, continued from @h: hashing "a" then "b" equals hashing "ab". */
+static inline guint32
+hash_bytes (guint32 h, const char *s, gsize n)
+{
+  for (gsize i = 0; i < n; i++)
+    {
+      h ^= (guchar) s[i];
+      h *= 16777619u;
+    }
+  return h;
+}
+
+#define HASH_SEED 2166136261u
+
+/* Slot of the key a + b (b may be empty), or of the free slot where it goes. */
+static guint32
+vocab_slot (const VocabTable *t, guint32 h, const char *a, gsize la, const char *b, gsize lb)
+{
+  guint32 i = (h ^ (h >> 15)) & t->mask;
+
+  for (;;)
+    {
+      const VocabEntry *e = &t->e[i];
+      if (e->key == NULL)
+        return i;
+      if (e->hash == h && e->len == la + lb && memcmp (e->key, a, la) == 0
+          && (lb == 0 || memcmp (e->key + la, b, lb) == 0))
+        return i;
+      i = (i + 1) & t->mask;
+    }
+}
+
+static void
+vocab_table_init (VocabTable *t, guint expected)
+{
+  guint32 cap = 64;
+
+  while (cap < expected * 2 + 1)
+    cap <<= 1;
+  t->e = g_new0 (VocabEntry, cap);
+  t->mask = cap - 1;
+  t->n = 0;
+}
+
+static void
+vocab_table_grow (VocabTable *t)
+{
+  VocabEntry *old = t->e;
+  guint32 old_cap = t->mask + 1;
+
+  t->e = g_new0 (VocabEntry, old_cap * 2);
+  t->mask = old_cap * 2 - 1;
+  for (guint32 i = 0; i < old_cap; i++)
+    if (old[i].key)
+      {
+        guint32 j = (old[i].hash ^ (old[i].hash >> 15)) & t->mask;
+        while (t->e[j].key)
+          j = (j + 1) & t->mask;
+        t->e[j] = old[i];
+      }
+  g_free (old);
+}
+
+static inline gint32
+vocab_get2 (const UmTokenizer *tok, const char *a, gsize la, const char *b, gsize lb)
+{
+  guint32 h = hash_bytes (hash_bytes (HASH_SEED, a, la), b, lb);
+  const VocabEntry *e = &tok->vocab.e[vocab_slot (&tok->vocab, h, a, la, b, lb)];
+  return e->key ? e->id : -1;
+}
+
+static inline gint32
+vocab_get (const UmTokenizer *tok, const char *s, gsize len)
+{
+  return vocab_get2 (tok, s, len, NULL, 0);
+}
+
+static gint32
+vocab_lookup (const UmTokenizer *tok, const char *token)
+{
+  return vocab_get (tok, token, strlen (token));
+}
+
 /* ---- construction --------------------------------------------------------------- */
 
 static UmTokenizer *
@@ -375,7 +475,7 @@ tokenizer_alloc (const char *source)
   byte_tables_init ();
   tok->source = g_strdup (source);
   tok->strings = g_string_chunk_new (1 << 16);
-  tok->vocab = g_hash_table_new (g_str_hash, g_str_equal);
+  vocab_table_init (&tok->vocab, 1024);
   tok->added_vocab = g_hash_table_new (g_str_hash, g_str_equal);
   tok->added = g_array_new (FALSE, TRUE, sizeof (AddedToken));
   tok->steps = g_array_new (FALSE, TRUE, sizeof (PreStep));
@@ -403,8 +503,7 @@ um_tokenizer_free (UmTokenizer *tok)
   merge_table_clear (&tok->merges);
   g_free (tok->id_tokens);
   g_free (tok->id_flags);
-  if (tok->vocab)
-    g_hash_table_unref (tok->vocab);
+  g_free (tok->vocab.e);
   if (tok->added_vocab)
     g_hash_table_unref (tok->added_vocab);
   if (tok->strings)
@@ -413,12 +512,6 @@ um_tokenizer_free (UmTokenizer *tok)
   g_free (tok);
 }
 
-static gint32
-vocab_lookup (GHashTable *vocab, const char *token)
-{
-  gpointer v = g_hash_table_lookup (vocab, token);
-  return v ? GPOINTER_TO_INT (v) - 1 : -1;
-}
 
 /* Rewrites an Oniguruma pattern into one PCRE2 reads the same way. */
 static char *
@@ -602,36 +695,43 @@ add_step (UmTokenizer *tok, StepKind kind, GRegex *regex, SplitBehavior behavior
 
 /* Adds a model token; a repeated string keeps the last id. */
 static void
-vocab_insert (UmTokenizer *tok, const char *token, gint32 id)
+vocab_insert (UmTokenizer *tok, const char *token, gsize len, gint32 id)
 {
-  gpointer key;
+  VocabTable *t = &tok->vocab;
+  guint32 h = hash_bytes (HASH_SEED, token, len);
+  VocabEntry *e = &t->e[vocab_slot (t, h, token, len, NULL, 0)];
 
-  if (g_hash_table_lookup_extended (tok->vocab, token, &key, NULL))
-    g_hash_table_insert (tok->vocab, key, GINT_TO_POINTER (id + 1));
-  else
+  if (e->key == NULL)
     {
-      g_hash_table_insert (tok->vocab, g_string_chunk_insert (tok->strings, token),
-                           GINT_TO_POINTER (id + 1));
+      e->key = g_string_chunk_insert_len (tok->strings, token, len);
+      e->hash = h;
+      e->len = (guint32) len;
       tok->n_model_tokens++;
+      if (++t->n * 2 > t->mask)
+        {
+          e->id = id;
+          vocab_table_grow (t);
+          return;
+        }
     }
+  e->id = id;
 }
 
 /* Sizes the id tables and records the model vocabulary in them. */
 static void
 build_id_tables (UmTokenizer *tok, guint n_ids)
 {
-  GHashTableIter it;
-  gpointer key, value;
-
   tok->n_ids = n_ids;
   tok->id_tokens = g_new0 (const char *, n_ids);
   tok->id_flags = g_new0 (guint8, n_ids);
-  g_hash_table_iter_init (&it, tok->vocab);
-  while (g_hash_table_iter_next (&it, &key, &value))
+  for (guint32 i = 0; i <= tok->vocab.mask; i++)
     {
-      gint32 id = GPOINTER_TO_INT (value) - 1;
-      tok->id_tokens[id] = key;
-      tok->id_flags[id] |= ID_MODEL;
+      const VocabEntry *e = &tok->vocab.e[i];
+      if (e->key)
+        {
+          tok->id_tokens[e->id] = e->key;
+          tok->id_flags[e->id] |= ID_MODEL;
+        }
     }
 }
 
@@ -640,10 +740,7 @@ finish_byte_ids (UmTokenizer *tok)
 {
   for (guint b = 0; b < 256; b++)
     {
-      char s[4];
-      memcpy (s, byte_utf8[b], byte_utf8_len[b]);
-      s[byte_utf8_len[b]] = '\0';
-      tok->byte_ids[b] = vocab_lookup (tok->vocab, s);
+      tok->byte_ids[b] = vocab_get (tok, byte_utf8[b], byte_utf8_len[b]);
     }
 }
 
@@ -702,7 +799,7 @@ register_added (UmTokenizer *tok, const AddedToken *in, gint32 *max_added)
       *old = t;
       return t.id;
     }
-  id = vocab_lookup (tok->vocab, t.content);
+  id = vocab_lookup (tok, t.content);
   if (id < 0)
     {
       if (*max_added < 0)
@@ -744,34 +841,32 @@ finish_added (UmTokenizer *tok)
 
 /* Looks up merge "a b" (a, b given with lengths) and stores it. */
 static gboolean
-add_merge (UmTokenizer *tok, GString *scratch, const char *a, gsize la, const char *b, gsize lb,
+add_merge (UmTokenizer *tok, const char *a, gsize la, const char *b, gsize lb,
            guint rank, const char *src, const char *field, guint index, GError **error)
 {
-  gint32 ia, ib, inew;
+  gint32 ia = vocab_get (tok, a, la);
+  gint32 ib = vocab_get (tok, b, lb);
+  gint32 inew = vocab_get2 (tok, a, la, b, lb);
+  g_autofree char *missing = NULL;
 
-  g_string_truncate (scratch, 0);
-  g_string_append_len (scratch, a, la);
-  ia = vocab_lookup (tok->vocab, scratch->str);
+  if (ia >= 0 && ib >= 0 && inew >= 0)
+    {
+      merge_table_put (&tok->merges, ia, ib, rank, inew);
+      return TRUE;
+    }
   if (ia < 0)
-    goto missing;
-  g_string_truncate (scratch, 0);
-  g_string_append_len (scratch, b, lb);
-  ib = vocab_lookup (tok->vocab, scratch->str);
-  if (ib < 0)
-    goto missing;
-  g_string_truncate (scratch, 0);
-  g_string_append_len (scratch, a, la);
-  g_string_append_len (scratch, b, lb);
-  inew = vocab_lookup (tok->vocab, scratch->str);
-  if (inew < 0)
-    goto missing;
-  merge_table_put (&tok->merges, ia, ib, rank, inew);
-  return TRUE;
-
-missing:
+    missing = g_strndup (a, la);
+  else if (ib < 0)
+    missing = g_strndup (b, lb);
+  else
+    {
+      g_autofree char *head = g_strndup (a, la);
+      g_autofree char *tail = g_strndup (b, lb);
+      missing = g_strconcat (head, tail, NULL);
+    }
   g_set_error (error, UM_ERROR, UM_ERROR_FORMAT,
                "%s: %s[%u] names token “%s”, which is not in the vocabulary",
-               src, field, index, scratch->str);
+               src, field, index, missing);
   return FALSE;
 }
 
@@ -1052,8 +1147,6 @@ parse_model (UmTokenizer *tok, JsonObject *root, GError **error)
   const char *name, *type, *s;
   JsonNode *value;
   gint32 max_id = -1;
-  g_autoptr(GString) scratch = g_string_new (NULL);
-
   model = get_object_member (root, "model", src, "model", TRUE, error);
   if (model == NULL)
     return FALSE;
@@ -1078,6 +1171,8 @@ parse_model (UmTokenizer *tok, JsonObject *root, GError **error)
       return FALSE;
     }
   vocab = json_node_get_object (n);
+  g_free (tok->vocab.e);
+  vocab_table_init (&tok->vocab, json_object_get_size (vocab));
   json_object_iter_init (&it, vocab);
   while (json_object_iter_next (&it, &name, &value))
     {
@@ -1090,7 +1185,7 @@ parse_model (UmTokenizer *tok, JsonObject *root, GError **error)
                        src, name, MAX_TOKEN_ID);
           return FALSE;
         }
-      vocab_insert (tok, name, (gint32) id);
+      vocab_insert (tok, name, strlen (name), (gint32) id);
       max_id = MAX (max_id, (gint32) id);
     }
 
@@ -1135,7 +1230,7 @@ parse_model (UmTokenizer *tok, JsonObject *root, GError **error)
     return FALSE;
   if (s != NULL)
     {
-      tok->unk_id = vocab_lookup (tok->vocab, s);
+      tok->unk_id = vocab_lookup (tok, s);
       if (tok->unk_id < 0)
         {
           g_set_error (error, UM_ERROR, UM_ERROR_FORMAT,
@@ -1199,7 +1294,7 @@ parse_model (UmTokenizer *tok, JsonObject *root, GError **error)
                        "%s: model.merges[%u] is not a string", src, i);
           return FALSE;
         }
-      if (!add_merge (tok, scratch, a, la, b, strlen (b), i, src, "model.merges", i, error))
+      if (!add_merge (tok, a, la, b, strlen (b), i, src, "model.merges", i, error))
         return FALSE;
     }
 
@@ -1323,7 +1418,7 @@ um_tokenizer_new_from_data (const char *data,
                             const char *source_name,
                             GError    **error)
 {
-  g_autoptr(JsonParser) parser = json_parser_new_immutable ();
+  g_autoptr(JsonParser) parser = json_parser_new ();
   g_autoptr(GError) local = NULL;
   const char *src = source_name ? source_name : "tokenizer.json";
 
@@ -1368,7 +1463,6 @@ um_tokenizer_new_from_vocab (const char * const *tokens,
 {
   const char *src = "GGUF tokenizer";
   g_autoptr(UmTokenizer) tok = tokenizer_alloc (src);
-  g_autoptr(GString) scratch = g_string_new (NULL);
   GRegex *re;
 
   if (n_tokens == 0 || n_tokens >= MAX_TOKEN_ID || tokens == NULL)
@@ -1383,6 +1477,8 @@ um_tokenizer_new_from_vocab (const char * const *tokens,
       return NULL;
     }
 
+  g_free (tok->vocab.e);
+  vocab_table_init (&tok->vocab, n_tokens);
   for (guint i = 0; i < n_tokens; i++)
     {
       const char *t = tokens[i];
@@ -1397,7 +1493,7 @@ um_tokenizer_new_from_vocab (const char * const *tokens,
       if (type == UM_TOKEN_TYPE_CONTROL || type == UM_TOKEN_TYPE_USER_DEFINED)
         continue;
       /* like llama.cpp's token_to_id map, a repeated string keeps the last id */
-      vocab_insert (tok, t, (gint32) i);
+      vocab_insert (tok, t, strlen (t), (gint32) i);
     }
 
   merge_table_init (&tok->merges, n_merges);
@@ -1413,7 +1509,7 @@ um_tokenizer_new_from_vocab (const char * const *tokens,
                        src, i);
           return NULL;
         }
-      if (!add_merge (tok, scratch, a, la, b, strlen (b), i, src, "tokenizer.ggml.merges", i, error))
+      if (!add_merge (tok, a, la, b, strlen (b), i, src, "tokenizer.ggml.merges", i, error))
         return NULL;
     }
 
@@ -1648,7 +1744,7 @@ unknown_char (const UmTokenizer *tok, Scratch *sc, const guint8 *c, gsize len,
         {
           char code[8];
           g_snprintf (code, sizeof code, "<0x%02X>", c[k]);
-          ids[k] = vocab_lookup (tok->vocab, code);
+          ids[k] = vocab_lookup (tok, code);
           all = ids[k] >= 0;
         }
       if (all)
@@ -1691,7 +1787,7 @@ bpe_word (const UmTokenizer *tok, Scratch *sc, const guint8 *w, gsize n, GArray 
     }
   if (tok->ignore_merges)
     {
-      gint32 id = vocab_lookup (tok->vocab, sc->word->str);
+      gint32 id = vocab_get (tok, sc->word->str, sc->word->len);
       if (id >= 0)
         {
           g_array_append_val (out, id);
@@ -1722,16 +1818,12 @@ bpe_word (const UmTokenizer *tok, Scratch *sc, const guint8 *w, gsize n, GArray 
   else
     {
       const char *p = sc->word->str, *end = sc->word->str + sc->word->len;
-      char ch[8];
-
       while (p < end)
         {
           const char *next = g_utf8_next_char (p);
           gint32 id;
 
-          memcpy (ch, p, next - p);
-          ch[next - p] = '\0';
-          id = vocab_lookup (tok->vocab, ch);
+          id = vocab_get (tok, p, next - p);
           if (id >= 0)
             {
               if (pending_unk >= 0)
@@ -2158,7 +2250,7 @@ um_tokenizer_token_to_id (UmTokenizer *tok,
   a = g_hash_table_lookup (tok->added_vocab, token);
   if (a)
     return g_array_index (tok->added, AddedToken, GPOINTER_TO_UINT (a) - 1).id;
-  return vocab_lookup (tok->vocab, token);
+  return vocab_lookup (tok, token);
 }
 
 const char *

@@ -1,15 +1,298 @@
+/* Filling an UmModel from a llama.cpp GGUF file of architecture "llada". */
 #include "um-model-gguf.h"
 
+#include <string.h>
+
 #include "um-error.h"
+#include "um-gguf.h"
+
+#define MAX_DIM    (1u << 20)
+#define MAX_LAYERS 1024u
+#define MAX_VOCAB  (1u << 24)
+
+/* An optional unsigned key: absent leaves *out as is. */
+static gboolean
+opt_u32 (UmGguf *g, const char *key, guint max, guint *out, GError **error)
+{
+  guint64 v;
+  if (um_gguf_find_key (g, key) < 0)
+    return TRUE;
+  if (!um_gguf_get_u64 (g, key, &v, error))
+    return FALSE;
+  if (v > max)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “%s” is %" G_GUINT64_FORMAT ", absurdly large",
+                   um_gguf_file_name (g), key, v);
+      return FALSE;
+    }
+  *out = (guint) v;
+  return TRUE;
+}
+
+static gboolean
+req_u32 (UmGguf *g, const char *key, guint max, guint *out, GError **error)
+{
+  if (um_gguf_find_key (g, key) < 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “%s” is missing", um_gguf_file_name (g), key);
+      return FALSE;
+    }
+  return opt_u32 (g, key, max, out, error);
+}
+
+static gboolean
+opt_id (UmGguf *g, const char *key, gint32 *out, GError **error)
+{
+  guint v;
+  if (um_gguf_find_key (g, key) < 0)
+    return TRUE;
+  if (!opt_u32 (g, key, MAX_VOCAB, &v, error))
+    return FALSE;
+  *out = (gint32) v;
+  return TRUE;
+}
+
+static gboolean
+opt_f64 (UmGguf *g, const char *key, double *out, GError **error)
+{
+  if (um_gguf_find_key (g, key) < 0)
+    return TRUE;
+  return um_gguf_get_f64 (g, key, out, error);
+}
+
+static gboolean
+read_config (UmModel *model, UmGguf *g, GError **error)
+{
+  UmModelConfig *c = &model->cfg;
+  const char *file = um_gguf_file_name (g);
+  const char *arch;
+  gboolean flag = FALSE;
+  guint rope_dims = 0;
+
+  arch = um_gguf_get_string (g, "general.architecture", error);
+  if (arch == NULL)
+    return FALSE;
+  if (!g_str_equal (arch, "llada"))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                   "%s: general.architecture is “%s”; Unmask runs “llada” models", file, arch);
+      return FALSE;
+    }
+  memset (c, 0, sizeof *c);
+  c->max_seq_len = 4096;
+  c->rope_theta = 10000.0;
+  c->rms_eps = 1e-5;
+  if (!req_u32 (g, "llada.block_count", MAX_LAYERS, &c->n_layers, error)
+      || !req_u32 (g, "llada.embedding_length", MAX_DIM, &c->d_model, error)
+      || !req_u32 (g, "llada.feed_forward_length", MAX_DIM, &c->mlp_hidden, error)
+      || !req_u32 (g, "llada.attention.head_count", MAX_DIM, &c->n_heads, error))
+    return FALSE;
+  c->n_kv_heads = c->n_heads;
+  if (!opt_u32 (g, "llada.attention.head_count_kv", MAX_DIM, &c->n_kv_heads, error)
+      || !opt_u32 (g, "llada.context_length", 1u << 20, &c->max_seq_len, error)
+      || !opt_f64 (g, "llada.rope.freq_base", &c->rope_theta, error)
+      || !opt_f64 (g, "llada.attention.layer_norm_rms_epsilon", &c->rms_eps, error)
+      || !opt_u32 (g, "llada.rope.dimension_count", MAX_DIM, &rope_dims, error))
+    return FALSE;
+  c->head_dim = c->n_heads && c->d_model % c->n_heads == 0 ? c->d_model / c->n_heads : 0;
+  if (rope_dims != 0 && rope_dims != c->head_dim)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                   "%s: llada.rope.dimension_count is %u; only RoPE over the whole head (%u) is supported",
+                   file, rope_dims, c->head_dim);
+      return FALSE;
+    }
+  if (um_gguf_find_key (g, "llada.attention.causal") >= 0
+      && (!um_gguf_get_bool (g, "llada.attention.causal", &flag, error) || flag))
+    {
+      if (flag)
+        g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                     "%s: llada.attention.causal is true; LLaDA attention is bidirectional", file);
+      return FALSE;
+    }
+  if (um_gguf_find_key (g, "diffusion.shift_logits") >= 0
+      && (!um_gguf_get_bool (g, "diffusion.shift_logits", &flag, error) || flag))
+    {
+      if (flag)
+        g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                     "%s: diffusion.shift_logits is true (a Dream-style model); not supported", file);
+      return FALSE;
+    }
+  /* GGUF stores Q and K rows permuted for the interleaved rotation. */
+  c->rope_interleaved = TRUE;
+  c->mask_id = c->eos_id = c->bos_id = c->eot_id = c->pad_id = -1;
+  if (!opt_id (g, "tokenizer.ggml.mask_token_id", &c->mask_id, error)
+      || !opt_id (g, "tokenizer.ggml.eos_token_id", &c->eos_id, error)
+      || !opt_id (g, "tokenizer.ggml.bos_token_id", &c->bos_id, error)
+      || !opt_id (g, "tokenizer.ggml.padding_token_id", &c->pad_id, error))
+    return FALSE;
+  return TRUE;
+}
+
+static gboolean
+read_tokenizer (UmModel *model, UmGguf *g, GError **error)
+{
+  const char *file = um_gguf_file_name (g);
+  const char *kind;
+  const char * const *tokens, * const *merges = NULL;
+  guint64 n_tokens = 0, n_merges = 0, n_types = 0;
+  g_autofree gint32 *types = NULL;
+
+  kind = um_gguf_get_string (g, "tokenizer.ggml.model", error);
+  if (kind == NULL)
+    return FALSE;
+  if (!g_str_equal (kind, "gpt2"))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                   "%s: tokenizer.ggml.model is “%s”; only byte-level BPE (“gpt2”) is supported", file, kind);
+      return FALSE;
+    }
+  tokens = um_gguf_get_string_array (g, "tokenizer.ggml.tokens", &n_tokens, error);
+  if (tokens == NULL)
+    return FALSE;
+  if (um_gguf_find_key (g, "tokenizer.ggml.merges") >= 0
+      && (merges = um_gguf_get_string_array (g, "tokenizer.ggml.merges", &n_merges, error)) == NULL)
+    return FALSE;
+  if (um_gguf_find_key (g, "tokenizer.ggml.token_type") >= 0)
+    {
+      if (!um_gguf_get_int32_array (g, "tokenizer.ggml.token_type", &types, &n_types, error))
+        return FALSE;
+      if (n_types != n_tokens)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_FORMAT,
+                       "%s: tokenizer.ggml.token_type has %" G_GUINT64_FORMAT " entries for %" G_GUINT64_FORMAT
+                       " tokens", file, n_types, n_tokens);
+          return FALSE;
+        }
+    }
+  if (n_tokens == 0 || n_tokens > MAX_VOCAB)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: tokenizer.ggml.tokens has %" G_GUINT64_FORMAT " tokens",
+                   file, n_tokens);
+      return FALSE;
+    }
+  model->tokenizer = um_tokenizer_new_from_vocab (tokens, n_tokens, merges, n_merges, types, NULL, error);
+  if (model->tokenizer == NULL)
+    {
+      if (error && *error)
+        g_prefix_error (error, "%s: ", file);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+static gboolean
+bind_weights (UmModel *model, GError **error)
+{
+  const UmModelConfig *c = &model->cfg;
+  uint64_t d = c->d_model, f = c->mlp_hidden, v = c->vocab_size;
+  uint64_t qd = (uint64_t) c->n_heads * c->head_dim, kvd = (uint64_t) c->n_kv_heads * c->head_dim;
+  char name[128];
+
+#define BIND(field, rows, cols, ...) G_STMT_START {                            \
+    g_snprintf (name, sizeof name, __VA_ARGS__);                                \
+    if (!um_model_bind_weight (model, field, name, rows, cols, error))          \
+      return FALSE;                                                             \
+  } G_STMT_END
+
+  BIND (&model->tok_embd, v, d, "token_embd.weight");
+  BIND (&model->out_norm, 1, d, "output_norm.weight");
+  if (c->tied_embeddings)
+    model->output = model->tok_embd;
+  else
+    BIND (&model->output, v, d, "output.weight");
+  if (!um_model_weight_to_f32 (model, &model->out_norm, error))
+    return FALSE;
+  for (guint l = 0; l < c->n_layers; l++)
+    {
+      UmLayerWeights *L = &model->layers[l];
+      BIND (&L->attn_norm, 1, d, "blk.%u.attn_norm.weight", l);
+      BIND (&L->wq, qd, d, "blk.%u.attn_q.weight", l);
+      BIND (&L->wk, kvd, d, "blk.%u.attn_k.weight", l);
+      BIND (&L->wv, kvd, d, "blk.%u.attn_v.weight", l);
+      BIND (&L->wo, d, qd, "blk.%u.attn_output.weight", l);
+      BIND (&L->ffn_norm, 1, d, "blk.%u.ffn_norm.weight", l);
+      BIND (&L->w_gate, f, d, "blk.%u.ffn_gate.weight", l);
+      BIND (&L->w_up, f, d, "blk.%u.ffn_up.weight", l);
+      BIND (&L->w_down, d, f, "blk.%u.ffn_down.weight", l);
+      if (!um_model_weight_to_f32 (model, &L->attn_norm, error)
+          || !um_model_weight_to_f32 (model, &L->ffn_norm, error))
+        return FALSE;
+    }
+#undef BIND
+  return TRUE;
+}
 
 gboolean
 um_model_load_gguf (UmModel *model, GError **error)
 {
-  g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "%s: GGUF loading is being written", model->display_name);
-  return FALSE;
+  UmGguf *g = um_gguf_open (model->path, error);
+  const UmTensorInfo *embd;
+  guint vocab = 0;
+
+  if (g == NULL)
+    return FALSE;
+  model->gguf = g;
+  model->tensors = um_gguf_get_tensors (g);
+  if (!read_config (model, g, error) || !read_tokenizer (model, g, error))
+    return FALSE;
+
+  /* The vocabulary size is the embedding's row count. */
+  embd = um_tensor_table_lookup (model->tensors, "token_embd.weight");
+  if (embd == NULL || embd->n_dims != 2)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: tensor “token_embd.weight” is missing or not 2-D",
+                   um_gguf_file_name (g));
+      return FALSE;
+    }
+  model->cfg.vocab_size = embd->shape[0];
+  if (!opt_u32 (g, "llada.vocab_size", MAX_VOCAB, &vocab, error))
+    return FALSE;
+  if (vocab != 0 && vocab != model->cfg.vocab_size)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "%s: llada.vocab_size is %u but token_embd.weight has %u rows",
+                   um_gguf_file_name (g), vocab, model->cfg.vocab_size);
+      return FALSE;
+    }
+  model->cfg.tied_embeddings = um_tensor_table_lookup (model->tensors, "output.weight") == NULL;
+
+  /* Ids missing from the metadata come from the vocabulary. */
+  if (model->cfg.mask_id < 0)
+    model->cfg.mask_id = um_tokenizer_token_to_id (model->tokenizer, "<|mdm_mask|>");
+  if (model->cfg.eos_id < 0)
+    model->cfg.eos_id = um_tokenizer_token_to_id (model->tokenizer, "<|endoftext|>");
+  um_model_resolve_special_ids (model);
+  if (model->cfg.pad_id < 0)
+    model->cfg.pad_id = model->cfg.eos_id;
+  if (model->cfg.mask_id < 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "%s: no mask token (tokenizer.ggml.mask_token_id or <|mdm_mask|>); not a diffusion model?",
+                   um_gguf_file_name (g));
+      return FALSE;
+    }
+  if (model->cfg.eos_id < 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: no end-of-sequence token", um_gguf_file_name (g));
+      return FALSE;
+    }
+  if (um_tokenizer_vocab_size (model->tokenizer) > model->cfg.vocab_size)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "%s: the vocabulary has %u tokens but token_embd.weight only %u rows",
+                   um_gguf_file_name (g), um_tokenizer_vocab_size (model->tokenizer), model->cfg.vocab_size);
+      return FALSE;
+    }
+  if (!um_model_config_validate (&model->cfg, um_gguf_file_name (g), error))
+    return FALSE;
+  model->layers = g_new0 (UmLayerWeights, model->cfg.n_layers);
+  return bind_weights (model, error);
 }
 
 void
 um_model_gguf_release (UmModel *model)
 {
+  model->tensors = NULL;
+  g_clear_pointer ((UmGguf **) &model->gguf, um_gguf_free);
 }

@@ -59,6 +59,11 @@ touch_kv (UmGguf *g, guint i)
   /* Every getter on every key: each either works or reports an error. */
   if (um_gguf_get_u64 (g, key, &u, NULL))
     sink += u;
+  {
+    guint32 u32;
+    if (um_gguf_get_u32 (g, key, &u32, NULL))
+      sink += u32;
+  }
   if (um_gguf_get_i64 (g, key, &v, NULL))
     sink += (guint64) v;
   if (um_gguf_get_f64 (g, key, &d, NULL))
@@ -104,6 +109,9 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
       g_assert (g_str_has_prefix (error->message, "fuzz.gguf: "));
       return 0;
     }
+  g_assert (um_gguf_version (g) == 2 || um_gguf_version (g) == 3);
+  g_assert (um_gguf_alignment (g) > 0 && um_gguf_data_offset (g) % um_gguf_alignment (g) == 0);
+  g_assert (um_gguf_header_size (g) <= um_gguf_data_offset (g));
   for (guint i = 0; i < um_gguf_n_kv (g); i++)
     touch_kv (g, i);
   t = um_gguf_get_tensors (g);
@@ -112,6 +120,8 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
       const UmTensorInfo *info = um_tensor_table_get (t, i);
       g_assert (info->n_bytes > 0);
       g_assert (info->data >= data && info->data + info->n_bytes <= data + size);
+      g_assert ((gsize) (info->data - data) % um_gguf_alignment (g) == 0);
+      g_assert (strcmp (info->file, "fuzz.gguf") == 0);
       sink += info->data[0] + info->data[info->n_bytes - 1];
     }
   /* Copying metadata into a writer (in memory only) must work for any

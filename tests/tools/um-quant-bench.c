@@ -4,9 +4,11 @@
  * direct quantized dot product with activations quantized to Q8.
  *
  *   um-quant-bench [--types q4_0,q4_k,...] [--m 64,128,256] [--n 4096,12288]
- *                  [--k 4096] [--tiles 32,64,128,256] [--reps 3] [--no-q8]
+ *                  [--k 4096] [--tiles 0,32,64,128,256] [--reps 3] [--no-q8]
  *
- * Prints GFLOP/s (2*M*N*K / time, best of --reps) per type and approach.
+ * Prints GFLOP/s (2*M*N*K / time, best of --reps) per type and approach;
+ * "default" is um_quant_matmul ()'s own choice (for F32: one sgemm threaded
+ * by OpenBLAS; tileN for F32 is our OpenMP tiling without a copy).
  * Run with OMP_NUM_THREADS set to the number of cores.
  */
 #include <glib.h>
@@ -100,7 +102,7 @@ main (int argc, char **argv)
     { "m", 0, 0, G_OPTION_ARG_STRING, &m_s, "Activation rows", "64,128,256" },
     { "n", 0, 0, G_OPTION_ARG_STRING, &n_s, "Weight rows", "4096,12288" },
     { "k", 0, 0, G_OPTION_ARG_INT64, &k, "Inner dimension", "4096" },
-    { "tiles", 0, 0, G_OPTION_ARG_STRING, &tiles_s, "Tile heights for (a)", "32,64,128,256" },
+    { "tiles", 0, 0, G_OPTION_ARG_STRING, &tiles_s, "Tile heights for (a), 0 = default", "0,32,64,128,256" },
     { "reps", 0, 0, G_OPTION_ARG_INT64, &reps, "Repetitions (best is kept)", "3" },
     { "no-q8", 0, 0, G_OPTION_ARG_NONE, &no_q8, "Skip the direct quantized product", NULL },
     { "no-tiles", 0, 0, G_OPTION_ARG_NONE, &no_tiles, "Only the default tile height", NULL },
@@ -120,7 +122,7 @@ main (int argc, char **argv)
   char **type_names = g_strsplit (types_s ? types_s : "f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q4_k,q5_k,q6_k", ",", -1);
   GArray *ms = parse_list (m_s ? m_s : "64,128,256");
   GArray *ns = parse_list (n_s ? n_s : "4096,12288");
-  GArray *tiles = parse_list (no_tiles ? "0" : (tiles_s ? tiles_s : "32,64,128,256"));
+  GArray *tiles = parse_list (no_tiles ? "0" : (tiles_s ? tiles_s : "0,32,64,128,256"));
   int threads = 1;
 #ifdef _OPENMP
   threads = omp_get_max_threads ();
@@ -158,41 +160,49 @@ main (int argc, char **argv)
             {
               int64_t m = g_array_index (ms, gint64, mi);
               double flops = 2.0 * (double) m * (double) n * (double) k;
+              /* approaches: tile heights (0 = the default choice; for F32 0
+               * is one OpenBLAS-threaded sgemm, > 0 our OpenMP tiling
+               * without a copy), then -1 = direct quantized product */
+              GArray *ap = g_array_copy (tiles);
+              gint64 q8 = -1;
+              if (!no_q8 && um_quant_has_vec_dot (t))
+                g_array_append_val (ap, q8);
+              double *best = g_new (double, ap->len);
               GString *line = g_string_new (NULL);
+
+              for (guint ai = 0; ai < ap->len; ai++)
+                best[ai] = 1e30;
+              /* interleaved, so that all approaches see the same
+               * interference from other processes; the best time counts */
+              for (int rep = 0; rep < reps; rep++)
+                for (guint ai = 0; ai < ap->len; ai++)
+                  {
+                    gint64 a = g_array_index (ap, gint64, ai);
+                    double t0 = now ();
+                    gboolean ok = a >= 0
+                      ? um_quant_matmul_tiled (t, w, n, k, x, m, out, a, scratch, scratch_bytes)
+                      : um_quant_matmul_q8 (t, w, n, k, x, m, out);
+                    if (!ok)
+                      g_error ("matmul failed");
+                    best[ai] = MIN (best[ai], now () - t0);
+                  }
 
               g_string_append_printf (line, "%-5s M=%-4" G_GINT64_FORMAT " N=%-6" G_GINT64_FORMAT,
                                       um_dtype_name (t), m, n);
-              for (guint ti = 0; ti < tiles->len; ti++)
+              for (guint ai = 0; ai < ap->len; ai++)
                 {
-                  int64_t tile = g_array_index (tiles, gint64, ti);
-                  double best = 1e30;
-                  for (int rep = 0; rep < reps; rep++)
-                    {
-                      double t0 = now ();
-                      if (!um_quant_matmul_tiled (t, w, n, k, x, m, out, tile, scratch, scratch_bytes))
-                        g_error ("matmul failed");
-                      best = MIN (best, now () - t0);
-                    }
-                  g_string_append_printf (line, "  sgemm/tile%-3" G_GINT64_FORMAT " %6.1f",
-                                          tile, flops / best / 1e9);
-                  if (t == UM_DTYPE_F32)
-                    break;   /* no tiles: one sgemm call */
-                }
-              if (!no_q8 && um_quant_has_vec_dot (t))
-                {
-                  double best = 1e30;
-                  for (int rep = 0; rep < reps; rep++)
-                    {
-                      double t0 = now ();
-                      if (!um_quant_matmul_q8 (t, w, n, k, x, m, out))
-                        g_error ("q8 matmul failed");
-                      best = MIN (best, now () - t0);
-                    }
-                  g_string_append_printf (line, "  direct-q8 %6.1f", flops / best / 1e9);
+                  gint64 a = g_array_index (ap, gint64, ai);
+                  if (a > 0)
+                    g_string_append_printf (line, "  tile%-4" G_GINT64_FORMAT, a);
+                  else
+                    g_string_append (line, a == 0 ? "  default " : "  direct-q8");
+                  g_string_append_printf (line, " %6.1f", flops / best[ai] / 1e9);
                 }
               printf ("%s   GFLOP/s\n", line->str);
               fflush (stdout);
               g_string_free (line, TRUE);
+              g_array_unref (ap);
+              g_free (best);
             }
           g_free (scratch);
           g_free (x);
