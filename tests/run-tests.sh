@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine: installs what is
 # missing, builds with warnings as errors, runs every test, then runs the
-# engine tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# engine tests again under AddressSanitizer + UndefinedBehaviorSanitizer, and
+# fuzzes the GGUF and safetensors parsers for a bounded time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build gcc clang pkg-config libglib2.0-dev libjson-glib-dev libzstd-dev
-          libopenblas-openmp-dev)
+          libopenblas-openmp-dev libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,4 +39,6 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 LSAN_OPTIONS=suppressions="$PWD/tests/lsan.supp":print_suppressions=0 \
   meson test -C build-asan --print-errorlogs --num-processes "$jobs" --suite engine --timeout-multiplier 4
+# 3. The file parsers under libFuzzer, for a bounded time.
+bash tests/fuzz/run-fuzz.sh "${UM_FUZZ_SECONDS:-30}" build-fuzz
 echo "All tests passed."

@@ -344,6 +344,117 @@ test_decode_lossy (void)
   check_lossy (tok, (const guint8 *) "\xE2\x82\xE2\x82\xAC", 5, FFFD "€");
 }
 
+/* ---- BPE core against a naive reference --------------------------------------------- */
+
+/* Plain-string BPE as in the original paper's reference code: repeatedly merge
+ * the adjacent pair of lowest rank, leftmost first. Quadratic, obviously right. */
+static GPtrArray *
+naive_bpe (const char *word, GHashTable *ranks)
+{
+  GPtrArray *syms = g_ptr_array_new_with_free_func (g_free);
+
+  for (const char *p = word; *p; p++)
+    g_ptr_array_add (syms, g_strndup (p, 1));
+  for (;;)
+    {
+      guint best = 0;
+      gint best_rank = G_MAXINT;
+
+      for (guint i = 0; i + 1 < syms->len; i++)
+        {
+          g_autofree char *key = g_strconcat (g_ptr_array_index (syms, i), " ",
+                                              g_ptr_array_index (syms, i + 1), NULL);
+          gpointer r = g_hash_table_lookup (ranks, key);
+          if (r && GPOINTER_TO_INT (r) - 1 < best_rank)
+            {
+              best_rank = GPOINTER_TO_INT (r) - 1;
+              best = i;
+            }
+        }
+      if (best_rank == G_MAXINT)
+        return syms;
+      {
+        char *merged = g_strconcat (g_ptr_array_index (syms, best),
+                                    g_ptr_array_index (syms, best + 1), NULL);
+        g_ptr_array_remove_index (syms, best + 1);
+        g_free (g_ptr_array_index (syms, best));
+        g_ptr_array_index (syms, best) = merged;
+      }
+    }
+}
+
+static void
+test_bpe_reference (void)
+{
+  g_autoptr(GRand) rand = g_rand_new_with_seed (7);
+  g_autoptr(GPtrArray) tokens = g_ptr_array_new_with_free_func (g_free);
+  g_autoptr(GPtrArray) merges = g_ptr_array_new_with_free_func (g_free);
+  g_autoptr(GHashTable) index = g_hash_table_new (g_str_hash, g_str_equal);
+  g_autoptr(GHashTable) ranks = g_hash_table_new (g_str_hash, g_str_equal);
+  g_autoptr(UmTokenizer) tok = NULL;
+  g_autoptr(GError) error = NULL;
+
+  for (char c = 'a'; c <= 'h'; c++)
+    {
+      char *t = g_strndup (&c, 1);
+      g_ptr_array_add (tokens, t);
+      g_hash_table_insert (index, t, GUINT_TO_POINTER (tokens->len));
+    }
+  /* random merges of existing tokens; some pairs spell a token that already
+   * exists (as in merges converted from tiktoken ranks) */
+  while (merges->len < 600)
+    {
+      const char *a = g_ptr_array_index (tokens, g_rand_int_range (rand, 0, MIN (tokens->len, 60 + merges->len / 2)));
+      const char *b = g_ptr_array_index (tokens, g_rand_int_range (rand, 0, MIN (tokens->len, 60 + merges->len / 2)));
+      g_autofree char *ab = g_strconcat (a, b, NULL);
+      char *key = g_strconcat (a, " ", b, NULL);
+
+      if (strlen (ab) > 12 || g_hash_table_contains (ranks, key))
+        {
+          g_free (key);
+          continue;
+        }
+      if (!g_hash_table_contains (index, ab))
+        {
+          char *t = g_steal_pointer (&ab);
+          g_ptr_array_add (tokens, t);
+          g_hash_table_insert (index, t, GUINT_TO_POINTER (tokens->len));
+        }
+      g_ptr_array_add (merges, key);
+      g_hash_table_insert (ranks, key, GINT_TO_POINTER (merges->len));
+    }
+
+  tok = um_tokenizer_new_from_vocab ((const char * const *) tokens->pdata, tokens->len,
+                                     (const char * const *) merges->pdata, merges->len, NULL,
+                                     "[a-h]+", &error);
+  g_assert_no_error (error);
+
+  for (guint round = 0; round < 2; round++)
+    {
+      um_tokenizer_set_force_heap (tok, round == 1);
+      for (guint i = 0; i < 1500; i++)
+        {
+          char word[80];
+          guint n = 1 + g_rand_int_range (rand, 0, i < 1200 ? 30 : 78);
+          g_autoptr(GArray) ids = NULL;
+          g_autoptr(GPtrArray) ref = NULL;
+          g_autoptr(GArray) expect = g_array_new (FALSE, FALSE, sizeof (gint32));
+
+          for (guint k = 0; k < n; k++)
+            word[k] = 'a' + g_rand_int_range (rand, 0, 8);
+          word[n] = '\0';
+          ids = encode (tok, word, -1);
+          ref = naive_bpe (word, ranks);
+          for (guint k = 0; k < ref->len; k++)
+            {
+              gint32 id = GPOINTER_TO_INT (g_hash_table_lookup (index, g_ptr_array_index (ref, k))) - 1;
+              g_array_append_val (expect, id);
+            }
+          assert_ids (ids, (const gint32 *) expect->data, expect->len, word);
+        }
+    }
+}
+
 /* ---- chat template --------------------------------------------------------------- */
 
 static JsonArray *
@@ -792,6 +903,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tokenizer/nul", test_nul);
   g_test_add_func ("/tokenizer/special-tokens", test_special_tokens);
   g_test_add_func ("/tokenizer/decode-lossy", test_decode_lossy);
+  g_test_add_func ("/tokenizer/bpe-reference", test_bpe_reference);
   g_test_add_func ("/tokenizer/from-vocab", test_from_vocab);
   g_test_add_func ("/tokenizer/merges-as-pairs", test_merges_as_pairs);
   g_test_add_func ("/tokenizer/ignore-merges", test_ignore_merges);

@@ -81,12 +81,17 @@ typedef struct {
 
 #define EMPTY_KEY G_MAXUINT64
 
+/* One slot per cache-line quarter: the key and its value are read together. */
 typedef struct {
-  guint64 *keys;                   /* (left << 32) | right, EMPTY_KEY when free */
-  guint32 *ranks;
-  gint32  *new_ids;
-  guint32  mask;
-  guint    n;
+  guint64 key;                     /* (left << 32) | right, EMPTY_KEY when free */
+  guint32 rank;
+  gint32  new_id;
+} MergeSlot;
+
+typedef struct {
+  MergeSlot *slots;
+  guint32    mask;
+  guint      n;
 } MergeTable;
 
 /* Model vocabulary: open addressing over (hash, length, key), so lookups
@@ -132,6 +137,7 @@ struct _UmTokenizer {
   GArray       *steps;             /* PreStep */
   gboolean      byte_level;        /* a ByteLevel pre-tokenizer maps bytes before the model */
   gboolean      decode_byte_level; /* ByteLevel decoder; without one tokens are joined by ' ' */
+  gboolean      force_heap;        /* testing: use the heap merge for every word */
 };
 
 /* ---- GPT-2 bytes_to_unicode ------------------------------------------------ */
@@ -322,13 +328,12 @@ merge_table_init (MergeTable *t, guint expected)
 {
   guint32 cap = 16;
 
-  while (cap < expected * 2 + 1)
+  /* load factor at most 2/3 */
+  while (cap < expected + expected / 2 + 1)
     cap <<= 1;
-  t->keys = g_new (guint64, cap);
-  t->ranks = g_new (guint32, cap);
-  t->new_ids = g_new (gint32, cap);
+  t->slots = g_new (MergeSlot, cap);
   for (guint32 i = 0; i < cap; i++)
-    t->keys[i] = EMPTY_KEY;
+    t->slots[i].key = EMPTY_KEY;
   t->mask = cap - 1;
   t->n = 0;
 }
@@ -336,9 +341,7 @@ merge_table_init (MergeTable *t, guint expected)
 static void
 merge_table_clear (MergeTable *t)
 {
-  g_free (t->keys);
-  g_free (t->ranks);
-  g_free (t->new_ids);
+  g_free (t->slots);
   memset (t, 0, sizeof *t);
 }
 
@@ -350,13 +353,13 @@ merge_table_put (MergeTable *t, gint32 a, gint32 b, guint32 rank, gint32 new_id)
   guint64 key = ((guint64) (guint32) a << 32) | (guint32) b;
   guint32 i = merge_slot (key, t->mask);
 
-  while (t->keys[i] != EMPTY_KEY && t->keys[i] != key)
+  while (t->slots[i].key != EMPTY_KEY && t->slots[i].key != key)
     i = (i + 1) & t->mask;
-  if (t->keys[i] == EMPTY_KEY)
+  if (t->slots[i].key == EMPTY_KEY)
     t->n++;
-  t->keys[i] = key;
-  t->ranks[i] = rank;
-  t->new_ids[i] = new_id;
+  t->slots[i].key = key;
+  t->slots[i].rank = rank;
+  t->slots[i].new_id = new_id;
 }
 
 static inline gboolean
@@ -367,14 +370,14 @@ merge_table_get (const MergeTable *t, gint32 a, gint32 b, guint32 *rank, gint32 
 
   for (;;)
     {
-      guint64 k = t->keys[i];
-      if (k == key)
+      const MergeSlot *sl = &t->slots[i];
+      if (sl->key == key)
         {
-          *rank = t->ranks[i];
-          *new_id = t->new_ids[i];
+          *rank = sl->rank;
+          *new_id = sl->new_id;
           return TRUE;
         }
-      if (k == EMPTY_KEY)
+      if (sl->key == EMPTY_KEY)
         return FALSE;
       i = (i + 1) & t->mask;
     }
@@ -1599,6 +1602,7 @@ static void
 scratch_init (Scratch *sc)
 {
   sc->buf = g_string_new (NULL);
+  memset (sc->buf->str, 0, sc->buf->allocated_len);   /* see encode_plain */
   sc->spans = g_array_new (FALSE, FALSE, sizeof (Span));
   sc->spans2 = g_array_new (FALSE, FALSE, sizeof (Span));
   sc->parts = g_array_new (FALSE, FALSE, sizeof (Span));
@@ -1682,6 +1686,53 @@ push_symbol (GArray *syms, gint32 id, guint32 len)
   g_array_append_val (syms, s);
 }
 
+#define SMALL_WORD 24
+
+/* The same merge order for short words without the heap: ranks of the
+ * current adjacent pairs are kept per left symbol and the lowest (leftmost
+ * on ties) is merged; only the two pairs around a merge are looked up again. */
+static void
+bpe_merge_small (const UmTokenizer *tok, Symbol *s, guint n)
+{
+  guint32 ranks[SMALL_WORD];
+  gint32 ids[SMALL_WORD];
+
+  for (guint i = 0; i < n; i++)
+    if (i + 1 == n || !merge_table_get (&tok->merges, s[i].id, s[i + 1].id, &ranks[i], &ids[i]))
+      ranks[i] = G_MAXUINT32;
+
+  for (;;)
+    {
+      gint32 best = -1, nx;
+      guint32 best_rank = G_MAXUINT32;
+
+      for (gint32 i = 0; i >= 0; i = s[i].next)
+        if (ranks[i] < best_rank)
+          {
+            best_rank = ranks[i];
+            best = i;
+          }
+      if (best < 0)
+        return;
+      nx = s[best].next;
+      s[best].id = ids[best];
+      s[best].len += s[nx].len;
+      s[best].next = s[nx].next;
+      s[nx].len = 0;
+      if (s[best].next >= 0)
+        s[s[best].next].prev = best;
+      if (s[best].next < 0
+          || !merge_table_get (&tok->merges, s[best].id, s[s[best].next].id, &ranks[best], &ids[best]))
+        ranks[best] = G_MAXUINT32;
+      if (s[best].prev >= 0)
+        {
+          gint32 pv = s[best].prev;
+          if (!merge_table_get (&tok->merges, s[pv].id, s[best].id, &ranks[pv], &ids[pv]))
+            ranks[pv] = G_MAXUINT32;
+        }
+    }
+}
+
 /* Word::merge_all of tokenizers: lowest rank first, then leftmost. */
 static void
 bpe_merge (const UmTokenizer *tok, Scratch *sc)
@@ -1696,6 +1747,11 @@ bpe_merge (const UmTokenizer *tok, Scratch *sc)
   s[n - 1].next = -1;
   if (n < 2)
     return;
+  if (n <= SMALL_WORD && !tok->force_heap)
+    {
+      bpe_merge_small (tok, s, n);
+      return;
+    }
   g_array_set_size (sc->heap, 0);
   for (guint i = 0; i + 1 < n; i++)
     if (merge_table_get (&tok->merges, s[i].id, s[i + 1].id, &rank, &new_id))
@@ -2277,6 +2333,14 @@ um_tokenizer_is_added (UmTokenizer *tok,
 {
   g_return_val_if_fail (tok != NULL, FALSE);
   return id >= 0 && (guint) id < tok->n_ids && (tok->id_flags[id] & ID_ADDED);
+}
+
+void
+um_tokenizer_set_force_heap (UmTokenizer *tok,
+                             gboolean     force)
+{
+  g_return_if_fail (tok != NULL);
+  tok->force_heap = force != FALSE;
 }
 
 guint

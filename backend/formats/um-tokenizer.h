@@ -85,6 +85,12 @@ gboolean     um_tokenizer_is_added (UmTokenizer *tok,
 /* Max id + 1 over the model vocabulary and the added tokens. */
 guint        um_tokenizer_vocab_size (UmTokenizer *tok);
 
+/* Testing only: merge every word with the heap algorithm used for long words
+ * (short words normally take a simpler path; the ids must not change).
+ * Call before the tokenizer is shared between threads. */
+void         um_tokenizer_set_force_heap (UmTokenizer *tok,
+                                          gboolean     force);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmTokenizer, um_tokenizer_free)
 
 G_END_DECLS

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of the file parsers with clang (ASan + UBSan)
+# and runs each for a bounded time, seeded with the fixtures and the
+# malformed corpus. Usage: tests/fuzz/run-fuzz.sh [SECONDS_PER_TARGET] [OUTDIR]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+seconds=${1:-30}
+out=${2:-build-fuzz}
+mkdir -p "$out"
+
+flags=(-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+       -Ibackend -Ibackend/formats)
+libs=$(pkg-config --cflags --libs glib-2.0 gio-2.0 json-glib-1.0)
+common=(backend/um-error.c backend/formats/um-dtype.c backend/formats/um-tensor-table.c)
+
+# shellcheck disable=SC2086
+clang "${flags[@]}" "${common[@]}" backend/formats/um-gguf.c backend/formats/um-gguf-write.c \
+  tests/fuzz/fuzz-gguf.c $libs -lm -o "$out/fuzz-gguf"
+# shellcheck disable=SC2086
+clang "${flags[@]}" "${common[@]}" backend/formats/um-safetensors.c \
+  tests/fuzz/fuzz-safetensors.c $libs -lm -o "$out/fuzz-safetensors"
+
+seed_gguf="$out/seed-gguf"; seed_st="$out/seed-safetensors"
+mkdir -p "$seed_gguf" "$seed_st" "$out/corpus-gguf" "$out/corpus-safetensors"
+cp tests/data/*.gguf tests/data/malformed/*.gguf "$seed_gguf/"
+cp tests/data/tiny-llada/model.safetensors "$seed_st/tiny.safetensors"
+cp tests/data/small-kquant/model.safetensors "$seed_st/small.safetensors"
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+"$out/fuzz-gguf" -max_total_time="$seconds" -max_len=700000 -rss_limit_mb=2048 -print_final_stats=1 \
+  -artifact_prefix="$out/" "$out/corpus-gguf" "$seed_gguf" 2>&1 | grep -E "stat::number_of_executed_units|stat::peak_rss|ERROR|Done" || true
+"$out/fuzz-safetensors" -max_total_time="$seconds" -max_len=700000 -rss_limit_mb=2048 -print_final_stats=1 \
+  -artifact_prefix="$out/" "$out/corpus-safetensors" "$seed_st" 2>&1 | grep -E "stat::number_of_executed_units|stat::peak_rss|ERROR|Done" || true
+# A crash leaves crash-*/leak-*/timeout-* files: fail the run then.
+if compgen -G "$out/crash-*" >/dev/null || compgen -G "$out/leak-*" >/dev/null \
+   || compgen -G "$out/timeout-*" >/dev/null || compgen -G "$out/oom-*" >/dev/null; then
+  echo "fuzzing found a failure; inputs kept in $out:"
+  ls "$out"/crash-* "$out"/leak-* "$out"/timeout-* "$out"/oom-* 2>/dev/null
+  exit 1
+fi
+echo "fuzzing: no failures"
