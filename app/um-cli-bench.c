@@ -83,18 +83,50 @@ sgemm_baseline (const Shape *shapes, guint n_shapes, JsonBuilder *b)
   return total_time > 0 ? total_flops / total_time / 1e9 : 0;
 }
 
+/* Forward passes over a fixed canvas with every position's logits. */
+static gboolean
+bench_canvas (UmForward *fw, int canvas, int passes, double *warm_s, GError **error)
+{
+  const UmModelConfig *c = &um_forward_get_model (fw)->cfg;
+  g_autofree gint32 *ids = g_new (gint32, canvas);
+  g_autofree float *logits = g_try_malloc ((size_t) canvas * c->vocab_size * sizeof (float));
+  gint64 t0;
+
+  if (logits == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of memory for %d × %u logits", canvas, c->vocab_size);
+      return FALSE;
+    }
+  /* Half prompt, half masks, like a diffusion step. */
+  for (int i = 0; i < canvas; i++)
+    ids[i] = i < canvas / 2 ? (gint32) ((i * 2654435761u + 12345u) % MIN (c->vocab_size, 100000u)) : c->mask_id;
+  t0 = g_get_monotonic_time ();
+  if (!um_forward_logits (fw, ids, 1, canvas, NULL, 0, logits, NULL, error))
+    return FALSE;
+  *warm_s = (g_get_monotonic_time () - t0) / 1e6;
+  um_forward_reset_stats (fw);
+  for (int p = 0; p < passes; p++)
+    if (!um_forward_logits (fw, ids, 1, canvas, NULL, 0, logits, NULL, error))
+      return FALSE;
+  return TRUE;
+}
+
 int
 um_cli_bench (int argc, char **argv)
 {
   g_autoptr(GOptionContext) ctx = g_option_context_new ("— measure the engine on a model");
   g_autofree char *model_path = NULL;
-  int prompt_length = 64;
+  int prompt_length = 64, canvas = 0, passes = 5;
   gboolean no_sgemm = FALSE;
   UmCliGenOptions go;
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model_path, "Model folder or .gguf file", "PATH" },
     { "prompt-length", 0, 0, G_OPTION_ARG_INT, &prompt_length, "Random prompt tokens (default 64)", "N" },
     { "no-sgemm", 0, 0, G_OPTION_ARG_NONE, &no_sgemm, "Skip the OpenBLAS sgemm baseline", NULL },
+    { "canvas", 0, 0, G_OPTION_ARG_INT, &canvas,
+      "Instead of generating, time forward passes over a canvas of N tokens with the logits of every "
+      "position (the work llama.cpp's diffusion example does per step)", "N" },
+    { "passes", 0, 0, G_OPTION_ARG_INT, &passes, "Forward passes with --canvas (default 5)", "N" },
     { NULL }
   };
   g_autoptr(GError) error = NULL;
@@ -110,7 +142,7 @@ um_cli_bench (int argc, char **argv)
   UmForward *fw;
   const UmModelConfig *c;
   gint64 t0;
-  double load_s, warm_s, gen_s;
+  double load_s, warm_s = 0, gen_s = 0;
   guint64 rss;
 
   um_cli_gen_options_init (&go, 64, 64, 32);
@@ -121,9 +153,10 @@ um_cli_bench (int argc, char **argv)
   if (!um_cli_gen_options_to_params (&go, &params, &error))
     return um_cli_fail (error);
   um_cli_gen_options_clear (&go);
-  if (prompt_length < 1)
+  if (prompt_length < 1 || canvas < 0 || passes < 1)
     {
-      g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--prompt-length must be at least 1");
+      g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "--prompt-length and --passes must be at least 1, --canvas not negative");
       return um_cli_fail (error);
     }
 
@@ -135,43 +168,48 @@ um_cli_bench (int argc, char **argv)
   fw = um_engine_get_forward (engine);
   c = &um_engine_get_model (engine)->cfg;
 
-  /* A reproducible random prompt of ordinary tokens. */
-  prompt = g_new (gint32, prompt_length);
-  for (int i = 0; i < prompt_length; i++)
+  if (canvas > 0)
     {
-      prompt[i] = (gint32) ((i * 2654435761u + 12345u) % MIN (c->vocab_size, 100000u));
-      if (prompt[i] == c->mask_id)
-        prompt[i] = 0;
-    }
-
-  /* Warm-up: one pass over the first block's canvas pages in the weights. */
-  {
-    int L = prompt_length + params.gen_length;
-    g_autofree gint32 *canvas = g_new (gint32, L);
-    memcpy (canvas, prompt, sizeof (gint32) * prompt_length);
-    for (int i = prompt_length; i < L; i++)
-      canvas[i] = c->mask_id;
-    rows = g_new (gint32, params.block_length);
-    for (int i = 0; i < params.block_length; i++)
-      rows[i] = prompt_length + i;
-    logits = g_try_malloc ((size_t) params.block_length * c->vocab_size * sizeof (float));
-    t0 = g_get_monotonic_time ();
-    if (logits == NULL
-        || !um_forward_logits (fw, canvas, 1, L, rows, params.block_length, logits, NULL, &error))
-      {
-        if (error == NULL)
-          g_set_error (&error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of memory for the warm-up logits");
+      if (!bench_canvas (fw, canvas, passes, &warm_s, &error))
         return um_cli_fail (error);
-      }
-    warm_s = (g_get_monotonic_time () - t0) / 1e6;
-    g_clear_pointer (&logits, g_free);
-  }
+    }
+  else
+    {
+      /* A reproducible random prompt of ordinary tokens. */
+      int L = prompt_length + params.gen_length;
+      g_autofree gint32 *start = g_new (gint32, L);
+      prompt = g_new (gint32, prompt_length);
+      for (int i = 0; i < prompt_length; i++)
+        {
+          prompt[i] = (gint32) ((i * 2654435761u + 12345u) % MIN (c->vocab_size, 100000u));
+          if (prompt[i] == c->mask_id)
+            prompt[i] = 0;
+        }
+      /* Warm-up: the first step's pass pages the weights in. */
+      memcpy (start, prompt, sizeof (gint32) * prompt_length);
+      for (int i = prompt_length; i < L; i++)
+        start[i] = c->mask_id;
+      rows = g_new (gint32, params.block_length);
+      for (int i = 0; i < params.block_length; i++)
+        rows[i] = prompt_length + i;
+      logits = g_try_malloc ((size_t) params.block_length * c->vocab_size * sizeof (float));
+      t0 = g_get_monotonic_time ();
+      if (logits == NULL
+          || !um_forward_logits (fw, start, 1, L, rows, params.block_length, logits, NULL, &error))
+        {
+          if (error == NULL)
+            g_set_error (&error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of memory for the warm-up logits");
+          return um_cli_fail (error);
+        }
+      warm_s = (g_get_monotonic_time () - t0) / 1e6;
+      g_clear_pointer (&logits, g_free);
 
-  um_forward_reset_stats (fw);
-  t0 = g_get_monotonic_time ();
-  if (!um_sampler_generate (fw, prompt, prompt_length, &params, NULL, NULL, NULL, out_ids, &error))
-    return um_cli_fail (error);
-  gen_s = (g_get_monotonic_time () - t0) / 1e6;
+      um_forward_reset_stats (fw);
+      t0 = g_get_monotonic_time ();
+      if (!um_sampler_generate (fw, prompt, prompt_length, &params, NULL, NULL, NULL, out_ids, &error))
+        return um_cli_fail (error);
+      gen_s = (g_get_monotonic_time () - t0) / 1e6;
+    }
   st = *um_forward_get_stats (fw);
   rss = peak_rss_bytes ();
   um_engine_get_backend (engine)->ops->mem_info (um_engine_get_backend (engine), &mem);
@@ -190,13 +228,23 @@ um_cli_bench (int argc, char **argv)
   MEMBER_INT ("d_model", c->d_model);
   MEMBER_INT ("mlp_hidden", c->mlp_hidden);
   MEMBER_INT ("vocab_size", c->vocab_size);
-  MEMBER_INT ("prompt_length", prompt_length);
-  MEMBER_INT ("gen_length", params.gen_length);
-  MEMBER_INT ("steps", params.steps);
-  MEMBER_INT ("block_length", params.block_length);
+  MEMBER_INT ("parameters", um_model_config_n_params (c));
+  MEMBER_INT ("weight_bytes", um_model_weight_bytes (um_engine_get_model (engine)));
+  if (canvas > 0)
+    {
+      MEMBER_STR ("mode", "canvas");
+      MEMBER_INT ("canvas", canvas);
+    }
+  else
+    {
+      MEMBER_STR ("mode", "generate");
+      MEMBER_INT ("prompt_length", prompt_length);
+      MEMBER_INT ("gen_length", params.gen_length);
+      MEMBER_INT ("steps", params.steps);
+      MEMBER_INT ("block_length", params.block_length);
+    }
   MEMBER_DBL ("load_seconds", load_s);
   MEMBER_DBL ("warmup_seconds", warm_s);
-  MEMBER_DBL ("generate_seconds", gen_s);
   MEMBER_INT ("forward_passes", st.n_passes);
   MEMBER_DBL ("forward_passes_per_second", st.seconds > 0 ? st.n_passes / st.seconds : 0);
   MEMBER_DBL ("seconds_per_forward", st.n_passes ? st.seconds / st.n_passes : 0);
@@ -205,14 +253,18 @@ um_cli_bench (int argc, char **argv)
   MEMBER_DBL ("matmul_gflops", st.seconds_matmul > 0 ? st.flops_matmul / st.seconds_matmul / 1e9 : 0);
   MEMBER_DBL ("matmul_share", st.seconds > 0 ? st.seconds_matmul / st.seconds : 0);
   MEMBER_DBL ("logit_rows_per_forward", st.n_passes ? (double) st.logit_rows / st.n_passes : 0);
-  MEMBER_DBL ("tokens_per_second", gen_s > 0 ? params.gen_length / gen_s : 0);
+  if (canvas == 0)
+    {
+      MEMBER_DBL ("generate_seconds", gen_s);
+      MEMBER_DBL ("tokens_per_second", gen_s > 0 ? params.gen_length / gen_s : 0);
+    }
   MEMBER_INT ("peak_rss_bytes", rss);
   MEMBER_INT ("backend_peak_bytes", mem.peak);
   if (!no_sgemm)
     {
-      int L = prompt_length + params.gen_length;
+      int L = canvas > 0 ? canvas : prompt_length + params.gen_length;
       int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
-      int R = params.block_length;
+      int R = canvas > 0 ? canvas : params.block_length;
       const Shape shapes[] = {
         { "q/out", L, QD, c->d_model, 2 * c->n_layers },
         { "k/v", L, KVD, c->d_model, 2 * c->n_layers },

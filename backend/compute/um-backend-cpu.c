@@ -136,7 +136,7 @@ cpu_embed (UmBackend *be, const UmDevWeight *table, const gint32 *ids, int n, Um
                      "token id %d is outside the vocabulary (%" G_GUINT64_FORMAT ")", ids[i], w->rows);
         return FALSE;
       }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((uint64_t) n * w->cols >= 32768)
   for (int i = 0; i < n; i++)
     um_cpu_dequant_row (w->dtype, (const guint8 *) w->data + (uint64_t) ids[i] * w->row_bytes,
                         out->data + (size_t) i * w->cols, w->cols);

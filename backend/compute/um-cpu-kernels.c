@@ -13,6 +13,9 @@
  * some builds hide them behind macros. */
 extern void openblas_set_num_threads (int num_threads);
 
+/* Below this many floats of work a parallel region costs more than it saves. */
+#define PAR_MIN 32768
+
 /* Rows of a converted weight tile: ~2 MB for K = 4096, large enough that
  * OpenBLAS's repacking of the activations per call is small against the
  * product, small enough to stay in L2/L3. */
@@ -119,7 +122,7 @@ um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out, GError 
   tile_rows = MIN (tile_rows, n);
   n_tiles = (n + tile_rows - 1) / tile_rows;
 
-#pragma omp parallel
+#pragma omp parallel if (m * n * k >= 64 * PAR_MIN)
   {
     float *tile = g_try_malloc ((size_t) tile_rows * k * sizeof (float));
     if (tile == NULL)
@@ -152,7 +155,7 @@ um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out, GError 
 void
 um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *out)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * dim >= PAR_MIN)
   for (int64_t r = 0; r < rows; r++)
     {
       const float *xr = x + r * dim;
@@ -181,7 +184,7 @@ um_cpu_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_di
   for (int i = 0; i < half; i++)
     inv_freq[i] = pow (theta, -2.0 * i / head_dim);
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * n_heads * head_dim >= PAR_MIN)
   for (int64_t r = 0; r < rows; r++)
     {
       for (int i = 0; i < half; i++)
@@ -233,7 +236,7 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq,
   g_array_append_val (chunks, nq);
   n_chunks = chunks->len - 1;
 
-#pragma omp parallel
+#pragma omp parallel if (nq * seq_len * (int64_t) head_dim * n_heads >= PAR_MIN)
   {
     float *scores = g_malloc ((size_t) ATT_CHUNK * seq_len * sizeof (float));
 #pragma omp for collapse(2) schedule(dynamic, 1)
@@ -276,7 +279,7 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq,
 void
 um_cpu_swiglu (const float *gate, const float *up, size_t n, float *out)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
   for (size_t i = 0; i < n; i++)
     {
       float g = gate[i];
@@ -287,7 +290,7 @@ um_cpu_swiglu (const float *gate, const float *up, size_t n, float *out)
 void
 um_cpu_add (float *x, const float *y, size_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
   for (size_t i = 0; i < n; i++)
     x[i] += y[i];
 }
