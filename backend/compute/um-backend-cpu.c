@@ -7,6 +7,7 @@
 
 #include "um-cpu-kernels.h"
 #include "um-error.h"
+#include "um-quant.h"
 
 struct _UmBuf {
   float  *data;
@@ -15,12 +16,15 @@ struct _UmBuf {
 
 struct _UmDevWeight {
   UmWeight w;
+  void    *aligned_copy;   /* only for F32 data a file left unaligned */
+  size_t   copy_bytes;
 };
 
 typedef struct {
-  uint64_t budget;
-  uint64_t in_use;
-  uint64_t peak;
+  uint64_t     budget;
+  uint64_t     in_use;
+  uint64_t     peak;
+  UmCpuScratch scratch;
 } CpuCtx;
 
 #define CTX(be) ((CpuCtx *) (be)->ctx)
@@ -28,6 +32,7 @@ typedef struct {
 static void
 cpu_destroy (UmBackend *be)
 {
+  um_cpu_scratch_clear (&CTX (be)->scratch);
   g_free (be->ctx);
   g_free (be);
 }
@@ -110,18 +115,41 @@ cpu_buf_download (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t by
   return TRUE;
 }
 
-/* Weights stay where the model mapped them; nothing is copied. */
+/* Weights stay where the model mapped them; nothing is copied, except F32
+ * data at an unaligned offset (safetensors headers are normally padded, so
+ * this is rare), which sgemm must not read in place. */
 static UmDevWeight *
 cpu_weight_load (UmBackend *be, const UmWeight *w, GError **error)
 {
   UmDevWeight *dw = g_new0 (UmDevWeight, 1);
+  CpuCtx *c = CTX (be);
+
   dw->w = *w;
+  if (w->dtype == UM_DTYPE_F32 && ((uintptr_t) w->data % sizeof (float)) != 0)
+    {
+      size_t bytes = w->rows * w->row_bytes;
+      if ((c->budget != 0 && (bytes > c->budget || c->in_use > c->budget - bytes))
+          || posix_memalign (&dw->aligned_copy, 64, MAX (bytes, 1)) != 0)
+        {
+          g_free (dw);
+          g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                       "cpu: no memory to align weight “%s” (%.1f MiB)", w->name, bytes / 1048576.0);
+          return NULL;
+        }
+      memcpy (dw->aligned_copy, w->data, bytes);
+      dw->w.data = dw->aligned_copy;
+      dw->copy_bytes = bytes;
+      c->in_use += bytes;
+      c->peak = MAX (c->peak, c->in_use);
+    }
   return dw;
 }
 
 static void
 cpu_weight_free (UmBackend *be, UmDevWeight *w)
 {
+  CTX (be)->in_use -= w->copy_bytes;
+  free (w->aligned_copy);
   g_free (w);
 }
 
@@ -138,8 +166,8 @@ cpu_embed (UmBackend *be, const UmDevWeight *table, const gint32 *ids, int n, Um
       }
 #pragma omp parallel for schedule(static) if ((uint64_t) n * w->cols >= 32768)
   for (int i = 0; i < n; i++)
-    um_cpu_dequant_row (w->dtype, (const guint8 *) w->data + (uint64_t) ids[i] * w->row_bytes,
-                        out->data + (size_t) i * w->cols, w->cols);
+    um_quant_dequantize_row (w->dtype, (const guint8 *) w->data + (uint64_t) ids[i] * w->row_bytes,
+                             out->data + (size_t) i * w->cols, w->cols);
   return TRUE;
 }
 
@@ -162,7 +190,7 @@ cpu_rms_norm (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *w, 
 static gboolean
 cpu_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *w, UmBuf *out, GError **error)
 {
-  return um_cpu_matmul (x->data, rows, &w->w, out->data, error);
+  return um_cpu_matmul (x->data, rows, &w->w, out->data, &CTX (be)->scratch, error);
 }
 
 static gboolean

@@ -16,11 +16,6 @@ extern void openblas_set_num_threads (int num_threads);
 /* Below this many floats of work a parallel region costs more than it saves. */
 #define PAR_MIN 32768
 
-/* Rows of a converted weight tile: ~2 MB for K = 4096, large enough that
- * OpenBLAS's repacking of the activations per call is small against the
- * product, small enough to stay in L2/L3. */
-#define TILE_BYTES (2u * 1024u * 1024u)
-
 static int cpu_threads = 0;
 
 void
@@ -40,116 +35,46 @@ um_cpu_get_threads (void)
 }
 
 gboolean
-um_cpu_dequant_row (UmDType dtype, const void *src, float *dst, int64_t n)
+um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out,
+               UmCpuScratch *scratch, GError **error)
 {
-  switch (dtype)
-    {
-    case UM_DTYPE_F32:
-      memcpy (dst, src, (size_t) n * sizeof (float));
-      return TRUE;
-    case UM_DTYPE_BF16:
-      {
-        const guint8 *s = src;
-        for (int64_t i = 0; i < n; i++)
-          {
-            uint16_t h;
-            memcpy (&h, s + 2 * i, 2);
-            dst[i] = um_bf16_to_f32 (h);
-          }
-        return TRUE;
-      }
-    case UM_DTYPE_F16:
-      {
-#ifdef __FLT16_MAX__
-        /* Lets GCC use F16C / AVX-512 conversions. */
-        const guint8 *s = src;
-        for (int64_t i = 0; i < n; i++)
-          {
-            _Float16 h;
-            memcpy (&h, s + 2 * i, 2);
-            dst[i] = (float) h;
-          }
-#else
-        const guint8 *s = src;
-        for (int64_t i = 0; i < n; i++)
-          {
-            uint16_t h;
-            memcpy (&h, s + 2 * i, 2);
-            dst[i] = um_f16_to_f32 (h);
-          }
-#endif
-        return TRUE;
-      }
-    case UM_DTYPE_Q8_0:
-    case UM_DTYPE_Q4_0:
-    case UM_DTYPE_Q4_1:
-    case UM_DTYPE_Q5_0:
-    case UM_DTYPE_Q5_1:
-    case UM_DTYPE_Q4_K:
-    case UM_DTYPE_Q5_K:
-    case UM_DTYPE_Q6_K:
-      um_quant_dequantize_row (dtype, src, dst, n);
-      return TRUE;
-    case UM_DTYPE_I32:
-    case UM_DTYPE_N_TYPES:
-    default:
-      return FALSE;
-    }
-}
-
-gboolean
-um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out, GError **error)
-{
-  const int64_t n = w->rows, k = w->cols;
-  int64_t tile_rows;
-  int64_t n_tiles;
-  gboolean ok = TRUE;
+  size_t need;
 
   if (m == 0)
     return TRUE;
-  if (w->dtype == UM_DTYPE_F32 && ((uintptr_t) w->data % sizeof (float)) == 0)
+  /* Other formats are converted tile by tile into the scratch buffers (one
+   * per thread) and multiplied with sgemm; the weight is never expanded
+   * whole. */
+  need = w->dtype == UM_DTYPE_F32 ? 0 : um_quant_matmul_scratch_bytes (w->dtype, w->rows, w->cols, m);
+  if (need > scratch->bytes)
     {
-      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k,
-                   1.0f, x, k, w->data, k, 0.0f, out, n);
-      return TRUE;
+      float *grown = NULL;
+      if (posix_memalign ((void **) &grown, 64, need) != 0)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                       "out of memory for %.1f MiB of weight tiles", need / 1048576.0);
+          return FALSE;
+        }
+      free (scratch->data);
+      scratch->data = grown;
+      scratch->bytes = need;
     }
+  if (!um_quant_matmul (w->dtype, w->data, w->rows, w->cols, x, m, out, scratch->data, scratch->bytes))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_FAILED,
+                   "matrix product with “%s” (%s, %" G_GUINT64_FORMAT "×%" G_GUINT64_FORMAT ") failed",
+                   w->name ? w->name : "weight", um_dtype_name (w->dtype), w->rows, w->cols);
+      return FALSE;
+    }
+  return TRUE;
+}
 
-  /* Other formats: convert a tile of weight rows into a small float buffer
-   * and multiply it; the whole weight is never expanded in memory. Each
-   * thread owns its tiles, and OpenBLAS's OpenMP build runs single-threaded
-   * inside our parallel region. */
-  tile_rows = MAX (16, (int64_t) (TILE_BYTES / ((size_t) k * sizeof (float))));
-  tile_rows = MIN (tile_rows, n);
-  n_tiles = (n + tile_rows - 1) / tile_rows;
-
-#pragma omp parallel if (m * n * k >= 64 * PAR_MIN)
-  {
-    float *tile = g_try_malloc ((size_t) tile_rows * k * sizeof (float));
-    if (tile == NULL)
-      {
-#pragma omp atomic write
-        ok = FALSE;
-      }
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < n_tiles; t++)
-      {
-        int64_t r0 = t * tile_rows;
-        int64_t nr = MIN (tile_rows, n - r0);
-        if (tile == NULL)
-          continue;
-        for (int64_t r = 0; r < nr; r++)
-          um_cpu_dequant_row (w->dtype, (const guint8 *) w->data + (r0 + r) * w->row_bytes,
-                              tile + r * k, k);
-        cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, m, nr, k,
-                     1.0f, x, k, tile, k, 0.0f, out + r0, n);
-      }
-    g_free (tile);
-  }
-  if (!ok)
-    g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
-                 "out of memory for a %" G_GINT64_FORMAT "×%" G_GINT64_FORMAT " weight tile",
-                 tile_rows, k);
-  return ok;
+void
+um_cpu_scratch_clear (UmCpuScratch *scratch)
+{
+  free (scratch->data);
+  scratch->data = NULL;
+  scratch->bytes = 0;
 }
 
 void

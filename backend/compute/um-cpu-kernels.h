@@ -11,11 +11,18 @@
 
 G_BEGIN_DECLS
 
-/* Converts n elements of a row stored as @dtype to float. */
-gboolean um_cpu_dequant_row (UmDType dtype, const void *src, float *dst, int64_t n);
+/* Per-thread weight tiles of the matrix product, grown on demand. */
+typedef struct {
+  float  *data;
+  size_t  bytes;
+} UmCpuScratch;
 
-/* out[m, w.rows] = x[m, w.cols] · wᵀ. */
-gboolean um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out, GError **error);
+void um_cpu_scratch_clear (UmCpuScratch *scratch);
+
+/* out[m, w.rows] = x[m, w.cols] · wᵀ for any stored format (F32 weights must
+ * be 4-byte aligned). */
+gboolean um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out,
+                        UmCpuScratch *scratch, GError **error);
 
 void um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *out);
 

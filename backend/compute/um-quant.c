@@ -1230,9 +1230,9 @@ um_quant_vec_dot_q8 (UmDType t, const void *wrow, const void *xq8, int64_t n)
 /* Tile height of the dequantize + sgemm product, as f32 elements per
  * thread: each sgemm call re-packs all of x, so tiles must be tall enough to
  * amortise that, while the tile itself should stay in L2/L3.  Measured on
- * the 2-core EPYC (Zen 4) with tests/tools/um-quant-bench.c: at K = 4096,
- * 128 rows (2 MiB) beat 32 and 64 rows by 5-15% at M = 64..256 and were
- * within noise of 256 and 512. */
+ * the 2-core EPYC (Zen 4) with tests/tools/um-quant-bench.c at K = 4096:
+ * 32-row tiles lose 5-15% at M = 64..256, 64 rows ~2%, 256 rows gain ~1%
+ * over 128 but halve the number of tiles to balance over many threads. */
 #define UM_QUANT_TILE_ELEMS (128 * 4096)
 
 static int

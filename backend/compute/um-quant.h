@@ -236,9 +236,13 @@ float    um_quant_vec_dot_q8 (UmDType     t,
  * row a whole number of blocks) and out row-major with leading dimension N.
  * x is f32 with leading dimension k.
  *
- * Weights are dequantized in tiles of rows into f32 and multiplied with
- * OpenBLAS sgemm, the tiles spread over OpenMP threads (F32 weights go to
- * sgemm directly).  scratch gives the per-thread tile buffers; pass at least
+ * Weights are dequantized in tiles of rows (128 rows at K = 4096, 2 MiB of
+ * f32 per thread) and multiplied with OpenBLAS sgemm, the tiles spread over
+ * OpenMP threads (F32 weights go to one sgemm directly).  The result is the
+ * f32 product with the dequantized weights (the x rows are not rounded),
+ * and this beat the direct quantized product for every type at diffusion
+ * batch sizes (M >= 64), see um_quant_matmul_q8 ().  Any m works; x, w, out
+ * must not overlap.  scratch gives the per-thread tile buffers; pass at least
  * um_quant_matmul_scratch_bytes () for full speed.  With less (or NULL) it
  * uses fewer threads, or allocates its own buffer if even one tile does not
  * fit.  Returns FALSE (touching nothing) on bad arguments or an allocation
@@ -256,10 +260,14 @@ gboolean um_quant_matmul (UmDType      t,
 
 size_t   um_quant_matmul_scratch_bytes (UmDType t, int64_t n, int64_t k, int64_t m);
 
-/* For the benchmark and tests: the same product through
- * um_quant_vec_dot_q8 () (x quantized to Q8 first; so only approximately
- * equal to um_quant_matmul ()), and the dequant + sgemm path with an
- * explicit tile height (0 = default). */
+/* The same product computed directly on the quantized weights: x is first
+ * quantized to Q8_0 / Q8_K rows, then each output is an integer dot product
+ * (four x rows per weight row at a time with AVX2).  Only t with
+ * um_quant_has_vec_dot ().  8-bit activations cost ~0.3-1% relative error in
+ * out, so this is not what um_quant_matmul () does.  Measured per core on the
+ * EPYC (tests/tools/um-quant-bench.c): 40-70 GFLOP/s against 63-88 for
+ * dequantize + sgemm at M = 64..256, but 2-5x faster below M ~ 32, where
+ * sgemm is inefficient; offered for such small products. */
 gboolean um_quant_matmul_q8 (UmDType      t,
                              const void  *w,
                              int64_t      n,
@@ -267,6 +275,9 @@ gboolean um_quant_matmul_q8 (UmDType      t,
                              const float *x,
                              int64_t      m,
                              float       *out);
+/* um_quant_matmul () with an explicit tile height (0 = its default); for F32
+ * weights, tile_rows > 0 uses our OpenMP tiling (without copies) instead of
+ * one OpenBLAS-threaded sgemm.  For the benchmark and tests. */
 gboolean um_quant_matmul_tiled (UmDType      t,
                                 const void  *w,
                                 int64_t      n,

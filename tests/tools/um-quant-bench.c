@@ -10,6 +10,19 @@
  * "default" is um_quant_matmul ()'s own choice (for F32: one sgemm threaded
  * by OpenBLAS; tileN for F32 is our OpenMP tiling without a copy).
  * Run with OMP_NUM_THREADS set to the number of cores.
+ *
+ * Results on the 2-core AMD EPYC (Zen 4, 2.6 GHz; our kernels AVX2,
+ * OpenBLAS 0.3.21 OpenMP build using its AVX-512 "Cooperlake" kernels),
+ * K = 4096, best of 3-5 (the machine was shared, so 2-thread numbers are
+ * from quiet moments):
+ *   1 thread:  dequant + sgemm 63-65 GFLOP/s at M = 64, 83-88 at M = 256,
+ *              for every type (dequantization runs at 8-16 Gelem/s, a few
+ *              % of the time); direct Q8 product 38-70 (Q6_K 70, Q8_0 58,
+ *              Q4_K 57, Q4_0 55, Q5_K 55, Q5_0 50, Q4_1 42, Q5_1 38), only
+ *              Q6_K at M = 64 ahead (+10%); at M <= 16 the direct product
+ *              is 2-5x faster.
+ *   2 threads: dequant + sgemm 115-120 at M = 64, 140-155 at M = 128..256;
+ *              direct Q8 ~110-116 for Q4_0/Q8_0.
  */
 #include <glib.h>
 #include <math.h>
