@@ -4,6 +4,7 @@
 #include <glib.h>
 #include <json-glib/json-glib.h>
 
+#include "um-cpu-kernels.h"
 #include "um-engine.h"
 
 G_BEGIN_DECLS
@@ -17,6 +18,7 @@ int um_cli_tokenize (int argc, char **argv);
 int um_cli_detokenize (int argc, char **argv);
 int um_cli_inspect (int argc, char **argv);
 int um_cli_bench (int argc, char **argv);
+int um_cli_quantize (int argc, char **argv);
 
 /* Parses "1,2,3" (spaces allowed). */
 GArray  *um_cli_parse_ids (const char *text, GError **error);

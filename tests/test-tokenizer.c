@@ -235,6 +235,60 @@ test_nul (void)
   g_assert_cmpmem (back, 4, "x\0y", 4);
 }
 
+/* A loaded tokenizer is shared by threads without locking. */
+typedef struct {
+  UmTokenizer *tok;
+  JsonArray   *cases;
+  gboolean     ok;
+} ThreadJob;
+
+static gpointer
+thread_encode (gpointer data)
+{
+  ThreadJob *job = data;
+
+  job->ok = TRUE;
+  for (guint round = 0; round < 20; round++)
+    for (guint i = 0; i < json_array_get_length (job->cases); i++)
+      {
+        JsonObject *c = json_array_get_object_element (job->cases, i);
+        JsonArray *want = json_object_get_array_member (c, "ids");
+        g_autoptr(GArray) ids = g_array_new (FALSE, FALSE, sizeof (gint32));
+
+        if (!um_tokenizer_encode (job->tok, json_object_get_string_member (c, "text"), -1, ids, NULL)
+            || ids->len != json_array_get_length (want))
+          {
+            job->ok = FALSE;
+            continue;
+          }
+        for (guint k = 0; k < ids->len; k++)
+          if (g_array_index (ids, gint32, k) != (gint32) json_array_get_int_element (want, k))
+            job->ok = FALSE;
+      }
+  return NULL;
+}
+
+static void
+test_threads (void)
+{
+  g_autoptr(UmTokenizer) tok = load_fixture ();
+  g_autoptr(JsonParser) parser = load_json ("tokenizer-extra.json");
+  JsonArray *cases = json_object_get_array_member (root_object (parser), "tokenize");
+  ThreadJob jobs[4];
+  GThread *threads[4];
+
+  for (guint i = 0; i < G_N_ELEMENTS (jobs); i++)
+    {
+      jobs[i] = (ThreadJob) { tok, cases, FALSE };
+      threads[i] = g_thread_new ("encode", thread_encode, &jobs[i]);
+    }
+  for (guint i = 0; i < G_N_ELEMENTS (jobs); i++)
+    {
+      g_thread_join (threads[i]);
+      g_assert_true (jobs[i].ok);
+    }
+}
+
 /* ---- special tokens and lookups ---------------------------------------------------- */
 
 static void
@@ -595,8 +649,14 @@ test_from_vocab (void)
       types[i] = um_tokenizer_is_special (ref, (gint32) i) ? UM_TOKEN_TYPE_CONTROL
                                                            : UM_TOKEN_TYPE_NORMAL;
     }
+  /* the merges as the tokenizer hands them out for GGUF writing */
+  g_assert_cmpuint (um_tokenizer_n_merges (ref), ==, n_merges);
   for (guint i = 0; i < n_merges; i++)
-    merge_strs[i] = json_array_get_string_element (merges, i);
+    {
+      merge_strs[i] = um_tokenizer_get_merge (ref, i);
+      g_assert_cmpstr (merge_strs[i], ==, json_array_get_string_element (merges, i));
+    }
+  g_assert_null (um_tokenizer_get_merge (ref, n_merges));
 
   tok = um_tokenizer_new_from_vocab (tokens, n_tokens, merge_strs, n_merges, types, NULL, &error);
   g_assert_no_error (error);
@@ -901,6 +961,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tokenizer/extra-cases", test_extra_cases);
   g_test_add_func ("/tokenizer/round-trip-random", test_round_trip_random);
   g_test_add_func ("/tokenizer/nul", test_nul);
+  g_test_add_func ("/tokenizer/threads", test_threads);
   g_test_add_func ("/tokenizer/special-tokens", test_special_tokens);
   g_test_add_func ("/tokenizer/decode-lossy", test_decode_lossy);
   g_test_add_func ("/tokenizer/bpe-reference", test_bpe_reference);

@@ -9,7 +9,7 @@
  *      each remaining piece into words;
  *   4. each word goes through BPE with integer ids: pair -> (rank, merged id)
  *      in an open-addressing table, merges applied lowest rank first, leftmost
- *      first on ties, with a binary heap so long words stay O(n log n).
+ *      first on ties; long words use a binary heap so they stay O(n log n).
  *
  * The split regex is written for Oniguruma (what `tokenizers` uses). It runs
  * here through GRegex (PCRE2, UTF + UCP); the escapes whose meaning differs
@@ -125,6 +125,9 @@ struct _UmTokenizer {
   guint8       *id_flags;          /* [n_ids] ID_* */
   guint         n_ids;
   MergeTable    merges;
+  GArray       *merge_list;        /* (left, right) vocabulary strings per merge, in file order */
+  GMutex        merge_text_lock;
+  char        **merge_text;        /* "a b" per merge, built on first use */
   gboolean      ignore_merges;
   gboolean      byte_fallback;
   gboolean      fuse_unk;
@@ -448,12 +451,19 @@ vocab_table_grow (VocabTable *t)
   g_free (old);
 }
 
-static inline gint32
-vocab_get2 (const UmTokenizer *tok, const char *a, gsize la, const char *b, gsize lb)
+static inline const VocabEntry *
+vocab_entry2 (const UmTokenizer *tok, const char *a, gsize la, const char *b, gsize lb)
 {
   guint32 h = hash_bytes (hash_bytes (HASH_SEED, a, la), b, lb);
   const VocabEntry *e = &tok->vocab.e[vocab_slot (&tok->vocab, h, a, la, b, lb)];
-  return e->key ? e->id : -1;
+  return e->key ? e : NULL;
+}
+
+static inline gint32
+vocab_get2 (const UmTokenizer *tok, const char *a, gsize la, const char *b, gsize lb)
+{
+  const VocabEntry *e = vocab_entry2 (tok, a, la, b, lb);
+  return e ? e->id : -1;
 }
 
 static inline gint32
@@ -482,6 +492,8 @@ tokenizer_alloc (const char *source)
   tok->added_vocab = g_hash_table_new (g_str_hash, g_str_equal);
   tok->added = g_array_new (FALSE, TRUE, sizeof (AddedToken));
   tok->steps = g_array_new (FALSE, TRUE, sizeof (PreStep));
+  tok->merge_list = g_array_new (FALSE, FALSE, 2 * sizeof (const char *));
+  g_mutex_init (&tok->merge_text_lock);
   tok->unk_id = -1;
   return tok;
 }
@@ -504,6 +516,10 @@ um_tokenizer_free (UmTokenizer *tok)
   g_free (tok->match_raw.order);
   g_free (tok->match_norm.order);
   merge_table_clear (&tok->merges);
+  if (tok->merge_list)
+    g_array_unref (tok->merge_list);
+  g_free (tok->merge_text);   /* the strings live in tok->strings */
+  g_mutex_clear (&tok->merge_text_lock);
   g_free (tok->id_tokens);
   g_free (tok->id_flags);
   g_free (tok->vocab.e);
@@ -742,9 +758,7 @@ static void
 finish_byte_ids (UmTokenizer *tok)
 {
   for (guint b = 0; b < 256; b++)
-    {
-      tok->byte_ids[b] = vocab_get (tok, byte_utf8[b], byte_utf8_len[b]);
-    }
+    tok->byte_ids[b] = vocab_get (tok, byte_utf8[b], byte_utf8_len[b]);
 }
 
 static gint
@@ -847,14 +861,20 @@ static gboolean
 add_merge (UmTokenizer *tok, const char *a, gsize la, const char *b, gsize lb,
            guint rank, const char *src, const char *field, guint index, GError **error)
 {
-  gint32 ia = vocab_get (tok, a, la);
-  gint32 ib = vocab_get (tok, b, lb);
+  const VocabEntry *ea = vocab_entry2 (tok, a, la, NULL, 0);
+  const VocabEntry *eb = vocab_entry2 (tok, b, lb, NULL, 0);
+  gint32 ia = ea ? ea->id : -1;
+  gint32 ib = eb ? eb->id : -1;
   gint32 inew = vocab_get2 (tok, a, la, b, lb);
   g_autofree char *missing = NULL;
 
   if (ia >= 0 && ib >= 0 && inew >= 0)
     {
+      /* the vocabulary's own strings: stable, and unlike id_tokens never an
+       * added token's content */
+      const char *pair[2] = { ea->key, eb->key };
       merge_table_put (&tok->merges, ia, ib, rank, inew);
+      g_array_append_val (tok->merge_list, pair);
       return TRUE;
     }
   if (ia < 0)
@@ -1957,7 +1977,8 @@ regex_split (const PreStep *st, Scratch *sc, Span in, GArray *out, GError **erro
       g_array_append_val (parts, sp);
     }
 
-  /* now the delimiter behaviour, as in tokenizers' normalizer.rs */
+  /* now the delimiter behaviour, as in tokenizers' normalizer.rs; empty
+   * pieces are dropped only at the end, as PreTokenizedString::split does */
   {
     Span *p = (Span *) parts->data;
     guint np = parts->len;
@@ -1969,26 +1990,28 @@ regex_split (const PreStep *st, Scratch *sc, Span in, GArray *out, GError **erro
         gsize off = (p[i].off & ~MATCH) + in.off, len = p[i].len;
         Span *last = out->len > first_out ? &g_array_index (out, Span, out->len - 1) : NULL;
 
+        Span sp = { off, len };
+
         switch (st->behavior)
           {
           case SPLIT_ISOLATED:
-            push_span (out, off, len);
+            g_array_append_val (out, sp);
             break;
           case SPLIT_REMOVED:
             if (!is_match)
-              push_span (out, off, len);
+              g_array_append_val (out, sp);
             break;
           case SPLIT_MERGED_WITH_PREVIOUS:
             if (is_match && !prev_match && last)
               last->len = off + len - last->off;
             else
-              push_span (out, off, len);
+              g_array_append_val (out, sp);
             break;
           case SPLIT_CONTIGUOUS:
             if (is_match == prev_match && last)
               last->len = off + len - last->off;
             else
-              push_span (out, off, len);
+              g_array_append_val (out, sp);
             break;
           case SPLIT_MERGED_WITH_NEXT:
             /* handled below, walking backwards */
@@ -2003,7 +2026,6 @@ regex_split (const PreStep *st, Scratch *sc, Span in, GArray *out, GError **erro
         /* a match is glued to the piece after it (unless that is a match too) */
         gboolean have = FALSE;
         gboolean next_match = FALSE;
-        guint base = out->len;
 
         /* walk backwards building reversed pieces, then reverse in place */
         for (guint i = np; i-- > 0;)
@@ -2025,22 +2047,26 @@ regex_split (const PreStep *st, Scratch *sc, Span in, GArray *out, GError **erro
               }
             next_match = is_match;
           }
-        /* reverse and drop empty pieces */
+        /* back to text order */
         {
-          guint n = out->len - base, w = base;
+          guint n = out->len - first_out;
           Span *o = (Span *) out->data;
           for (guint i = 0; i < n / 2; i++)
             {
-              Span t = o[base + i];
-              o[base + i] = o[out->len - 1 - i];
+              Span t = o[first_out + i];
+              o[first_out + i] = o[out->len - 1 - i];
               o[out->len - 1 - i] = t;
             }
-          for (guint i = base; i < out->len; i++)
-            if (o[i].len > 0)
-              o[w++] = o[i];
-          g_array_set_size (out, w);
         }
       }
+    {
+      Span *o = (Span *) out->data;
+      guint w = first_out;
+      for (guint i = first_out; i < out->len; i++)
+        if (o[i].len > 0)
+          o[w++] = o[i];
+      g_array_set_size (out, w);
+    }
   }
   return TRUE;
 }
@@ -2333,6 +2359,45 @@ um_tokenizer_is_added (UmTokenizer *tok,
 {
   g_return_val_if_fail (tok != NULL, FALSE);
   return id >= 0 && (guint) id < tok->n_ids && (tok->id_flags[id] & ID_ADDED);
+}
+
+guint
+um_tokenizer_n_merges (UmTokenizer *tok)
+{
+  g_return_val_if_fail (tok != NULL, 0);
+  return tok->merge_list->len;
+}
+
+const char *
+um_tokenizer_get_merge (UmTokenizer *tok,
+                        guint        rank)
+{
+  const char *text;
+
+  g_return_val_if_fail (tok != NULL, NULL);
+  if (rank >= tok->merge_list->len)
+    return NULL;
+  /* built once, for all merges: only GGUF writing asks for them */
+  g_mutex_lock (&tok->merge_text_lock);
+  if (tok->merge_text == NULL)
+    {
+      g_autoptr(GString) buf = g_string_new (NULL);
+      char **texts = g_new (char *, tok->merge_list->len);
+
+      for (guint r = 0; r < tok->merge_list->len; r++)
+        {
+          const char **pair = &g_array_index (tok->merge_list, const char *, 2 * r);
+          g_string_truncate (buf, 0);
+          g_string_append (buf, pair[0]);
+          g_string_append_c (buf, ' ');
+          g_string_append (buf, pair[1]);
+          texts[r] = g_string_chunk_insert_len (tok->strings, buf->str, buf->len);
+        }
+      tok->merge_text = texts;
+    }
+  text = tok->merge_text[rank];
+  g_mutex_unlock (&tok->merge_text_lock);
+  return text;
 }
 
 void

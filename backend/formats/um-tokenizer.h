@@ -85,6 +85,12 @@ gboolean     um_tokenizer_is_added (UmTokenizer *tok,
 /* Max id + 1 over the model vocabulary and the added tokens. */
 guint        um_tokenizer_vocab_size (UmTokenizer *tok);
 
+/* The merges in rank order, as "a b" strings of byte-level tokens (what GGUF's
+ * tokenizer.ggml.merges holds). The strings belong to the tokenizer. */
+guint        um_tokenizer_n_merges (UmTokenizer *tok);
+const char  *um_tokenizer_get_merge (UmTokenizer *tok,
+                                     guint        rank);   /* NULL if out of range */
+
 /* Testing only: merge every word with the heap algorithm used for long words
  * (short words normally take a simpler path; the ids must not change).
  * Call before the tokenizer is shared between threads. */
