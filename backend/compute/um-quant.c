@@ -1249,7 +1249,11 @@ static int64_t
 default_tile_rows (int64_t n, int64_t k)
 {
   int64_t rows = UM_QUANT_TILE_ELEMS / MAX (k, (int64_t) 1);
+  /* Small weights still need a few tiles per thread, or one thread does
+   * all the work while the others wait. */
+  int64_t share = (n + 4 * max_threads () - 1) / (4 * max_threads ());
 
+  rows = MIN (rows, (share + 15) / 16 * 16);
   rows = CLAMP (rows / 16 * 16, (int64_t) 16, (int64_t) 512);
   return MIN (rows, n);
 }

@@ -11,7 +11,7 @@ int
 main (int argc, char **argv)
 {
   g_autofree char *out = NULL, *shape = NULL, *dtype = NULL, *tokenizer = NULL;
-  int layers = -1, shards = 1, seed = 1;
+  int layers = -1, shards = 1, seed = 1, d_model = 0, heads = 0, kv_heads = 0, mlp = 0, vocab = 0;
   GOptionEntry entries[] = {
     { "out", 'o', 0, G_OPTION_ARG_FILENAME, &out, "Folder to write", "DIR" },
     { "shape", 0, 0, G_OPTION_ARG_STRING, &shape, "llada-8b (default) or tiny", "SHAPE" },
@@ -20,6 +20,11 @@ main (int argc, char **argv)
     { "shards", 0, 0, G_OPTION_ARG_INT, &shards, "Number of safetensors shards", "N" },
     { "seed", 0, 0, G_OPTION_ARG_INT, &seed, "Random seed", "N" },
     { "tokenizer", 0, 0, G_OPTION_ARG_FILENAME, &tokenizer, "tokenizer.json to copy in", "FILE" },
+    { "d-model", 0, 0, G_OPTION_ARG_INT, &d_model, "Override the model width", "N" },
+    { "heads", 0, 0, G_OPTION_ARG_INT, &heads, "Override the number of heads", "N" },
+    { "kv-heads", 0, 0, G_OPTION_ARG_INT, &kv_heads, "Override the number of KV heads", "N" },
+    { "mlp", 0, 0, G_OPTION_ARG_INT, &mlp, "Override the MLP width", "N" },
+    { "vocab", 0, 0, G_OPTION_ARG_INT, &vocab, "Override the vocabulary size (≥ 512)", "N" },
     { NULL }
   };
   g_autoptr(GOptionContext) ctx = g_option_context_new ("— write a random LLaDA model");
@@ -55,6 +60,16 @@ main (int argc, char **argv)
       fprintf (stderr, "um-make-model: safetensors models are F32, F16 or BF16\n");
       return 2;
     }
+  if (d_model > 0)
+    spec.d_model = d_model;
+  if (heads > 0)
+    spec.n_heads = spec.n_kv_heads = heads;
+  if (kv_heads > 0)
+    spec.n_kv_heads = kv_heads;
+  if (mlp > 0)
+    spec.mlp_hidden = mlp;
+  if (vocab >= 512)
+    spec.vocab_size = vocab;
   spec.n_shards = MAX (shards, 1);
   spec.seed = seed;
   spec.tokenizer = tokenizer;
