@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(meson ninja-build gcc clang pkg-config libglib2.0-dev libjson-glib-dev libzstd-dev
-          libopenblas-openmp-dev libclang-rt-14-dev)
+          libopenblas-openmp-dev libclang-rt-14-dev
+          libgtk-4-dev libadwaita-1-dev gettext desktop-file-utils appstream
+          xvfb xauth dbus)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,15 +26,19 @@ jobs=$(nproc)
 
 # 1. Release-like build, warnings are errors.
 if [ ! -f build-ci/build.ninja ]; then
-  meson setup build-ci -Dwerror=true -Dbuildtype=debugoptimized
+  meson setup build-ci -Dwerror=true -Dbuildtype=debugoptimized -Dgui=enabled
 fi
 meson compile -C build-ci
-meson test -C build-ci --print-errorlogs --num-processes "$jobs"
+meson test -C build-ci --print-errorlogs --num-processes "$jobs" --no-suite gui
+# The desktop app's tests need a display: a private X server and session bus.
+dbus-run-session -- xvfb-run -a -s "-screen 0 1600x1200x24" \
+  meson test -C build-ci --print-errorlogs --suite gui
 
 # 2. Sanitizers. OpenMP's runtime keeps thread pools alive at exit; that is
 #    not a leak of ours, so only leaks with our frames fail the run.
 if [ ! -f build-asan/build.ninja ]; then
-  meson setup build-asan -Dwerror=true -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+  meson setup build-asan -Dwerror=true -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
+    -Dgui=disabled
 fi
 meson compile -C build-asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \

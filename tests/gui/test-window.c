@@ -1,0 +1,345 @@
+/* The main window under Xvfb: opens and closes without leaks, a generation
+ * on the fixture model updates the diffusion view step by step and ends with
+ * the reference ids, Stop cancels within one step, the step slider replays,
+ * a bad model file shows an error and the app keeps working. With
+ * UM_SCREENSHOT_DIR set it also saves screenshots of the window. */
+#include "config.h"
+
+#include <adwaita.h>
+#include <glib/gstdio.h>
+#include <json-glib/json-glib.h>
+#include <string.h>
+
+#include "um-chat-page.h"
+#include "um-generate-page.h"
+#include "um-settings.h"
+#include "um-window.h"
+
+static char *tmp_dir;
+
+static char *
+data_path (const char *name)
+{
+  const char *dir = g_getenv ("UM_TEST_DATA");
+  return g_build_filename (dir ? dir : "tests/data", name, NULL);
+}
+
+static void
+wait_for (gboolean (*done) (gpointer), gpointer data, int timeout_s)
+{
+  gint64 end = g_get_monotonic_time () + (gint64) timeout_s * G_USEC_PER_SEC;
+  while (!done (data))
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, end);
+      g_main_context_iteration (NULL, TRUE);
+    }
+}
+
+static gboolean
+not_loading (gpointer win)
+{
+  return !um_window_get_loading (win);
+}
+
+static gboolean
+mapped (gpointer win)
+{
+  return gtk_widget_get_mapped (win);
+}
+
+static gboolean
+not_running (gpointer page)
+{
+  return !um_generate_page_get_running (page);
+}
+
+static UmWindow *
+make_window (void)
+{
+  g_autofree char *settings_path = g_build_filename (tmp_dir, "settings.json", NULL);
+  g_autoptr(UmSettings) settings = um_settings_new (settings_path);
+  UmWindow *win = um_window_new (NULL, settings);
+
+  gtk_window_set_default_size (GTK_WINDOW (win), 1180, 780);
+  gtk_window_present (GTK_WINDOW (win));
+  wait_for (mapped, win, 10);
+  return win;
+}
+
+static void
+destroy_window (UmWindow *win)
+{
+  g_object_ref (win);
+  gtk_window_destroy (GTK_WINDOW (win));
+  while (g_main_context_pending (NULL))
+    g_main_context_iteration (NULL, FALSE);
+  g_assert_finalize_object (win);
+}
+
+static void
+load (UmWindow *win, const char *path)
+{
+  um_window_load_model (win, path);
+  wait_for (not_loading, win, 30);
+}
+
+static void
+save_screenshot (GtkWidget *widget, const char *name)
+{
+  const char *dir = g_getenv ("UM_SCREENSHOT_DIR");
+  g_autoptr(GdkPaintable) paintable = NULL;
+  g_autoptr(GtkSnapshot) snapshot = NULL;
+  g_autoptr(GskRenderNode) node = NULL;
+  g_autoptr(GdkTexture) texture = NULL;
+  g_autofree char *path = NULL;
+  int w, h;
+
+  if (dir == NULL)
+    return;
+  /* Let pending layout and drawing happen first. */
+  for (int i = 0; i < 20; i++)
+    g_main_context_iteration (NULL, FALSE);
+  w = gtk_widget_get_width (widget);
+  h = gtk_widget_get_height (widget);
+  paintable = gtk_widget_paintable_new (widget);
+  snapshot = gtk_snapshot_new ();
+  gdk_paintable_snapshot (paintable, GDK_SNAPSHOT (snapshot), w, h);
+  node = gtk_snapshot_free_to_node (g_steal_pointer (&snapshot));
+  g_assert_nonnull (node);
+  texture = gsk_renderer_render_texture (gtk_native_get_renderer (GTK_NATIVE (widget)), node,
+                                         &GRAPHENE_RECT_INIT (0, 0, w, h));
+  path = g_build_filename (dir, name, NULL);
+  g_assert_true (gdk_texture_save_to_png (texture, path));
+  g_test_message ("saved %s", path);
+}
+
+static void
+test_open_close (void)
+{
+  UmWindow *win = make_window ();
+  g_assert_null (um_window_get_engine (win));
+  save_screenshot (GTK_WIDGET (win), "welcome.png");
+  destroy_window (win);
+}
+
+typedef struct {
+  UmDiffusionView *view;
+  int notifies;
+  gboolean monotonic;
+} StepWatch;
+
+/* Each new step adds exactly one committed cell (steps == gen_length here). */
+static void
+on_steps_recorded (UmDiffusionView *view, GParamSpec *pspec, StepWatch *w)
+{
+  g_autoptr(GArray) shown = um_diffusion_view_get_shown_ids (view);
+  int n = um_diffusion_view_get_n_steps_recorded (view), filled = 0;
+
+  if (n == 0)
+    return;
+  for (guint i = 0; i < shown->len; i++)
+    filled += g_array_index (shown, gint32, i) != 508;
+  if (filled != n)
+    w->monotonic = FALSE;
+  w->notifies++;
+}
+
+static JsonObject *
+fixture_case (JsonParser *parser, guint index)
+{
+  JsonArray *cases = json_object_get_array_member (json_node_get_object (json_parser_get_root (parser)), "generate");
+  return json_array_get_object_element (cases, index);
+}
+
+static void
+set_params (UmWindow *win, int gen, int steps, int block)
+{
+  UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+
+  um_generate_page_set_prompt (page, "What is free software?");
+  /* The page's controls are bound to the settings. */
+  g_object_set (um_window_get_settings (win), "gen-length", gen, "steps", steps, "block-length", block,
+                "chat-template", TRUE, "temperature", 0.0, "cfg-scale", 0.0, "remasking", "low_confidence",
+                NULL);
+}
+
+static void
+test_generate_live_and_replay (void)
+{
+  g_autoptr(JsonParser) parser = json_parser_new ();
+  g_autofree char *json = data_path ("tiny-llada.expected.json");
+  g_autofree char *model = data_path ("tiny-llada");
+  UmWindow *win = make_window ();
+  UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  UmDiffusionView *view = um_generate_page_get_view (page);
+  StepWatch watch = { view, 0, TRUE };
+  JsonObject *c;
+  JsonArray *want;
+  GArray *got;
+  g_autoptr(GArray) shown = NULL;
+  gulong id;
+
+  g_assert_true (json_parser_load_from_file (parser, json, NULL));
+  c = fixture_case (parser, 0);   /* gen 32, steps 32, block 8, chat prompt */
+  load (win, model);
+  g_assert_nonnull (um_window_get_engine (win));
+  g_assert_null (um_window_get_error_message (win));
+
+  set_params (win, 32, 32, 8);
+  g_assert_null (um_generate_page_get_problem (page));
+  id = g_signal_connect (view, "notify::n-steps-recorded", G_CALLBACK (on_steps_recorded), &watch);
+  gtk_widget_activate_action (GTK_WIDGET (win), "win.generate", NULL);
+  g_assert_true (um_generate_page_get_running (page));
+  wait_for (not_running, page, 60);
+  g_signal_handler_disconnect (view, id);
+
+  g_assert_null (um_generate_page_get_last_error (page));
+  got = um_generate_page_get_last_ids (page);
+  want = json_object_get_array_member (c, "ids");
+  g_assert_cmpuint (got->len, ==, json_array_get_length (want));
+  for (guint i = 0; i < got->len; i++)
+    g_assert_cmpint (g_array_index (got, gint32, i), ==, json_array_get_int_element (want, i));
+  /* The view saw every step, one committed cell more each time. */
+  g_assert_cmpint (um_diffusion_view_get_n_steps_recorded (view), ==, 32);
+  g_assert_cmpint (watch.notifies, ==, 32);
+  g_assert_true (watch.monotonic);
+  shown = um_diffusion_view_get_shown_ids (view);
+  g_assert_cmpmem (shown->data, shown->len * 4, got->data, got->len * 4);
+
+  /* The slider replays: position 5 shows the canvas after 5 steps. */
+  gtk_range_set_value (um_generate_page_get_step_scale (page), 5);
+  g_assert_cmpint (um_diffusion_view_get_shown_step (view), ==, 4);
+  {
+    g_autoptr(GArray) at5 = um_diffusion_view_get_shown_ids (view);
+    int filled = 0;
+    for (guint i = 0; i < at5->len; i++)
+      filled += g_array_index (at5, gint32, i) != 508;
+    g_assert_cmpint (filled, ==, 5);
+  }
+  gtk_range_set_value (um_generate_page_get_step_scale (page), 18);
+  save_screenshot (GTK_WIDGET (win), "generate.png");
+  destroy_window (win);
+}
+
+typedef struct {
+  UmWindow *win;
+  guint64 passes_at_stop;
+  gboolean stopped;
+} StopWatch;
+
+static void
+on_first_step (UmDiffusionView *view, GParamSpec *pspec, StopWatch *w)
+{
+  if (w->stopped)
+    return;
+  w->stopped = TRUE;
+  w->passes_at_stop = um_forward_get_stats (um_engine_get_forward (um_window_get_engine (w->win)))->n_passes;
+  gtk_widget_activate_action (GTK_WIDGET (w->win), "win.stop", NULL);
+}
+
+static void
+test_stop_within_one_step (void)
+{
+  g_autofree char *model = data_path ("small-kquant");
+  UmWindow *win = make_window ();
+  UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  UmDiffusionView *view = um_generate_page_get_view (page);
+  StopWatch w = { win, 0, FALSE };
+  guint64 passes_end;
+
+  load (win, model);
+  set_params (win, 256, 256, 256);
+  um_forward_reset_stats (um_engine_get_forward (um_window_get_engine (win)));
+  g_signal_connect (view, "notify::n-steps-recorded", G_CALLBACK (on_first_step), &w);
+  um_generate_page_generate (page);
+  wait_for (not_running, page, 120);
+  g_assert_true (w.stopped);
+  g_assert_error ((GError *) um_generate_page_get_last_error (page), G_IO_ERROR, G_IO_ERROR_CANCELLED);
+  passes_end = um_forward_get_stats (um_engine_get_forward (um_window_get_engine (win)))->n_passes;
+  g_test_message ("forward passes at stop: %" G_GUINT64_FORMAT ", at the end: %" G_GUINT64_FORMAT,
+                  w.passes_at_stop, passes_end);
+  g_assert_cmpuint (passes_end - w.passes_at_stop, <=, 1);
+  g_assert_cmpint (um_diffusion_view_get_n_steps_recorded (view), <, 256);
+
+  /* The app keeps working: a new run completes. */
+  set_params (win, 16, 16, 8);
+  um_generate_page_generate (page);
+  wait_for (not_running, page, 60);
+  g_assert_null (um_generate_page_get_last_error (page));
+  destroy_window (win);
+}
+
+static void
+test_bad_model_then_good (void)
+{
+  g_autofree char *bad = g_build_filename (tmp_dir, "broken.gguf", NULL);
+  g_autofree char *model = data_path ("tiny-llada");
+  UmWindow *win = make_window ();
+
+  g_assert_true (g_file_set_contents (bad, "GGUF\x03\0\0\0garbage", 15, NULL));
+  load (win, bad);
+  g_assert_null (um_window_get_engine (win));
+  g_assert_nonnull (um_window_get_error_message (win));
+  g_assert_nonnull (strstr (um_window_get_error_message (win), "broken.gguf"));
+
+  load (win, "/nonexistent/model");
+  g_assert_nonnull (strstr (um_window_get_error_message (win), "/nonexistent/model"));
+
+  load (win, model);
+  g_assert_nonnull (um_window_get_engine (win));
+  g_assert_null (um_window_get_error_message (win));
+  destroy_window (win);
+}
+
+static gboolean
+chat_idle (gpointer page)
+{
+  return !um_chat_page_get_busy (page);
+}
+
+static void
+test_chat_screenshot (void)
+{
+  g_autofree char *model = data_path ("tiny-llada");
+  UmWindow *win;
+  UmChatPage *chat;
+  AdwViewStack *stack;
+
+  if (g_getenv ("UM_SCREENSHOT_DIR") == NULL)
+    {
+      g_test_skip ("UM_SCREENSHOT_DIR is not set");
+      return;
+    }
+  win = make_window ();
+  load (win, model);
+  chat = UM_CHAT_PAGE (um_window_get_chat_page (win));
+  stack = ADW_VIEW_STACK (gtk_widget_get_ancestor (GTK_WIDGET (chat), ADW_TYPE_VIEW_STACK));
+  adw_view_stack_set_visible_child_name (stack, "chat");
+  um_chat_page_send (chat, "What is free software?");
+  wait_for (chat_idle, chat, 60);
+  um_chat_page_send (chat, "And what is copyleft?");
+  wait_for (chat_idle, chat, 60);
+  save_screenshot (GTK_WIDGET (win), "chat.png");
+  destroy_window (win);
+}
+
+int
+main (int argc, char **argv)
+{
+  int rc;
+
+  tmp_dir = g_dir_make_tmp ("unmask-gui-XXXXXX", NULL);
+  {
+    g_autofree char *data_home = g_build_filename (tmp_dir, "data", NULL);
+    g_setenv ("XDG_DATA_HOME", data_home, TRUE);
+  }
+  gtk_test_init (&argc, &argv, NULL);
+  adw_init ();
+  g_test_add_func ("/gui/open-close", test_open_close);
+  g_test_add_func ("/gui/generate-live-and-replay", test_generate_live_and_replay);
+  g_test_add_func ("/gui/stop-within-one-step", test_stop_within_one_step);
+  g_test_add_func ("/gui/bad-model", test_bad_model_then_good);
+  g_test_add_func ("/gui/chat-screenshot", test_chat_screenshot);
+  rc = g_test_run ();
+  return rc;
+}

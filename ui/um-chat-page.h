@@ -1,0 +1,61 @@
+/* um-chat-page.h — multi-turn chat with an Instruct model.
+ *
+ * The answer unmasks in place while the engine runs; Stop, Regenerate, Copy;
+ * conversations are saved under $XDG_DATA_HOME/unmask/chats/ and can be
+ * reopened or exported as Markdown.
+ */
+#pragma once
+
+#include <adwaita.h>
+
+#include "um-chat-store.h"
+#include "um-engine.h"
+
+G_BEGIN_DECLS
+
+#define UM_TYPE_CHAT_PAGE (um_chat_page_get_type ())
+G_DECLARE_FINAL_TYPE (UmChatPage, um_chat_page, UM, CHAT_PAGE, AdwBin)
+
+GtkWidget *um_chat_page_new (void);
+
+/* The engine to chat with (NULL when no model is loaded). Not owned: the
+ * window keeps it alive while set. */
+void       um_chat_page_set_engine (UmChatPage *self, UmEngine *engine);
+/* Generation parameters for answers (copied). */
+void       um_chat_page_set_params (UmChatPage *self, const UmGenParams *params);
+
+/* TRUE while an answer is being generated ("busy" property): from the send
+ * until the engine has let go of it, Stop included. The "step" signal
+ * (int step, int n_steps, double elapsed) reports every step event of the
+ * running answer. */
+gboolean   um_chat_page_get_busy (UmChatPage *self);
+
+/* Sends @text as the next user turn (what the entry's Send does). */
+void       um_chat_page_send (UmChatPage *self, const char *text);
+/* Stops the running answer within a step. */
+void       um_chat_page_stop (UmChatPage *self);
+
+/* Answers the last user message again, discarding the answer after it
+ * ("chat.regenerate"); each regeneration of a turn uses the next seed. */
+void       um_chat_page_regenerate (UmChatPage *self);
+/* Starts an empty conversation ("chat.new"); ignored while busy. */
+void       um_chat_page_new_chat (UmChatPage *self);
+/* Opens the saved conversation @id of the store folder (not while busy). */
+gboolean   um_chat_page_open_conversation (UmChatPage  *self,
+                                           const char  *id,
+                                           GError     **error);
+/* The conversation shown: messages and token history (owned by the page,
+ * valid until the next conversation is opened or started). */
+UmChatConversation *um_chat_page_get_conversation (UmChatPage *self);
+/* The text shown in message @index's bubble (NULL if out of range). */
+const char *um_chat_page_get_message_text (UmChatPage *self,
+                                           guint       index);
+/* Where conversations are saved; NULL: um_chat_store_default_dir (). */
+void       um_chat_page_set_store_dir (UmChatPage *self,
+                                       const char *dir);
+/* Writes the conversation as Markdown ("chat.export" asks for the file). */
+gboolean   um_chat_page_export_markdown (UmChatPage  *self,
+                                         GFile       *file,
+                                         GError     **error);
+
+G_END_DECLS

@@ -1,0 +1,1454 @@
+/* um-diffusion-view.c — the canvas of a diffusion run, live and replayable.
+ *
+ * Cells flow like text. Every distinct token id gets one cached glyph (its
+ * PangoLayout and width) shared by all cells that show it, so a frame only
+ * lays out tokens it has not seen; all mask cells share one prebuilt render
+ * node. Steps are kept as one flat array of commits, so the canvas after any
+ * step can be rebuilt in O(commits), and forward from the shown step
+ * incrementally.
+ */
+#include "um-diffusion-view.h"
+
+#include <adwaita.h>
+#include <glib/gi18n.h>
+
+#define INSET           3     /* room for the current block's outline */
+#define OUTLINE         2
+#define PAD_X           4
+#define PAD_Y           2
+#define CELL_GAP        2
+#define ROW_GAP         6
+#define BLOCK_GAP       10
+#define RADIUS          4.f
+#define NAT_CELLS       24    /* natural width, in mask cells */
+#define ANIM_USEC       (250 * G_TIME_SPAN_MILLISECOND)
+#define MIN_ANIM_USEC   (40 * G_TIME_SPAN_MILLISECOND)
+#define A11Y_DELAY_MS   500
+#define MAX_TOKEN_CHARS 32
+#define MAX_TIP_CHARS   80
+#define MAX_GEN_LENGTH  (1 << 20)
+#define MAX_STEP_GAP    65536
+
+typedef enum {
+  GLYPH_WORD_START  = 1 << 0,  /* began with a space: a word gap goes before it */
+  GLYPH_BREAK       = 1 << 1,  /* held a newline: the next cell starts a row */
+  GLYPH_END         = 1 << 2,  /* EOS/EOT: a small dimmed end marker */
+  GLYPH_PLACEHOLDER = 1 << 3,  /* nothing printable: a dim placeholder */
+} GlyphFlags;
+
+typedef struct {
+  PangoLayout *layout;
+  char        *text;      /* the token's text, valid UTF-8 */
+  int          width;     /* of the cell, padding included */
+  int          text_y;    /* centres the layout in the cell */
+  guint        flags;
+} Glyph;
+
+typedef struct {
+  gint32 id;          /* last id committed here; kept while masked so that
+                       * scrubbing back and forth reuses the glyph */
+  int    step;        /* step that committed it, as shown; -1: masked */
+  float  confidence;
+  Glyph *glyph;       /* of id, borrowed from glyphs; NULL: not looked up */
+  int    x, y, w;     /* from the last stored flow */
+  int    bar_x;       /* block boundary bar before the cell, or -1 */
+} Cell;
+
+typedef struct {
+  gint32 pos;         /* relative to the first generated position */
+  gint32 id;
+  float  confidence;
+} Commit;
+
+typedef struct {
+  GdkRGBA fg;
+  GdkRGBA earlier;      /* background of cells committed before the shown step */
+  GdkRGBA on_highlight; /* text on the confidence colours */
+  GdkRGBA mask;
+  GdkRGBA bar;
+  GdkRGBA outline;
+  GdkRGBA outline_fill;
+} Palette;
+
+struct _UmDiffusionView {
+  GtkWidget        parent_instance;
+
+  UmTokenTextFunc  text_func;
+  gpointer         text_data;
+  GDestroyNotify   text_destroy;
+  gint32           mask_id, eos_id, eot_id;
+
+  /* The run as recorded. */
+  gboolean         has_run;
+  int              prompt_len, gen_length, block_length, n_steps;
+  GArray          *commits;       /* Commit, all steps in order */
+  GArray          *step_ends;     /* guint: end of step k's commits */
+  gboolean         warned;        /* bad input was reported for this run */
+
+  /* The canvas as shown. */
+  Cell            *cells;
+  int              shown_step;
+  int              current_block; /* holds the shown step's commits; -1: none */
+  gboolean         following;
+
+  /* Layout caches. */
+  GHashTable      *glyphs;        /* id -> Glyph */
+  gboolean         metrics_valid;
+  guint            pango_serial;
+  int              cell_h, mask_w, space_w;
+  GskRenderNode   *mask_node;     /* one mask cell at the origin */
+  PangoLayout     *hint_layout;
+  int              flow_width;    /* cells' x/y are for this width; -1: stale */
+  int              flow_height;
+  int              measured_width, measured_height;
+
+  AdwStyleManager *style_manager; /* while rooted and libadwaita is up */
+  gboolean         dark;
+
+  /* The newest step's cells fade in. */
+  guint            tick_id;
+  gint64           anim_start;    /* frame time; 0: at the next frame */
+  gint64           anim_duration;
+  double           anim_progress; /* 1: settled */
+  gint64           last_step_time;
+
+  /* Only rows inside the scrolled window's view are drawn. */
+  GtkWidget       *scrollable;
+  GtkAdjustment   *vadjustment;
+
+  guint            a11y_id;
+};
+
+G_DEFINE_FINAL_TYPE (UmDiffusionView, um_diffusion_view, GTK_TYPE_WIDGET)
+
+enum {
+  PROP_0,
+  PROP_SHOWN_STEP,
+  PROP_N_STEPS,
+  PROP_N_STEPS_RECORDED,
+  PROP_FOLLOWING,
+  N_PROPS
+};
+static GParamSpec *props[N_PROPS];
+
+/* Colours of the LLaDA Gradio demo. */
+#define HEX_RGBA(hex, a) { ((hex) >> 16 & 0xff) / 255.f, ((hex) >> 8 & 0xff) / 255.f, \
+                           ((hex) & 0xff) / 255.f, (a) }
+#define COLOR_MASK      0x444444
+#define COLOR_EARLIER   0x6699cc
+#define COLOR_LOW       0xff6666
+#define COLOR_MEDIUM    0xffaa33
+#define COLOR_HIGH      0x66cc66
+
+static void
+glyph_free (gpointer data)
+{
+  Glyph *glyph = data;
+
+  g_clear_object (&glyph->layout);
+  g_free (glyph->text);
+  g_free (glyph);
+}
+
+/* The cell text of a token: leading spaces become the gap before the cell,
+ * newlines "↵" (and the next cell starts a row), tabs "→"; text with nothing
+ * visible becomes a placeholder. */
+static char *
+format_token (const char *text, guint *flags)
+{
+  GString *out = g_string_new (NULL);
+  const char *p = text;
+  gboolean visible = FALSE;
+  int n_chars = 0;
+
+  while (*p == ' ')
+    p++;
+  if (p != text && *p == '\0')
+    {
+      /* Only spaces (indentation): one "␣" each, so the cell is not blank. */
+      long n = p - text;
+      for (long i = 0; i < MIN (n, 8); i++)
+        g_string_append (out, "␣");
+      if (n > 8)
+        g_string_append (out, "…");
+      return g_string_free (out, FALSE);
+    }
+  if (p != text)
+    *flags |= GLYPH_WORD_START;
+
+  for (; *p != '\0'; p = g_utf8_next_char (p))
+    {
+      gunichar c = g_utf8_get_char (p);
+
+      if (n_chars == MAX_TOKEN_CHARS)
+        {
+          g_string_append (out, "…");
+          break;
+        }
+      if (c == '\n')
+        {
+          g_string_append (out, "↵");
+          *flags |= GLYPH_BREAK;
+        }
+      else if (c == '\t')
+        g_string_append (out, "→");
+      else if (c == '\r' || !g_unichar_isprint (c)
+               || g_unichar_type (c) == G_UNICODE_FORMAT)
+        continue;
+      else
+        g_string_append_unichar (out, c);
+      if (!g_unichar_isspace (c) || c == '\n' || c == '\t')
+        visible = TRUE;
+      n_chars++;
+    }
+
+  if (!visible)
+    {
+      g_string_assign (out, "◌");
+      *flags |= GLYPH_PLACEHOLDER;
+    }
+  return g_string_free (out, FALSE);
+}
+
+/* The token text as quoted in a tooltip: control characters made visible. */
+static char *
+escape_for_tip (const char *text)
+{
+  GString *out = g_string_new (NULL);
+  int n_chars = 0;
+
+  for (const char *p = text; *p != '\0'; p = g_utf8_next_char (p))
+    {
+      gunichar c = g_utf8_get_char (p);
+
+      if (n_chars++ == MAX_TIP_CHARS)
+        {
+          g_string_append (out, "…");
+          break;
+        }
+      if (c == '\n')
+        g_string_append (out, "↵");
+      else if (c == '\t')
+        g_string_append (out, "→");
+      else if (!g_unichar_isprint (c))
+        g_string_append (out, "�");
+      else
+        g_string_append_unichar (out, c);
+    }
+  return g_string_free (out, FALSE);
+}
+
+static void
+invalidate_glyphs (UmDiffusionView *self)
+{
+  g_hash_table_remove_all (self->glyphs);
+  for (int i = 0; i < self->gen_length; i++)
+    self->cells[i].glyph = NULL;
+  self->flow_width = -1;
+  self->measured_width = -1;
+}
+
+static void
+invalidate_flow (UmDiffusionView *self)
+{
+  self->flow_width = -1;
+  self->measured_width = -1;
+  gtk_widget_queue_resize (GTK_WIDGET (self));
+}
+
+/* Re-measures the font when the widget's Pango context changed (font, DPI,
+ * scale): every cached width is wrong then. */
+static void
+ensure_metrics (UmDiffusionView *self)
+{
+  PangoContext *context = gtk_widget_get_pango_context (GTK_WIDGET (self));
+  guint serial = pango_context_get_serial (context);
+  g_autoptr(PangoLayout) layout = NULL;
+  PangoRectangle logical;
+
+  if (self->metrics_valid && serial == self->pango_serial)
+    return;
+  self->metrics_valid = TRUE;
+  self->pango_serial = serial;
+  invalidate_glyphs (self);
+  g_clear_pointer (&self->mask_node, gsk_render_node_unref);
+  g_clear_object (&self->hint_layout);
+
+  layout = pango_layout_new (context);
+  pango_layout_set_text (layout, " ", -1);
+  pango_layout_get_pixel_extents (layout, NULL, &logical);
+  self->space_w = MAX (logical.width, 2);
+  pango_layout_set_text (layout, "Mg", -1);
+  pango_layout_get_pixel_extents (layout, NULL, &logical);
+  self->cell_h = MAX (logical.height, 8) + 2 * PAD_Y;
+  self->mask_w = MAX (logical.width + PAD_X, self->cell_h);
+}
+
+static Glyph *
+make_glyph (UmDiffusionView *self, gint32 id)
+{
+  Glyph *glyph = g_new0 (Glyph, 1);
+  g_autofree char *raw = NULL;
+  g_autofree char *shown = NULL;
+  PangoRectangle logical;
+
+  if (id < 0)
+    raw = g_strdup ("?");
+  else if (self->text_func != NULL)
+    raw = self->text_func (id, self->text_data);
+  else
+    raw = g_strdup_printf ("%d", id);
+  glyph->text = g_utf8_make_valid (raw != NULL ? raw : "", -1);
+
+  if (id >= 0 && (id == self->eos_id || id == self->eot_id))
+    {
+      glyph->flags |= GLYPH_END;
+      shown = g_strdup ("∎");
+    }
+  else
+    shown = format_token (glyph->text, &glyph->flags);
+
+  glyph->layout = gtk_widget_create_pango_layout (GTK_WIDGET (self), shown);
+  if (glyph->flags & GLYPH_END)
+    {
+      PangoAttrList *attrs = pango_attr_list_new ();
+      pango_attr_list_insert (attrs, pango_attr_scale_new (0.8));
+      pango_layout_set_attributes (glyph->layout, attrs);
+      pango_attr_list_unref (attrs);
+    }
+  pango_layout_get_pixel_extents (glyph->layout, NULL, &logical);
+  glyph->width = logical.width + 2 * PAD_X;
+  glyph->text_y = (self->cell_h - logical.height) / 2;
+  return glyph;
+}
+
+static Glyph *
+cell_glyph (UmDiffusionView *self, Cell *cell)
+{
+  if (cell->glyph == NULL)
+    {
+      cell->glyph = g_hash_table_lookup (self->glyphs, GINT_TO_POINTER (cell->id));
+      if (cell->glyph == NULL)
+        {
+          cell->glyph = make_glyph (self, cell->id);
+          g_hash_table_insert (self->glyphs, GINT_TO_POINTER (cell->id), cell->glyph);
+        }
+    }
+  return cell->glyph;
+}
+
+/* Lays the cells out like text in @width; stores their positions if @store.
+ * Returns the height. */
+static int
+flow (UmDiffusionView *self, int width, gboolean store)
+{
+  int right = MAX (width - INSET, INSET + 1);
+  int x = INSET, y = INSET, height;
+  gboolean row_empty = TRUE, force_break = FALSE;
+
+  ensure_metrics (self);
+  for (int i = 0; i < self->gen_length; i++)
+    {
+      Cell *cell = &self->cells[i];
+      const Glyph *glyph = cell->step >= 0 ? cell_glyph (self, cell) : NULL;
+      gboolean boundary = i > 0 && i % self->block_length == 0;
+      int w = glyph != NULL ? glyph->width : self->mask_w;
+      int gap = CELL_GAP;
+
+      if (glyph != NULL && (glyph->flags & GLYPH_WORD_START))
+        gap += self->space_w;
+      if (boundary)
+        gap = MAX (gap, BLOCK_GAP);
+      if (!row_empty && (force_break || x + gap + w > right))
+        {
+          x = INSET;
+          y += self->cell_h + ROW_GAP;
+          row_empty = TRUE;
+        }
+      /* A row starts flush, except that a block's start keeps its bar. */
+      if (row_empty)
+        gap = boundary ? BLOCK_GAP : 0;
+      if (store)
+        {
+          cell->bar_x = boundary ? x + gap / 2 : -1;
+          cell->x = x + gap;
+          cell->y = y;
+          cell->w = w;
+        }
+      x += gap + w;
+      row_empty = FALSE;
+      force_break = glyph != NULL && (glyph->flags & GLYPH_BREAK);
+    }
+
+  height = self->gen_length > 0 ? y + self->cell_h + INSET : 0;
+  if (store)
+    {
+      self->flow_width = width;
+      self->flow_height = height;
+    }
+  return height;
+}
+
+static void
+ensure_flow (UmDiffusionView *self)
+{
+  int width = gtk_widget_get_width (GTK_WIDGET (self));
+
+  ensure_metrics (self);
+  if (self->flow_width != width)
+    flow (self, width, TRUE);
+}
+
+static int
+height_for_width (UmDiffusionView *self, int width)
+{
+  ensure_metrics (self);
+  if (width == self->flow_width)
+    return self->flow_height;
+  if (width != self->measured_width)
+    {
+      self->measured_height = flow (self, width, FALSE);
+      self->measured_width = width;
+    }
+  return self->measured_height;
+}
+
+/* First cell whose row reaches down to @y (cells are sorted by row). */
+static int
+first_cell_below (UmDiffusionView *self, double y)
+{
+  int lo = 0, hi = self->gen_length;
+
+  while (lo < hi)
+    {
+      int mid = lo + (hi - lo) / 2;
+      if (self->cells[mid].y + self->cell_h < y)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+  return lo;
+}
+
+/* Accessibility: the shown text, updated at most every A11Y_DELAY_MS. */
+static void
+update_accessible (UmDiffusionView *self)
+{
+  g_autofree char *description = NULL;
+
+  if (!self->has_run)
+    description = g_strdup (_("No run yet"));
+  else
+    {
+      g_autoptr(GString) text = g_string_new (NULL);
+      int n_masked = 0;
+
+      ensure_metrics (self);
+      for (int i = 0; i < self->gen_length; i++)
+        {
+          Cell *cell = &self->cells[i];
+          const Glyph *glyph;
+
+          if (cell->step < 0)
+            {
+              n_masked++;
+              continue;
+            }
+          glyph = cell_glyph (self, cell);
+          if (!(glyph->flags & GLYPH_END))
+            g_string_append (text, glyph->text);
+        }
+      if (n_masked > 0)
+        /* Translators: %d masked positions, then the text committed so far. */
+        description = g_strdup_printf (ngettext ("%d position still masked. %s",
+                                                 "%d positions still masked. %s", n_masked),
+                                       n_masked, text->str);
+      else
+        description = g_strdup (text->str);
+    }
+  gtk_accessible_update_property (GTK_ACCESSIBLE (self),
+                                  GTK_ACCESSIBLE_PROPERTY_DESCRIPTION, description,
+                                  -1);
+}
+
+static gboolean
+update_accessible_cb (gpointer data)
+{
+  UmDiffusionView *self = data;
+
+  self->a11y_id = 0;
+  update_accessible (self);
+  return G_SOURCE_REMOVE;
+}
+
+static void
+schedule_accessible (UmDiffusionView *self)
+{
+  if (self->a11y_id == 0)
+    self->a11y_id = g_timeout_add (A11Y_DELAY_MS, update_accessible_cb, self);
+}
+
+static void
+stop_animation (UmDiffusionView *self)
+{
+  if (self->tick_id != 0)
+    gtk_widget_remove_tick_callback (GTK_WIDGET (self), self->tick_id);
+  self->tick_id = 0;
+  self->anim_progress = 1.0;
+}
+
+static gboolean
+on_tick (GtkWidget     *widget,
+         GdkFrameClock *clock,
+         gpointer       user_data)
+{
+  UmDiffusionView *self = UM_DIFFUSION_VIEW (widget);
+  gint64 now = gdk_frame_clock_get_frame_time (clock);
+
+  if (self->anim_start == 0)
+    self->anim_start = now;
+  self->anim_progress = CLAMP ((double) (now - self->anim_start) / self->anim_duration, 0.0, 1.0);
+  gtk_widget_queue_draw (widget);
+  if (self->anim_progress < 1.0)
+    return G_SOURCE_CONTINUE;
+  self->tick_id = 0;
+  return G_SOURCE_REMOVE;
+}
+
+static void
+start_animation (UmDiffusionView *self)
+{
+  GtkWidget *widget = GTK_WIDGET (self);
+  gboolean enabled = TRUE;
+  gint64 now = g_get_monotonic_time ();
+  gint64 interval = self->last_step_time > 0 ? now - self->last_step_time : ANIM_USEC * 2;
+
+  self->last_step_time = now;
+  g_object_get (gtk_widget_get_settings (widget), "gtk-enable-animations", &enabled, NULL);
+  /* Steps that come faster than the animation shorten it, and faster than
+   * frames they just jump: drawing must never hold the run back. */
+  self->anim_duration = MIN (ANIM_USEC, interval * 4 / 5);
+  if (!enabled || self->anim_duration < MIN_ANIM_USEC || !gtk_widget_get_mapped (widget))
+    {
+      stop_animation (self);
+      return;
+    }
+  self->anim_start = 0;
+  self->anim_progress = 0.0;
+  if (self->tick_id == 0)
+    self->tick_id = gtk_widget_add_tick_callback (widget, on_tick, NULL, NULL);
+}
+
+/* Rebuilds the canvas as it was after @step: incrementally going forward,
+ * from all masks going back. */
+static void
+show_step (UmDiffusionView *self, int step)
+{
+  int n_recorded = self->step_ends->len;
+  const Commit *commits = (const Commit *) (gpointer) self->commits->data;
+  const guint *ends = (const guint *) (gpointer) self->step_ends->data;
+  int from = self->shown_step + 1;
+  int old = self->shown_step;
+
+  step = CLAMP (step, -1, n_recorded - 1);
+  if (step < self->shown_step)
+    {
+      for (int i = 0; i < self->gen_length; i++)
+        self->cells[i].step = -1;
+      from = 0;
+    }
+  for (int k = from; k <= step; k++)
+    for (guint c = k > 0 ? ends[k - 1] : 0; c < ends[k]; c++)
+      {
+        Cell *cell = &self->cells[commits[c].pos];
+
+        if (cell->id != commits[c].id)
+          cell->glyph = NULL;
+        cell->id = commits[c].id;
+        cell->step = k;
+        cell->confidence = commits[c].confidence;
+      }
+  self->shown_step = step;
+
+  self->current_block = -1;
+  if (step >= 0 && ends[step] > (step > 0 ? ends[step - 1] : 0))
+    self->current_block = commits[step > 0 ? ends[step - 1] : 0].pos / self->block_length;
+
+  invalidate_flow (self);
+  schedule_accessible (self);
+  if (old != step)
+    g_object_notify_by_pspec (G_OBJECT (self), props[PROP_SHOWN_STEP]);
+}
+
+static void
+set_following_internal (UmDiffusionView *self, gboolean following)
+{
+  following = !!following;
+  if (self->following == following)
+    return;
+  self->following = following;
+  g_object_notify_by_pspec (G_OBJECT (self), props[PROP_FOLLOWING]);
+}
+
+static void
+set_n_steps (UmDiffusionView *self, int n_steps)
+{
+  if (self->n_steps == n_steps)
+    return;
+  self->n_steps = n_steps;
+  g_object_notify_by_pspec (G_OBJECT (self), props[PROP_N_STEPS]);
+}
+
+/* Forgets the run's steps and canvas; @gen_length fresh masks. */
+static void
+reset_canvas (UmDiffusionView *self, int gen_length)
+{
+  int old_recorded = self->step_ends->len;
+
+  stop_animation (self);
+  g_hash_table_remove_all (self->glyphs);
+  g_free (self->cells);
+  self->gen_length = gen_length;
+  self->cells = g_new0 (Cell, gen_length);
+  for (int i = 0; i < gen_length; i++)
+    {
+      self->cells[i].id = -1;
+      self->cells[i].step = -1;
+      self->cells[i].bar_x = -1;
+    }
+  g_array_set_size (self->commits, 0);
+  g_array_set_size (self->step_ends, 0);
+  self->current_block = -1;
+  self->last_step_time = 0;
+  self->warned = FALSE;
+  if (self->shown_step != -1)
+    {
+      self->shown_step = -1;
+      g_object_notify_by_pspec (G_OBJECT (self), props[PROP_SHOWN_STEP]);
+    }
+  if (old_recorded != 0)
+    g_object_notify_by_pspec (G_OBJECT (self), props[PROP_N_STEPS_RECORDED]);
+  invalidate_flow (self);
+  schedule_accessible (self);
+}
+
+static void
+get_palette (UmDiffusionView *self, Palette *pal)
+{
+  const GdkRGBA mask_light = HEX_RGBA (COLOR_MASK, 0.85f);
+  const GdkRGBA mask_dark = HEX_RGBA (0x4e4e4e, 1.f);
+  const GdkRGBA earlier = HEX_RGBA (COLOR_EARLIER, 1.f);
+
+  G_GNUC_BEGIN_IGNORE_DEPRECATIONS
+  gtk_style_context_get_color (gtk_widget_get_style_context (GTK_WIDGET (self)), &pal->fg);
+  G_GNUC_END_IGNORE_DEPRECATIONS
+
+  /* Without libadwaita (other hosts) a light text colour means dark. */
+  if (self->style_manager == NULL)
+    {
+      gboolean dark = 0.299f * pal->fg.red + 0.587f * pal->fg.green + 0.114f * pal->fg.blue > 0.5f;
+      if (dark != self->dark)
+        g_clear_pointer (&self->mask_node, gsk_render_node_unref);
+      self->dark = dark;
+    }
+
+  pal->mask = self->dark ? mask_dark : mask_light;
+  pal->earlier = earlier;
+  pal->earlier.alpha = self->dark ? 0.42f : 0.32f;
+  pal->on_highlight = (GdkRGBA) { 0.f, 0.f, 0.f, 0.87f };
+  pal->bar = pal->fg;
+  pal->bar.alpha = 0.35f;
+  pal->outline = earlier;
+  pal->outline.alpha = self->dark ? 0.7f : 0.8f;
+  pal->outline_fill = pal->fg;
+  pal->outline_fill.alpha = 0.05f;
+}
+
+static void
+confidence_color (float confidence, gboolean dark, GdkRGBA *color)
+{
+  const GdkRGBA low = HEX_RGBA (COLOR_LOW, 1.f);
+  const GdkRGBA medium = HEX_RGBA (COLOR_MEDIUM, 1.f);
+  const GdkRGBA high = HEX_RGBA (COLOR_HIGH, 1.f);
+
+  /* NaN counts as low. */
+  *color = !(confidence >= 0.3f) ? low : confidence < 0.7f ? medium : high;
+  if (dark)
+    {
+      /* A touch deeper, so the highlights do not glare on a dark canvas. */
+      color->red *= 0.9f;
+      color->green *= 0.9f;
+      color->blue *= 0.9f;
+    }
+}
+
+static void
+append_rounded (GtkSnapshot           *snapshot,
+                const graphene_rect_t *rect,
+                float                  radius,
+                const GdkRGBA         *color)
+{
+  GskRoundedRect rounded;
+
+  gsk_rounded_rect_init_from_rect (&rounded, rect, radius);
+  gtk_snapshot_push_rounded_clip (snapshot, &rounded);
+  gtk_snapshot_append_color (snapshot, color, rect);
+  gtk_snapshot_pop (snapshot);
+}
+
+static void
+append_ring (GtkSnapshot           *snapshot,
+             const graphene_rect_t *rect,
+             float                  radius,
+             const GdkRGBA         *color)
+{
+  GskRoundedRect rounded;
+  const float widths[4] = { 1.f, 1.f, 1.f, 1.f };
+  const GdkRGBA colors[4] = { *color, *color, *color, *color };
+
+  gsk_rounded_rect_init_from_rect (&rounded, rect, radius);
+  gtk_snapshot_append_border (snapshot, &rounded, widths, colors);
+}
+
+/* One mask cell: a dark rounded box with three faint dots, the "still
+ * noise" look of ▒ without a font lookup per cell. */
+static GskRenderNode *
+build_mask_node (UmDiffusionView *self, const Palette *pal)
+{
+  GtkSnapshot *snapshot = gtk_snapshot_new ();
+  float w = self->mask_w, h = self->cell_h;
+  GdkRGBA dot = { 1.f, 1.f, 1.f, self->dark ? 0.28f : 0.38f };
+
+  append_rounded (snapshot, &GRAPHENE_RECT_INIT (0, 0, w, h), RADIUS, &pal->mask);
+  for (int i = -1; i <= 1; i++)
+    {
+      float r = 1.5f;
+      float cx = w / 2 + i * w / 5.f, cy = h / 2;
+      append_rounded (snapshot, &GRAPHENE_RECT_INIT (cx - r, cy - r, 2 * r, 2 * r), r, &dot);
+    }
+  return gtk_snapshot_free_to_node (snapshot);
+}
+
+static void
+snapshot_committed (UmDiffusionView *self,
+                    GtkSnapshot     *snapshot,
+                    Cell            *cell,
+                    const Palette   *pal)
+{
+  const Glyph *glyph = cell_glyph (self, cell);
+  graphene_rect_t rect = GRAPHENE_RECT_INIT (cell->x, cell->y, cell->w, self->cell_h);
+  gboolean current = cell->step == self->shown_step;
+  double p = current ? self->anim_progress : 1.0;
+  float opacity = 1.f;
+  GdkRGBA bg, text;
+
+  if (current)
+    {
+      confidence_color (cell->confidence, self->dark, &bg);
+      text = pal->on_highlight;
+    }
+  else
+    {
+      bg = pal->earlier;
+      text = pal->fg;
+    }
+  if (glyph->flags & GLYPH_PLACEHOLDER)
+    text.alpha *= 0.5f;
+  if (glyph->flags & GLYPH_END)
+    opacity = 0.55f;
+
+  if (p < 1.0)
+    {
+      /* Fade in over the fading mask, with a small pulse. */
+      GdkRGBA mask = pal->mask;
+      float q = 1.f - (float) p;
+      float ease = 1.f - q * q * q;
+      float scale = 1.3f - 0.3f * ease;
+      graphene_point_t centre = GRAPHENE_POINT_INIT (cell->x + cell->w / 2.f,
+                                                     cell->y + self->cell_h / 2.f);
+
+      mask.alpha *= 1.f - (float) p;
+      append_rounded (snapshot, &rect, RADIUS, &mask);
+      gtk_snapshot_save (snapshot);
+      gtk_snapshot_translate (snapshot, &centre);
+      gtk_snapshot_scale (snapshot, scale, scale);
+      gtk_snapshot_translate (snapshot, &GRAPHENE_POINT_INIT (-centre.x, -centre.y));
+      opacity *= (float) p;
+    }
+  if (opacity < 1.f)
+    gtk_snapshot_push_opacity (snapshot, opacity);
+
+  append_rounded (snapshot, &rect, RADIUS, &bg);
+  if (current)
+    {
+      GdkRGBA ring = { bg.red * 0.65f, bg.green * 0.65f, bg.blue * 0.65f, 1.f };
+      append_ring (snapshot, &rect, RADIUS, &ring);
+    }
+  gtk_snapshot_save (snapshot);
+  gtk_snapshot_translate (snapshot, &GRAPHENE_POINT_INIT (cell->x + PAD_X, cell->y + glyph->text_y));
+  gtk_snapshot_append_layout (snapshot, glyph->layout, &text);
+  gtk_snapshot_restore (snapshot);
+
+  if (opacity < 1.f)
+    gtk_snapshot_pop (snapshot);
+  if (p < 1.0)
+    gtk_snapshot_restore (snapshot);
+}
+
+/* The current block, one rounded outline per row it spans. */
+static void
+snapshot_current_block (UmDiffusionView *self,
+                        GtkSnapshot     *snapshot,
+                        const Palette   *pal)
+{
+  int start = self->current_block * self->block_length;
+  int end = MIN (start + self->block_length, self->gen_length);
+  int i = start;
+
+  while (i < end)
+    {
+      int row_y = self->cells[i].y;
+      int x0 = self->cells[i].x, x1;
+      graphene_rect_t rect;
+
+      while (i + 1 < end && self->cells[i + 1].y == row_y)
+        i++;
+      x1 = self->cells[i].x + self->cells[i].w;
+      rect = GRAPHENE_RECT_INIT (x0 - OUTLINE, row_y - OUTLINE,
+                                 x1 - x0 + 2 * OUTLINE, self->cell_h + 2 * OUTLINE);
+      append_rounded (snapshot, &rect, RADIUS + OUTLINE, &pal->outline_fill);
+      append_ring (snapshot, &rect, RADIUS + OUTLINE, &pal->outline);
+      i++;
+    }
+}
+
+static void
+snapshot_hint (UmDiffusionView *self,
+               GtkSnapshot     *snapshot,
+               const Palette   *pal)
+{
+  GdkRGBA color = pal->fg;
+  PangoRectangle logical;
+
+  if (self->hint_layout == NULL)
+    self->hint_layout = gtk_widget_create_pango_layout (GTK_WIDGET (self), _("No run yet"));
+  pango_layout_get_pixel_extents (self->hint_layout, NULL, &logical);
+  color.alpha *= 0.5f;
+  gtk_snapshot_save (snapshot);
+  gtk_snapshot_translate (snapshot, &GRAPHENE_POINT_INIT (
+                            (gtk_widget_get_width (GTK_WIDGET (self)) - logical.width) / 2,
+                            (gtk_widget_get_height (GTK_WIDGET (self)) - logical.height) / 2));
+  gtk_snapshot_append_layout (snapshot, self->hint_layout, &color);
+  gtk_snapshot_restore (snapshot);
+}
+
+static void
+um_diffusion_view_snapshot (GtkWidget   *widget,
+                            GtkSnapshot *snapshot)
+{
+  UmDiffusionView *self = UM_DIFFUSION_VIEW (widget);
+  float top = -G_MAXFLOAT, bottom = G_MAXFLOAT;
+  graphene_rect_t view;
+  Palette pal;
+
+  ensure_metrics (self);
+  get_palette (self, &pal);
+  if (!self->has_run)
+    {
+      snapshot_hint (self, snapshot, &pal);
+      return;
+    }
+  ensure_flow (self);
+
+  /* Only what the scrolled window shows (a row of slack for the pulse). */
+  if (self->scrollable != NULL
+      && gtk_widget_compute_bounds (self->scrollable, widget, &view))
+    {
+      top = view.origin.y - self->cell_h;
+      bottom = view.origin.y + view.size.height + self->cell_h;
+    }
+
+  if (self->current_block >= 0)
+    snapshot_current_block (self, snapshot, &pal);
+
+  if (self->mask_node == NULL)
+    self->mask_node = build_mask_node (self, &pal);
+
+  for (int i = first_cell_below (self, top); i < self->gen_length; i++)
+    {
+      Cell *cell = &self->cells[i];
+
+      if (cell->y > bottom)
+        break;
+      if (cell->bar_x >= 0)
+        gtk_snapshot_append_color (snapshot, &pal.bar,
+                                   &GRAPHENE_RECT_INIT (cell->bar_x - 1, cell->y + 1,
+                                                        2, self->cell_h - 2));
+      if (cell->step >= 0)
+        snapshot_committed (self, snapshot, cell, &pal);
+      else if (self->mask_node != NULL)
+        {
+          gtk_snapshot_save (snapshot);
+          gtk_snapshot_translate (snapshot, &GRAPHENE_POINT_INIT (cell->x, cell->y));
+          gtk_snapshot_append_node (snapshot, self->mask_node);
+          gtk_snapshot_restore (snapshot);
+        }
+    }
+}
+
+static GtkSizeRequestMode
+um_diffusion_view_get_request_mode (GtkWidget *widget)
+{
+  return GTK_SIZE_REQUEST_HEIGHT_FOR_WIDTH;
+}
+
+static void
+um_diffusion_view_measure (GtkWidget      *widget,
+                           GtkOrientation  orientation,
+                           int             for_size,
+                           int            *minimum,
+                           int            *natural,
+                           int            *minimum_baseline,
+                           int            *natural_baseline)
+{
+  UmDiffusionView *self = UM_DIFFUSION_VIEW (widget);
+  int min_width, nat_width;
+
+  ensure_metrics (self);
+  if (!self->has_run)
+    {
+      PangoRectangle logical;
+
+      if (self->hint_layout == NULL)
+        self->hint_layout = gtk_widget_create_pango_layout (widget, _("No run yet"));
+      pango_layout_get_pixel_extents (self->hint_layout, NULL, &logical);
+      *minimum = *natural = orientation == GTK_ORIENTATION_HORIZONTAL
+                            ? logical.width + 2 * INSET
+                            : logical.height + 2 * INSET;
+      return;
+    }
+
+  /* Narrow is fine: cells wrap, and the rare token wider than the view
+   * overflows its own row. */
+  min_width = 2 * INSET + 4 * (self->mask_w + CELL_GAP);
+  nat_width = 2 * INSET + NAT_CELLS * (self->mask_w + CELL_GAP);
+  if (orientation == GTK_ORIENTATION_HORIZONTAL)
+    {
+      *minimum = min_width;
+      *natural = nat_width;
+    }
+  else
+    *minimum = *natural = height_for_width (self, for_size >= 0 ? for_size : nat_width);
+}
+
+static void
+um_diffusion_view_size_allocate (GtkWidget *widget,
+                                 int        width,
+                                 int        height,
+                                 int        baseline)
+{
+  UmDiffusionView *self = UM_DIFFUSION_VIEW (widget);
+
+  if (self->has_run)
+    flow (self, width, TRUE);
+}
+
+int
+um_diffusion_view_get_position_at (UmDiffusionView *self,
+                                   double           x,
+                                   double           y)
+{
+  g_return_val_if_fail (UM_IS_DIFFUSION_VIEW (self), -1);
+
+  if (!self->has_run || self->gen_length == 0)
+    return -1;
+  ensure_flow (self);
+  for (int i = first_cell_below (self, y); i < self->gen_length; i++)
+    {
+      const Cell *cell = &self->cells[i];
+
+      if (cell->y > y)
+        break;
+      if (x >= cell->x && x < cell->x + cell->w && y < cell->y + self->cell_h)
+        return i;
+    }
+  return -1;
+}
+
+char *
+um_diffusion_view_describe_position (UmDiffusionView *self,
+                                     int              index)
+{
+  Cell *cell;
+  g_autofree char *token = NULL;
+
+  g_return_val_if_fail (UM_IS_DIFFUSION_VIEW (self), NULL);
+
+  if (!self->has_run || index < 0 || index >= self->gen_length)
+    return NULL;
+  cell = &self->cells[index];
+  if (cell->step < 0)
+    /* Translators: a still masked position of the generated text. */
+    return g_strdup_printf (_("Position %d · Masked"), index + 1);
+  ensure_metrics (self);
+  token = escape_for_tip (cell_glyph (self, cell)->text);
+  /* Translators: a committed position: its token, the model's confidence
+   * in it (0 to 1) and the step that committed it. */
+  return g_strdup_printf (_("Position %d · token “%s” · confidence %.2f · step %d"),
+                          index + 1, token, cell->confidence, cell->step + 1);
+}
+
+static gboolean
+um_diffusion_view_query_tooltip (GtkWidget  *widget,
+                                 int         x,
+                                 int         y,
+                                 gboolean    keyboard_tooltip,
+                                 GtkTooltip *tooltip)
+{
+  UmDiffusionView *self = UM_DIFFUSION_VIEW (widget);
+  int index = keyboard_tooltip ? -1 : um_diffusion_view_get_position_at (self, x, y);
+  g_autofree char *text = NULL;
+  const Cell *cell;
+
+  if (index < 0)
+    return FALSE;
+  cell = &self->cells[index];
+  text = um_diffusion_view_describe_position (self, index);
+  gtk_tooltip_set_text (tooltip, text);
+  /* Moving onto the next cell must ask again. */
+  gtk_tooltip_set_tip_area (tooltip, &(GdkRectangle) { cell->x, cell->y, cell->w, self->cell_h });
+  return TRUE;
+}
+
+static void
+on_dark_changed (UmDiffusionView *self)
+{
+  self->dark = adw_style_manager_get_dark (self->style_manager);
+  g_clear_pointer (&self->mask_node, gsk_render_node_unref);
+  gtk_widget_queue_draw (GTK_WIDGET (self));
+}
+
+static void
+on_vadjustment_changed (UmDiffusionView *self)
+{
+  GtkAdjustment *adjustment = NULL;
+
+  if (self->scrollable != NULL)
+    adjustment = gtk_scrollable_get_vadjustment (GTK_SCROLLABLE (self->scrollable));
+  if (adjustment == self->vadjustment)
+    return;
+  if (self->vadjustment != NULL)
+    g_signal_handlers_disconnect_by_data (self->vadjustment, self);
+  g_set_object (&self->vadjustment, adjustment);
+  /* Scrolling moves this widget without redrawing it, but the culled rows
+   * must be drawn now. */
+  if (adjustment != NULL)
+    {
+      g_signal_connect_swapped (adjustment, "value-changed", G_CALLBACK (gtk_widget_queue_draw), self);
+      g_signal_connect_swapped (adjustment, "changed", G_CALLBACK (gtk_widget_queue_draw), self);
+      gtk_widget_queue_draw (GTK_WIDGET (self));
+    }
+}
+
+static void
+um_diffusion_view_root (GtkWidget *widget)
+{
+  UmDiffusionView *self = UM_DIFFUSION_VIEW (widget);
+
+  GTK_WIDGET_CLASS (um_diffusion_view_parent_class)->root (widget);
+
+  for (GtkWidget *w = gtk_widget_get_parent (widget); w != NULL; w = gtk_widget_get_parent (w))
+    if (GTK_IS_SCROLLABLE (w))
+      {
+        self->scrollable = w;
+        g_signal_connect_swapped (w, "notify::vadjustment", G_CALLBACK (on_vadjustment_changed), self);
+        on_vadjustment_changed (self);
+        break;
+      }
+
+  if (adw_is_initialized ())
+    {
+      self->style_manager = adw_style_manager_get_for_display (gtk_widget_get_display (widget));
+      g_signal_connect_swapped (self->style_manager, "notify::dark", G_CALLBACK (on_dark_changed), self);
+      on_dark_changed (self);
+    }
+}
+
+static void
+um_diffusion_view_unroot (GtkWidget *widget)
+{
+  UmDiffusionView *self = UM_DIFFUSION_VIEW (widget);
+
+  if (self->scrollable != NULL)
+    g_signal_handlers_disconnect_by_data (self->scrollable, self);
+  self->scrollable = NULL;
+  on_vadjustment_changed (self);
+  if (self->style_manager != NULL)
+    g_signal_handlers_disconnect_by_data (self->style_manager, self);
+  self->style_manager = NULL;
+
+  GTK_WIDGET_CLASS (um_diffusion_view_parent_class)->unroot (widget);
+}
+
+static void
+um_diffusion_view_unmap (GtkWidget *widget)
+{
+  stop_animation (UM_DIFFUSION_VIEW (widget));
+  GTK_WIDGET_CLASS (um_diffusion_view_parent_class)->unmap (widget);
+}
+
+static void
+um_diffusion_view_get_property (GObject    *object,
+                                guint       prop_id,
+                                GValue     *value,
+                                GParamSpec *pspec)
+{
+  UmDiffusionView *self = UM_DIFFUSION_VIEW (object);
+
+  switch (prop_id)
+    {
+    case PROP_SHOWN_STEP:
+      g_value_set_int (value, self->shown_step);
+      break;
+    case PROP_N_STEPS:
+      g_value_set_int (value, self->n_steps);
+      break;
+    case PROP_N_STEPS_RECORDED:
+      g_value_set_int (value, (int) self->step_ends->len);
+      break;
+    case PROP_FOLLOWING:
+      g_value_set_boolean (value, self->following);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    }
+}
+
+static void
+um_diffusion_view_set_property (GObject      *object,
+                                guint         prop_id,
+                                const GValue *value,
+                                GParamSpec   *pspec)
+{
+  UmDiffusionView *self = UM_DIFFUSION_VIEW (object);
+
+  switch (prop_id)
+    {
+    case PROP_SHOWN_STEP:
+      um_diffusion_view_set_shown_step (self, g_value_get_int (value));
+      break;
+    case PROP_FOLLOWING:
+      um_diffusion_view_set_following (self, g_value_get_boolean (value));
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    }
+}
+
+static void
+um_diffusion_view_dispose (GObject *object)
+{
+  UmDiffusionView *self = UM_DIFFUSION_VIEW (object);
+
+  stop_animation (self);
+  g_clear_handle_id (&self->a11y_id, g_source_remove);
+
+  G_OBJECT_CLASS (um_diffusion_view_parent_class)->dispose (object);
+}
+
+static void
+um_diffusion_view_finalize (GObject *object)
+{
+  UmDiffusionView *self = UM_DIFFUSION_VIEW (object);
+
+  if (self->text_destroy != NULL)
+    self->text_destroy (self->text_data);
+  g_hash_table_unref (self->glyphs);
+  g_array_unref (self->commits);
+  g_array_unref (self->step_ends);
+  g_free (self->cells);
+  g_clear_pointer (&self->mask_node, gsk_render_node_unref);
+  g_clear_object (&self->hint_layout);
+  g_clear_object (&self->vadjustment);
+
+  G_OBJECT_CLASS (um_diffusion_view_parent_class)->finalize (object);
+}
+
+static void
+um_diffusion_view_class_init (UmDiffusionViewClass *klass)
+{
+  GObjectClass *object_class = G_OBJECT_CLASS (klass);
+  GtkWidgetClass *widget_class = GTK_WIDGET_CLASS (klass);
+  const GParamFlags rw = G_PARAM_READWRITE | G_PARAM_EXPLICIT_NOTIFY | G_PARAM_STATIC_STRINGS;
+  const GParamFlags ro = G_PARAM_READABLE | G_PARAM_STATIC_STRINGS;
+
+  object_class->get_property = um_diffusion_view_get_property;
+  object_class->set_property = um_diffusion_view_set_property;
+  object_class->dispose = um_diffusion_view_dispose;
+  object_class->finalize = um_diffusion_view_finalize;
+
+  widget_class->get_request_mode = um_diffusion_view_get_request_mode;
+  widget_class->measure = um_diffusion_view_measure;
+  widget_class->size_allocate = um_diffusion_view_size_allocate;
+  widget_class->snapshot = um_diffusion_view_snapshot;
+  widget_class->query_tooltip = um_diffusion_view_query_tooltip;
+  widget_class->root = um_diffusion_view_root;
+  widget_class->unroot = um_diffusion_view_unroot;
+  widget_class->unmap = um_diffusion_view_unmap;
+
+  props[PROP_SHOWN_STEP] = g_param_spec_int ("shown-step", NULL, NULL, -1, G_MAXINT, -1, rw);
+  props[PROP_N_STEPS] = g_param_spec_int ("n-steps", NULL, NULL, 0, G_MAXINT, 0, ro);
+  props[PROP_N_STEPS_RECORDED] = g_param_spec_int ("n-steps-recorded", NULL, NULL, 0, G_MAXINT, 0, ro);
+  props[PROP_FOLLOWING] = g_param_spec_boolean ("following", NULL, NULL, TRUE, rw);
+  g_object_class_install_properties (object_class, N_PROPS, props);
+
+  gtk_widget_class_set_css_name (widget_class, "diffusionview");
+  /* No text interface for custom widgets in GTK 4.8: screen readers get the
+   * text as the image's description. */
+  gtk_widget_class_set_accessible_role (widget_class, GTK_ACCESSIBLE_ROLE_IMG);
+}
+
+static void
+um_diffusion_view_init (UmDiffusionView *self)
+{
+  self->mask_id = self->eos_id = self->eot_id = -1;
+  self->commits = g_array_new (FALSE, FALSE, sizeof (Commit));
+  self->step_ends = g_array_new (FALSE, FALSE, sizeof (guint));
+  self->glyphs = g_hash_table_new_full (NULL, NULL, NULL, glyph_free);
+  self->shown_step = -1;
+  self->current_block = -1;
+  self->following = TRUE;
+  self->anim_progress = 1.0;
+  self->flow_width = -1;
+  self->measured_width = -1;
+  self->block_length = 1;
+
+  gtk_widget_set_has_tooltip (GTK_WIDGET (self), TRUE);
+  gtk_accessible_update_property (GTK_ACCESSIBLE (self),
+                                  GTK_ACCESSIBLE_PROPERTY_LABEL, _("Diffusion canvas"),
+                                  GTK_ACCESSIBLE_PROPERTY_DESCRIPTION, _("No run yet"),
+                                  -1);
+}
+
+GtkWidget *
+um_diffusion_view_new (void)
+{
+  return g_object_new (UM_TYPE_DIFFUSION_VIEW, NULL);
+}
+
+void
+um_diffusion_view_set_token_text_func (UmDiffusionView *self,
+                                       UmTokenTextFunc  func,
+                                       gpointer         user_data,
+                                       GDestroyNotify   destroy)
+{
+  g_return_if_fail (UM_IS_DIFFUSION_VIEW (self));
+
+  if (self->text_destroy != NULL)
+    self->text_destroy (self->text_data);
+  self->text_func = func;
+  self->text_data = user_data;
+  self->text_destroy = destroy;
+  invalidate_glyphs (self);
+  invalidate_flow (self);
+  schedule_accessible (self);
+}
+
+void
+um_diffusion_view_set_special_ids (UmDiffusionView *self,
+                                   gint32           mask_id,
+                                   gint32           eos_id,
+                                   gint32           eot_id)
+{
+  g_return_if_fail (UM_IS_DIFFUSION_VIEW (self));
+
+  self->mask_id = mask_id;
+  self->eos_id = eos_id;
+  self->eot_id = eot_id;
+  invalidate_glyphs (self);
+  invalidate_flow (self);
+  schedule_accessible (self);
+}
+
+void
+um_diffusion_view_reset (UmDiffusionView *self,
+                         int              prompt_len,
+                         int              gen_length,
+                         int              block_length,
+                         int              n_steps)
+{
+  g_return_if_fail (UM_IS_DIFFUSION_VIEW (self));
+
+  if (gen_length < 0 || gen_length > MAX_GEN_LENGTH)
+    {
+      g_warning ("Diffusion view: generation length %d out of range", gen_length);
+      gen_length = CLAMP (gen_length, 0, MAX_GEN_LENGTH);
+    }
+  g_object_freeze_notify (G_OBJECT (self));
+  reset_canvas (self, gen_length);
+  self->has_run = TRUE;
+  self->prompt_len = MAX (prompt_len, 0);
+  /* No (or a bad) block length: one block, no boundaries. */
+  self->block_length = block_length > 0 ? block_length : MAX (gen_length, 1);
+  set_n_steps (self, MAX (n_steps, 0));
+  set_following_internal (self, TRUE);
+  g_object_thaw_notify (G_OBJECT (self));
+}
+
+void
+um_diffusion_view_clear (UmDiffusionView *self)
+{
+  g_return_if_fail (UM_IS_DIFFUSION_VIEW (self));
+
+  g_object_freeze_notify (G_OBJECT (self));
+  reset_canvas (self, 0);
+  self->has_run = FALSE;
+  self->prompt_len = 0;
+  self->block_length = 1;
+  set_n_steps (self, 0);
+  set_following_internal (self, TRUE);
+  g_object_thaw_notify (G_OBJECT (self));
+}
+
+void
+um_diffusion_view_add_step (UmDiffusionView *self,
+                            int              step,
+                            const gint32    *positions,
+                            const gint32    *ids,
+                            const float     *confidences,
+                            int              n)
+{
+  int n_recorded;
+  guint end;
+  int n_ignored = 0;
+
+  g_return_if_fail (UM_IS_DIFFUSION_VIEW (self));
+  g_return_if_fail (n <= 0 || (positions != NULL && ids != NULL));
+
+  n_recorded = self->step_ends->len;
+  if (!self->has_run || step < n_recorded || step > n_recorded + MAX_STEP_GAP)
+    {
+      if (!self->warned)
+        g_warning ("Diffusion view: step %d ignored (%s)", step,
+                   !self->has_run ? "no run" : "out of order");
+      self->warned = TRUE;
+      return;
+    }
+
+  /* A step that never came is recorded empty, so that step numbers stay
+   * the engine's. */
+  end = self->commits->len;
+  while ((int) self->step_ends->len < step)
+    g_array_append_val (self->step_ends, end);
+  for (int i = 0; i < n; i++)
+    {
+      gint64 pos = (gint64) positions[i] - self->prompt_len;
+      Commit commit;
+
+      if (pos < 0 || pos >= self->gen_length)
+        {
+          n_ignored++;
+          continue;
+        }
+      commit.pos = (gint32) pos;
+      commit.id = ids[i];
+      commit.confidence = confidences != NULL ? confidences[i] : 1.f;
+      g_array_append_val (self->commits, commit);
+    }
+  end = self->commits->len;
+  g_array_append_val (self->step_ends, end);
+  if (n_ignored > 0 && !self->warned)
+    {
+      g_warning ("Diffusion view: %d position(s) of step %d outside the canvas ignored",
+                 n_ignored, step);
+      self->warned = TRUE;
+    }
+
+  g_object_freeze_notify (G_OBJECT (self));
+  g_object_notify_by_pspec (G_OBJECT (self), props[PROP_N_STEPS_RECORDED]);
+  if ((int) self->step_ends->len > self->n_steps)
+    set_n_steps (self, self->step_ends->len);
+  if (self->following)
+    {
+      show_step (self, step);
+      start_animation (self);
+    }
+  g_object_thaw_notify (G_OBJECT (self));
+}
+
+int
+um_diffusion_view_get_n_steps_recorded (UmDiffusionView *self)
+{
+  g_return_val_if_fail (UM_IS_DIFFUSION_VIEW (self), 0);
+
+  return self->step_ends->len;
+}
+
+int
+um_diffusion_view_get_n_steps (UmDiffusionView *self)
+{
+  g_return_val_if_fail (UM_IS_DIFFUSION_VIEW (self), 0);
+
+  return self->n_steps;
+}
+
+void
+um_diffusion_view_set_shown_step (UmDiffusionView *self,
+                                  int              step)
+{
+  g_return_if_fail (UM_IS_DIFFUSION_VIEW (self));
+
+  g_object_freeze_notify (G_OBJECT (self));
+  stop_animation (self);
+  set_following_internal (self, FALSE);
+  show_step (self, step);
+  g_object_thaw_notify (G_OBJECT (self));
+}
+
+int
+um_diffusion_view_get_shown_step (UmDiffusionView *self)
+{
+  g_return_val_if_fail (UM_IS_DIFFUSION_VIEW (self), -1);
+
+  return self->shown_step;
+}
+
+void
+um_diffusion_view_set_following (UmDiffusionView *self,
+                                 gboolean         following)
+{
+  g_return_if_fail (UM_IS_DIFFUSION_VIEW (self));
+
+  g_object_freeze_notify (G_OBJECT (self));
+  set_following_internal (self, following);
+  if (following)
+    {
+      stop_animation (self);
+      show_step (self, self->step_ends->len - 1);
+    }
+  g_object_thaw_notify (G_OBJECT (self));
+}
+
+gboolean
+um_diffusion_view_get_following (UmDiffusionView *self)
+{
+  g_return_val_if_fail (UM_IS_DIFFUSION_VIEW (self), FALSE);
+
+  return self->following;
+}
+
+GArray *
+um_diffusion_view_get_shown_ids (UmDiffusionView *self)
+{
+  GArray *ids;
+
+  g_return_val_if_fail (UM_IS_DIFFUSION_VIEW (self), NULL);
+
+  ids = g_array_sized_new (FALSE, FALSE, sizeof (gint32), self->gen_length);
+  for (int i = 0; i < self->gen_length; i++)
+    {
+      gint32 id = self->cells[i].step >= 0 ? self->cells[i].id : self->mask_id;
+      g_array_append_val (ids, id);
+    }
+  return ids;
+}

@@ -1,0 +1,460 @@
+#include "config.h"
+
+#include "um-generate-page.h"
+
+#include <glib/gi18n.h>
+
+#include "um-chat-template.h"
+#include "um-worker.h"
+
+#include <string.h>
+
+struct _UmGeneratePage {
+  AdwBin           parent_instance;
+
+  GtkTextView     *prompt_view;
+  GtkSwitch       *chat_switch;
+  GtkSpinButton   *length_spin, *steps_spin, *block_spin, *temperature_spin, *cfg_spin;
+  AdwComboRow     *remasking_row;
+  GtkLabel        *problem_label;
+  GtkButton       *generate_button, *stop_button, *copy_button;
+  UmDiffusionView *view;
+  GtkScale        *step_scale;
+  GtkAdjustment   *step_adjustment;
+  GtkLabel        *stats_label;
+
+  UmEngine        *engine;
+  UmSettings      *settings;
+  GCancellable    *cancellable;
+  char            *problem;
+  GArray          *last_ids;
+  GError          *last_error;
+  char            *last_text;
+  gint64           started;
+  int              committed;
+  gboolean         updating_scale;
+};
+
+G_DEFINE_FINAL_TYPE (UmGeneratePage, um_generate_page, ADW_TYPE_BIN)
+
+enum { PROP_0, PROP_RUNNING, PROP_PROBLEM, N_PROPS };
+static GParamSpec *props[N_PROPS];
+
+enum { FINISHED, N_SIGNALS };
+static guint signals[N_SIGNALS];
+
+static void
+read_params (UmGeneratePage *self, UmGenParams *p)
+{
+  if (self->settings)
+    um_settings_get_params (self->settings, p);
+  else
+    um_gen_params_init (p);
+  p->gen_length = gtk_spin_button_get_value_as_int (self->length_spin);
+  p->steps = gtk_spin_button_get_value_as_int (self->steps_spin);
+  p->block_length = gtk_spin_button_get_value_as_int (self->block_spin);
+  p->temperature = gtk_spin_button_get_value (self->temperature_spin);
+  p->cfg_scale = gtk_spin_button_get_value (self->cfg_spin);
+  p->remasking = adw_combo_row_get_selected (self->remasking_row) == 1 ? UM_REMASK_RANDOM : UM_REMASK_LOW_CONFIDENCE;
+}
+
+/* Explains, before running, which rule of the schedule the parameters break. */
+static void
+update_problem (UmGeneratePage *self)
+{
+  UmGenParams p;
+  g_autoptr(GError) error = NULL;
+  guint max_len = self->engine ? um_engine_get_model (self->engine)->cfg.max_seq_len : 4096;
+  gboolean running = self->cancellable != NULL;
+
+  read_params (self, &p);
+  g_clear_pointer (&self->problem, g_free);
+  if (!um_gen_params_validate (&p, 0, max_len, &error))
+    {
+      if (p.gen_length % p.block_length != 0)
+        self->problem = g_strdup_printf (_("The length (%d) must be a multiple of the block length (%d)."),
+                                         p.gen_length, p.block_length);
+      else if (p.steps % (p.gen_length / p.block_length) != 0)
+        self->problem = g_strdup_printf (_("The steps (%d) must divide evenly among the %d blocks: use a multiple of %d."),
+                                         p.steps, p.gen_length / p.block_length, p.gen_length / p.block_length);
+      else
+        self->problem = g_strdup (error->message);
+    }
+  gtk_label_set_text (self->problem_label, self->problem ? self->problem : "");
+  gtk_widget_set_visible (GTK_WIDGET (self->problem_label), self->problem != NULL);
+  gtk_widget_set_sensitive (GTK_WIDGET (self->generate_button),
+                            self->engine != NULL && !running && self->problem == NULL);
+  gtk_widget_set_sensitive (GTK_WIDGET (self->stop_button), running);
+  g_object_notify_by_pspec (G_OBJECT (self), props[PROP_PROBLEM]);
+}
+
+static char *
+token_text (gint32 id, gpointer user_data)
+{
+  UmGeneratePage *self = user_data;
+  if (self->engine == NULL)
+    return g_strdup ("?");
+  return um_tokenizer_decode (um_engine_get_model (self->engine)->tokenizer, &id, 1, FALSE, NULL);
+}
+
+static void
+update_stats (UmGeneratePage *self, int step, int n_steps, double elapsed)
+{
+  g_autofree char *text = NULL;
+  double tps = elapsed > 0 ? self->committed / elapsed : 0.0;
+  text = g_strdup_printf (_("Step %d of %d · %.1f tokens/s · %.1f s"), step, n_steps, tps, elapsed);
+  gtk_label_set_text (self->stats_label, text);
+}
+
+static void
+on_step (const UmStepEvent *ev, gpointer user_data)
+{
+  UmGeneratePage *self = user_data;
+
+  if (self->cancellable == NULL)
+    return;
+  um_diffusion_view_add_step (self->view, ev->step, ev->positions, ev->ids, ev->confidences, ev->n_committed);
+  self->committed += ev->n_committed;
+  /* The slider follows the run unless the user is looking at an older step. */
+  self->updating_scale = TRUE;
+  gtk_adjustment_set_upper (self->step_adjustment, ev->step + 1);
+  if (um_diffusion_view_get_following (self->view))
+    gtk_adjustment_set_value (self->step_adjustment, ev->step + 1);
+  self->updating_scale = FALSE;
+  update_stats (self, ev->step + 1, ev->n_steps, ev->elapsed);
+}
+
+static void
+on_generated (GObject *source, GAsyncResult *result, gpointer user_data)
+{
+  g_autoptr(UmGeneratePage) self = user_data;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmGenResult) res = NULL;
+
+  res = um_engine_generate_finish (self->engine, result, &error);
+  g_clear_object (&self->cancellable);
+  g_clear_error (&self->last_error);
+  g_clear_pointer (&self->last_text, g_free);
+  if (res != NULL)
+    {
+      g_clear_pointer (&self->last_ids, g_array_unref);
+      self->last_ids = g_array_ref (res->ids);
+      self->last_text = g_strdup (res->text);
+      gtk_widget_set_sensitive (GTK_WIDGET (self->copy_button), TRUE);
+    }
+  else
+    {
+      self->last_error = g_steal_pointer (&error);
+      if (g_error_matches (self->last_error, G_IO_ERROR, G_IO_ERROR_CANCELLED))
+        gtk_label_set_text (self->stats_label, _("Stopped"));
+      else
+        {
+          g_autofree char *msg = g_strdup_printf (_("Generation failed: %s"), self->last_error->message);
+          gtk_label_set_text (self->stats_label, msg);
+        }
+    }
+  /* Replay: the slider now scrubs through the recorded steps. */
+  gtk_widget_set_sensitive (GTK_WIDGET (self->step_scale),
+                            um_diffusion_view_get_n_steps_recorded (self->view) > 0);
+  update_problem (self);
+  g_object_notify_by_pspec (G_OBJECT (self), props[PROP_RUNNING]);
+  g_signal_emit (self, signals[FINISHED], 0);
+}
+
+void
+um_generate_page_generate (UmGeneratePage *self)
+{
+  GtkTextIter start, end;
+  g_autofree char *prompt = NULL;
+  UmGenRequest req;
+  GtkTextBuffer *buffer = gtk_text_view_get_buffer (self->prompt_view);
+  g_autoptr(GArray) ids = NULL;
+  g_autoptr(GError) error = NULL;
+  UmModel *model;
+
+  update_problem (self);
+  if (self->engine == NULL || self->cancellable != NULL || self->problem != NULL)
+    return;
+  model = um_engine_get_model (self->engine);
+  gtk_text_buffer_get_bounds (buffer, &start, &end);
+  prompt = gtk_text_buffer_get_text (buffer, &start, &end, FALSE);
+
+  um_gen_request_init (&req);
+  read_params (self, &req.params);
+  req.prompt = prompt;
+  req.chat = gtk_switch_get_active (self->chat_switch);
+
+  /* The prompt length decides where the canvas starts: tokenize it here
+   * (cheap) so the view can be laid out before the first step. */
+  ids = g_array_new (FALSE, FALSE, sizeof (gint32));
+  if (req.chat ? !um_chat_build_prompt (model->tokenizer, NULL, 0, prompt, model->cfg.bos_id,
+                                        model->cfg.eos_id, ids, &error)
+               : !um_tokenizer_encode (model->tokenizer, prompt, -1, ids, &error))
+    {
+      gtk_label_set_text (self->stats_label, error->message);
+      return;
+    }
+  req.prompt = NULL;
+  req.prompt_ids = (const gint32 *) ids->data;
+  req.n_prompt_ids = ids->len;
+  if (!um_gen_params_validate (&req.params, ids->len, model->cfg.max_seq_len, &error))
+    {
+      gtk_label_set_text (self->problem_label, error->message);
+      gtk_widget_set_visible (GTK_WIDGET (self->problem_label), TRUE);
+      return;
+    }
+
+  um_diffusion_view_reset (self->view, ids->len, req.params.gen_length, req.params.block_length,
+                           req.params.steps);
+  um_diffusion_view_set_following (self->view, TRUE);
+  self->updating_scale = TRUE;
+  gtk_adjustment_configure (self->step_adjustment, 0, 0, 0, 1, 8, 0);
+  self->updating_scale = FALSE;
+  gtk_widget_set_sensitive (GTK_WIDGET (self->step_scale), TRUE);
+  gtk_widget_set_sensitive (GTK_WIDGET (self->copy_button), FALSE);
+  self->committed = 0;
+  self->started = g_get_monotonic_time ();
+  update_stats (self, 0, req.params.steps, 0.0);
+
+  self->cancellable = g_cancellable_new ();
+  um_engine_generate_async (self->engine, &req, on_step, self, self->cancellable, on_generated,
+                            g_object_ref (self));
+  update_problem (self);
+  g_object_notify_by_pspec (G_OBJECT (self), props[PROP_RUNNING]);
+}
+
+void
+um_generate_page_stop (UmGeneratePage *self)
+{
+  if (self->cancellable != NULL)
+    g_cancellable_cancel (self->cancellable);
+}
+
+gboolean
+um_generate_page_get_running (UmGeneratePage *self)
+{
+  return self->cancellable != NULL;
+}
+
+static void
+on_scale_changed (GtkAdjustment *adj, UmGeneratePage *self)
+{
+  int step;
+  if (self->updating_scale)
+    return;
+  /* Slider position n shows the canvas after n steps. */
+  step = (int) gtk_adjustment_get_value (adj) - 1;
+  um_diffusion_view_set_shown_step (self->view, step);
+  /* Back at the newest step during a run: follow it live again. */
+  if (self->cancellable != NULL && step + 1 >= um_diffusion_view_get_n_steps_recorded (self->view))
+    um_diffusion_view_set_following (self->view, TRUE);
+  if (self->cancellable == NULL)
+    {
+      g_autofree char *text = g_strdup_printf (_("Showing step %d of %d"), step + 1,
+                                               um_diffusion_view_get_n_steps_recorded (self->view));
+      gtk_label_set_text (self->stats_label, text);
+    }
+}
+
+static void
+on_copy_clicked (UmGeneratePage *self)
+{
+  if (self->last_text != NULL)
+    gdk_clipboard_set_text (gtk_widget_get_clipboard (GTK_WIDGET (self)), self->last_text);
+}
+
+static void
+on_param_changed (UmGeneratePage *self)
+{
+  update_problem (self);
+}
+
+void
+um_generate_page_set_engine (UmGeneratePage *self, UmEngine *engine)
+{
+  if (self->cancellable != NULL)
+    {
+      /* A running generation keeps the engine busy; the window only swaps
+       * engines when nothing runs, but be safe on teardown. */
+      g_cancellable_cancel (self->cancellable);
+    }
+  self->engine = engine;
+  um_diffusion_view_clear (self->view);
+  if (engine != NULL)
+    {
+      UmModel *model = um_engine_get_model (engine);
+      g_autofree char *lower = g_ascii_strdown (model->path, -1);
+      um_diffusion_view_set_special_ids (self->view, model->cfg.mask_id, model->cfg.eos_id, model->cfg.eot_id);
+      /* Base models are prompted with plain text, Instruct models with the template. */
+      if (strstr (lower, "base") != NULL)
+        gtk_switch_set_active (self->chat_switch, FALSE);
+      else if (strstr (lower, "instruct") != NULL || strstr (lower, "llada-1.5") != NULL)
+        gtk_switch_set_active (self->chat_switch, TRUE);
+    }
+  gtk_label_set_text (self->stats_label, "");
+  update_problem (self);
+}
+
+void
+um_generate_page_set_settings (UmGeneratePage *self, UmSettings *settings)
+{
+  g_set_object (&self->settings, settings);
+  g_object_bind_property (settings, "gen-length", self->length_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "steps", self->steps_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "block-length", self->block_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "temperature", self->temperature_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "cfg-scale", self->cfg_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "chat-template", self->chat_switch, "active",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  {
+    g_autofree char *remasking = NULL;
+    g_object_get (settings, "remasking", &remasking, NULL);
+    adw_combo_row_set_selected (self->remasking_row, g_strcmp0 (remasking, "random") == 0 ? 1 : 0);
+  }
+  update_problem (self);
+}
+
+static void
+on_remasking_selected (UmGeneratePage *self)
+{
+  if (self->settings)
+    g_object_set (self->settings, "remasking",
+                  adw_combo_row_get_selected (self->remasking_row) == 1 ? "random" : "low_confidence", NULL);
+  update_problem (self);
+}
+
+void
+um_generate_page_set_prompt (UmGeneratePage *self, const char *text)
+{
+  gtk_text_buffer_set_text (gtk_text_view_get_buffer (self->prompt_view), text, -1);
+}
+
+UmDiffusionView *
+um_generate_page_get_view (UmGeneratePage *self)
+{
+  return self->view;
+}
+
+GtkRange *
+um_generate_page_get_step_scale (UmGeneratePage *self)
+{
+  return GTK_RANGE (self->step_scale);
+}
+
+const char *
+um_generate_page_get_problem (UmGeneratePage *self)
+{
+  return self->problem;
+}
+
+GArray *
+um_generate_page_get_last_ids (UmGeneratePage *self)
+{
+  return self->last_ids;
+}
+
+const GError *
+um_generate_page_get_last_error (UmGeneratePage *self)
+{
+  return self->last_error;
+}
+
+static void
+um_generate_page_get_property (GObject *object, guint id, GValue *value, GParamSpec *pspec)
+{
+  UmGeneratePage *self = UM_GENERATE_PAGE (object);
+  switch (id)
+    {
+    case PROP_RUNNING: g_value_set_boolean (value, self->cancellable != NULL); break;
+    case PROP_PROBLEM: g_value_set_string (value, self->problem); break;
+    default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, id, pspec);
+    }
+}
+
+static void
+um_generate_page_dispose (GObject *object)
+{
+  UmGeneratePage *self = UM_GENERATE_PAGE (object);
+  if (self->cancellable)
+    g_cancellable_cancel (self->cancellable);
+  gtk_widget_dispose_template (GTK_WIDGET (self), UM_TYPE_GENERATE_PAGE);
+  g_clear_object (&self->settings);
+  G_OBJECT_CLASS (um_generate_page_parent_class)->dispose (object);
+}
+
+static void
+um_generate_page_finalize (GObject *object)
+{
+  UmGeneratePage *self = UM_GENERATE_PAGE (object);
+  g_clear_object (&self->cancellable);
+  g_free (self->problem);
+  g_free (self->last_text);
+  g_clear_pointer (&self->last_ids, g_array_unref);
+  g_clear_error (&self->last_error);
+  G_OBJECT_CLASS (um_generate_page_parent_class)->finalize (object);
+}
+
+static void
+um_generate_page_class_init (UmGeneratePageClass *klass)
+{
+  GObjectClass *object_class = G_OBJECT_CLASS (klass);
+  GtkWidgetClass *widget_class = GTK_WIDGET_CLASS (klass);
+
+  object_class->get_property = um_generate_page_get_property;
+  object_class->dispose = um_generate_page_dispose;
+  object_class->finalize = um_generate_page_finalize;
+
+  props[PROP_RUNNING] = g_param_spec_boolean ("running", NULL, NULL, FALSE,
+                                              G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
+  props[PROP_PROBLEM] = g_param_spec_string ("problem", NULL, NULL, NULL,
+                                             G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
+  g_object_class_install_properties (object_class, N_PROPS, props);
+
+  /* After every run, whatever ended it. */
+  signals[FINISHED] = g_signal_new ("finished", G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST,
+                                    0, NULL, NULL, NULL, G_TYPE_NONE, 0);
+
+  g_type_ensure (UM_TYPE_DIFFUSION_VIEW);
+  gtk_widget_class_set_template_from_resource (widget_class, "/io/github/unmask/Unmask/ui/um-generate-page.ui");
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, prompt_view);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, chat_switch);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, length_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, steps_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, block_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, temperature_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, cfg_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, remasking_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, problem_label);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, generate_button);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, stop_button);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, copy_button);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, view);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, step_scale);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, step_adjustment);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, stats_label);
+  gtk_widget_class_bind_template_callback (widget_class, um_generate_page_generate);
+  gtk_widget_class_bind_template_callback (widget_class, um_generate_page_stop);
+  gtk_widget_class_bind_template_callback (widget_class, on_copy_clicked);
+}
+
+static void
+um_generate_page_init (UmGeneratePage *self)
+{
+  gtk_widget_init_template (GTK_WIDGET (self));
+  um_diffusion_view_set_token_text_func (self->view, token_text, self, NULL);
+  gtk_text_buffer_set_text (gtk_text_view_get_buffer (self->prompt_view),
+                            _("What is free software? Answer in two sentences."), -1);
+  g_signal_connect_swapped (self->length_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->steps_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->block_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->temperature_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->cfg_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->remasking_row, "notify::selected", G_CALLBACK (on_remasking_selected), self);
+  g_signal_connect (self->step_adjustment, "value-changed", G_CALLBACK (on_scale_changed), self);
+  update_problem (self);
+}

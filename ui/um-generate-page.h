@@ -1,0 +1,38 @@
+/* um-generate-page.h — prompt, the reference parameters, Generate / Stop and
+ * the live diffusion view with a step slider to replay. */
+#pragma once
+
+#include <adwaita.h>
+
+#include "um-diffusion-view.h"
+#include "um-engine.h"
+#include "um-settings.h"
+
+G_BEGIN_DECLS
+
+#define UM_TYPE_GENERATE_PAGE (um_generate_page_get_type ())
+G_DECLARE_FINAL_TYPE (UmGeneratePage, um_generate_page, UM, GENERATE_PAGE, AdwBin)
+
+void             um_generate_page_set_engine (UmGeneratePage *self, UmEngine *engine);
+void             um_generate_page_set_settings (UmGeneratePage *self, UmSettings *settings);
+
+void             um_generate_page_set_prompt (UmGeneratePage *self, const char *text);
+/* Starts a run (what Generate and Ctrl+Return do); no-op while running or
+ * when the parameters break the schedule's rules. */
+void             um_generate_page_generate (UmGeneratePage *self);
+/* Cancels the run; the engine stops before the next step or layer. */
+void             um_generate_page_stop (UmGeneratePage *self);
+/* "running" property. */
+gboolean         um_generate_page_get_running (UmGeneratePage *self);
+
+/* For tests and screenshots. */
+UmDiffusionView *um_generate_page_get_view (UmGeneratePage *self);
+GtkRange        *um_generate_page_get_step_scale (UmGeneratePage *self);
+/* Why the parameters cannot run, or NULL ("problem" property). */
+const char      *um_generate_page_get_problem (UmGeneratePage *self);
+/* Result of the last finished run: generated ids (NULL before any), and the
+ * error that ended it, if any. */
+GArray          *um_generate_page_get_last_ids (UmGeneratePage *self);
+const GError    *um_generate_page_get_last_error (UmGeneratePage *self);
+
+G_END_DECLS

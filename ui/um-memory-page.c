@@ -1,0 +1,146 @@
+#include "config.h"
+
+#include "um-memory-page.h"
+
+#include <glib/gi18n.h>
+
+struct _UmMemoryPage {
+  AdwBin           parent_instance;
+  GtkDrawingArea  *graph;
+  GtkLabel        *process_label, *weights_label, *buffers_label, *system_label, *device_label;
+  AdwActionRow    *device_row;
+  UmMemoryMonitor *monitor;
+};
+
+G_DEFINE_FINAL_TYPE (UmMemoryPage, um_memory_page, ADW_TYPE_BIN)
+
+static void
+set_size_label (GtkLabel *label, guint64 bytes)
+{
+  g_autofree char *text = g_format_size (bytes);
+  gtk_label_set_text (label, text);
+}
+
+static void
+draw_series (cairo_t *cr, const UmMemorySample *s, guint n, int width, int height, guint64 max,
+             gsize offset, const GdkRGBA *color)
+{
+  if (n < 2)
+    return;
+  cairo_set_line_width (cr, 2.0);
+  gdk_cairo_set_source_rgba (cr, color);
+  for (guint i = 0; i < n; i++)
+    {
+      guint64 v = *(const guint64 *) ((const guint8 *) &s[i] + offset);
+      double x = width * (double) (UM_MEMORY_HISTORY - n + i) / (UM_MEMORY_HISTORY - 1);
+      double y = height - 4 - (height - 8) * (double) v / (double) MAX (max, 1);
+      if (i == 0)
+        cairo_move_to (cr, x, y);
+      else
+        cairo_line_to (cr, x, y);
+    }
+  cairo_stroke (cr);
+}
+
+static void
+draw_graph (GtkDrawingArea *area, cairo_t *cr, int width, int height, gpointer data)
+{
+  UmMemoryPage *self = data;
+  const UmMemorySample *s;
+  guint n;
+  guint64 max = 1;
+  GdkRGBA ram = { 0.21, 0.52, 0.89, 1.0 }, dev = { 0.90, 0.38, 0.0, 1.0 }, grid;
+
+  if (self->monitor == NULL)
+    return;
+  s = um_memory_monitor_get_history (self->monitor, &n);
+  /* Scale to the largest figure, rounded up to a whole GiB. */
+  for (guint i = 0; i < n; i++)
+    max = MAX (max, MAX (s[i].process_rss, s[i].device_in_use));
+  max = ((max >> 30) + 1) << 30;
+  /* GTK 4.8 has no gtk_widget_get_color (). */
+  gtk_style_context_get_color (gtk_widget_get_style_context (GTK_WIDGET (area)), &grid);
+  grid.alpha = 0.15;
+  gdk_cairo_set_source_rgba (cr, &grid);
+  cairo_set_line_width (cr, 1.0);
+  for (int i = 1; i < 4; i++)
+    {
+      cairo_move_to (cr, 0, height * i / 4.0);
+      cairo_line_to (cr, width, height * i / 4.0);
+    }
+  cairo_stroke (cr);
+  draw_series (cr, s, n, width, height, max, G_STRUCT_OFFSET (UmMemorySample, process_rss), &ram);
+  if (n > 0 && s[n - 1].has_device)
+    draw_series (cr, s, n, width, height, max, G_STRUCT_OFFSET (UmMemorySample, device_in_use), &dev);
+}
+
+static void
+on_updated (UmMemoryMonitor *monitor, UmMemoryPage *self)
+{
+  const UmMemorySample *s = um_memory_monitor_get_latest (monitor);
+  g_autofree char *peak = g_format_size (s->device_peak);
+  g_autofree char *now = g_format_size (s->device_in_use);
+  g_autofree char *buffers = g_strdup_printf ("%s / %s", now, peak);
+  g_autofree char *avail = g_format_size (s->ram_available);
+  g_autofree char *total = g_format_size (s->ram_total);
+  /* Translators: "5.1 GB free of 24 GB" */
+  g_autofree char *system = g_strdup_printf (_("%s free of %s"), avail, total);
+
+  set_size_label (self->process_label, s->process_rss);
+  set_size_label (self->weights_label, s->weights_bytes);
+  gtk_label_set_text (self->buffers_label, buffers);
+  gtk_label_set_text (self->system_label, system);
+  gtk_widget_set_visible (GTK_WIDGET (self->device_row), s->has_device);
+  if (s->has_device)
+    {
+      g_autofree char *used = g_format_size (s->device_in_use);
+      g_autofree char *cap = g_format_size (s->device_total);
+      g_autofree char *text = g_strdup_printf (_("%s of %s"), used, cap);
+      gtk_label_set_text (self->device_label, text);
+    }
+  gtk_widget_queue_draw (GTK_WIDGET (self->graph));
+}
+
+void
+um_memory_page_set_monitor (UmMemoryPage *self, UmMemoryMonitor *monitor)
+{
+  if (self->monitor)
+    g_signal_handlers_disconnect_by_func (self->monitor, on_updated, self);
+  g_set_object (&self->monitor, monitor);
+  if (monitor)
+    {
+      g_signal_connect_object (monitor, "updated", G_CALLBACK (on_updated), self, 0);
+      on_updated (monitor, self);
+    }
+}
+
+static void
+um_memory_page_dispose (GObject *object)
+{
+  UmMemoryPage *self = UM_MEMORY_PAGE (object);
+  g_clear_object (&self->monitor);
+  gtk_widget_dispose_template (GTK_WIDGET (self), UM_TYPE_MEMORY_PAGE);
+  G_OBJECT_CLASS (um_memory_page_parent_class)->dispose (object);
+}
+
+static void
+um_memory_page_class_init (UmMemoryPageClass *klass)
+{
+  GtkWidgetClass *widget_class = GTK_WIDGET_CLASS (klass);
+  G_OBJECT_CLASS (klass)->dispose = um_memory_page_dispose;
+  gtk_widget_class_set_template_from_resource (widget_class, "/io/github/unmask/Unmask/ui/um-memory-page.ui");
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, graph);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, process_label);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, weights_label);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, buffers_label);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, system_label);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, device_label);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, device_row);
+}
+
+static void
+um_memory_page_init (UmMemoryPage *self)
+{
+  gtk_widget_init_template (GTK_WIDGET (self));
+  gtk_drawing_area_set_draw_func (self->graph, draw_graph, self, NULL);
+}

@@ -1,0 +1,68 @@
+#include "config.h"
+
+#include "um-preferences.h"
+
+struct _UmPreferences {
+  AdwPreferencesWindow parent_instance;
+  GtkSpinButton *threads_spin, *seed_spin;
+  GtkSwitch     *eos_switch, *eot_switch;
+  UmSettings    *settings;
+};
+
+G_DEFINE_FINAL_TYPE (UmPreferences, um_preferences, ADW_TYPE_PREFERENCES_WINDOW)
+
+static gboolean
+int64_to_double (GBinding *b, const GValue *from, GValue *to, gpointer data)
+{
+  g_value_set_double (to, (double) g_value_get_int64 (from));
+  return TRUE;
+}
+
+static gboolean
+double_to_int64 (GBinding *b, const GValue *from, GValue *to, gpointer data)
+{
+  g_value_set_int64 (to, (gint64) g_value_get_double (from));
+  return TRUE;
+}
+
+static void
+um_preferences_dispose (GObject *object)
+{
+  UmPreferences *self = UM_PREFERENCES (object);
+  g_clear_object (&self->settings);
+  gtk_widget_dispose_template (GTK_WIDGET (self), UM_TYPE_PREFERENCES);
+  G_OBJECT_CLASS (um_preferences_parent_class)->dispose (object);
+}
+
+static void
+um_preferences_class_init (UmPreferencesClass *klass)
+{
+  GtkWidgetClass *widget_class = GTK_WIDGET_CLASS (klass);
+  G_OBJECT_CLASS (klass)->dispose = um_preferences_dispose;
+  gtk_widget_class_set_template_from_resource (widget_class, "/io/github/unmask/Unmask/ui/um-preferences.ui");
+  gtk_widget_class_bind_template_child (widget_class, UmPreferences, threads_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmPreferences, seed_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmPreferences, eos_switch);
+  gtk_widget_class_bind_template_child (widget_class, UmPreferences, eot_switch);
+}
+
+static void
+um_preferences_init (UmPreferences *self)
+{
+  gtk_widget_init_template (GTK_WIDGET (self));
+}
+
+GtkWidget *
+um_preferences_new (UmSettings *settings)
+{
+  UmPreferences *self = g_object_new (UM_TYPE_PREFERENCES, NULL);
+  const GBindingFlags f = G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE;
+
+  self->settings = g_object_ref (settings);
+  g_object_bind_property (settings, "threads", self->threads_spin, "value", f);
+  g_object_bind_property_full (settings, "seed", self->seed_spin, "value", f,
+                               int64_to_double, double_to_int64, NULL, NULL);
+  g_object_bind_property (settings, "logits-eos-inf", self->eos_switch, "active", f);
+  g_object_bind_property (settings, "confidence-eos-eot-inf", self->eot_switch, "active", f);
+  return GTK_WIDGET (self);
+}

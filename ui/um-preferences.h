@@ -1,0 +1,15 @@
+/* um-preferences.h — the Preferences window (Ctrl+comma). */
+#pragma once
+
+#include <adwaita.h>
+
+#include "um-settings.h"
+
+G_BEGIN_DECLS
+
+#define UM_TYPE_PREFERENCES (um_preferences_get_type ())
+G_DECLARE_FINAL_TYPE (UmPreferences, um_preferences, UM, PREFERENCES, AdwPreferencesWindow)
+
+GtkWidget *um_preferences_new (UmSettings *settings);
+
+G_END_DECLS

@@ -1,0 +1,346 @@
+#include "um-settings.h"
+
+#include <glib/gi18n.h>
+#include <glib/gstdio.h>
+#include <json-glib/json-glib.h>
+
+#define MAX_RECENT 10
+
+struct _UmSettings {
+  GObject  parent_instance;
+  char    *path;
+  char    *load_warning;
+  guint    save_id;
+
+  int      threads;
+  int      gen_length;
+  int      steps;
+  int      block_length;
+  double   temperature;
+  double   cfg_scale;
+  char    *remasking;
+  gboolean chat_template;
+  gboolean logits_eos_inf;
+  gboolean confidence_eos_eot_inf;
+  gint64   seed;
+  GPtrArray *recent;       /* char*, NULL-terminated */
+};
+
+G_DEFINE_FINAL_TYPE (UmSettings, um_settings, G_TYPE_OBJECT)
+
+enum {
+  PROP_0,
+  PROP_THREADS, PROP_GEN_LENGTH, PROP_STEPS, PROP_BLOCK_LENGTH, PROP_TEMPERATURE, PROP_CFG_SCALE,
+  PROP_REMASKING, PROP_CHAT_TEMPLATE, PROP_LOGITS_EOS_INF, PROP_CONFIDENCE_EOS_EOT_INF, PROP_SEED,
+  N_PROPS
+};
+static GParamSpec *props[N_PROPS];
+
+static gboolean
+save_timeout (gpointer data)
+{
+  UmSettings *self = data;
+  g_autoptr(GError) error = NULL;
+
+  self->save_id = 0;
+  if (!um_settings_save (self, &error))
+    g_warning ("Could not save settings: %s", error->message);
+  return G_SOURCE_REMOVE;
+}
+
+static void
+schedule_save (UmSettings *self)
+{
+  if (self->save_id == 0)
+    self->save_id = g_timeout_add_seconds (1, save_timeout, self);
+}
+
+static void
+um_settings_get_property (GObject *object, guint id, GValue *value, GParamSpec *pspec)
+{
+  UmSettings *self = UM_SETTINGS (object);
+  switch (id)
+    {
+    case PROP_THREADS: g_value_set_int (value, self->threads); break;
+    case PROP_GEN_LENGTH: g_value_set_int (value, self->gen_length); break;
+    case PROP_STEPS: g_value_set_int (value, self->steps); break;
+    case PROP_BLOCK_LENGTH: g_value_set_int (value, self->block_length); break;
+    case PROP_TEMPERATURE: g_value_set_double (value, self->temperature); break;
+    case PROP_CFG_SCALE: g_value_set_double (value, self->cfg_scale); break;
+    case PROP_REMASKING: g_value_set_string (value, self->remasking); break;
+    case PROP_CHAT_TEMPLATE: g_value_set_boolean (value, self->chat_template); break;
+    case PROP_LOGITS_EOS_INF: g_value_set_boolean (value, self->logits_eos_inf); break;
+    case PROP_CONFIDENCE_EOS_EOT_INF: g_value_set_boolean (value, self->confidence_eos_eot_inf); break;
+    case PROP_SEED: g_value_set_int64 (value, self->seed); break;
+    default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, id, pspec);
+    }
+}
+
+static void
+um_settings_set_property (GObject *object, guint id, const GValue *value, GParamSpec *pspec)
+{
+  UmSettings *self = UM_SETTINGS (object);
+  switch (id)
+    {
+    case PROP_THREADS: self->threads = g_value_get_int (value); break;
+    case PROP_GEN_LENGTH: self->gen_length = g_value_get_int (value); break;
+    case PROP_STEPS: self->steps = g_value_get_int (value); break;
+    case PROP_BLOCK_LENGTH: self->block_length = g_value_get_int (value); break;
+    case PROP_TEMPERATURE: self->temperature = g_value_get_double (value); break;
+    case PROP_CFG_SCALE: self->cfg_scale = g_value_get_double (value); break;
+    case PROP_REMASKING:
+      g_free (self->remasking);
+      self->remasking = g_value_dup_string (value);
+      break;
+    case PROP_CHAT_TEMPLATE: self->chat_template = g_value_get_boolean (value); break;
+    case PROP_LOGITS_EOS_INF: self->logits_eos_inf = g_value_get_boolean (value); break;
+    case PROP_CONFIDENCE_EOS_EOT_INF: self->confidence_eos_eot_inf = g_value_get_boolean (value); break;
+    case PROP_SEED: self->seed = g_value_get_int64 (value); break;
+    default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, id, pspec); return;
+    }
+  g_object_notify_by_pspec (object, pspec);
+  schedule_save (self);
+}
+
+/* A pending change is written before the object goes (still alive here). */
+static void
+um_settings_dispose (GObject *object)
+{
+  UmSettings *self = UM_SETTINGS (object);
+
+  if (self->save_id != 0)
+    {
+      g_source_remove (self->save_id);
+      save_timeout (self);
+    }
+  G_OBJECT_CLASS (um_settings_parent_class)->dispose (object);
+}
+
+static void
+um_settings_finalize (GObject *object)
+{
+  UmSettings *self = UM_SETTINGS (object);
+
+  g_free (self->path);
+  g_free (self->load_warning);
+  g_free (self->remasking);
+  g_ptr_array_unref (self->recent);
+  G_OBJECT_CLASS (um_settings_parent_class)->finalize (object);
+}
+
+static void
+um_settings_class_init (UmSettingsClass *klass)
+{
+  GObjectClass *object_class = G_OBJECT_CLASS (klass);
+  const GParamFlags f = G_PARAM_READWRITE | G_PARAM_EXPLICIT_NOTIFY | G_PARAM_STATIC_STRINGS;
+
+  object_class->get_property = um_settings_get_property;
+  object_class->set_property = um_settings_set_property;
+  object_class->dispose = um_settings_dispose;
+  object_class->finalize = um_settings_finalize;
+
+  /* Ranges are the reference's: lengths up to LLaDA's 4096-token context. */
+  props[PROP_THREADS] = g_param_spec_int ("threads", NULL, NULL, 0, 256, 0, f);
+  props[PROP_GEN_LENGTH] = g_param_spec_int ("gen-length", NULL, NULL, 1, 4096, 128, f);
+  props[PROP_STEPS] = g_param_spec_int ("steps", NULL, NULL, 1, 4096, 128, f);
+  props[PROP_BLOCK_LENGTH] = g_param_spec_int ("block-length", NULL, NULL, 1, 4096, 32, f);
+  props[PROP_TEMPERATURE] = g_param_spec_double ("temperature", NULL, NULL, 0.0, 5.0, 0.0, f);
+  props[PROP_CFG_SCALE] = g_param_spec_double ("cfg-scale", NULL, NULL, 0.0, 10.0, 0.0, f);
+  props[PROP_REMASKING] = g_param_spec_string ("remasking", NULL, NULL, "low_confidence", f);
+  props[PROP_CHAT_TEMPLATE] = g_param_spec_boolean ("chat-template", NULL, NULL, TRUE, f);
+  props[PROP_LOGITS_EOS_INF] = g_param_spec_boolean ("logits-eos-inf", NULL, NULL, FALSE, f);
+  props[PROP_CONFIDENCE_EOS_EOT_INF] = g_param_spec_boolean ("confidence-eos-eot-inf", NULL, NULL, FALSE, f);
+  props[PROP_SEED] = g_param_spec_int64 ("seed", NULL, NULL, 0, G_MAXINT64, 0, f);
+  g_object_class_install_properties (object_class, N_PROPS, props);
+}
+
+static void
+um_settings_init (UmSettings *self)
+{
+  self->gen_length = 128;
+  self->steps = 128;
+  self->block_length = 32;
+  self->remasking = g_strdup ("low_confidence");
+  self->chat_template = TRUE;
+  self->recent = g_ptr_array_new_with_free_func (g_free);
+  g_ptr_array_add (self->recent, NULL);
+}
+
+/* Applies the members of @obj that are present and in range. */
+static void
+apply_json (UmSettings *self, JsonObject *obj)
+{
+  for (guint i = 1; i < N_PROPS; i++)
+    {
+      const char *name = g_param_spec_get_name (props[i]);
+      JsonNode *node = json_object_get_member (obj, name);
+      g_auto(GValue) v = G_VALUE_INIT;
+      if (node == NULL || JSON_NODE_TYPE (node) != JSON_NODE_VALUE)
+        continue;
+      g_value_init (&v, props[i]->value_type);
+      switch (props[i]->value_type)
+        {
+        case G_TYPE_INT:
+          if (json_node_get_value_type (node) != G_TYPE_INT64)
+            continue;
+          g_value_set_int (&v, (int) CLAMP (json_node_get_int (node), G_MININT, G_MAXINT));
+          break;
+        case G_TYPE_INT64:
+          if (json_node_get_value_type (node) != G_TYPE_INT64)
+            continue;
+          g_value_set_int64 (&v, json_node_get_int (node));
+          break;
+        case G_TYPE_DOUBLE:
+          g_value_set_double (&v, json_node_get_double (node));
+          break;
+        case G_TYPE_BOOLEAN:
+          if (json_node_get_value_type (node) != G_TYPE_BOOLEAN)
+            continue;
+          g_value_set_boolean (&v, json_node_get_boolean (node));
+          break;
+        default:
+          if (json_node_get_value_type (node) != G_TYPE_STRING)
+            continue;
+          g_value_set_string (&v, json_node_get_string (node));
+        }
+      if (!g_param_value_validate (props[i], &v))
+        g_object_set_property (G_OBJECT (self), name, &v);
+    }
+  if (json_object_has_member (obj, "recent-models")
+      && JSON_NODE_HOLDS_ARRAY (json_object_get_member (obj, "recent-models")))
+    {
+      JsonArray *arr = json_object_get_array_member (obj, "recent-models");
+      g_ptr_array_set_size (self->recent, 0);
+      for (guint i = 0; i < json_array_get_length (arr) && i < MAX_RECENT; i++)
+        {
+          JsonNode *e = json_array_get_element (arr, i);
+          if (JSON_NODE_HOLDS_VALUE (e) && json_node_get_value_type (e) == G_TYPE_STRING)
+            g_ptr_array_add (self->recent, g_strdup (json_node_get_string (e)));
+        }
+      g_ptr_array_add (self->recent, NULL);
+    }
+}
+
+UmSettings *
+um_settings_new (const char *path)
+{
+  UmSettings *self = g_object_new (UM_TYPE_SETTINGS, NULL);
+  g_autoptr(JsonParser) parser = json_parser_new ();
+  g_autoptr(GError) error = NULL;
+  JsonNode *root;
+
+  self->path = path ? g_strdup (path) : g_build_filename (g_get_user_config_dir (), "unmask", "settings.json", NULL);
+  if (!g_file_test (self->path, G_FILE_TEST_EXISTS))
+    return self;
+  if (!json_parser_load_from_file (parser, self->path, &error)
+      || (root = json_parser_get_root (parser)) == NULL || !JSON_NODE_HOLDS_OBJECT (root))
+    {
+      /* Keep the broken file for the user, start from defaults. */
+      g_autoptr(GDateTime) now = g_date_time_new_now_local ();
+      g_autofree char *stamp = g_date_time_format (now, "%Y%m%d-%H%M%S");
+      g_autofree char *aside = g_strdup_printf ("%s.corrupt-%s", self->path, stamp);
+      g_rename (self->path, aside);
+      self->load_warning = g_strdup_printf (_("Your settings file was damaged (%s). It was kept as %s and the defaults are used."),
+                                            error ? error->message : _("not a JSON object"), aside);
+      return self;
+    }
+  apply_json (self, json_node_get_object (root));
+  /* Loading is not a change. */
+  if (self->save_id != 0)
+    {
+      g_source_remove (self->save_id);
+      self->save_id = 0;
+    }
+  return self;
+}
+
+const char *
+um_settings_get_load_warning (UmSettings *self)
+{
+  return self->load_warning;
+}
+
+void
+um_settings_get_params (UmSettings *self, UmGenParams *p)
+{
+  um_gen_params_init (p);
+  p->gen_length = self->gen_length;
+  p->steps = self->steps;
+  p->block_length = self->block_length;
+  p->temperature = self->temperature;
+  p->cfg_scale = self->cfg_scale;
+  um_remasking_from_string (self->remasking, &p->remasking);
+  p->logits_eos_inf = self->logits_eos_inf;
+  p->confidence_eos_eot_inf = self->confidence_eos_eot_inf;
+  p->seed = (guint64) self->seed;
+}
+
+int
+um_settings_get_threads (UmSettings *self)
+{
+  return self->threads;
+}
+
+const char * const *
+um_settings_get_recent_models (UmSettings *self)
+{
+  return (const char * const *) self->recent->pdata;
+}
+
+void
+um_settings_add_recent_model (UmSettings *self, const char *path)
+{
+  g_ptr_array_remove_index (self->recent, self->recent->len - 1);   /* the NULL */
+  for (guint i = 0; i < self->recent->len; i++)
+    if (g_str_equal (g_ptr_array_index (self->recent, i), path))
+      {
+        g_ptr_array_remove_index (self->recent, i);
+        break;
+      }
+  g_ptr_array_insert (self->recent, 0, g_strdup (path));
+  if (self->recent->len > MAX_RECENT)
+    g_ptr_array_set_size (self->recent, MAX_RECENT);
+  g_ptr_array_add (self->recent, NULL);
+  schedule_save (self);
+}
+
+gboolean
+um_settings_save (UmSettings *self, GError **error)
+{
+  g_autoptr(JsonBuilder) b = json_builder_new ();
+  g_autoptr(JsonGenerator) gen = json_generator_new ();
+  g_autoptr(JsonNode) root = NULL;
+  g_autofree char *dir = g_path_get_dirname (self->path);
+  g_autofree char *text = NULL;
+
+  json_builder_begin_object (b);
+  for (guint i = 1; i < N_PROPS; i++)
+    {
+      g_auto(GValue) v = G_VALUE_INIT;
+      const char *name = g_param_spec_get_name (props[i]);
+      g_value_init (&v, props[i]->value_type);
+      g_object_get_property (G_OBJECT (self), name, &v);
+      json_builder_set_member_name (b, name);
+      switch (props[i]->value_type)
+        {
+        case G_TYPE_INT: json_builder_add_int_value (b, g_value_get_int (&v)); break;
+        case G_TYPE_INT64: json_builder_add_int_value (b, g_value_get_int64 (&v)); break;
+        case G_TYPE_DOUBLE: json_builder_add_double_value (b, g_value_get_double (&v)); break;
+        case G_TYPE_BOOLEAN: json_builder_add_boolean_value (b, g_value_get_boolean (&v)); break;
+        default: json_builder_add_string_value (b, g_value_get_string (&v));
+        }
+    }
+  json_builder_set_member_name (b, "recent-models");
+  json_builder_begin_array (b);
+  for (guint i = 0; i + 1 < self->recent->len; i++)
+    json_builder_add_string_value (b, g_ptr_array_index (self->recent, i));
+  json_builder_end_array (b);
+  json_builder_end_object (b);
+  root = json_builder_get_root (b);
+  json_generator_set_root (gen, root);
+  json_generator_set_pretty (gen, TRUE);
+  text = json_generator_to_data (gen, NULL);
+  g_mkdir_with_parents (dir, 0700);
+  /* g_file_set_contents writes a temporary file and renames it. */
+  return g_file_set_contents_full (self->path, text, -1, G_FILE_SET_CONTENTS_CONSISTENT, 0600, error);
+}
