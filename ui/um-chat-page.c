@@ -974,12 +974,15 @@ format_date (GDateTime *t)
 
   if (g_date_time_get_year (local) == g_date_time_get_year (now)
       && g_date_time_get_day_of_year (local) == g_date_time_get_day_of_year (now))
-    /* Translators: a date format (see g_date_time_format), for today */
+    /* Translators: a date format (see g_date_time_format), for today
+     * xgettext:no-c-format */
     return g_date_time_format (local, _("Today %H:%M"));
   if (g_date_time_get_year (local) == g_date_time_get_year (now))
-    /* Translators: a date format (see g_date_time_format), for this year */
+    /* Translators: a date format (see g_date_time_format), for this year
+     * xgettext:no-c-format */
     return g_date_time_format (local, _("%-e %B, %H:%M"));
-  /* Translators: a date format (see g_date_time_format), for older dates */
+  /* Translators: a date format (see g_date_time_format), for older dates
+   * xgettext:no-c-format */
   return g_date_time_format (local, _("%-e %B %Y"));
 }
 

@@ -23,6 +23,7 @@ struct _UmWindow {
   GtkLabel        *loading_label;
   GtkProgressBar  *loading_progress;
   GtkLabel        *memory_label;
+  AdwButtonContent *model_button_content;
   GtkStack        *content_stack;
   AdwViewStack    *view_stack;
   UmGeneratePage  *generate_page;
@@ -106,13 +107,18 @@ set_engine (UmWindow *self, UmEngine *engine)
   gtk_stack_set_visible_child_name (self->content_stack, engine ? "workspace" : "welcome");
   /* The pages only make sense with a model. */
   adw_view_switcher_title_set_view_switcher_enabled (self->switcher_title, engine != NULL);
+  /* The model in use names the button that opens another one. */
   if (engine != NULL)
     {
       UmModel *model = um_engine_get_model (engine);
       adw_view_switcher_title_set_subtitle (self->switcher_title, model->display_name);
+      adw_button_content_set_label (self->model_button_content, model->display_name);
     }
   else
-    adw_view_switcher_title_set_subtitle (self->switcher_title, NULL);
+    {
+      adw_view_switcher_title_set_subtitle (self->switcher_title, NULL);
+      adw_button_content_set_label (self->model_button_content, _("Open Model"));
+    }
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_HAS_ENGINE]);
 }
 
@@ -154,8 +160,6 @@ on_model_loaded (GObject *source, GAsyncResult *result, gpointer user_data)
   um_window_show_error (self, NULL);
   set_engine (self, engine);
   um_settings_add_recent_model (self->settings, path);
-  adw_toast_overlay_add_toast (self->toast_overlay,
-                               adw_toast_new_format (_("Loaded %s"), um_engine_get_model (engine)->display_name));
 }
 
 void
@@ -346,6 +350,7 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmWindow, loading_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, loading_progress);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, memory_label);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, model_button_content);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, content_stack);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, view_stack);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, generate_page);

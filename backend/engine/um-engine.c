@@ -68,6 +68,10 @@ um_engine_free (UmEngine *engine)
 {
   if (engine == NULL)
     return;
+  /* A generation still in its thread (cancelled by the caller) ends at the
+   * next layer or step; wait for it rather than pull the model away. */
+  g_mutex_lock (&engine->busy);
+  g_mutex_unlock (&engine->busy);
   g_clear_pointer (&engine->forward, um_forward_free);
   g_clear_pointer (&engine->backend, um_backend_free);
   g_clear_pointer (&engine->model, um_model_free);

@@ -2,8 +2,8 @@
  *
  * Thread safety: an UmEngine may be used from any thread, but runs one
  * generation at a time; a second concurrent um_engine_generate() fails with
- * UM_ERROR_FAILED ("busy") instead of waiting. Loading and freeing must not
- * overlap a generation.
+ * UM_ERROR_FAILED ("busy") instead of waiting. um_engine_free() waits for a
+ * running generation to end, so cancel it first.
  */
 #pragma once
 

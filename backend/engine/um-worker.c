@@ -118,13 +118,13 @@ relay_push (Relay *r, gpointer item)
   if (schedule)
     {
       g_atomic_int_inc (&r->ref);
-      g_main_context_invoke_full (r->context, G_PRIORITY_DEFAULT, relay_dispatch, r,
+      /* Below redraw priority, so a fast engine never starves drawing; the
+       * finish call drains what is left, so no event arrives after it. */
+      g_main_context_invoke_full (r->context, G_PRIORITY_DEFAULT_IDLE, relay_dispatch, r,
                                   (GDestroyNotify) relay_unref);
     }
 }
 
-/* Everything queued is delivered before the task's callback runs: the task
- * returns through the same context, after these idle sources. */
 
 static void
 on_worker_step (const UmStepEvent *ev, gpointer data)
@@ -212,7 +212,12 @@ um_engine_load_async (const char             *path,
 UmEngine *
 um_engine_load_finish (GAsyncResult *result, GError **error)
 {
+  LoadData *d;
+
   g_return_val_if_fail (g_task_is_valid (result, NULL), NULL);
+  d = g_task_get_task_data (G_TASK (result));
+  if (d->relay != NULL)
+    relay_dispatch (d->relay);
   return g_task_propagate_pointer (G_TASK (result), error);
 }
 
@@ -279,6 +284,12 @@ um_engine_generate_async (UmEngine           *engine,
 UmGenResult *
 um_engine_generate_finish (UmEngine *engine, GAsyncResult *result, GError **error)
 {
+  GenData *d;
+
   g_return_val_if_fail (g_task_is_valid (result, NULL), NULL);
+  /* Deliver the steps still queued before the caller hears the end. */
+  d = g_task_get_task_data (G_TASK (result));
+  if (d->relay != NULL)
+    relay_dispatch (d->relay);
   return g_task_propagate_pointer (G_TASK (result), error);
 }

@@ -197,6 +197,26 @@ action_enabled (UmChatPage *page, const char *action)
   return gtk_widget_is_sensitive (button);
 }
 
+/* What the entry's key controller does with a key press. */
+static gboolean
+press_key (GtkWidget *view, guint keyval, GdkModifierType state)
+{
+  g_autoptr(GListModel) controllers = gtk_widget_observe_controllers (view);
+  gboolean handled = FALSE;
+
+  for (guint i = 0; i < g_list_model_get_n_items (controllers); i++)
+    {
+      g_autoptr(GtkEventController) c = g_list_model_get_item (controllers, i);
+      if (GTK_IS_EVENT_CONTROLLER_KEY (c) && gtk_event_controller_get_propagation_phase (c) == GTK_PHASE_CAPTURE)
+        {
+          g_signal_emit_by_name (c, "key-pressed", keyval, 0, state, &handled);
+          return handled;
+        }
+    }
+  g_assert_not_reached ();
+  return FALSE;
+}
+
 static GArray *
 slice_ids (GArray *ids, guint from, guint to)
 {
@@ -622,6 +642,23 @@ test_stop (void)
     want = expected_prompt (before, "Short, please.");
     assert_ids_equal (prompt, want);
   }
+
+  /* The long messages overflow the view, which follows the newest one. */
+  iterate_for (100);
+  {
+    GtkWidget *scroller = gtk_stack_get_child_by_name (find_main_stack (GTK_WIDGET (f.page)), "messages");
+    GtkAdjustment *adj = gtk_scrolled_window_get_vadjustment (GTK_SCROLLED_WINDOW (scroller));
+    g_assert_cmpfloat (gtk_adjustment_get_upper (adj), >, gtk_adjustment_get_page_size (adj));
+    g_assert_cmpfloat (gtk_adjustment_get_value (adj) + gtk_adjustment_get_page_size (adj), >=,
+                       gtk_adjustment_get_upper (adj) - 1.0);
+  }
+
+  /* Escape in the entry stops too. */
+  set_params (f.page, 64, 64, 32);
+  um_chat_page_send (f.page, text);
+  g_assert_true (press_key (find_type (GTK_WIDGET (f.page), GTK_TYPE_TEXT_VIEW), GDK_KEY_Escape, 0));
+  wait_not_busy (f.page);
+  g_assert_true (((UmChatStoreMessage *) g_ptr_array_index (c->messages, c->messages->len - 1))->stopped);
   fixture_close (&f);
 }
 
@@ -698,8 +735,28 @@ test_delete_and_broken (void)
   clear_store ();
   fixture_open (&f, engine);
   set_params (f.page, 16, 16, 8);
-  um_chat_page_send (f.page, "Delete me");
+  /* Typed in the entry: Shift+Return is a newline, Return sends. */
+  {
+    GtkWidget *view = find_type (GTK_WIDGET (f.page), GTK_TYPE_TEXT_VIEW);
+    GtkTextBuffer *buffer = gtk_text_view_get_buffer (GTK_TEXT_VIEW (view));
+    GtkTextIter start, end;
+    g_autofree char *left = NULL;
+
+    g_assert_false (action_enabled (f.page, "chat.send"));
+    gtk_text_buffer_set_text (buffer, "  \n ", -1);
+    g_assert_false (action_enabled (f.page, "chat.send"));   /* blank */
+    gtk_text_buffer_set_text (buffer, "Delete me", -1);
+    g_assert_true (action_enabled (f.page, "chat.send"));
+    g_assert_false (press_key (view, GDK_KEY_Return, GDK_SHIFT_MASK));
+    g_assert_false (um_chat_page_get_busy (f.page));
+    g_assert_true (press_key (view, GDK_KEY_Return, 0));
+    g_assert_true (um_chat_page_get_busy (f.page));
+    gtk_text_buffer_get_bounds (buffer, &start, &end);
+    left = gtk_text_buffer_get_text (buffer, &start, &end, FALSE);
+    g_assert_cmpstr (left, ==, "");
+  }
   wait_not_busy (f.page);
+  g_assert_cmpstr (um_chat_page_get_message_text (f.page, 0), ==, "Delete me");
   path = um_chat_store_path_for_id (dir, um_chat_page_get_conversation (f.page)->id);
   g_assert_true (g_file_test (path, G_FILE_TEST_EXISTS));
   g_file_set_contents (broken, "{ broken", -1, &error);
@@ -815,6 +872,7 @@ test_screenshot_mid_answer (void)
     }
   clear_store ();
   fixture_open (&f, engine);
+  save_screenshot (f.window, "chat-empty.png");
   set_params (f.page, 16, 16, 8);
   um_chat_page_send (f.page, "What is free software?");
   wait_not_busy (f.page);
@@ -834,6 +892,15 @@ test_screenshot_mid_answer (void)
   iterate_for (200);
   save_screenshot (f.window, "chat-stopped-dark.png");
   adw_style_manager_set_color_scheme (adw_style_manager_get_default (), ADW_COLOR_SCHEME_DEFAULT);
+  /* An inline error and the list of saved conversations. */
+  set_params (f.page, 30, 30, 8);
+  um_chat_page_send (f.page, "This cannot be answered with these parameters.");
+  {
+    GtkMenuButton *chats = GTK_MENU_BUTTON (find_type (GTK_WIDGET (f.page), GTK_TYPE_MENU_BUTTON));
+    gtk_menu_button_popup (chats);
+    save_screenshot (f.window, "chat-list-and-error.png");
+    save_screenshot (GTK_WIDGET (gtk_menu_button_get_popover (chats)), "chat-list-popover.png");
+  }
   fixture_close (&f);
 }
 

@@ -13,6 +13,7 @@
 #include "um-chat-page.h"
 #include "um-generate-page.h"
 #include "um-settings.h"
+#include "um-test-util.h"
 #include "um-window.h"
 
 static char *tmp_dir;
@@ -84,7 +85,7 @@ load (UmWindow *win, const char *path)
 }
 
 static void
-save_screenshot (GtkWidget *widget, const char *name)
+save_screenshot_full (GtkWidget *widget, const char *name, gboolean settle)
 {
   const char *dir = g_getenv ("UM_SCREENSHOT_DIR");
   g_autoptr(GdkPaintable) paintable = NULL;
@@ -96,9 +97,13 @@ save_screenshot (GtkWidget *widget, const char *name)
 
   if (dir == NULL)
     return;
-  /* Let pending layout and drawing happen first. */
-  for (int i = 0; i < 20; i++)
-    g_main_context_iteration (NULL, FALSE);
+  /* Let transitions (crossfades, revealers) finish and drawing settle. */
+  if (settle)
+    {
+      gint64 end = g_get_monotonic_time () + 800 * 1000;
+      while (g_get_monotonic_time () < end)
+        g_main_context_iteration (NULL, FALSE);
+    }
   w = gtk_widget_get_width (widget);
   h = gtk_widget_get_height (widget);
   paintable = gtk_widget_paintable_new (widget);
@@ -111,6 +116,12 @@ save_screenshot (GtkWidget *widget, const char *name)
   path = g_build_filename (dir, name, NULL);
   g_assert_true (gdk_texture_save_to_png (texture, path));
   g_test_message ("saved %s", path);
+}
+
+static void
+save_screenshot (GtkWidget *widget, const char *name)
+{
+  save_screenshot_full (widget, name, TRUE);
 }
 
 static void
@@ -127,6 +138,12 @@ typedef struct {
   int notifies;
   gboolean monotonic;
 } StepWatch;
+
+static void
+mark_painted (gboolean *painted)
+{
+  *painted = TRUE;
+}
 
 /* Each new step adds exactly one committed cell (steps == gen_length here). */
 static void
@@ -216,8 +233,6 @@ test_generate_live_and_replay (void)
       filled += g_array_index (at5, gint32, i) != 508;
     g_assert_cmpint (filled, ==, 5);
   }
-  gtk_range_set_value (um_generate_page_get_step_scale (page), 18);
-  save_screenshot (GTK_WIDGET (win), "generate.png");
   destroy_window (win);
 }
 
@@ -291,6 +306,67 @@ test_bad_model_then_good (void)
   destroy_window (win);
 }
 
+typedef struct {
+  UmDiffusionView *view;
+  int min_steps;
+} Progress;
+
+static gboolean
+reached_steps (gpointer data)
+{
+  Progress *p = data;
+  return um_diffusion_view_get_n_steps_recorded (p->view) >= p->min_steps;
+}
+
+/* The generate page in the middle of a run, on a model big enough (made
+ * here) that the run is still going when the frame is painted. */
+static void
+test_generate_screenshot (void)
+{
+  g_autofree char *dir = g_build_filename (tmp_dir, "screenshot-model", NULL);
+  g_autoptr(GError) error = NULL;
+  UmTestModelSpec spec;
+  UmWindow *win;
+  UmGeneratePage *page;
+  Progress progress;
+  GdkFrameClock *clock;
+  gboolean painted = FALSE;
+  gulong id;
+
+  if (g_getenv ("UM_SCREENSHOT_DIR") == NULL)
+    {
+      g_test_skip ("UM_SCREENSHOT_DIR is not set");
+      return;
+    }
+  um_test_model_spec_init (&spec);
+  spec.d_model = 512;
+  spec.n_heads = 8;
+  spec.n_kv_heads = 8;
+  spec.mlp_hidden = 2048;
+  spec.n_layers = 8;
+  g_assert_true (um_test_write_model (dir, &spec, &error));
+  win = make_window ();
+  page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  load (win, dir);
+  set_params (win, 64, 64, 16);
+  um_generate_page_generate (page);
+  progress.view = um_generate_page_get_view (page);
+  progress.min_steps = 26;
+  wait_for (reached_steps, &progress, 120);
+  /* One painted frame, then the picture, while the engine keeps going. */
+  clock = gtk_widget_get_frame_clock (GTK_WIDGET (win));
+  id = g_signal_connect_swapped (clock, "after-paint", G_CALLBACK (mark_painted), &painted);
+  gtk_widget_queue_draw (GTK_WIDGET (win));
+  while (!painted)
+    g_main_context_iteration (NULL, TRUE);
+  g_signal_handler_disconnect (clock, id);
+  g_assert_true (um_generate_page_get_running (page));
+  save_screenshot_full (GTK_WIDGET (win), "generate.png", FALSE);
+  um_generate_page_stop (page);
+  wait_for (not_running, page, 60);
+  destroy_window (win);
+}
+
 static gboolean
 chat_idle (gpointer page)
 {
@@ -335,10 +411,19 @@ main (int argc, char **argv)
   }
   gtk_test_init (&argc, &argv, NULL);
   adw_init ();
+  /* AdwApplication loads the app's style sheet; these windows have no app. */
+  {
+    g_autoptr(GtkCssProvider) css = gtk_css_provider_new ();
+    gtk_css_provider_load_from_resource (css, "/io/github/unmask/Unmask/style.css");
+    gtk_style_context_add_provider_for_display (gdk_display_get_default (), GTK_STYLE_PROVIDER (css),
+                                                GTK_STYLE_PROVIDER_PRIORITY_APPLICATION);
+  }
+
   g_test_add_func ("/gui/open-close", test_open_close);
   g_test_add_func ("/gui/generate-live-and-replay", test_generate_live_and_replay);
   g_test_add_func ("/gui/stop-within-one-step", test_stop_within_one_step);
   g_test_add_func ("/gui/bad-model", test_bad_model_then_good);
+  g_test_add_func ("/gui/generate-screenshot", test_generate_screenshot);
   g_test_add_func ("/gui/chat-screenshot", test_chat_screenshot);
   rc = g_test_run ();
   return rc;
