@@ -18,13 +18,6 @@
 
 static char *tmp_dir;
 
-static char *
-data_path (const char *name)
-{
-  const char *dir = g_getenv ("UM_TEST_DATA");
-  return g_build_filename (dir ? dir : "tests/data", name, NULL);
-}
-
 static void
 wait_for (gboolean (*done) (gpointer), gpointer data, int timeout_s)
 {
@@ -184,8 +177,8 @@ static void
 test_generate_live_and_replay (void)
 {
   g_autoptr(JsonParser) parser = json_parser_new ();
-  g_autofree char *json = data_path ("tiny-llada.expected.json");
-  g_autofree char *model = data_path ("tiny-llada");
+  g_autofree char *json = um_test_data_path ("tiny-llada.expected.json");
+  g_autofree char *model = um_test_data_path ("tiny-llada");
   UmWindow *win = make_window ();
   UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
   UmDiffusionView *view = um_generate_page_get_view (page);
@@ -255,7 +248,7 @@ on_first_step (UmDiffusionView *view, GParamSpec *pspec, StopWatch *w)
 static void
 test_stop_within_one_step (void)
 {
-  g_autofree char *model = data_path ("small-kquant");
+  g_autofree char *model = um_test_data_path ("small-kquant");
   UmWindow *win = make_window ();
   UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
   UmDiffusionView *view = um_generate_page_get_view (page);
@@ -288,7 +281,7 @@ static void
 test_bad_model_then_good (void)
 {
   g_autofree char *bad = g_build_filename (tmp_dir, "broken.gguf", NULL);
-  g_autofree char *model = data_path ("tiny-llada");
+  g_autofree char *model = um_test_data_path ("tiny-llada");
   UmWindow *win = make_window ();
 
   g_assert_true (g_file_set_contents (bad, "GGUF\x03\0\0\0garbage", 15, NULL));
@@ -376,7 +369,7 @@ chat_idle (gpointer page)
 static void
 test_chat_screenshot (void)
 {
-  g_autofree char *model = data_path ("tiny-llada");
+  g_autofree char *model = um_test_data_path ("tiny-llada");
   UmWindow *win;
   UmChatPage *chat;
   AdwViewStack *stack;
