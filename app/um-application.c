@@ -74,7 +74,7 @@ static void
 about_activated (GSimpleAction *action, GVariant *param, gpointer user_data)
 {
   UmApplication *self = user_data;
-  static const char *developers[] = { "The Unmask developers", NULL };
+  const char *developers[] = { _("The Unmask developers"), NULL };
 
   adw_show_about_window (GTK_WINDOW (get_window (self)),
                          "application-name", _("Unmask"),
@@ -84,7 +84,7 @@ about_activated (GSimpleAction *action, GVariant *param, gpointer user_data)
                          "website", "https://github.com/unmask/unmask",
                          "issue-url", "https://github.com/unmask/unmask/issues",
                          "developers", developers,
-                         "copyright", "© 2026 The Unmask developers",
+                         "copyright", _("© 2026 The Unmask developers"),
                          "license-type", GTK_LICENSE_GPL_3_0,
                          /* Translators: your names, one per line */
                          "translator-credits", _("translator-credits"),

@@ -75,8 +75,14 @@ update_problem (UmGeneratePage *self)
         self->problem = g_strdup_printf (_("The length (%d) must be a multiple of the block length (%d)."),
                                          p.gen_length, p.block_length);
       else if (p.steps % (p.gen_length / p.block_length) != 0)
-        self->problem = g_strdup_printf (_("The steps (%d) must divide evenly among the %d blocks: use a multiple of %d."),
-                                         p.steps, p.gen_length / p.block_length, p.gen_length / p.block_length);
+        {
+          int blocks = p.gen_length / p.block_length;
+          self->problem = g_strdup_printf (g_dngettext (GETTEXT_PACKAGE,
+                                                        "The steps (%d) must divide evenly among the %d block: use a multiple of %d.",
+                                                        "The steps (%d) must divide evenly among the %d blocks: use a multiple of %d.",
+                                                        blocks),
+                                           p.steps, blocks, blocks);
+        }
       else
         self->problem = g_strdup (error->message);
     }

@@ -101,7 +101,9 @@ static void
 open_native (UmModelChooser *self, GtkFileChooserAction action, const char *title)
 {
   /* GtkFileDialog needs GTK 4.10; the native chooser works on 4.8 and in portals. */
-  self->native = gtk_file_chooser_native_new (title, GTK_WINDOW (self), action, _("_Open"), _("_Cancel"));
+  self->native = gtk_file_chooser_native_new (title, GTK_WINDOW (self), action,
+                                              /* Translators: the file chooser's buttons */
+                                              _("_Open"), _("_Cancel"));
   if (action == GTK_FILE_CHOOSER_ACTION_OPEN)
     {
       g_autoptr(GtkFileFilter) gguf = gtk_file_filter_new ();

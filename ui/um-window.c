@@ -17,6 +17,7 @@ struct _UmWindow {
   /* template */
   AdwToastOverlay *toast_overlay;
   AdwViewSwitcherTitle *switcher_title;
+  AdwViewSwitcherBar *switcher_bar;
   GtkRevealer     *error_revealer;
   GtkLabel        *error_label;
   GtkRevealer     *loading_revealer;
@@ -95,6 +96,16 @@ on_error_close_clicked (UmWindow *self)
   um_window_show_error (self, NULL);
 }
 
+/* The bottom switcher replaces the title's on narrow windows, and like it
+ * only exists once a model is loaded. */
+static void
+update_switcher_bar (UmWindow *self)
+{
+  adw_view_switcher_bar_set_reveal (self->switcher_bar,
+                                    self->engine != NULL
+                                    && adw_view_switcher_title_get_title_visible (self->switcher_title));
+}
+
 static void
 set_engine (UmWindow *self, UmEngine *engine)
 {
@@ -107,6 +118,7 @@ set_engine (UmWindow *self, UmEngine *engine)
   gtk_stack_set_visible_child_name (self->content_stack, engine ? "workspace" : "welcome");
   /* The pages only make sense with a model. */
   adw_view_switcher_title_set_view_switcher_enabled (self->switcher_title, engine != NULL);
+  update_switcher_bar (self);
   /* The model in use names the button that opens another one. */
   if (engine != NULL)
     {
@@ -344,6 +356,7 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_set_template_from_resource (widget_class, "/io/github/unmask/Unmask/ui/um-window.ui");
   gtk_widget_class_bind_template_child (widget_class, UmWindow, toast_overlay);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, switcher_title);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, switcher_bar);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, error_revealer);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, error_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, loading_revealer);
@@ -372,6 +385,7 @@ um_window_init (UmWindow *self)
   gtk_icon_theme_add_resource_path (gtk_icon_theme_get_for_display (gtk_widget_get_display (GTK_WIDGET (self))),
                                     "/io/github/unmask/Unmask/icons");
   adw_view_switcher_title_set_view_switcher_enabled (self->switcher_title, FALSE);
+  g_signal_connect_swapped (self->switcher_title, "notify::title-visible", G_CALLBACK (update_switcher_bar), self);
   self->monitor = um_memory_monitor_new ();
   g_signal_connect_object (self->monitor, "updated", G_CALLBACK (on_memory_updated), self, 0);
   um_memory_page_set_monitor (self->memory_page, self->monitor);
