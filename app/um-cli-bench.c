@@ -152,7 +152,6 @@ um_cli_bench (int argc, char **argv)
     return 2;
   if (!um_cli_gen_options_to_params (&go, &params, &error))
     return um_cli_fail (error);
-  um_cli_gen_options_clear (&go);
   if (prompt_length < 1 || canvas < 0 || passes < 1)
     {
       g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM,
@@ -161,7 +160,8 @@ um_cli_bench (int argc, char **argv)
     }
 
   t0 = g_get_monotonic_time ();
-  engine = um_cli_load_engine (model_path, go.threads, &error);
+  engine = um_cli_load_engine (model_path, go.threads, go.device, &error);
+  um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);
   load_s = (g_get_monotonic_time () - t0) / 1e6;
@@ -220,6 +220,11 @@ um_cli_bench (int argc, char **argv)
 #define MEMBER_STR(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_string_value (b, v); } G_STMT_END
   MEMBER_STR ("model", model_path);
   MEMBER_STR ("backend", um_backend_name (um_engine_get_backend (engine)));
+  if (mem.total > 0)
+    {
+      MEMBER_INT ("device_total_bytes", mem.total);
+      MEMBER_INT ("device_budget_bytes", mem.budget);
+    }
   MEMBER_INT ("threads", um_cpu_get_threads ());
   MEMBER_STR ("openblas", g_strstrip (openblas_get_config ()));
   MEMBER_STR ("openblas_threading", openblas_get_parallel () == 2 ? "openmp"

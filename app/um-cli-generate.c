@@ -34,6 +34,8 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
     { "confidence-eos-eot-inf", 0, 0, G_OPTION_ARG_NONE, &o->confidence_eos_eot_inf,
       "Commit EOS/EOT only after everything else", NULL },
     { "threads", 0, 0, G_OPTION_ARG_INT, &o->threads, "CPU threads (default: all cores)", "N" },
+    { "device", 0, 0, G_OPTION_ARG_STRING, &o->device, "cpu, cuda or auto (default: a usable GPU, else the CPU)",
+      "DEVICE" },
     { NULL }
   };
   GOptionGroup *group = g_option_group_new ("generation", "Generation options:", "Show generation options",
@@ -60,6 +62,16 @@ um_cli_gen_options_to_params (const UmCliGenOptions *o, UmGenParams *p, GError *
                    "--remasking must be low_confidence or random, not “%s”", o->remasking);
       return FALSE;
     }
+  if (o->device != NULL)
+    {
+      UmDeviceKind kind;
+      if (!um_device_kind_from_string (o->device, &kind))
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--device must be cpu, cuda or auto, not “%s”",
+                       o->device);
+          return FALSE;
+        }
+    }
   if (o->threads < 0)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--threads must be ≥ 0");
@@ -73,12 +85,14 @@ void
 um_cli_gen_options_clear (UmCliGenOptions *o)
 {
   g_clear_pointer (&o->remasking, g_free);
+  g_clear_pointer (&o->device, g_free);
 }
 
 UmEngine *
-um_cli_load_engine (const char *model, int threads, GError **error)
+um_cli_load_engine (const char *model, int threads, const char *device, GError **error)
 {
   UmEngineOptions opts;
+  UmEngine *engine;
 
   if (model == NULL)
     {
@@ -87,7 +101,16 @@ um_cli_load_engine (const char *model, int threads, GError **error)
     }
   um_engine_options_init (&opts);
   opts.n_threads = threads;
-  return um_engine_load (model, &opts, NULL, NULL, NULL, error);
+  if (device != NULL && !um_device_kind_from_string (device, &opts.device))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--device must be cpu, cuda or auto, not “%s”", device);
+      return NULL;
+    }
+  engine = um_engine_load (model, &opts, NULL, NULL, NULL, error);
+  /* Scripts read stdout; the notice goes to stderr. */
+  if (engine != NULL && um_engine_get_notice (engine) != NULL)
+    fprintf (stderr, "unmask-cli: %s\n", um_engine_get_notice (engine));
+  return engine;
 }
 
 /* ---- live view of the canvas on a terminal ---- */
@@ -253,7 +276,8 @@ um_cli_generate (int argc, char **argv)
   req.prompt = prompt;
   req.chat = chat;
 
-  engine = um_cli_load_engine (model, go.threads, &error);
+  engine = um_cli_load_engine (model, go.threads, go.device, &error);
+  um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);
 
@@ -263,7 +287,6 @@ um_cli_generate (int argc, char **argv)
   result = um_engine_generate (engine, &req, on_step, &st, NULL, &error);
   if (st.live)
     erase_live (&st);
-  um_cli_gen_options_clear (&go);
   if (result == NULL)
     return um_cli_fail (error);
 
@@ -330,8 +353,8 @@ um_cli_chat (int argc, char **argv)
     return 2;
   if (!um_cli_gen_options_to_params (&go, &params, &error))
     return um_cli_fail (error);
+  engine = um_cli_load_engine (model, go.threads, go.device, &error);
   um_cli_gen_options_clear (&go);
-  engine = um_cli_load_engine (model, go.threads, &error);
   if (engine == NULL)
     return um_cli_fail (error);
 

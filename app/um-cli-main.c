@@ -21,6 +21,7 @@ static const struct {
   { "inspect",    um_cli_inspect,    "architecture, parameters, dtypes and special ids of a model" },
   { "bench",      um_cli_bench,      "measure forward passes, GFLOP/s and memory" },
   { "quantize",   um_cli_quantize,   "write a model as a GGUF of another type (Q8_0, Q4_K_M, ...)" },
+  { "devices",    um_cli_devices,    "the GPUs Unmask can use, or why none" },
 };
 
 static void

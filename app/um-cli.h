@@ -19,6 +19,7 @@ int um_cli_detokenize (int argc, char **argv);
 int um_cli_inspect (int argc, char **argv);
 int um_cli_bench (int argc, char **argv);
 int um_cli_quantize (int argc, char **argv);
+int um_cli_devices (int argc, char **argv);
 
 /* Parses "1,2,3" (spaces allowed). */
 GArray  *um_cli_parse_ids (const char *text, GError **error);
@@ -46,12 +47,13 @@ typedef struct {
   gboolean logits_eos_inf;
   gboolean confidence_eos_eot_inf;
   int      threads;
+  char    *device;
 } UmCliGenOptions;
 
 void     um_cli_gen_options_init (UmCliGenOptions *o, int gen_length, int steps, int block_length);
 void     um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o);
 gboolean um_cli_gen_options_to_params (const UmCliGenOptions *o, UmGenParams *p, GError **error);
 void     um_cli_gen_options_clear (UmCliGenOptions *o);
-UmEngine *um_cli_load_engine (const char *model, int threads, GError **error);
+UmEngine *um_cli_load_engine (const char *model, int threads, const char *device, GError **error);
 
 G_END_DECLS

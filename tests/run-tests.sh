@@ -38,7 +38,7 @@ dbus-run-session -- xvfb-run -a -s "-screen 0 1600x1200x24" \
 #    not a leak of ours, so only leaks with our frames fail the run.
 if [ ! -f build-asan/build.ninja ]; then
   meson setup build-asan -Dwerror=true -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dgui=disabled
+    -Dgui=disabled -Dcuda=disabled
 fi
 meson compile -C build-asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \

@@ -108,6 +108,22 @@ um_memory_monitor_get_history (UmMemoryMonitor *self, guint *n_samples)
 }
 
 char *
+um_memory_monitor_describe_compute (UmMemoryMonitor *self, char **why)
+{
+  const char *name;
+
+  *why = NULL;
+  if (self->engine == NULL)
+    return g_strdup (_("No model loaded"));
+  name = um_backend_name (um_engine_get_backend (self->engine));
+  if (um_engine_get_notice (self->engine) != NULL)
+    *why = g_strdup (um_engine_get_notice (self->engine));
+  if (g_str_equal (name, "cuda"))
+    return g_strdup (_("GPU (CUDA)"));
+  return g_strdup (_("CPU"));
+}
+
+char *
 um_memory_monitor_format_summary (UmMemoryMonitor *self)
 {
   const UmMemorySample *s = um_memory_monitor_get_latest (self);

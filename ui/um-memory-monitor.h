@@ -35,6 +35,9 @@ void             um_memory_monitor_sample (UmMemoryMonitor *self);
 const UmMemorySample *um_memory_monitor_get_latest (UmMemoryMonitor *self);
 /* Oldest first; *n_samples ≤ UM_MEMORY_HISTORY. */
 const UmMemorySample *um_memory_monitor_get_history (UmMemoryMonitor *self, guint *n_samples);
+/* Where the model computes, e.g. "CPU" or "GPU (CUDA)", and why not on the
+ * GPU when that applies (both newly allocated; @why may be NULL). */
+char            *um_memory_monitor_describe_compute (UmMemoryMonitor *self, char **why);
 /* Short text for the header bar, e.g. "RAM 2.1 GB". */
 char            *um_memory_monitor_format_summary (UmMemoryMonitor *self);
 

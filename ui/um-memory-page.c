@@ -9,6 +9,8 @@ struct _UmMemoryPage {
   GtkDrawingArea  *graph;
   GtkLabel        *process_label, *weights_label, *buffers_label, *system_label, *device_label;
   AdwActionRow    *device_row;
+  AdwActionRow    *compute_row;
+  GtkLabel        *compute_label;
   UmMemoryMonitor *monitor;
 };
 
@@ -86,6 +88,12 @@ on_updated (UmMemoryMonitor *monitor, UmMemoryPage *self)
   /* Translators: "5.1 GB free of 24 GB" */
   g_autofree char *system = g_strdup_printf (_("%s free of %s"), avail, total);
 
+  {
+    g_autofree char *why = NULL;
+    g_autofree char *where = um_memory_monitor_describe_compute (monitor, &why);
+    gtk_label_set_text (self->compute_label, where);
+    adw_action_row_set_subtitle (self->compute_row, why ? why : "");
+  }
   set_size_label (self->process_label, s->process_rss);
   set_size_label (self->weights_label, s->weights_bytes);
   gtk_label_set_text (self->buffers_label, buffers);
@@ -136,6 +144,8 @@ um_memory_page_class_init (UmMemoryPageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, system_label);
   gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, device_label);
   gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, device_row);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, compute_row);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, compute_label);
 }
 
 static void

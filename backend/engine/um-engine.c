@@ -1,11 +1,13 @@
 #include "um-engine.h"
 
 #include "um-chat-template.h"
+#include "um-gpu.h"
 #include "um-error.h"
 
 #include <string.h>
 
 struct _UmEngine {
+  char      *notice;
   UmModel   *model;
   UmBackend *backend;
   UmForward *forward;
@@ -17,6 +19,62 @@ um_engine_options_init (UmEngineOptions *options)
 {
   options->n_threads = 0;
   options->memory_budget = 0;
+  options->device = UM_DEVICE_AUTO;
+  options->gpu_index = 0;
+  /* UNMASK_DEVICE=cpu|cuda|auto overrides the default, e.g. to keep a
+   * machine's GPU out of a test run. */
+  um_device_kind_from_string (g_getenv ("UNMASK_DEVICE"), &options->device);
+}
+
+gboolean
+um_device_kind_from_string (const char *s, UmDeviceKind *out)
+{
+  if (g_strcmp0 (s, "auto") == 0)
+    *out = UM_DEVICE_AUTO;
+  else if (g_strcmp0 (s, "cpu") == 0)
+    *out = UM_DEVICE_CPU;
+  else if (g_strcmp0 (s, "cuda") == 0 || g_strcmp0 (s, "gpu") == 0)
+    *out = UM_DEVICE_CUDA;
+  else
+    return FALSE;
+  return TRUE;
+}
+
+const char *
+um_engine_get_notice (UmEngine *engine)
+{
+  return engine->notice;
+}
+
+/* The GPU when asked for (or when AUTO finds one that holds the model), else
+ * the CPU with a notice saying why. */
+static gboolean
+setup_compute (UmEngine *engine, const UmEngineOptions *options, GError **error)
+{
+  g_autoptr(GError) gpu_error = NULL;
+
+  if (options->device != UM_DEVICE_CPU)
+    {
+      engine->backend = um_backend_cuda_new (options->gpu_index, options->memory_budget, &gpu_error);
+      if (engine->backend != NULL)
+        {
+          engine->forward = um_forward_new (engine->model, engine->backend, &gpu_error);
+          if (engine->forward != NULL)
+            return TRUE;
+          g_clear_pointer (&engine->backend, um_backend_free);
+        }
+      if (options->device == UM_DEVICE_CUDA)
+        {
+          g_propagate_error (error, g_steal_pointer (&gpu_error));
+          return FALSE;
+        }
+      engine->notice = g_strdup_printf ("No usable GPU (%s); running on the CPU", gpu_error->message);
+    }
+  engine->backend = um_backend_cpu_new (options->memory_budget, options->n_threads, error);
+  if (engine->backend == NULL)
+    return FALSE;
+  engine->forward = um_forward_new (engine->model, engine->backend, error);
+  return engine->forward != NULL;
 }
 
 void
@@ -52,11 +110,7 @@ um_engine_load (const char             *path,
     return NULL;
   if (progress_cb)
     progress_cb (0.5, "Preparing the compute backend", user_data);
-  engine->backend = um_backend_cpu_new (options->memory_budget, options->n_threads, error);
-  if (engine->backend == NULL)
-    return NULL;
-  engine->forward = um_forward_new (engine->model, engine->backend, error);
-  if (engine->forward == NULL)
+  if (!setup_compute (engine, options, error))
     return NULL;
   if (progress_cb)
     progress_cb (1.0, "Ready", user_data);
@@ -75,6 +129,7 @@ um_engine_free (UmEngine *engine)
   g_clear_pointer (&engine->forward, um_forward_free);
   g_clear_pointer (&engine->backend, um_backend_free);
   g_clear_pointer (&engine->model, um_model_free);
+  g_free (engine->notice);
   g_mutex_clear (&engine->busy);
   g_free (engine);
 }

@@ -18,12 +18,21 @@ G_BEGIN_DECLS
 
 typedef struct _UmEngine UmEngine;
 
+typedef enum {
+  UM_DEVICE_AUTO,            /* a usable GPU if there is one, else the CPU */
+  UM_DEVICE_CPU,
+  UM_DEVICE_CUDA,            /* fail rather than fall back */
+} UmDeviceKind;
+
 typedef struct {
-  int      n_threads;        /* 0: all cores */
-  guint64  memory_budget;    /* compute-backend bytes, 0: no limit */
+  int          n_threads;      /* 0: all cores */
+  guint64      memory_budget;  /* compute-backend bytes, 0: the backend's default */
+  UmDeviceKind device;
+  int          gpu_index;
 } UmEngineOptions;
 
-void um_engine_options_init (UmEngineOptions *options);
+void        um_engine_options_init (UmEngineOptions *options);
+gboolean    um_device_kind_from_string (const char *s, UmDeviceKind *out);
 
 /* Progress in [0, 1] with a short description of the current stage. */
 typedef void (*UmProgressFunc) (double fraction, const char *stage, gpointer user_data);
@@ -35,6 +44,10 @@ UmEngine *um_engine_load (const char             *path,
                           gpointer                user_data,
                           GError                **error);
 void      um_engine_free (UmEngine *engine);
+
+/* Why the engine is not on the device asked for (e.g. AUTO without a usable
+ * GPU), or NULL. */
+const char *um_engine_get_notice (UmEngine *engine);
 
 UmModel   *um_engine_get_model (UmEngine *engine);
 UmForward *um_engine_get_forward (UmEngine *engine);

@@ -5,11 +5,10 @@
  */
 #pragma once
 
-#include <glib.h>
 #include <stdint.h>
 
-G_BEGIN_DECLS
-
+/* The enum is plain C so that CUDA sources (.cu, built without GLib) can
+ * use it; everything else needs GLib and is hidden from nvcc. */
 typedef enum {
   UM_DTYPE_F32,
   UM_DTYPE_F16,
@@ -25,6 +24,12 @@ typedef enum {
   UM_DTYPE_I32,             /* only for non-weight tensors some files carry */
   UM_DTYPE_N_TYPES
 } UmDType;
+
+#ifndef __CUDACC__
+
+#include <glib.h>
+
+G_BEGIN_DECLS
 
 typedef struct {
   const char *name;         /* "F32", "Q4_K", ... */
@@ -46,3 +51,5 @@ gboolean           um_dtype_bytes (UmDType type, uint64_t n_elems, uint64_t *out
 double             um_dtype_bits_per_weight (UmDType type);
 
 G_END_DECLS
+
+#endif /* !__CUDACC__ */

@@ -1,0 +1,599 @@
+/* um-cuda-backend.c — the compute backend vtable on an NVIDIA GPU: CUDA
+ * kernels (um-cuda-kernels.cu) for everything but the matrix products, which
+ * go through cuBLAS (fp32 for F32 weights; f16/bf16 inputs with fp32
+ * accumulation on tensor cores otherwise; quantized weights dequantized per
+ * tile). The CUDA runtime is linked statically and cuBLAS is opened at run
+ * time, so the program starts, and falls back to the CPU, on machines
+ * without the toolkit, the driver or a GPU. Every CUDA or cuBLAS failure
+ * becomes a GError. */
+#include "um-gpu.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <gmodule.h>
+#include <string.h>
+
+#include "um-cuda-kernels.h"
+#include "um-error.h"
+
+/* Leave this much device memory to the driver, other programs and cuBLAS's
+ * workspace when no budget is given. */
+#define DEFAULT_MARGIN (768ull << 20)
+/* Dequantized weight tile: enough rows for tensor-core efficiency, bounded
+ * memory whatever the weight. */
+#define TILE_ELEMS (32ull << 20)
+
+/* ---- cuBLAS, opened at run time ---- */
+
+typedef cublasStatus_t (*CreateFn) (cublasHandle_t *);
+typedef cublasStatus_t (*DestroyFn) (cublasHandle_t);
+typedef cublasStatus_t (*SetStreamFn) (cublasHandle_t, cudaStream_t);
+typedef cublasStatus_t (*SetMathModeFn) (cublasHandle_t, cublasMath_t);
+typedef cublasStatus_t (*GemmExFn) (cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                    const void *, const void *, cudaDataType, int, const void *, cudaDataType,
+                                    int, const void *, void *, cudaDataType, int, cublasComputeType_t,
+                                    cublasGemmAlgo_t);
+typedef const char *(*StatusStringFn) (cublasStatus_t);
+
+static struct {
+  GModule       *module;
+  CreateFn       create;
+  DestroyFn      destroy;
+  SetStreamFn    set_stream;
+  SetMathModeFn  set_math_mode;
+  GemmExFn       gemm_ex;
+  StatusStringFn status_string;
+  char          *error;
+} blas;
+
+static gpointer
+load_cublas_once (gpointer data)
+{
+  g_autofree char *name = g_strdup_printf ("libcublas.so.%d", CUBLAS_VER_MAJOR);
+  GModule *m = g_module_open (name, G_MODULE_BIND_LAZY | G_MODULE_BIND_LOCAL);
+
+  if (m == NULL)
+    {
+      blas.error = g_strdup_printf ("cuBLAS (%s) is not installed: %s", name, g_module_error ());
+      return NULL;
+    }
+  if (!g_module_symbol (m, "cublasCreate_v2", (gpointer *) &blas.create)
+      || !g_module_symbol (m, "cublasDestroy_v2", (gpointer *) &blas.destroy)
+      || !g_module_symbol (m, "cublasSetStream_v2", (gpointer *) &blas.set_stream)
+      || !g_module_symbol (m, "cublasSetMathMode", (gpointer *) &blas.set_math_mode)
+      || !g_module_symbol (m, "cublasGemmEx", (gpointer *) &blas.gemm_ex)
+      || !g_module_symbol (m, "cublasGetStatusString", (gpointer *) &blas.status_string))
+    {
+      blas.error = g_strdup_printf ("%s lacks a function Unmask needs: %s", name, g_module_error ());
+      g_module_close (m);
+      return NULL;
+    }
+  blas.module = m;
+  return m;
+}
+
+static gboolean
+load_cublas (GError **error)
+{
+  static GOnce once = G_ONCE_INIT;
+  if (g_once (&once, load_cublas_once, NULL) == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cuda: %s", blas.error);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/* ---- errors ---- */
+
+static gboolean
+cuda_ok (cudaError_t e, const char *what, GError **error)
+{
+  if (e == cudaSuccess)
+    return TRUE;
+  /* Clear a sticky error state where the runtime allows it. */
+  (void) cudaGetLastError ();
+  g_set_error (error, UM_ERROR,
+               e == cudaErrorMemoryAllocation ? UM_ERROR_OUT_OF_MEMORY : UM_ERROR_FAILED,
+               "cuda: %s: %s", what, cudaGetErrorString (e));
+  return FALSE;
+}
+
+static gboolean
+blas_ok (cublasStatus_t s, const char *what, GError **error)
+{
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return TRUE;
+  g_set_error (error, UM_ERROR, s == CUBLAS_STATUS_ALLOC_FAILED ? UM_ERROR_OUT_OF_MEMORY : UM_ERROR_FAILED,
+               "cublas: %s: %s", what, blas.status_string ? blas.status_string (s) : "error");
+  return FALSE;
+}
+
+/* ---- the backend ---- */
+
+struct _UmBuf {
+  void   *ptr;
+  size_t  bytes;
+};
+
+struct _UmDevWeight {
+  UmWeight w;      /* data points to device memory */
+  void    *dev;
+  size_t   bytes;
+};
+
+typedef struct {
+  void   *ptr;
+  size_t  bytes;
+} Scratch;
+
+typedef struct {
+  int            device;
+  cudaStream_t   stream;
+  cudaStream_t   copy_stream;   /* for streaming layers in while others compute */
+  cudaEvent_t    copy_done;
+  cublasHandle_t handle;
+  guint64        budget;
+  guint64        in_use;
+  guint64        peak;
+  guint64        total;
+  Scratch        act_half;      /* activations in f16/bf16 for cuBLAS */
+  Scratch        tile;          /* dequantized weight tiles */
+  Scratch        index;         /* uploaded index arrays */
+} CudaCtx;
+
+#define CTX(be) ((CudaCtx *) (be)->ctx)
+
+static void *
+dev_alloc (CudaCtx *c, size_t bytes, GError **error)
+{
+  void *p = NULL;
+
+  if (bytes > c->budget || c->in_use > c->budget - bytes)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "cuda: allocating %.1f MiB would exceed the GPU memory budget (%.1f of %.1f MiB in use)",
+                   bytes / 1048576.0, c->in_use / 1048576.0, c->budget / 1048576.0);
+      return NULL;
+    }
+  if (!cuda_ok (cudaMalloc (&p, MAX (bytes, 1)), "allocating device memory", error))
+    return NULL;
+  c->in_use += bytes;
+  c->peak = MAX (c->peak, c->in_use);
+  return p;
+}
+
+static void
+dev_free (CudaCtx *c, void *p, size_t bytes)
+{
+  if (p == NULL)
+    return;
+  cudaFree (p);
+  c->in_use -= bytes;
+}
+
+static gboolean
+scratch_ensure (CudaCtx *c, Scratch *s, size_t bytes, GError **error)
+{
+  void *p;
+  if (s->bytes >= bytes)
+    return TRUE;
+  /* The stream may still use the old buffer. */
+  if (!cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error))
+    return FALSE;
+  dev_free (c, s->ptr, s->bytes);
+  s->ptr = NULL;
+  s->bytes = 0;
+  p = dev_alloc (c, bytes, error);
+  if (p == NULL)
+    return FALSE;
+  s->ptr = p;
+  s->bytes = bytes;
+  return TRUE;
+}
+
+/* Copies a small host index array to the device, in stream order. */
+static const int32_t *
+upload_index (CudaCtx *c, const gint32 *host, int n, GError **error)
+{
+  if (!scratch_ensure (c, &c->index, MAX ((size_t) n, 1) * sizeof (int32_t), error)
+      || !cuda_ok (cudaMemcpyAsync (c->index.ptr, host, (size_t) n * sizeof (int32_t), cudaMemcpyHostToDevice,
+                                    c->stream), "copying indices", error))
+    return NULL;
+  return c->index.ptr;
+}
+
+static void
+cuda_destroy (UmBackend *be)
+{
+  CudaCtx *c = CTX (be);
+  cudaSetDevice (c->device);
+  cudaStreamSynchronize (c->stream);
+  dev_free (c, c->act_half.ptr, c->act_half.bytes);
+  dev_free (c, c->tile.ptr, c->tile.bytes);
+  dev_free (c, c->index.ptr, c->index.bytes);
+  if (c->handle)
+    blas.destroy (c->handle);
+  cudaEventDestroy (c->copy_done);
+  cudaStreamDestroy (c->copy_stream);
+  cudaStreamDestroy (c->stream);
+  g_free (c);
+  g_free (be);
+}
+
+static void
+cuda_mem_info (UmBackend *be, UmBackendMemInfo *info)
+{
+  CudaCtx *c = CTX (be);
+  size_t free_b = 0, total_b = 0;
+
+  memset (info, 0, sizeof *info);
+  info->budget = c->budget;
+  info->in_use = c->in_use;
+  info->peak = c->peak;
+  if (cudaMemGetInfo (&free_b, &total_b) == cudaSuccess)
+    {
+      info->total = total_b;
+      info->free = free_b;
+    }
+  else
+    info->total = c->total;
+}
+
+static UmBuf *
+cuda_buf_alloc (UmBackend *be, size_t bytes, GError **error)
+{
+  void *p = dev_alloc (CTX (be), bytes, error);
+  UmBuf *buf;
+  if (p == NULL)
+    return NULL;
+  buf = g_new0 (UmBuf, 1);
+  buf->ptr = p;
+  buf->bytes = bytes;
+  return buf;
+}
+
+static void
+cuda_buf_free (UmBackend *be, UmBuf *buf)
+{
+  if (buf == NULL)
+    return;
+  cudaStreamSynchronize (CTX (be)->stream);
+  dev_free (CTX (be), buf->ptr, buf->bytes);
+  g_free (buf);
+}
+
+static gboolean
+check_range (UmBuf *buf, size_t offset, size_t bytes, GError **error)
+{
+  if (offset > buf->bytes || bytes > buf->bytes - offset)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "cuda: copy of %zu bytes at %zu is outside a %zu-byte buffer", bytes, offset, buf->bytes);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+static gboolean
+cuda_buf_upload (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes, GError **error)
+{
+  return check_range (dst, offset, bytes, error)
+         && cuda_ok (cudaMemcpyAsync ((char *) dst->ptr + offset, src, bytes, cudaMemcpyHostToDevice,
+                                      CTX (be)->stream), "uploading", error);
+}
+
+static gboolean
+cuda_buf_download (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t bytes, GError **error)
+{
+  CudaCtx *c = CTX (be);
+  return check_range (src, offset, bytes, error)
+         && cuda_ok (cudaMemcpyAsync (dst, (char *) src->ptr + offset, bytes, cudaMemcpyDeviceToHost, c->stream),
+                     "downloading", error)
+         && cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error);
+}
+
+/* Weights are uploaded as stored: quantized blocks stay quantized. */
+static UmDevWeight *
+cuda_weight_load (UmBackend *be, const UmWeight *w, GError **error)
+{
+  CudaCtx *c = CTX (be);
+  size_t bytes = w->rows * w->row_bytes;
+  UmDevWeight *dw;
+  void *p = dev_alloc (c, bytes, error);
+
+  if (p == NULL)
+    {
+      if (error && *error)
+        g_prefix_error (error, "weight “%s”: ", w->name);
+      return NULL;
+    }
+  if (!cuda_ok (cudaMemcpyAsync (p, w->data, bytes, cudaMemcpyHostToDevice, c->copy_stream), "uploading a weight",
+                error)
+      || !cuda_ok (cudaStreamSynchronize (c->copy_stream), "uploading a weight", error))
+    {
+      dev_free (c, p, bytes);
+      return NULL;
+    }
+  dw = g_new0 (UmDevWeight, 1);
+  dw->w = *w;
+  dw->w.data = p;
+  dw->dev = p;
+  dw->bytes = bytes;
+  return dw;
+}
+
+static void
+cuda_weight_free (UmBackend *be, UmDevWeight *w)
+{
+  cudaStreamSynchronize (CTX (be)->stream);
+  dev_free (CTX (be), w->dev, w->bytes);
+  g_free (w);
+}
+
+static gboolean
+cuda_embed (UmBackend *be, const UmDevWeight *table, const gint32 *ids, int n, UmBuf *out, GError **error)
+{
+  CudaCtx *c = CTX (be);
+  const int32_t *d_ids;
+
+  for (int i = 0; i < n; i++)
+    if (ids[i] < 0 || (uint64_t) ids[i] >= table->w.rows)
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                     "token id %d is outside the vocabulary (%" G_GUINT64_FORMAT ")", ids[i], table->w.rows);
+        return FALSE;
+      }
+  d_ids = upload_index (c, ids, n, error);
+  return d_ids != NULL
+         && cuda_ok (um_cuda_embed (table->w.dtype, table->dev, table->w.row_bytes, table->w.cols, d_ids, n,
+                                    out->ptr, c->stream), "embedding", error);
+}
+
+static gboolean
+cuda_get_rows (UmBackend *be, UmBuf *src, int dim, const gint32 *rows, int n, UmBuf *out, GError **error)
+{
+  CudaCtx *c = CTX (be);
+  const int32_t *d_rows = upload_index (c, rows, n, error);
+  return d_rows != NULL
+         && cuda_ok (um_cuda_get_rows (src->ptr, dim, d_rows, n, out->ptr, c->stream), "gathering rows", error);
+}
+
+static gboolean
+cuda_rms_norm (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *w, float eps, UmBuf *out,
+               GError **error)
+{
+  return cuda_ok (um_cuda_rms_norm (x->ptr, rows, dim, w->dev, eps, out->ptr, CTX (be)->stream), "RMSNorm", error);
+}
+
+static gboolean
+cuda_rope (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int head_dim, double theta,
+           gboolean interleaved, GError **error)
+{
+  CudaCtx *c = CTX (be);
+  const int32_t *d_pos = upload_index (c, pos, rows, error);
+  return d_pos != NULL
+         && cuda_ok (um_cuda_rope (x->ptr, rows, d_pos, n_heads, head_dim, theta, interleaved, c->stream), "RoPE",
+                     error);
+}
+
+static gboolean
+cuda_attention (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, UmBuf *k, UmBuf *v, int seq_len,
+                int n_heads, int n_kv_heads, int head_dim, UmBuf *out, GError **error)
+{
+  CudaCtx *c = CTX (be);
+  const int32_t *d_seq = upload_index (c, q_seq, nq, error);
+  return d_seq != NULL
+         && cuda_ok (um_cuda_attention (q->ptr, nq, d_seq, k->ptr, v->ptr, seq_len, n_heads, n_kv_heads, head_dim,
+                                        out->ptr, c->stream), "attention", error);
+}
+
+static gboolean
+cuda_swiglu (UmBackend *be, UmBuf *gate, UmBuf *up, size_t n, UmBuf *out, GError **error)
+{
+  return cuda_ok (um_cuda_swiglu (gate->ptr, up->ptr, n, out->ptr, CTX (be)->stream), "SwiGLU", error);
+}
+
+static gboolean
+cuda_add (UmBackend *be, UmBuf *x, UmBuf *y, size_t n, GError **error)
+{
+  return cuda_ok (um_cuda_add (x->ptr, y->ptr, n, CTX (be)->stream), "add", error);
+}
+
+/* out[m, N] (row-major) = x[m, K] · Wᵀ. In cuBLAS's column-major terms:
+ * outᵀ (N × m, ld N) = op(W) · xᵀ with W stored as a K × N column-major
+ * matrix (op = T) and xᵀ as K × m (op = N). */
+static gboolean
+gemm (CudaCtx *c, const void *w, cudaDataType wtype, int n, int k, const void *x, cudaDataType xtype, int m,
+      float *out, int ldo, GError **error)
+{
+  const float one = 1.0f, zero = 0.0f;
+  return blas_ok (blas.gemm_ex (c->handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w, wtype, k, x, xtype, k,
+                                &zero, out, CUDA_R_32F, ldo, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                  "matrix product", error);
+}
+
+static gboolean
+cuda_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *dw, UmBuf *out, GError **error)
+{
+  CudaCtx *c = CTX (be);
+  const UmWeight *w = &dw->w;
+  const int n = w->rows, k = w->cols;
+  gboolean bf16 = w->dtype == UM_DTYPE_BF16;
+  UmCudaOutType half = bf16 ? UM_CUDA_OUT_BF16 : UM_CUDA_OUT_F16;
+  cudaDataType htype = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  int64_t tile_rows;
+
+  if (rows == 0)
+    return TRUE;
+  if (w->rows > G_MAXINT || w->cols > G_MAXINT)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cuda: weight “%s” is too large for one product", w->name);
+      return FALSE;
+    }
+  /* Exact fp32 for F32 weights, like the CPU backend. */
+  if (w->dtype == UM_DTYPE_F32)
+    return gemm (c, dw->dev, CUDA_R_32F, n, k, x->ptr, CUDA_R_32F, rows, out->ptr, n, error);
+
+  /* Half-precision inputs, fp32 accumulation: activations converted once. */
+  if (!scratch_ensure (c, &c->act_half, (size_t) rows * k * 2, error)
+      || !cuda_ok (um_cuda_convert_f32 (x->ptr, (size_t) rows * k, c->act_half.ptr, half, c->stream),
+                   "converting activations", error))
+    return FALSE;
+  if (w->dtype == UM_DTYPE_F16 || w->dtype == UM_DTYPE_BF16)
+    return gemm (c, dw->dev, htype, n, k, c->act_half.ptr, htype, rows, out->ptr, n, error);
+
+  /* Quantized: dequantize a tile of rows to f16 and multiply it. */
+  tile_rows = MAX (1, MIN ((int64_t) n, (int64_t) (TILE_ELEMS / (guint64) k)));
+  if (!scratch_ensure (c, &c->tile, (size_t) tile_rows * k * 2, error))
+    return FALSE;
+  for (int64_t r0 = 0; r0 < n; r0 += tile_rows)
+    {
+      int64_t nr = MIN (tile_rows, n - r0);
+      if (!cuda_ok (um_cuda_dequant_rows (w->dtype, (const char *) dw->dev + r0 * w->row_bytes, w->row_bytes, nr, k,
+                                          c->tile.ptr, UM_CUDA_OUT_F16, c->stream), "dequantizing", error)
+          || !gemm (c, c->tile.ptr, CUDA_R_16F, nr, k, c->act_half.ptr, CUDA_R_16F, rows,
+                    (float *) out->ptr + r0, n, error))
+        return FALSE;
+    }
+  return TRUE;
+}
+
+static const UmBackendOps cuda_ops = {
+  .name = "cuda",
+  .destroy = cuda_destroy,
+  .mem_info = cuda_mem_info,
+  .buf_alloc = cuda_buf_alloc,
+  .buf_free = cuda_buf_free,
+  .buf_upload = cuda_buf_upload,
+  .buf_download = cuda_buf_download,
+  .weight_load = cuda_weight_load,
+  .weight_free = cuda_weight_free,
+  .embed = cuda_embed,
+  .get_rows = cuda_get_rows,
+  .rms_norm = cuda_rms_norm,
+  .matmul = cuda_matmul,
+  .rope = cuda_rope,
+  .attention = cuda_attention,
+  .swiglu = cuda_swiglu,
+  .add = cuda_add,
+};
+
+/* Why no device is usable, or NULL: the same words for report and backend. */
+static char *
+probe_devices (int *count)
+{
+  cudaError_t e = cudaGetDeviceCount (count);
+  int driver = 0;
+
+  if (e == cudaSuccess && *count > 0)
+    return NULL;
+  (void) cudaGetLastError ();
+  cudaDriverGetVersion (&driver);
+  *count = 0;
+  if (e == cudaErrorInsufficientDriver || driver == 0)
+    return g_strdup ("no NVIDIA driver is installed (or it is too old for this CUDA runtime)");
+  if (e == cudaErrorNoDevice || e == cudaSuccess)
+    return g_strdup ("the NVIDIA driver found no CUDA device");
+  return g_strdup_printf ("CUDA is not usable: %s", cudaGetErrorString (e));
+}
+
+UmGpuReport *
+um_gpu_report_new (void)
+{
+  UmGpuReport *r = g_new0 (UmGpuReport, 1);
+  int count = 0;
+
+  r->built_with_cuda = TRUE;
+  r->devices = g_array_new (FALSE, TRUE, sizeof (UmGpuDevice));
+  cudaRuntimeGetVersion (&r->runtime_version);
+  cudaDriverGetVersion (&r->driver_version);
+  r->why_none = probe_devices (&count);
+  for (int i = 0; i < count; i++)
+    {
+      struct cudaDeviceProp prop;
+      UmGpuDevice d = { 0 };
+      size_t free_b = 0, total_b = 0;
+      if (cudaGetDeviceProperties (&prop, i) != cudaSuccess)
+        continue;
+      d.index = i;
+      g_strlcpy (d.name, prop.name, sizeof d.name);
+      d.cc_major = prop.major;
+      d.cc_minor = prop.minor;
+      d.multiprocessors = prop.multiProcessorCount;
+      d.total_bytes = prop.totalGlobalMem;
+      if (cudaSetDevice (i) == cudaSuccess && cudaMemGetInfo (&free_b, &total_b) == cudaSuccess)
+        d.free_bytes = free_b;
+      g_array_append_val (r->devices, d);
+    }
+  (void) cudaGetLastError ();
+  if (count > 0 && r->devices->len == 0)
+    r->why_none = g_strdup ("no CUDA device could be queried");
+  return r;
+}
+
+void
+um_gpu_report_free (UmGpuReport *r)
+{
+  if (r == NULL)
+    return;
+  g_array_unref (r->devices);
+  g_free (r->why_none);
+  g_free (r);
+}
+
+UmBackend *
+um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
+{
+  g_autofree char *why = NULL;
+  struct cudaDeviceProp prop;
+  size_t free_b = 0, total_b = 0;
+  int count = 0;
+  UmBackend *be;
+  CudaCtx *c;
+
+  if ((why = probe_devices (&count)) != NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cuda: %s", why);
+      return NULL;
+    }
+  if (device < 0 || device >= count)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "cuda: there is no device %d (%d found)", device, count);
+      return NULL;
+    }
+  if (!cuda_ok (cudaGetDeviceProperties (&prop, device), "querying the device", error))
+    return NULL;
+  /* The kernels are built for sm_80 to sm_90 (and PTX for newer GPUs). */
+  if (prop.major < 8)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                   "cuda: %s has compute capability %d.%d; Unmask needs 8.0 or newer", prop.name, prop.major,
+                   prop.minor);
+      return NULL;
+    }
+  if (!load_cublas (error)
+      || !cuda_ok (cudaSetDevice (device), "selecting the device", error)
+      || !cuda_ok (cudaMemGetInfo (&free_b, &total_b), "querying memory", error))
+    return NULL;
+
+  c = g_new0 (CudaCtx, 1);
+  c->device = device;
+  c->total = total_b;
+  c->budget = budget_bytes ? budget_bytes : (free_b > DEFAULT_MARGIN ? free_b - DEFAULT_MARGIN : 0);
+  be = g_new0 (UmBackend, 1);
+  be->ops = &cuda_ops;
+  be->ctx = c;
+  if (!cuda_ok (cudaStreamCreateWithFlags (&c->stream, cudaStreamNonBlocking), "creating a stream", error)
+      || !cuda_ok (cudaStreamCreateWithFlags (&c->copy_stream, cudaStreamNonBlocking), "creating a stream", error)
+      || !cuda_ok (cudaEventCreateWithFlags (&c->copy_done, cudaEventDisableTiming), "creating an event", error)
+      || !blas_ok (blas.create (&c->handle), "creating a handle", error)
+      || !blas_ok (blas.set_stream (c->handle, c->stream), "setting the stream", error)
+      /* No TF32 shortcuts: F32 weights get true fp32 products. */
+      || !blas_ok (blas.set_math_mode (c->handle, CUBLAS_DEFAULT_MATH), "setting the math mode", error))
+    {
+      cuda_destroy (be);
+      return NULL;
+    }
+  return be;
+}

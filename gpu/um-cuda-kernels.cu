@@ -1,0 +1,938 @@
+/* um-cuda-kernels.cu — the CUDA kernels of the GPU backend (see
+ * um-cuda-kernels.h for the contract of each launcher).
+ *
+ * Written for correctness first: every kernel follows the plain references
+ * of compute/um-ref-kernels.c and compute/um-quant-ref.c step by step, with
+ * 64-bit indexing wherever a product of sizes can pass 2^31 (a 126464×4096
+ * embedding, rows×126464 logits).
+ *
+ * Floating point: nvcc contracts a*b+c into an FMA by default, while the
+ * reference dequantizers and RoPE are built as ISO C without contraction.
+ * Where the CPU result is meant to be reproduced bit for bit (dequantization,
+ * the RoPE rotation) the code uses __fmul_rn / __fadd_rn / __fsub_rn, which
+ * are never contracted.  Reductions (RMSNorm, attention, softmax) sum in a
+ * different order than the CPU and agree to float accuracy only.
+ */
+#include "um-cuda-kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "um-quant.h"
+
+/* ---- limits and launch helpers ------------------------------------------- */
+
+/* Sizes beyond these are caller bugs (or overflowed arithmetic), not models. */
+#define UM_CUDA_MAX_DIM    ((int64_t) 1 << 31)
+#define UM_CUDA_MAX_ELEMS  ((int64_t) 1 << 44)
+
+#define UM_CUDA_THREADS 256
+/* Grid-stride loops cover the rest; 2^20 blocks saturate any GPU. */
+#define UM_CUDA_MAX_BLOCKS ((int64_t) 1 << 20)
+/* gridDim.y and gridDim.z are limited to 65535. */
+#define UM_CUDA_MAX_GRID_Y 65535
+
+#define FULL_MASK 0xffffffffu
+
+static unsigned int
+grid_1d (int64_t n, int threads)
+{
+  int64_t blocks = (n + threads - 1) / threads;
+
+  if (blocks < 1)
+    blocks = 1;
+  if (blocks > UM_CUDA_MAX_BLOCKS)
+    blocks = UM_CUDA_MAX_BLOCKS;
+  return (unsigned int) blocks;
+}
+
+/* Reports an earlier failed launch on this thread too, which is what the
+ * header promises ("returns the launch status"). */
+static cudaError_t
+launch_status (void)
+{
+  return cudaGetLastError ();
+}
+
+/* ---- element decoding ---------------------------------------------------- */
+
+/* Block layouts of um-quant.h, read with byte loads: blocks in a GGUF file
+ * are only 2-byte aligned (Q8_0 blocks are 34 bytes), and rows may be
+ * uploaded at any offset, so no wider load is ever assumed. */
+static_assert (offsetof (UmBlockQ8_0, qs) == 2, "Q8_0 layout");
+static_assert (offsetof (UmBlockQ4_0, qs) == 2, "Q4_0 layout");
+static_assert (offsetof (UmBlockQ4_1, m) == 2 && offsetof (UmBlockQ4_1, qs) == 4, "Q4_1 layout");
+static_assert (offsetof (UmBlockQ5_0, qh) == 2 && offsetof (UmBlockQ5_0, qs) == 6, "Q5_0 layout");
+static_assert (offsetof (UmBlockQ5_1, m) == 2 && offsetof (UmBlockQ5_1, qh) == 4 &&
+               offsetof (UmBlockQ5_1, qs) == 8, "Q5_1 layout");
+static_assert (offsetof (UmBlockQ4_K, dmin) == 2 && offsetof (UmBlockQ4_K, scales) == 4 &&
+               offsetof (UmBlockQ4_K, qs) == 16, "Q4_K layout");
+static_assert (offsetof (UmBlockQ5_K, dmin) == 2 && offsetof (UmBlockQ5_K, scales) == 4 &&
+               offsetof (UmBlockQ5_K, qh) == 16 && offsetof (UmBlockQ5_K, qs) == 48, "Q5_K layout");
+static_assert (offsetof (UmBlockQ6_K, qh) == 128 && offsetof (UmBlockQ6_K, scales) == 192 &&
+               offsetof (UmBlockQ6_K, d) == 208, "Q6_K layout");
+
+static __device__ __forceinline__ uint32_t
+load_u16 (const uint8_t *p)
+{
+  return (uint32_t) p[0] | ((uint32_t) p[1] << 8);
+}
+
+static __device__ __forceinline__ uint32_t
+load_u32 (const uint8_t *p)
+{
+  return (uint32_t) p[0] | ((uint32_t) p[1] << 8) | ((uint32_t) p[2] << 16) | ((uint32_t) p[3] << 24);
+}
+
+/* f16 → f32 is exact, so this equals um_f16_to_f32 () for every non-NaN. */
+static __device__ __forceinline__ float
+load_half (const uint8_t *p)
+{
+  return __half2float (__ushort_as_half ((unsigned short) load_u16 (p)));
+}
+
+static __device__ __forceinline__ float
+bf16_bits_to_float (uint32_t h)
+{
+  return __uint_as_float (h << 16);
+}
+
+/* Element e (0 ≤ e < cols) of a row of type T starting at @row.  ALIGNED
+ * (plain types only) says that the row is aligned to its element size, so a
+ * single load may be used. */
+template <int T, bool ALIGNED>
+static __device__ __forceinline__ float
+decode_elem (const uint8_t *row, int64_t e)
+{
+  if (T == UM_DTYPE_F32)
+    {
+      if (ALIGNED)
+        return ((const float *) row)[e];
+      return __uint_as_float (load_u32 (row + 4 * e));
+    }
+  else if (T == UM_DTYPE_F16)
+    {
+      if (ALIGNED)
+        return __half2float (((const __half *) row)[e]);
+      return load_half (row + 2 * e);
+    }
+  else if (T == UM_DTYPE_BF16)
+    {
+      if (ALIGNED)
+        return bf16_bits_to_float (((const uint16_t *) row)[e]);
+      return bf16_bits_to_float (load_u16 (row + 2 * e));
+    }
+  else if (T == UM_DTYPE_Q8_0)
+    {
+      const uint8_t *b = row + (e / UM_QK8_0) * (int64_t) sizeof (UmBlockQ8_0);
+      const int j = (int) (e % UM_QK8_0);
+      return __fmul_rn ((float) (int8_t) b[2 + j], load_half (b));
+    }
+  else if (T == UM_DTYPE_Q4_0)
+    {
+      const uint8_t *b = row + (e / UM_QK4_0) * (int64_t) sizeof (UmBlockQ4_0);
+      const int j = (int) (e % UM_QK4_0);
+      const int q = j < 16 ? (b[2 + j] & 0x0f) : (b[2 + j - 16] >> 4);
+      return __fmul_rn ((float) (q - 8), load_half (b));
+    }
+  else if (T == UM_DTYPE_Q4_1)
+    {
+      const uint8_t *b = row + (e / UM_QK4_1) * (int64_t) sizeof (UmBlockQ4_1);
+      const int j = (int) (e % UM_QK4_1);
+      const int q = j < 16 ? (b[4 + j] & 0x0f) : (b[4 + j - 16] >> 4);
+      return __fadd_rn (__fmul_rn ((float) q, load_half (b)), load_half (b + 2));
+    }
+  else if (T == UM_DTYPE_Q5_0)
+    {
+      const uint8_t *b = row + (e / UM_QK5_0) * (int64_t) sizeof (UmBlockQ5_0);
+      const int j = (int) (e % UM_QK5_0);
+      const uint32_t qh = load_u32 (b + 2);
+      /* Bit j of qh is the 5th bit of element j, for both nibbles. */
+      const int lo = j < 16 ? (b[6 + j] & 0x0f) : (b[6 + j - 16] >> 4);
+      const int q = lo | (int) (((qh >> j) & 1u) << 4);
+      return __fmul_rn ((float) (q - 16), load_half (b));
+    }
+  else if (T == UM_DTYPE_Q5_1)
+    {
+      const uint8_t *b = row + (e / UM_QK5_1) * (int64_t) sizeof (UmBlockQ5_1);
+      const int j = (int) (e % UM_QK5_1);
+      const uint32_t qh = load_u32 (b + 4);
+      const int lo = j < 16 ? (b[8 + j] & 0x0f) : (b[8 + j - 16] >> 4);
+      const int q = lo | (int) (((qh >> j) & 1u) << 4);
+      return __fadd_rn (__fmul_rn ((float) q, load_half (b)), load_half (b + 2));
+    }
+  else if (T == UM_DTYPE_Q4_K || T == UM_DTYPE_Q5_K)
+    {
+      const int bytes = T == UM_DTYPE_Q4_K ? (int) sizeof (UmBlockQ4_K) : (int) sizeof (UmBlockQ5_K);
+      const uint8_t *b = row + (e / UM_QK_K) * (int64_t) bytes;
+      const int j = (int) (e % UM_QK_K);
+      const int g = j / 64, l = j % 64;
+      const int hi = l >= 32, ll = l % 32;
+      const int sub = 2 * g + hi;
+      const uint8_t *qs = b + (T == UM_DTYPE_Q4_K ? 16 : 48) + 32 * g;
+      uint8_t sc, m;
+      int q;
+
+      um_quant_get_scale_min_k4 (sub, b + 4, &sc, &m);
+      q = hi ? (qs[ll] >> 4) : (qs[ll] & 0x0f);
+      if (T == UM_DTYPE_Q5_K)
+        q |= ((b[16 + ll] >> sub) & 1) << 4;   /* bit 2g (+1 for high) of qh[l] */
+      const float d1 = __fmul_rn (load_half (b), (float) sc);
+      const float m1 = __fmul_rn (load_half (b + 2), (float) m);
+      return __fsub_rn (__fmul_rn (d1, (float) q), m1);
+    }
+  else if (T == UM_DTYPE_Q6_K)
+    {
+      const uint8_t *b = row + (e / UM_QK_K) * (int64_t) sizeof (UmBlockQ6_K);
+      const int j = (int) (e % UM_QK_K);
+      const int h = j / 128, r = j % 128;
+      const int quarter = r / 32, l = r % 32;
+      /* Quarters 0..3 = low nibble of ql[l], low of ql[l+32], high of ql[l],
+       * high of ql[l+32]; bits 2·quarter of qh[l]; scale is + 2·quarter. */
+      const uint8_t ql = b[64 * h + l + 32 * (quarter & 1)];
+      const uint8_t qh = b[128 + 32 * h + l];
+      const int lo = quarter >= 2 ? (ql >> 4) : (ql & 0x0f);
+      const int q = (lo | (((qh >> (2 * quarter)) & 3) << 4)) - 32;
+      const int8_t sc = (int8_t) b[192 + 8 * h + l / 16 + 2 * quarter];
+      return __fmul_rn (__fmul_rn (load_half (b + 208), (float) sc), (float) q);
+    }
+  return 0.0f;
+}
+
+template <typename OutT>
+static __device__ __forceinline__ void
+store_out (OutT *dst, int64_t i, float v);
+
+template <>
+__device__ __forceinline__ void
+store_out<float> (float *dst, int64_t i, float v)
+{
+  dst[i] = v;
+}
+
+template <>
+__device__ __forceinline__ void
+store_out<__half> (__half *dst, int64_t i, float v)
+{
+  dst[i] = __float2half_rn (v);
+}
+
+template <>
+__device__ __forceinline__ void
+store_out<__nv_bfloat16> (__nv_bfloat16 *dst, int64_t i, float v)
+{
+  dst[i] = __float2bfloat16_rn (v);
+}
+
+/* ---- dequantization / embedding ----------------------------------------- */
+
+/* blockIdx.y strides over output rows, blockIdx.x and the threads over the
+ * columns; consecutive threads write consecutive elements.  Output row r is
+ * source row ids[r] when @ids is given (embedding), else row r. */
+template <int T, bool ALIGNED, typename OutT>
+static __global__ void
+dequant_rows_kernel (const uint8_t *src, int64_t row_bytes, int64_t n_rows, int64_t cols,
+                     const int32_t *ids, OutT *dst)
+{
+  for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y)
+    {
+      const int64_t sr = ids != NULL ? (int64_t) ids[r] : r;
+      const uint8_t *row = src + sr * row_bytes;
+      OutT *out = dst + r * cols;
+
+      for (int64_t e = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; e < cols;
+           e += (int64_t) blockDim.x * gridDim.x)
+        {
+          /* Negative ids would read before the table; the caller validates
+           * ids, this only keeps a bug from touching foreign memory. */
+          const float val = sr >= 0 ? decode_elem<T, ALIGNED> (row, e) : 0.0f;
+          store_out (out, e, val);
+        }
+    }
+}
+
+/* Elements and bytes per block of the types these kernels decode; FALSE for
+ * any other. */
+static bool
+type_block (UmDType type, int64_t *elems, int64_t *bytes)
+{
+  switch (type)
+    {
+    case UM_DTYPE_F32:  *elems = 1; *bytes = 4; return true;
+    case UM_DTYPE_F16:  *elems = 1; *bytes = 2; return true;
+    case UM_DTYPE_BF16: *elems = 1; *bytes = 2; return true;
+    case UM_DTYPE_Q8_0: *elems = UM_QK8_0; *bytes = sizeof (UmBlockQ8_0); return true;
+    case UM_DTYPE_Q4_0: *elems = UM_QK4_0; *bytes = sizeof (UmBlockQ4_0); return true;
+    case UM_DTYPE_Q4_1: *elems = UM_QK4_1; *bytes = sizeof (UmBlockQ4_1); return true;
+    case UM_DTYPE_Q5_0: *elems = UM_QK5_0; *bytes = sizeof (UmBlockQ5_0); return true;
+    case UM_DTYPE_Q5_1: *elems = UM_QK5_1; *bytes = sizeof (UmBlockQ5_1); return true;
+    case UM_DTYPE_Q4_K: *elems = UM_QK_K; *bytes = sizeof (UmBlockQ4_K); return true;
+    case UM_DTYPE_Q5_K: *elems = UM_QK_K; *bytes = sizeof (UmBlockQ5_K); return true;
+    case UM_DTYPE_Q6_K: *elems = UM_QK_K; *bytes = sizeof (UmBlockQ6_K); return true;
+    case UM_DTYPE_I32:
+    case UM_DTYPE_N_TYPES:
+    default:
+      return false;
+    }
+}
+
+template <int T, bool ALIGNED, typename OutT>
+static void
+launch_dequant_t (const void *src, int64_t row_bytes, int64_t n_rows, int64_t cols, const int32_t *ids,
+                  void *dst, cudaStream_t stream)
+{
+  const int64_t gx = grid_1d (cols, UM_CUDA_THREADS);
+  /* Keep the total block count bounded when rows are many. */
+  const int64_t gx_cap = gx < 1024 ? gx : 1024;
+  const int64_t gy = n_rows < UM_CUDA_MAX_GRID_Y ? n_rows : UM_CUDA_MAX_GRID_Y;
+  const dim3 grid ((unsigned int) gx_cap, (unsigned int) gy);
+
+  dequant_rows_kernel<T, ALIGNED, OutT><<<grid, UM_CUDA_THREADS, 0, stream>>> (
+    (const uint8_t *) src, row_bytes, n_rows, cols, ids, (OutT *) dst);
+}
+
+template <typename OutT>
+static bool
+launch_dequant_out (UmDType type, bool aligned, const void *src, int64_t row_bytes, int64_t n_rows,
+                    int64_t cols, const int32_t *ids, void *dst, cudaStream_t stream)
+{
+#define UM_CASE(T)                                                                            \
+  case T:                                                                                     \
+    launch_dequant_t<T, false, OutT> (src, row_bytes, n_rows, cols, ids, dst, stream);        \
+    return true;
+#define UM_CASE_PLAIN(T)                                                                      \
+  case T:                                                                                     \
+    if (aligned)                                                                              \
+      launch_dequant_t<T, true, OutT> (src, row_bytes, n_rows, cols, ids, dst, stream);       \
+    else                                                                                      \
+      launch_dequant_t<T, false, OutT> (src, row_bytes, n_rows, cols, ids, dst, stream);      \
+    return true;
+
+  switch (type)
+    {
+    UM_CASE_PLAIN (UM_DTYPE_F32)
+    UM_CASE_PLAIN (UM_DTYPE_F16)
+    UM_CASE_PLAIN (UM_DTYPE_BF16)
+    UM_CASE (UM_DTYPE_Q8_0)
+    UM_CASE (UM_DTYPE_Q4_0)
+    UM_CASE (UM_DTYPE_Q4_1)
+    UM_CASE (UM_DTYPE_Q5_0)
+    UM_CASE (UM_DTYPE_Q5_1)
+    UM_CASE (UM_DTYPE_Q4_K)
+    UM_CASE (UM_DTYPE_Q5_K)
+    UM_CASE (UM_DTYPE_Q6_K)
+    case UM_DTYPE_I32:
+    case UM_DTYPE_N_TYPES:
+    default:
+      return false;
+    }
+#undef UM_CASE
+#undef UM_CASE_PLAIN
+}
+
+/* Shared checks of um_cuda_dequant_rows () and um_cuda_embed (). */
+static cudaError_t
+dequant_common (UmDType type, const void *src, int64_t row_bytes, int64_t n_rows, int64_t cols,
+                const int32_t *ids, void *dst, UmCudaOutType out, cudaStream_t stream)
+{
+  int64_t be, bb;
+  bool aligned, ok;
+
+  if (n_rows <= 0 || cols <= 0)
+    return cudaSuccess;
+  if (!type_block (type, &be, &bb) || src == NULL || dst == NULL)
+    return cudaErrorInvalidValue;
+  if (n_rows > UM_CUDA_MAX_DIM || cols > UM_CUDA_MAX_DIM || n_rows * cols > UM_CUDA_MAX_ELEMS)
+    return cudaErrorInvalidValue;
+  /* Whole blocks only, and rows no shorter than their blocks. */
+  if (cols % be != 0 || row_bytes < cols / be * bb || row_bytes > UM_CUDA_MAX_ELEMS / n_rows)
+    return cudaErrorInvalidValue;
+
+  /* Plain types get single loads when every row start is aligned. */
+  aligned = ((uintptr_t) src % (uintptr_t) bb) == 0 && row_bytes % bb == 0;
+  switch (out)
+    {
+    case UM_CUDA_OUT_F32:
+      ok = launch_dequant_out<float> (type, aligned, src, row_bytes, n_rows, cols, ids, dst, stream);
+      break;
+    case UM_CUDA_OUT_F16:
+      ok = launch_dequant_out<__half> (type, aligned, src, row_bytes, n_rows, cols, ids, dst, stream);
+      break;
+    case UM_CUDA_OUT_BF16:
+      ok = launch_dequant_out<__nv_bfloat16> (type, aligned, src, row_bytes, n_rows, cols, ids, dst, stream);
+      break;
+    default:
+      ok = false;
+      break;
+    }
+  if (!ok)
+    return cudaErrorInvalidValue;
+  return launch_status ();
+}
+
+extern "C" cudaError_t
+um_cuda_dequant_rows (UmDType type, const void *src, int64_t row_bytes, int64_t n_rows,
+                      int64_t cols, void *dst, UmCudaOutType out, cudaStream_t stream)
+{
+  return dequant_common (type, src, row_bytes, n_rows, cols, NULL, dst, out, stream);
+}
+
+extern "C" cudaError_t
+um_cuda_embed (UmDType type, const void *table, int64_t row_bytes, int64_t cols,
+               const int32_t *ids, int n, float *out, cudaStream_t stream)
+{
+  if (n <= 0 || cols <= 0)
+    return cudaSuccess;
+  if (ids == NULL)
+    return cudaErrorInvalidValue;
+  return dequant_common (type, table, row_bytes, n, cols, ids, out, UM_CUDA_OUT_F32, stream);
+}
+
+/* ---- get_rows ------------------------------------------------------------ */
+
+static __global__ void
+get_rows_kernel (const float *src, int dim, const int32_t *rows, int n, float *out)
+{
+  const int64_t total = (int64_t) n * dim;
+
+  for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (int64_t) blockDim.x * gridDim.x)
+    {
+      const int64_t r = i / dim, c = i % dim;
+      out[i] = src[(int64_t) rows[r] * dim + c];
+    }
+}
+
+extern "C" cudaError_t
+um_cuda_get_rows (const float *src, int dim, const int32_t *rows, int n, float *out, cudaStream_t stream)
+{
+  if (n <= 0 || dim <= 0)
+    return cudaSuccess;
+  if (src == NULL || rows == NULL || out == NULL)
+    return cudaErrorInvalidValue;
+  get_rows_kernel<<<grid_1d ((int64_t) n * dim, UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream>>> (
+    src, dim, rows, n, out);
+  return launch_status ();
+}
+
+/* ---- block reductions ---------------------------------------------------- */
+
+static __device__ __forceinline__ float
+warp_sum (float v)
+{
+  for (int off = 16; off > 0; off >>= 1)
+    v += __shfl_xor_sync (FULL_MASK, v, off);
+  return v;
+}
+
+/* Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every
+ * thread gets the result.  @scratch holds 32 floats; the function ends with a
+ * barrier after its last read, so scratch may be reused right away. */
+static __device__ float
+block_sum (float v, float *scratch)
+{
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int n_warps = blockDim.x / 32;
+
+  v = warp_sum (v);
+  if (lane == 0)
+    scratch[warp] = v;
+  __syncthreads ();
+  v = lane < n_warps ? scratch[lane] : 0.0f;
+  v = warp_sum (v);
+  __syncthreads ();
+  return v;
+}
+
+/* ---- RMSNorm ------------------------------------------------------------- */
+
+#define RMS_THREADS 256
+
+/* One block per row.  The whole row is read for the sum before the barrier
+ * in block_sum (), and afterwards each element is read and written by the
+ * same thread, so out may alias x. */
+static __global__ void __launch_bounds__ (RMS_THREADS)
+rms_norm_kernel (const float *x, int dim, const float *w, float eps, float *out)
+{
+  __shared__ float scratch[32];
+  const float *xr = x + (int64_t) blockIdx.x * dim;
+  float *o = out + (int64_t) blockIdx.x * dim;
+  float sum = 0.0f;
+
+  for (int i = threadIdx.x; i < dim; i += blockDim.x)
+    sum += xr[i] * xr[i];
+  sum = block_sum (sum, scratch);
+
+  /* As um_cpu_rms_norm (): mean in float, eps added as float, IEEE sqrt and
+   * division (nvcc's defaults without --use_fast_math). */
+  const float scale = 1.0f / sqrtf (sum / (float) dim + eps);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x)
+    o[i] = __fmul_rn (__fmul_rn (xr[i], scale), w[i]);
+}
+
+extern "C" cudaError_t
+um_cuda_rms_norm (const float *x, int rows, int dim, const float *w, float eps, float *out,
+                  cudaStream_t stream)
+{
+  if (rows <= 0 || dim <= 0)
+    return cudaSuccess;
+  if (x == NULL || w == NULL || out == NULL)
+    return cudaErrorInvalidValue;
+  rms_norm_kernel<<<rows, RMS_THREADS, 0, stream>>> (x, dim, w, eps, out);
+  return launch_status ();
+}
+
+/* ---- RoPE ---------------------------------------------------------------- */
+
+/* One thread per (row, frequency i): the angle and its cos/sin are computed
+ * once in double, as um_cpu_rope () does, then applied to every head. */
+static __global__ void
+rope_kernel (float *x, int rows, const int32_t *pos, int n_heads, int head_dim, double theta,
+             int interleaved)
+{
+  const int half = head_dim / 2;
+  const int64_t total = (int64_t) rows * half;
+
+  for (int64_t t = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; t < total;
+       t += (int64_t) blockDim.x * gridDim.x)
+    {
+      const int64_t r = t / half;
+      const int i = (int) (t % half);
+      const double angle = (double) pos[r] * pow (theta, -2.0 * i / head_dim);
+      const float c = (float) cos (angle), s = (float) sin (angle);
+      const int a = interleaved ? 2 * i : i;
+      const int b = interleaved ? 2 * i + 1 : i + half;
+
+      for (int h = 0; h < n_heads; h++)
+        {
+          float *v = x + (r * n_heads + h) * head_dim;
+          const float x0 = v[a], x1 = v[b];
+          /* No FMA, to match the CPU's rounding exactly. */
+          v[a] = __fsub_rn (__fmul_rn (x0, c), __fmul_rn (x1, s));
+          v[b] = __fadd_rn (__fmul_rn (x1, c), __fmul_rn (x0, s));
+        }
+    }
+}
+
+extern "C" cudaError_t
+um_cuda_rope (float *x, int rows, const int32_t *pos, int n_heads, int head_dim, double theta,
+              int interleaved, cudaStream_t stream)
+{
+  if (rows <= 0 || n_heads <= 0 || head_dim <= 0)
+    return cudaSuccess;
+  if (x == NULL || pos == NULL || !(theta > 0.0) || (int64_t) n_heads * head_dim > UM_CUDA_MAX_DIM)
+    return cudaErrorInvalidValue;
+  if (head_dim < 2)
+    return cudaSuccess;   /* no pairs: the reference leaves x as it is */
+  rope_kernel<<<grid_1d ((int64_t) rows * (head_dim / 2), UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream>>> (
+    x, rows, pos, n_heads, head_dim, theta, interleaved);
+  return launch_status ();
+}
+
+/* ---- attention ----------------------------------------------------------- */
+
+/* A block handles ATT_BQ query rows of one head with 16 threads per row.
+ * Keys and values of the row's sequence are staged in tiles of BK rows in
+ * shared memory (K first, then V in the same buffer) and folded into an
+ * online softmax: running max m, running sum l, accumulator rescaled by
+ * exp(m_old − m_new).  Each thread owns dims c, c+16, c+32, … of its row's
+ * accumulator (KPT of them, so head_dim ≤ 16·KPT). */
+#define ATT_BQ 16
+#define ATT_TPR 16
+#define ATT_THREADS (ATT_BQ * ATT_TPR)
+
+static size_t
+attention_smem (int bk, int head_dim)
+{
+  /* Rows padded to head_dim + 1 floats so that the 16 threads of a row,
+   * reading 16 different keys at the same d, hit different banks. */
+  return ((size_t) (ATT_BQ + bk) * (size_t) (head_dim + 1) + (size_t) ATT_BQ * bk) * sizeof (float);
+}
+
+template <int BK, int KPT>
+static __global__ void __launch_bounds__ (ATT_THREADS)
+attention_kernel (const float *q, int nq, const int32_t *q_seq, const float *k, const float *v,
+                  int seq_len, int n_heads, int n_kv_heads, int head_dim, float scale, float *out)
+{
+  static_assert (BK % ATT_TPR == 0, "key tile must be a multiple of 16");
+  constexpr int JPT = BK / ATT_TPR;   /* scores per thread and tile */
+
+  extern __shared__ float smem[];
+  __shared__ int32_t seq[ATT_BQ];
+
+  const int ld = head_dim + 1;
+  float *qs = smem;                   /* [ATT_BQ][ld] */
+  float *kv = qs + ATT_BQ * ld;       /* [BK][ld], K then V */
+  float *ps = kv + BK * ld;           /* [ATT_BQ][BK] probabilities */
+
+  const int tid = threadIdx.x;
+  const int qi = tid / ATT_TPR, c = tid % ATT_TPR;
+  const int h = blockIdx.y;
+  const int kvh = h / (n_heads / n_kv_heads);
+  const int64_t i0 = (int64_t) blockIdx.x * ATT_BQ;
+  const int nrows = (int) ((int64_t) nq - i0 < ATT_BQ ? (int64_t) nq - i0 : ATT_BQ);
+  const int64_t qstride = (int64_t) n_heads * head_dim;
+  const int64_t kvstride = (int64_t) n_kv_heads * head_dim;
+
+  for (int idx = tid; idx < ATT_BQ * head_dim; idx += ATT_THREADS)
+    {
+      const int r = idx / head_dim, d = idx % head_dim;
+      qs[r * ld + d] = r < nrows ? q[(i0 + r) * qstride + (int64_t) h * head_dim + d] : 0.0f;
+    }
+  if (tid < ATT_BQ)
+    seq[tid] = tid < nrows ? q_seq[i0 + tid] : -1;
+  __syncthreads ();
+
+  /* The block's rows may belong to several sequences (at a boundary, or when
+   * only a few rows per sequence are asked for): each maximal run of rows of
+   * one sequence makes one pass over that sequence's keys.  r0, r1 and s are
+   * the same in every thread, so the barriers inside stay uniform. */
+  for (int r0 = 0; r0 < nrows;)
+    {
+      const int s = seq[r0];
+      int r1 = r0 + 1;
+      while (r1 < nrows && seq[r1] == s)
+        r1++;
+      const bool active = qi >= r0 && qi < r1;
+      float *orow = out + (i0 + qi) * qstride + (int64_t) h * head_dim;
+
+      if (s < 0)
+        {
+          /* A caller bug; zeros rather than reads before k. */
+          if (active)
+            for (int d = c; d < head_dim; d += ATT_TPR)
+              orow[d] = 0.0f;
+          r0 = r1;
+          continue;
+        }
+
+      const float *kb = k + (int64_t) s * seq_len * kvstride + (int64_t) kvh * head_dim;
+      const float *vb = v + (int64_t) s * seq_len * kvstride + (int64_t) kvh * head_dim;
+      float m = -INFINITY, l = 0.0f;
+      float acc[KPT];
+
+#pragma unroll
+      for (int t = 0; t < KPT; t++)
+        acc[t] = 0.0f;
+
+      for (int kt = 0; kt < seq_len; kt += BK)
+        {
+          const int nk = seq_len - kt < BK ? seq_len - kt : BK;
+          float sc[JPT];
+          float tmax = -INFINITY, psum = 0.0f, corr;
+
+          for (int idx = tid; idx < BK * head_dim; idx += ATT_THREADS)
+            {
+              const int j = idx / head_dim, d = idx % head_dim;
+              kv[j * ld + d] = j < nk ? kb[(int64_t) (kt + j) * kvstride + d] : 0.0f;
+            }
+          __syncthreads ();
+
+          /* Scores of keys c, c+16, … of this tile for row qi. */
+#pragma unroll
+          for (int u = 0; u < JPT; u++)
+            {
+              const int j = c + ATT_TPR * u;
+              const float *qr = qs + qi * ld, *kr = kv + j * ld;
+              float dot = 0.0f;
+              for (int d = 0; d < head_dim; d++)
+                dot += qr[d] * kr[d];
+              sc[u] = j < nk ? dot * scale : -INFINITY;
+              tmax = fmaxf (tmax, sc[u]);
+            }
+          /* The 16 threads of a row are 16 aligned lanes of one warp. */
+          for (int off = ATT_TPR / 2; off > 0; off >>= 1)
+            tmax = fmaxf (tmax, __shfl_xor_sync (FULL_MASK, tmax, off, ATT_TPR));
+          __syncthreads ();   /* every thread is done with K */
+
+          for (int idx = tid; idx < BK * head_dim; idx += ATT_THREADS)
+            {
+              const int j = idx / head_dim, d = idx % head_dim;
+              kv[j * ld + d] = j < nk ? vb[(int64_t) (kt + j) * kvstride + d] : 0.0f;
+            }
+
+          const float m_new = fmaxf (m, tmax);
+          if (m_new == -INFINITY)
+            {
+              /* Nothing finite yet: exp (−inf − −inf) would be NaN. */
+              corr = 1.0f;
+#pragma unroll
+              for (int u = 0; u < JPT; u++)
+                ps[qi * BK + c + ATT_TPR * u] = 0.0f;
+            }
+          else
+            {
+              corr = expf (m - m_new);
+#pragma unroll
+              for (int u = 0; u < JPT; u++)
+                {
+                  const float p = expf (sc[u] - m_new);   /* −inf (padding) → 0 */
+                  ps[qi * BK + c + ATT_TPR * u] = p;
+                  psum += p;
+                }
+            }
+          for (int off = ATT_TPR / 2; off > 0; off >>= 1)
+            psum += __shfl_xor_sync (FULL_MASK, psum, off, ATT_TPR);
+          l = l * corr + psum;
+          m = m_new;
+          __syncthreads ();   /* V and the probabilities are in place */
+
+#pragma unroll
+          for (int t = 0; t < KPT; t++)
+            acc[t] *= corr;
+          for (int j = 0; j < nk; j++)
+            {
+              const float p = ps[qi * BK + j];
+              const float *vr = kv + j * ld;
+#pragma unroll
+              for (int t = 0; t < KPT; t++)
+                {
+                  const int d = c + ATT_TPR * t;
+                  if (d < head_dim)
+                    acc[t] += p * vr[d];
+                }
+            }
+          __syncthreads ();   /* before the next tile overwrites V */
+        }
+
+      if (active)
+        {
+#pragma unroll
+          for (int t = 0; t < KPT; t++)
+            {
+              const int d = c + ATT_TPR * t;
+              if (d < head_dim)
+                orow[d] = acc[t] / l;
+            }
+        }
+      r0 = r1;
+    }
+}
+
+template <int BK, int KPT>
+static void
+launch_attention (const float *q, int nq, const int32_t *q_seq, const float *k, const float *v,
+                  int seq_len, int n_heads, int n_kv_heads, int head_dim, float *out,
+                  cudaStream_t stream)
+{
+  const dim3 grid ((unsigned int) ((nq + ATT_BQ - 1) / ATT_BQ), (unsigned int) n_heads);
+  const float scale = 1.0f / sqrtf ((float) head_dim);
+
+  attention_kernel<BK, KPT><<<grid, ATT_THREADS, attention_smem (BK, head_dim), stream>>> (
+    q, nq, q_seq, k, v, seq_len, n_heads, n_kv_heads, head_dim, scale, out);
+}
+
+extern "C" cudaError_t
+um_cuda_attention (const float *q, int nq, const int32_t *q_seq, const float *k, const float *v,
+                   int seq_len, int n_heads, int n_kv_heads, int head_dim, float *out,
+                   cudaStream_t stream)
+{
+  if (nq <= 0)
+    return cudaSuccess;
+  if (q == NULL || q_seq == NULL || k == NULL || v == NULL || out == NULL)
+    return cudaErrorInvalidValue;
+  if (seq_len <= 0 || head_dim <= 0 || head_dim > 256 || n_heads <= 0 || n_kv_heads <= 0 ||
+      n_heads % n_kv_heads != 0 || n_heads > UM_CUDA_MAX_GRID_Y ||
+      (int64_t) n_heads * head_dim > UM_CUDA_MAX_DIM)
+    return cudaErrorInvalidValue;
+
+  /* Shared memory stays below the 48 KiB available without opting in:
+   * 26 KiB at head_dim 128 (BK 32), 33 KiB at 256 (BK 16). */
+  if (head_dim <= 64)
+    launch_attention<32, 4> (q, nq, q_seq, k, v, seq_len, n_heads, n_kv_heads, head_dim, out, stream);
+  else if (head_dim <= 128)
+    launch_attention<32, 8> (q, nq, q_seq, k, v, seq_len, n_heads, n_kv_heads, head_dim, out, stream);
+  else
+    launch_attention<16, 16> (q, nq, q_seq, k, v, seq_len, n_heads, n_kv_heads, head_dim, out, stream);
+  return launch_status ();
+}
+
+/* ---- element-wise -------------------------------------------------------- */
+
+static __global__ void
+swiglu_kernel (const float *gate, const float *up, size_t n, float *out)
+{
+  for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) blockDim.x * gridDim.x)
+    {
+      const float g = gate[i];
+      out[i] = g / (1.0f + expf (-g)) * up[i];
+    }
+}
+
+extern "C" cudaError_t
+um_cuda_swiglu (const float *gate, const float *up, size_t n, float *out, cudaStream_t stream)
+{
+  if (n == 0)
+    return cudaSuccess;
+  if (gate == NULL || up == NULL || out == NULL || n > (size_t) UM_CUDA_MAX_ELEMS)
+    return cudaErrorInvalidValue;
+  swiglu_kernel<<<grid_1d ((int64_t) n, UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream>>> (gate, up, n, out);
+  return launch_status ();
+}
+
+static __global__ void
+add_kernel (float *x, const float *y, size_t n)
+{
+  for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) blockDim.x * gridDim.x)
+    x[i] += y[i];
+}
+
+extern "C" cudaError_t
+um_cuda_add (float *x, const float *y, size_t n, cudaStream_t stream)
+{
+  if (n == 0)
+    return cudaSuccess;
+  if (x == NULL || y == NULL || n > (size_t) UM_CUDA_MAX_ELEMS)
+    return cudaErrorInvalidValue;
+  add_kernel<<<grid_1d ((int64_t) n, UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream>>> (x, y, n);
+  return launch_status ();
+}
+
+template <typename OutT>
+static __global__ void
+convert_kernel (const float *src, size_t n, OutT *dst)
+{
+  for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) blockDim.x * gridDim.x)
+    store_out (dst, (int64_t) i, src[i]);
+}
+
+extern "C" cudaError_t
+um_cuda_convert_f32 (const float *src, size_t n, void *dst, UmCudaOutType to, cudaStream_t stream)
+{
+  unsigned int grid;
+
+  if (n == 0)
+    return cudaSuccess;
+  if (src == NULL || dst == NULL || n > (size_t) UM_CUDA_MAX_ELEMS)
+    return cudaErrorInvalidValue;
+  grid = grid_1d ((int64_t) n, UM_CUDA_THREADS);
+  switch (to)
+    {
+    case UM_CUDA_OUT_F32:
+      convert_kernel<float><<<grid, UM_CUDA_THREADS, 0, stream>>> (src, n, (float *) dst);
+      break;
+    case UM_CUDA_OUT_F16:
+      convert_kernel<__half><<<grid, UM_CUDA_THREADS, 0, stream>>> (src, n, (__half *) dst);
+      break;
+    case UM_CUDA_OUT_BF16:
+      convert_kernel<__nv_bfloat16><<<grid, UM_CUDA_THREADS, 0, stream>>> (src, n, (__nv_bfloat16 *) dst);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+    }
+  return launch_status ();
+}
+
+/* ---- argmax and confidence ----------------------------------------------- */
+
+#define ARGMAX_THREADS 512
+
+/* (a, ia) beats (b, ib) when larger, or equal with a lower index: the first
+ * maximum, as the CPU's `if (row[v] > row[best]) best = v` finds it. */
+static __device__ __forceinline__ void
+argmax_merge (float *best, int *bi, float other, int oi)
+{
+  if (other > *best || (other == *best && oi < *bi))
+    {
+      *best = other;
+      *bi = oi;
+    }
+}
+
+/* One block per row.  A row holding a NaN gives index 0 and confidence 0;
+ * a row whose maximum is ±inf gives the first maximum and confidence 0, as
+ * the sampler does for a non-finite maximum.  Otherwise the confidence is
+ * exp (x_best − max) / Σ exp (x − max) = 1 / Σ exp (x − max), in float. */
+static __global__ void __launch_bounds__ (ARGMAX_THREADS)
+argmax_confidence_kernel (const float *logits, int vocab, int32_t *out_ids, float *out_conf)
+{
+  __shared__ float s_val[32];
+  __shared__ int s_idx[32];
+  __shared__ float scratch[32];
+  const float *row = logits + (int64_t) blockIdx.x * vocab;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int n_warps = blockDim.x / 32;
+  float best = -INFINITY;
+  int bi = INT32_MAX;
+  int has_nan = 0;
+
+  /* Ascending scan per thread: −inf entries still count as candidates, so an
+   * all −inf row ends at index 0. */
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+    {
+      const float x = row[i];
+      if (isnan (x))
+        has_nan = 1;
+      else
+        argmax_merge (&best, &bi, x, i);
+    }
+  for (int off = 16; off > 0; off >>= 1)
+    {
+      const float ov = __shfl_xor_sync (FULL_MASK, best, off);
+      const int oi = __shfl_xor_sync (FULL_MASK, bi, off);
+      argmax_merge (&best, &bi, ov, oi);
+    }
+  if (lane == 0)
+    {
+      s_val[warp] = best;
+      s_idx[warp] = bi;
+    }
+  has_nan = __syncthreads_or (has_nan);
+  if (warp == 0)
+    {
+      best = lane < n_warps ? s_val[lane] : -INFINITY;
+      bi = lane < n_warps ? s_idx[lane] : INT32_MAX;
+      for (int off = 16; off > 0; off >>= 1)
+        {
+          const float ov = __shfl_xor_sync (FULL_MASK, best, off);
+          const int oi = __shfl_xor_sync (FULL_MASK, bi, off);
+          argmax_merge (&best, &bi, ov, oi);
+        }
+      if (lane == 0)
+        {
+          s_val[0] = best;
+          s_idx[0] = bi;
+        }
+    }
+  __syncthreads ();
+  const float mx = s_val[0];
+  const int idx = s_idx[0];
+
+  if (has_nan || !isfinite (mx))
+    {
+      /* Uniform across the block: no thread reaches the barriers below. */
+      if (threadIdx.x == 0)
+        {
+          out_ids[blockIdx.x] = has_nan || idx == INT32_MAX ? 0 : idx;
+          out_conf[blockIdx.x] = 0.0f;
+        }
+      return;
+    }
+
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+    sum += expf (row[i] - mx);   /* −inf entries add 0 */
+  sum = block_sum (sum, scratch);
+  if (threadIdx.x == 0)
+    {
+      out_ids[blockIdx.x] = idx;
+      out_conf[blockIdx.x] = 1.0f / sum;
+    }
+}
+
+extern "C" cudaError_t
+um_cuda_argmax_confidence (const float *logits, int rows, int vocab, int32_t *out_ids,
+                           float *out_conf, cudaStream_t stream)
+{
+  if (rows <= 0 || vocab <= 0)
+    return cudaSuccess;
+  if (logits == NULL || out_ids == NULL || out_conf == NULL)
+    return cudaErrorInvalidValue;
+  argmax_confidence_kernel<<<rows, ARGMAX_THREADS, 0, stream>>> (logits, vocab, out_ids, out_conf);
+  return launch_status ();
+}

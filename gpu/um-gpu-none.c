@@ -1,0 +1,31 @@
+/* Built when meson found no CUDA toolkit: the engine runs on the CPU. */
+#include "um-gpu.h"
+
+#include "um-error.h"
+
+UmGpuReport *
+um_gpu_report_new (void)
+{
+  UmGpuReport *r = g_new0 (UmGpuReport, 1);
+  r->devices = g_array_new (FALSE, TRUE, sizeof (UmGpuDevice));
+  r->why_none = g_strdup ("this build of Unmask has no CUDA support (built without the CUDA toolkit)");
+  return r;
+}
+
+void
+um_gpu_report_free (UmGpuReport *r)
+{
+  if (r == NULL)
+    return;
+  g_array_unref (r->devices);
+  g_free (r->why_none);
+  g_free (r);
+}
+
+UmBackend *
+um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
+{
+  g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+               "this build of Unmask has no CUDA support (built without the CUDA toolkit)");
+  return NULL;
+}

@@ -1,0 +1,42 @@
+/* um-gpu.h — the GPU backend as the engine sees it. Built from gpu/ when
+ * meson finds CUDA; otherwise every entry point reports why there is no GPU.
+ * No CUDA types here: the engine includes this without the toolkit. */
+#pragma once
+
+#include <glib.h>
+
+#include "um-backend.h"
+
+G_BEGIN_DECLS
+
+typedef struct {
+  int     index;
+  char    name[256];
+  int     cc_major;
+  int     cc_minor;
+  int     multiprocessors;
+  guint64 total_bytes;
+  guint64 free_bytes;
+} UmGpuDevice;
+
+typedef struct {
+  gboolean built_with_cuda;
+  int      driver_version;   /* e.g. 13000, 0 if no driver */
+  int      runtime_version;  /* the CUDA runtime Unmask was built with */
+  GArray  *devices;          /* UmGpuDevice; empty if none usable */
+  char    *why_none;         /* set when no device is usable */
+} UmGpuReport;
+
+/* What GPUs this build can use on this machine, and why none if so. Never
+ * fails: a missing driver or device is a report, not an error. */
+UmGpuReport *um_gpu_report_new (void);
+void         um_gpu_report_free (UmGpuReport *report);
+
+/* The CUDA compute backend on @device. @budget_bytes 0 means the device's
+ * free memory less a safety margin. Fails with a GError (no driver, no
+ * device, no cuBLAS, out of memory), never aborts. */
+UmBackend   *um_backend_cuda_new (int device, guint64 budget_bytes, GError **error);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmGpuReport, um_gpu_report_free)
+
+G_END_DECLS
