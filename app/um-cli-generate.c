@@ -310,6 +310,16 @@ um_cli_generate (int argc, char **argv)
       json_builder_add_int_value (b, result->steps);
       json_builder_set_member_name (b, "tokens_per_second");
       json_builder_add_double_value (b, result->seconds > 0 ? result->ids->len / result->seconds : 0.0);
+      {
+        /* Where it ran and the most compute memory it took (weights on a GPU included). */
+        UmBackend *be = um_engine_get_backend (engine);
+        UmBackendMemInfo mem;
+        be->ops->mem_info (be, &mem);
+        json_builder_set_member_name (b, "backend");
+        json_builder_add_string_value (b, um_backend_name (be));
+        json_builder_set_member_name (b, "backend_peak_bytes");
+        json_builder_add_int_value (b, mem.peak);
+      }
       json_builder_end_object (b);
       root = json_builder_get_root (b);
       um_cli_print_json (root, FALSE);

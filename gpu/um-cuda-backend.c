@@ -142,7 +142,17 @@ typedef struct {
   Scratch        index;         /* uploaded index arrays */
 } CudaCtx;
 
-#define CTX(be) ((CudaCtx *) (be)->ctx)
+/* The runtime's current device is per thread, and the engine runs in
+ * worker threads while the UI samples memory from the main thread. */
+static inline CudaCtx *
+ctx_for_thread (UmBackend *be)
+{
+  CudaCtx *c = be->ctx;
+  cudaSetDevice (c->device);
+  return c;
+}
+
+#define CTX(be) ctx_for_thread (be)
 
 static void *
 dev_alloc (CudaCtx *c, size_t bytes, GError **error)
