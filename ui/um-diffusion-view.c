@@ -117,6 +117,7 @@ struct _UmDiffusionView {
   GtkAdjustment   *vadjustment;
 
   guint            a11y_id;
+  guint            scroll_id;     /* keeps the newest step in view */
 };
 
 G_DEFINE_FINAL_TYPE (UmDiffusionView, um_diffusion_view, GTK_TYPE_WIDGET)
@@ -1150,6 +1151,8 @@ um_diffusion_view_dispose (GObject *object)
 {
   UmDiffusionView *self = UM_DIFFUSION_VIEW (object);
 
+  g_clear_handle_id (&self->scroll_id, g_source_remove);
+
   stop_animation (self);
   g_clear_handle_id (&self->a11y_id, g_source_remove);
 
@@ -1310,6 +1313,46 @@ um_diffusion_view_clear (UmDiffusionView *self)
   g_object_thaw_notify (G_OBJECT (self));
 }
 
+/* After the frame's layout (below redraw priority): scroll so the cells of
+ * the shown step are visible. Watching a long answer, the user should not
+ * have to chase the canvas. */
+static gboolean
+scroll_to_shown_step (gpointer data)
+{
+  UmDiffusionView *self = data;
+  const Commit *commits = (const Commit *) (gpointer) self->commits->data;
+  const guint *ends = (const guint *) (gpointer) self->step_ends->data;
+  int step = self->shown_step;
+  double lo = G_MAXDOUBLE, hi = -1, ox = 0, oy = 0, value, page, target;
+
+  self->scroll_id = 0;
+  if (self->vadjustment == NULL || self->scrollable == NULL || step < 0 || !self->following
+      || !gtk_widget_get_mapped (GTK_WIDGET (self)))
+    return G_SOURCE_REMOVE;
+  ensure_flow (self);
+  for (guint c = step > 0 ? ends[step - 1] : 0; c < ends[step]; c++)
+    {
+      const Cell *cell = &self->cells[commits[c].pos];
+      lo = MIN (lo, cell->y);
+      hi = MAX (hi, cell->y + self->cell_h);
+    }
+  if (hi < 0 || !gtk_widget_translate_coordinates (GTK_WIDGET (self), self->scrollable, 0, 0, &ox, &oy))
+    return G_SOURCE_REMOVE;
+  /* The scrollable's coordinates are already scrolled by the value. */
+  value = gtk_adjustment_get_value (self->vadjustment);
+  page = gtk_adjustment_get_page_size (self->vadjustment);
+  lo += oy + value;
+  hi += oy + value;
+  target = value;
+  if (hi > value + page)
+    target = hi - page + self->cell_h;
+  if (lo < target)
+    target = lo - self->cell_h;
+  if (target != value)
+    gtk_adjustment_set_value (self->vadjustment, target);
+  return G_SOURCE_REMOVE;
+}
+
 void
 um_diffusion_view_add_step (UmDiffusionView *self,
                             int              step,
@@ -1372,6 +1415,8 @@ um_diffusion_view_add_step (UmDiffusionView *self,
     {
       show_step (self, step);
       start_animation (self);
+      if (self->scroll_id == 0)
+        self->scroll_id = g_idle_add_full (GDK_PRIORITY_REDRAW + 10, scroll_to_shown_step, self, NULL);
     }
   g_object_thaw_notify (G_OBJECT (self));
 }

@@ -299,6 +299,33 @@ test_bad_model_then_good (void)
   destroy_window (win);
 }
 
+/* A long answer: the view scrolls along with the newest step. */
+static void
+test_view_follows_by_scrolling (void)
+{
+  g_autofree char *model = um_test_data_path ("tiny-llada");
+  UmWindow *win = make_window ();
+  UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  GtkWidget *scrolled;
+  GtkAdjustment *adj;
+
+  load (win, model);
+  set_params (win, 1024, 1024, 1024);
+  um_generate_page_generate (page);
+  wait_for (not_running, page, 120);
+  g_assert_null (um_generate_page_get_last_error (page));
+  /* Let the last scroll happen after layout. */
+  for (int i = 0; i < 50; i++)
+    g_main_context_iteration (NULL, FALSE);
+  scrolled = gtk_widget_get_ancestor (GTK_WIDGET (um_generate_page_get_view (page)), GTK_TYPE_SCROLLED_WINDOW);
+  adj = gtk_scrolled_window_get_vadjustment (GTK_SCROLLED_WINDOW (scrolled));
+  g_test_message ("canvas %.0f px high, page %.0f, scrolled to %.0f", gtk_adjustment_get_upper (adj),
+                  gtk_adjustment_get_page_size (adj), gtk_adjustment_get_value (adj));
+  g_assert_cmpfloat (gtk_adjustment_get_upper (adj), >, gtk_adjustment_get_page_size (adj));
+  g_assert_cmpfloat (gtk_adjustment_get_value (adj), >, 0);
+  destroy_window (win);
+}
+
 typedef struct {
   UmDiffusionView *view;
   int min_steps;
@@ -416,6 +443,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gui/generate-live-and-replay", test_generate_live_and_replay);
   g_test_add_func ("/gui/stop-within-one-step", test_stop_within_one_step);
   g_test_add_func ("/gui/bad-model", test_bad_model_then_good);
+  g_test_add_func ("/gui/view-follows-by-scrolling", test_view_follows_by_scrolling);
   g_test_add_func ("/gui/generate-screenshot", test_generate_screenshot);
   g_test_add_func ("/gui/chat-screenshot", test_chat_screenshot);
   rc = g_test_run ();
