@@ -288,6 +288,10 @@ um_sampler_generate (UmForward         *fw,
               if (!um_forward_logits (fw, x, n_seq, L, rows, n_rows, logits, cancellable, error))
                 return FALSE;
 
+              /* Rows are independent (the noise is counter-based), so they
+               * are chosen in parallel: a 126k-token softmax in double per
+               * row is not free. */
+#pragma omp parallel for schedule(dynamic, 1) if (n_cand > 1 && V >= 4096)
               for (int i = 0; i < n_cand; i++)
                 {
                   float *row = logits + (size_t) i * V;
