@@ -139,7 +139,9 @@ on_load_progress (double fraction, const char *stage, gpointer user_data)
 {
   UmWindow *self = user_data;
   gtk_progress_bar_set_fraction (self->loading_progress, fraction);
-  gtk_progress_bar_set_text (self->loading_progress, stage);
+  /* The engine's stage names are marked with N_() there. */
+  gtk_progress_bar_set_text (self->loading_progress, _(stage));
+  gtk_progress_bar_set_show_text (self->loading_progress, TRUE);
 }
 
 static void

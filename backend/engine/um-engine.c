@@ -1,4 +1,9 @@
+#include "config.h"
+
 #include "um-engine.h"
+
+/* Stage names are marked for translation; the UI translates them. */
+#include <glib/gi18n-lib.h>
 
 #include "um-chat-template.h"
 #include "um-gpu.h"
@@ -46,10 +51,26 @@ um_engine_get_notice (UmEngine *engine)
   return engine->notice;
 }
 
+typedef struct {
+  UmProgressFunc cb;
+  gpointer       data;
+  const char    *stage;
+} LoadProgress;
+
+/* Weights become available between 50 % and 100 % of the load. */
+static void
+on_weights_progress (double fraction, gpointer user_data)
+{
+  LoadProgress *lp = user_data;
+  if (lp->cb)
+    lp->cb (0.5 + 0.5 * fraction, lp->stage, lp->data);
+}
+
 /* The GPU when asked for (or when AUTO finds one that holds the model), else
  * the CPU with a notice saying why. */
 static gboolean
-setup_compute (UmEngine *engine, const UmEngineOptions *options, GError **error)
+setup_compute (UmEngine *engine, const UmEngineOptions *options, LoadProgress *lp,
+               GCancellable *cancellable, GError **error)
 {
   g_autoptr(GError) gpu_error = NULL;
 
@@ -58,10 +79,17 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, GError **error)
       engine->backend = um_backend_cuda_new (options->gpu_index, options->memory_budget, &gpu_error);
       if (engine->backend != NULL)
         {
-          engine->forward = um_forward_new (engine->model, engine->backend, &gpu_error);
+          lp->stage = N_("Uploading the weights to the GPU");
+          engine->forward = um_forward_new_full (engine->model, engine->backend, on_weights_progress, lp,
+                                                 cancellable, &gpu_error);
           if (engine->forward != NULL)
             return TRUE;
           g_clear_pointer (&engine->backend, um_backend_free);
+          if (g_error_matches (gpu_error, G_IO_ERROR, G_IO_ERROR_CANCELLED))
+            {
+              g_propagate_error (error, g_steal_pointer (&gpu_error));
+              return FALSE;
+            }
         }
       if (options->device == UM_DEVICE_CUDA)
         {
@@ -73,7 +101,8 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, GError **error)
   engine->backend = um_backend_cpu_new (options->memory_budget, options->n_threads, error);
   if (engine->backend == NULL)
     return FALSE;
-  engine->forward = um_forward_new (engine->model, engine->backend, error);
+  lp->stage = N_("Preparing the weights");
+  engine->forward = um_forward_new_full (engine->model, engine->backend, on_weights_progress, lp, cancellable, error);
   return engine->forward != NULL;
 }
 
@@ -102,18 +131,21 @@ um_engine_load (const char             *path,
       options = &defaults;
     }
   if (progress_cb)
-    progress_cb (0.0, "Reading the model", user_data);
+    progress_cb (0.0, N_("Reading the model"), user_data);
   engine->model = um_model_load (path, cancellable, error);
   if (engine->model == NULL)
     return NULL;
   if (g_cancellable_set_error_if_cancelled (cancellable, error))
     return NULL;
   if (progress_cb)
-    progress_cb (0.5, "Preparing the compute backend", user_data);
-  if (!setup_compute (engine, options, error))
-    return NULL;
+    progress_cb (0.5, N_("Preparing the compute backend"), user_data);
+  {
+    LoadProgress lp = { progress_cb, user_data, NULL };
+    if (!setup_compute (engine, options, &lp, cancellable, error))
+      return NULL;
+  }
   if (progress_cb)
-    progress_cb (1.0, "Ready", user_data);
+    progress_cb (1.0, N_("Ready"), user_data);
   return g_steal_pointer (&engine);
 }
 

@@ -14,6 +14,12 @@ typedef struct {
 } DevLayer;
 
 struct _UmForward {
+  /* while loading */
+  UmForwardProgress progress_cb;
+  gpointer        progress_data;
+  GCancellable   *cancellable;
+  uint64_t        loaded_bytes, total_bytes;
+
   UmModel        *model;
   UmBackend      *be;
   UmDevWeight    *tok_embd, *out_norm, *output;
@@ -53,9 +59,16 @@ um_forward_free (UmForward *fw)
 static UmDevWeight *
 load_weight (UmForward *fw, const UmWeight *w, GError **error)
 {
-  UmDevWeight *dw = fw->be->ops->weight_load (fw->be, w, error);
+  UmDevWeight *dw;
+
+  if (g_cancellable_set_error_if_cancelled (fw->cancellable, error))
+    return NULL;
+  dw = fw->be->ops->weight_load (fw->be, w, error);
   if (dw != NULL)
     g_ptr_array_add (fw->dev_weights, dw);
+  fw->loaded_bytes += w->rows * w->row_bytes;
+  if (dw != NULL && fw->progress_cb != NULL)
+    fw->progress_cb ((double) fw->loaded_bytes / MAX (fw->total_bytes, 1), fw->progress_data);
   return dw;
 }
 
@@ -64,11 +77,26 @@ um_forward_new (UmModel   *model,
                 UmBackend *backend,
                 GError   **error)
 {
+  return um_forward_new_full (model, backend, NULL, NULL, NULL, error);
+}
+
+UmForward *
+um_forward_new_full (UmModel           *model,
+                     UmBackend         *backend,
+                     UmForwardProgress  progress_cb,
+                     gpointer           user_data,
+                     GCancellable      *cancellable,
+                     GError           **error)
+{
   g_autoptr(UmForward) fw = g_new0 (UmForward, 1);
   const UmModelConfig *c = &model->cfg;
 
   fw->model = model;
   fw->be = backend;
+  fw->progress_cb = progress_cb;
+  fw->progress_data = user_data;
+  fw->cancellable = cancellable;
+  fw->total_bytes = um_model_weight_bytes (model);
   fw->dev_weights = g_ptr_array_new ();
   fw->layers = g_new0 (DevLayer, c->n_layers);
 
@@ -94,6 +122,8 @@ um_forward_new (UmModel   *model,
       LOAD (dst->w_down, &src->w_down);
     }
 #undef LOAD
+  fw->progress_cb = NULL;
+  fw->cancellable = NULL;
   return g_steal_pointer (&fw);
 }
 

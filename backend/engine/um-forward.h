@@ -23,6 +23,18 @@ typedef struct {
 UmForward *um_forward_new (UmModel   *model,
                            UmBackend *backend,
                            GError   **error);
+
+/* Progress of making the weights available to the backend (uploading them
+ * to a GPU takes seconds): @fraction of the weight bytes done. */
+typedef void (*UmForwardProgress) (double fraction, gpointer user_data);
+
+/* um_forward_new() with progress, checking @cancellable between weights. */
+UmForward *um_forward_new_full (UmModel           *model,
+                                UmBackend         *backend,
+                                UmForwardProgress  progress_cb,
+                                gpointer           user_data,
+                                GCancellable      *cancellable,
+                                GError           **error);
 void       um_forward_free (UmForward *fw);
 
 /* @ids: @n_seq sequences of @seq_len tokens each (positions 0..seq_len-1 in
