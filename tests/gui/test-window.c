@@ -48,16 +48,22 @@ not_running (gpointer page)
 }
 
 static UmWindow *
-make_window (void)
+make_window_sized (int width, int height)
 {
   g_autofree char *settings_path = g_build_filename (tmp_dir, "settings.json", NULL);
   g_autoptr(UmSettings) settings = um_settings_new (settings_path);
   UmWindow *win = um_window_new (NULL, settings);
 
-  gtk_window_set_default_size (GTK_WINDOW (win), 1180, 780);
+  gtk_window_set_default_size (GTK_WINDOW (win), width, height);
   gtk_window_present (GTK_WINDOW (win));
   wait_for (mapped, win, 10);
   return win;
+}
+
+static UmWindow *
+make_window (void)
+{
+  return make_window_sized (1180, 780);
 }
 
 static void
@@ -304,13 +310,14 @@ static void
 test_view_follows_by_scrolling (void)
 {
   g_autofree char *model = um_test_data_path ("tiny-llada");
-  UmWindow *win = make_window ();
+  UmWindow *win = make_window_sized (900, 560);
   UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
   GtkWidget *scrolled;
   GtkAdjustment *adj;
 
   load (win, model);
-  set_params (win, 1024, 1024, 1024);
+  /* Blocks fill the canvas top to bottom: the last step is in the last rows. */
+  set_params (win, 512, 128, 64);
   um_generate_page_generate (page);
   wait_for (not_running, page, 120);
   g_assert_null (um_generate_page_get_last_error (page));
@@ -323,6 +330,8 @@ test_view_follows_by_scrolling (void)
                   gtk_adjustment_get_page_size (adj), gtk_adjustment_get_value (adj));
   g_assert_cmpfloat (gtk_adjustment_get_upper (adj), >, gtk_adjustment_get_page_size (adj));
   g_assert_cmpfloat (gtk_adjustment_get_value (adj), >, 0);
+  g_assert_cmpfloat (gtk_adjustment_get_value (adj) + gtk_adjustment_get_page_size (adj), >=,
+                     gtk_adjustment_get_upper (adj) - 80);
   destroy_window (win);
 }
 
