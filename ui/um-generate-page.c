@@ -22,6 +22,7 @@ struct _UmGeneratePage {
   GtkScale        *step_scale;
   GtkAdjustment   *step_adjustment;
   GtkLabel        *stats_label;
+  AdwFlap         *flap;
 
   UmEngine        *engine;
   UmSettings      *settings;
@@ -223,6 +224,9 @@ um_generate_page_generate (UmGeneratePage *self)
   update_stats (self, 0, req.params.steps, 0.0);
 
   self->cancellable = g_cancellable_new ();
+  /* On a narrow window the parameters cover the canvas: get out of the way. */
+  if (adw_flap_get_folded (self->flap))
+    adw_flap_set_reveal_flap (self->flap, FALSE);
   um_engine_generate_async (self->engine, &req, on_step, self, self->cancellable, on_generated,
                             g_object_ref (self));
   update_problem (self);
@@ -452,6 +456,9 @@ static void
 um_generate_page_init (UmGeneratePage *self)
 {
   gtk_widget_init_template (GTK_WIDGET (self));
+  /* The flap is the bin's child: not a bound template child, so that
+   * disposing the template and the bin do not both unparent it. */
+  self->flap = ADW_FLAP (adw_bin_get_child (ADW_BIN (self)));
   um_diffusion_view_set_token_text_func (self->view, token_text, self, NULL);
   gtk_text_buffer_set_text (gtk_text_view_get_buffer (self->prompt_view),
                             _("What is free software? Answer in two sentences."), -1);

@@ -24,7 +24,7 @@ struct _UmWindow {
   GtkLabel        *loading_label;
   GtkProgressBar  *loading_progress;
   GtkLabel        *memory_label;
-  AdwButtonContent *model_button_content;
+  GtkLabel        *model_label;
   GtkStack        *content_stack;
   AdwViewStack    *view_stack;
   UmGeneratePage  *generate_page;
@@ -124,12 +124,12 @@ set_engine (UmWindow *self, UmEngine *engine)
     {
       UmModel *model = um_engine_get_model (engine);
       adw_view_switcher_title_set_subtitle (self->switcher_title, model->display_name);
-      adw_button_content_set_label (self->model_button_content, model->display_name);
+      gtk_label_set_text (self->model_label, model->display_name);
     }
   else
     {
       adw_view_switcher_title_set_subtitle (self->switcher_title, NULL);
-      adw_button_content_set_label (self->model_button_content, _("Open Model"));
+      gtk_label_set_text (self->model_label, _("Open Model"));
     }
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_HAS_ENGINE]);
 }
@@ -365,7 +365,7 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmWindow, loading_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, loading_progress);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, memory_label);
-  gtk_widget_class_bind_template_child (widget_class, UmWindow, model_button_content);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, model_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, content_stack);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, view_stack);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, generate_page);

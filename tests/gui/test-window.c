@@ -335,6 +335,28 @@ test_view_follows_by_scrolling (void)
   destroy_window (win);
 }
 
+/* A phone-sized window: the parameters fold away and the app still works. */
+static void
+test_narrow_window (void)
+{
+  g_autofree char *model = um_test_data_path ("tiny-llada");
+  UmWindow *win = make_window_sized (400, 720);
+  UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  AdwFlap *flap;
+
+  load (win, model);
+  set_params (win, 32, 32, 8);
+  save_screenshot (GTK_WIDGET (win), "narrow.png");
+  flap = ADW_FLAP (adw_bin_get_child (ADW_BIN (page)));
+  g_assert_true (adw_flap_get_folded (flap));
+  g_assert_cmpint (gtk_widget_get_width (GTK_WIDGET (win)), <=, 420);
+  um_generate_page_generate (page);
+  g_assert_false (adw_flap_get_reveal_flap (flap));
+  wait_for (not_running, page, 60);
+  g_assert_null (um_generate_page_get_last_error (page));
+  destroy_window (win);
+}
+
 typedef struct {
   UmDiffusionView *view;
   int min_steps;
@@ -453,6 +475,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gui/stop-within-one-step", test_stop_within_one_step);
   g_test_add_func ("/gui/bad-model", test_bad_model_then_good);
   g_test_add_func ("/gui/view-follows-by-scrolling", test_view_follows_by_scrolling);
+  g_test_add_func ("/gui/narrow-window", test_narrow_window);
   g_test_add_func ("/gui/generate-screenshot", test_generate_screenshot);
   g_test_add_func ("/gui/chat-screenshot", test_chat_screenshot);
   rc = g_test_run ();
