@@ -335,6 +335,12 @@ test_view_follows_by_scrolling (void)
   destroy_window (win);
 }
 
+static gboolean
+flap_folded (gpointer flap)
+{
+  return adw_flap_get_folded (flap);
+}
+
 /* A phone-sized window: the parameters fold away and the app still works. */
 static void
 test_narrow_window (void)
@@ -348,7 +354,7 @@ test_narrow_window (void)
   set_params (win, 32, 32, 8);
   save_screenshot (GTK_WIDGET (win), "narrow.png");
   flap = ADW_FLAP (adw_bin_get_child (ADW_BIN (page)));
-  g_assert_true (adw_flap_get_folded (flap));
+  wait_for (flap_folded, flap, 10);
   g_assert_cmpint (gtk_widget_get_width (GTK_WIDGET (win)), <=, 420);
   um_generate_page_generate (page);
   g_assert_false (adw_flap_get_reveal_flap (flap));
