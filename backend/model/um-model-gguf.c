@@ -181,48 +181,6 @@ read_tokenizer (UmModel *model, UmGguf *g, GError **error)
   return TRUE;
 }
 
-static gboolean
-bind_weights (UmModel *model, GError **error)
-{
-  const UmModelConfig *c = &model->cfg;
-  uint64_t d = c->d_model, f = c->mlp_hidden, v = c->vocab_size;
-  uint64_t qd = (uint64_t) c->n_heads * c->head_dim, kvd = (uint64_t) c->n_kv_heads * c->head_dim;
-  char name[128];
-
-#define BIND(field, rows, cols, ...) G_STMT_START {                            \
-    g_snprintf (name, sizeof name, __VA_ARGS__);                                \
-    if (!um_model_bind_weight (model, field, name, rows, cols, error))          \
-      return FALSE;                                                             \
-  } G_STMT_END
-
-  BIND (&model->tok_embd, v, d, "token_embd.weight");
-  BIND (&model->out_norm, 1, d, "output_norm.weight");
-  if (c->tied_embeddings)
-    model->output = model->tok_embd;
-  else
-    BIND (&model->output, v, d, "output.weight");
-  if (!um_model_weight_to_f32 (model, &model->out_norm, error))
-    return FALSE;
-  for (guint l = 0; l < c->n_layers; l++)
-    {
-      UmLayerWeights *L = &model->layers[l];
-      BIND (&L->attn_norm, 1, d, "blk.%u.attn_norm.weight", l);
-      BIND (&L->wq, qd, d, "blk.%u.attn_q.weight", l);
-      BIND (&L->wk, kvd, d, "blk.%u.attn_k.weight", l);
-      BIND (&L->wv, kvd, d, "blk.%u.attn_v.weight", l);
-      BIND (&L->wo, d, qd, "blk.%u.attn_output.weight", l);
-      BIND (&L->ffn_norm, 1, d, "blk.%u.ffn_norm.weight", l);
-      BIND (&L->w_gate, f, d, "blk.%u.ffn_gate.weight", l);
-      BIND (&L->w_up, f, d, "blk.%u.ffn_up.weight", l);
-      BIND (&L->w_down, d, f, "blk.%u.ffn_down.weight", l);
-      if (!um_model_weight_to_f32 (model, &L->attn_norm, error)
-          || !um_model_weight_to_f32 (model, &L->ffn_norm, error))
-        return FALSE;
-    }
-#undef BIND
-  return TRUE;
-}
-
 gboolean
 um_model_load_gguf (UmModel *model, GError **error)
 {
@@ -287,7 +245,14 @@ um_model_load_gguf (UmModel *model, GError **error)
   if (!um_model_config_validate (&model->cfg, um_gguf_file_name (g), error))
     return FALSE;
   model->layers = g_new0 (UmLayerWeights, model->cfg.n_layers);
-  return bind_weights (model, error);
+  {
+    static const UmWeightNames gguf_names = {
+      "token_embd.weight", "output_norm.weight", "output.weight",
+      "blk.", "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+      "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
+    };
+    return um_model_bind_weights (model, &gguf_names, error);
+  }
 }
 
 void

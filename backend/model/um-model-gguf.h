@@ -8,6 +8,17 @@ G_BEGIN_DECLS
 gboolean um_model_load_gguf (UmModel *model, GError **error);
 void     um_model_gguf_release (UmModel *model);
 
+/* Tensor names of one file layout; layer tensors are
+ * layer_prefix + index + "." + suffix. */
+typedef struct {
+  const char *tok_embd, *out_norm, *output;
+  const char *layer_prefix;
+  const char *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+} UmWeightNames;
+
+/* Binds every weight by name, checking shapes against the configuration. */
+gboolean um_model_bind_weights (UmModel *model, const UmWeightNames *names, GError **error);
+
 /* Shared with um-model.c */
 gboolean um_model_bind_weight (UmModel *model, UmWeight *w, const char *name,
                                uint64_t rows, uint64_t cols, GError **error);

@@ -99,47 +99,47 @@ um_model_weight_to_f32 (UmModel *model, UmWeight *w, GError **error)
   return TRUE;
 }
 
-static gboolean
-bind_hf_weights (UmModel *model, GError **error)
+gboolean
+um_model_bind_weights (UmModel *model, const UmWeightNames *names, GError **error)
 {
   const UmModelConfig *c = &model->cfg;
   uint64_t d = c->d_model, f = c->mlp_hidden, v = c->vocab_size;
   uint64_t qd = (uint64_t) c->n_heads * c->head_dim, kvd = (uint64_t) c->n_kv_heads * c->head_dim;
-  const char *p = "model.transformer.";
   char name[256];
 
-#define BIND(field, rows, cols, ...) G_STMT_START {                            \
-    g_snprintf (name, sizeof name, __VA_ARGS__);                                \
-    if (!um_model_bind_weight (model, field, name, rows, cols, error))          \
-      return FALSE;                                                             \
-  } G_STMT_END
-
-  BIND (&model->tok_embd, v, d, "%swte.weight", p);
-  BIND (&model->out_norm, 1, d, "%sln_f.weight", p);
+  if (!um_model_bind_weight (model, &model->tok_embd, names->tok_embd, v, d, error)
+      || !um_model_bind_weight (model, &model->out_norm, names->out_norm, 1, d, error)
+      || !um_model_weight_to_f32 (model, &model->out_norm, error))
+    return FALSE;
   if (c->tied_embeddings)
     model->output = model->tok_embd;
-  else
-    BIND (&model->output, v, d, "%sff_out.weight", p);
-  if (!um_model_weight_to_f32 (model, &model->out_norm, error))
+  else if (!um_model_bind_weight (model, &model->output, names->output, v, d, error))
     return FALSE;
 
   for (guint l = 0; l < c->n_layers; l++)
     {
       UmLayerWeights *L = &model->layers[l];
-      BIND (&L->attn_norm, 1, d, "%sblocks.%u.attn_norm.weight", p, l);
-      BIND (&L->wq, qd, d, "%sblocks.%u.q_proj.weight", p, l);
-      BIND (&L->wk, kvd, d, "%sblocks.%u.k_proj.weight", p, l);
-      BIND (&L->wv, kvd, d, "%sblocks.%u.v_proj.weight", p, l);
-      BIND (&L->wo, d, qd, "%sblocks.%u.attn_out.weight", p, l);
-      BIND (&L->ffn_norm, 1, d, "%sblocks.%u.ff_norm.weight", p, l);
-      BIND (&L->w_gate, f, d, "%sblocks.%u.ff_proj.weight", p, l);
-      BIND (&L->w_up, f, d, "%sblocks.%u.up_proj.weight", p, l);
-      BIND (&L->w_down, d, f, "%sblocks.%u.ff_out.weight", p, l);
+      const struct { UmWeight *w; const char *suffix; uint64_t rows, cols; } per_layer[] = {
+        { &L->attn_norm, names->attn_norm, 1, d },
+        { &L->wq, names->wq, qd, d },
+        { &L->wk, names->wk, kvd, d },
+        { &L->wv, names->wv, kvd, d },
+        { &L->wo, names->wo, d, qd },
+        { &L->ffn_norm, names->ffn_norm, 1, d },
+        { &L->w_gate, names->w_gate, f, d },
+        { &L->w_up, names->w_up, f, d },
+        { &L->w_down, names->w_down, d, f },
+      };
+      for (guint i = 0; i < G_N_ELEMENTS (per_layer); i++)
+        {
+          g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, l, per_layer[i].suffix);
+          if (!um_model_bind_weight (model, per_layer[i].w, name, per_layer[i].rows, per_layer[i].cols, error))
+            return FALSE;
+        }
       if (!um_model_weight_to_f32 (model, &L->attn_norm, error)
           || !um_model_weight_to_f32 (model, &L->ffn_norm, error))
         return FALSE;
     }
-#undef BIND
   return TRUE;
 }
 
@@ -204,7 +204,14 @@ load_hf_dir (UmModel *model, GError **error)
   if (model->tensors == NULL)
     return FALSE;
   model->layers = g_new0 (UmLayerWeights, model->cfg.n_layers);
-  return bind_hf_weights (model, error);
+  {
+    static const UmWeightNames hf_names = {
+      "model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight",
+      "model.transformer.blocks.", "attn_norm.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight",
+      "attn_out.weight", "ff_norm.weight", "ff_proj.weight", "up_proj.weight", "ff_out.weight",
+    };
+    return um_model_bind_weights (model, &hf_names, error);
+  }
 }
 
 UmModel *
