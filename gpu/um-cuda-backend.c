@@ -274,21 +274,9 @@ cuda_buf_free (UmBackend *be, UmBuf *buf)
 }
 
 static gboolean
-check_range (UmBuf *buf, size_t offset, size_t bytes, GError **error)
-{
-  if (offset > buf->bytes || bytes > buf->bytes - offset)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                   "cuda: copy of %zu bytes at %zu is outside a %zu-byte buffer", bytes, offset, buf->bytes);
-      return FALSE;
-    }
-  return TRUE;
-}
-
-static gboolean
 cuda_buf_upload (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes, GError **error)
 {
-  return check_range (dst, offset, bytes, error)
+  return um_backend_check_copy ("cuda", dst->bytes, offset, bytes, error)
          && cuda_ok (cudaMemcpyAsync ((char *) dst->ptr + offset, src, bytes, cudaMemcpyHostToDevice,
                                       CTX (be)->stream), "uploading", error);
 }
@@ -297,7 +285,7 @@ static gboolean
 cuda_buf_download (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t bytes, GError **error)
 {
   CudaCtx *c = CTX (be);
-  return check_range (src, offset, bytes, error)
+  return um_backend_check_copy ("cuda", src->bytes, offset, bytes, error)
          && cuda_ok (cudaMemcpyAsync (dst, (char *) src->ptr + offset, bytes, cudaMemcpyDeviceToHost, c->stream),
                      "downloading", error)
          && cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error);
@@ -540,16 +528,6 @@ um_gpu_report_new (void)
   if (count > 0 && r->devices->len == 0)
     r->why_none = g_strdup ("no CUDA device could be queried");
   return r;
-}
-
-void
-um_gpu_report_free (UmGpuReport *r)
-{
-  if (r == NULL)
-    return;
-  g_array_unref (r->devices);
-  g_free (r->why_none);
-  g_free (r);
 }
 
 UmBackend *

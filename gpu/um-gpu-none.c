@@ -12,16 +12,6 @@ um_gpu_report_new (void)
   return r;
 }
 
-void
-um_gpu_report_free (UmGpuReport *r)
-{
-  if (r == NULL)
-    return;
-  g_array_unref (r->devices);
-  g_free (r->why_none);
-  g_free (r);
-}
-
 UmBackend *
 um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
 {

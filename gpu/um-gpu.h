@@ -30,7 +30,16 @@ typedef struct {
 /* What GPUs this build can use on this machine, and why none if so. Never
  * fails: a missing driver or device is a report, not an error. */
 UmGpuReport *um_gpu_report_new (void);
-void         um_gpu_report_free (UmGpuReport *report);
+
+static inline void
+um_gpu_report_free (UmGpuReport *report)
+{
+  if (report == NULL)
+    return;
+  g_array_unref (report->devices);
+  g_free (report->why_none);
+  g_free (report);
+}
 
 /* The CUDA compute backend on @device. @budget_bytes 0 means the device's
  * free memory less a safety margin. Fails with a GError (no driver, no

@@ -86,21 +86,9 @@ cpu_buf_free (UmBackend *be, UmBuf *buf)
 }
 
 static gboolean
-check_range (UmBuf *buf, size_t offset, size_t bytes, GError **error)
-{
-  if (offset > buf->bytes || bytes > buf->bytes - offset)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                   "cpu: copy of %zu bytes at %zu is outside a %zu-byte buffer", bytes, offset, buf->bytes);
-      return FALSE;
-    }
-  return TRUE;
-}
-
-static gboolean
 cpu_buf_upload (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes, GError **error)
 {
-  if (!check_range (dst, offset, bytes, error))
+  if (!um_backend_check_copy ("cpu", dst->bytes, offset, bytes, error))
     return FALSE;
   memcpy ((guint8 *) dst->data + offset, src, bytes);
   return TRUE;
@@ -109,7 +97,7 @@ cpu_buf_upload (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_
 static gboolean
 cpu_buf_download (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t bytes, GError **error)
 {
-  if (!check_range (src, offset, bytes, error))
+  if (!um_backend_check_copy ("cpu", src->bytes, offset, bytes, error))
     return FALSE;
   memcpy (dst, (guint8 *) src->data + offset, bytes);
   return TRUE;

@@ -74,6 +74,10 @@ struct _UmBackend {
 UmBackend *um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **error);
 
 void       um_backend_free (UmBackend *be);
+/* For implementations: is a copy of @bytes at @offset inside a buffer of
+ * @buf_bytes? Sets an error naming @backend if not. */
+gboolean   um_backend_check_copy (const char *backend, size_t buf_bytes, size_t offset, size_t bytes,
+                                  GError **error);
 const char *um_backend_name (UmBackend *be);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmBackend, um_backend_free)
