@@ -6,21 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(meson ninja-build gcc clang pkg-config libglib2.0-dev libjson-glib-dev libzstd-dev
-          libopenblas-openmp-dev libclang-rt-14-dev
-          libgtk-4-dev libadwaita-1-dev gettext desktop-file-utils appstream
-          xvfb xauth dbus)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  echo "Installing: ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+bash app/install-deps.sh --tests
 
 jobs=$(nproc)
 
