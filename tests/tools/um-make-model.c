@@ -69,7 +69,17 @@ main (int argc, char **argv)
   if (mlp > 0)
     spec.mlp_hidden = mlp;
   if (vocab >= 512)
-    spec.vocab_size = vocab;
+    {
+      spec.vocab_size = vocab;
+      /* Special tokens keep their place at the end of the vocabulary, as in
+       * the tiny shape, when the LLaDA-8B ids no longer fit. */
+      if (spec.mask_id >= (guint) vocab)
+        {
+          spec.mask_id = vocab - 4;
+          spec.eos_id = vocab - 5;
+          spec.bos_id = vocab - 6;
+        }
+    }
   spec.n_shards = MAX (shards, 1);
   spec.seed = seed;
   spec.tokenizer = tokenizer;

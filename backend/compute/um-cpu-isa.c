@@ -1,0 +1,97 @@
+/* um-cpu-isa.c — run-time detection of the x86 SIMD level, with a cap from
+ * the environment (UM_CPU_ISA) or from tests. */
+#include "um-cpu-isa.h"
+
+#include <stdio.h>
+
+static const char *const isa_names[UM_ISA_N_LEVELS] = {
+  "scalar", "avx2", "avx512", "avx512-vnni",
+};
+
+static int detected = -1;
+static int cap = -1;  /* -1: not read from the environment yet */
+
+static int
+detect (void)
+{
+#if UM_HAVE_X86_SIMD
+  __builtin_cpu_init ();
+  /* Every CPU with AVX2 and FMA also has F16C (Haswell, Piledriver and later). */
+  if (!__builtin_cpu_supports ("avx2") || !__builtin_cpu_supports ("fma"))
+    return UM_ISA_SCALAR;
+  if (!__builtin_cpu_supports ("avx512f") || !__builtin_cpu_supports ("avx512bw")
+      || !__builtin_cpu_supports ("avx512vl") || !__builtin_cpu_supports ("avx512dq"))
+    return UM_ISA_AVX2;
+  if (!__builtin_cpu_supports ("avx512vnni"))
+    return UM_ISA_AVX512;
+  return UM_ISA_AVX512_VNNI;
+#else
+  return UM_ISA_SCALAR;
+#endif
+}
+
+static int
+env_cap (void)
+{
+  const char *s = g_getenv ("UM_CPU_ISA");
+  UmCpuIsa isa;
+
+  if (s == NULL || *s == '\0')
+    return UM_ISA_N_LEVELS;
+  if (um_cpu_isa_from_name (s, &isa))
+    return isa;
+  /* A typo must not silently test the wrong path. */
+  fprintf (stderr, "unmask: UM_CPU_ISA=%s is not one of scalar, avx2, avx512, avx512-vnni; ignored\n", s);
+  return UM_ISA_N_LEVELS;
+}
+
+UmCpuIsa
+um_cpu_isa_detected (void)
+{
+  int d = __atomic_load_n (&detected, __ATOMIC_RELAXED);
+
+  if (G_UNLIKELY (d < 0))
+    {
+      d = detect ();
+      __atomic_store_n (&detected, d, __ATOMIC_RELAXED);
+    }
+  return (UmCpuIsa) d;
+}
+
+UmCpuIsa
+um_cpu_isa (void)
+{
+  int c = __atomic_load_n (&cap, __ATOMIC_RELAXED);
+  int d = um_cpu_isa_detected ();
+
+  if (G_UNLIKELY (c < 0))
+    {
+      c = env_cap ();
+      __atomic_store_n (&cap, c, __ATOMIC_RELAXED);
+    }
+  return (UmCpuIsa) MIN (c, d);
+}
+
+void
+um_cpu_isa_set_cap (UmCpuIsa isa)
+{
+  __atomic_store_n (&cap, (int) CLAMP ((int) isa, 0, UM_ISA_N_LEVELS), __ATOMIC_RELAXED);
+}
+
+const char *
+um_cpu_isa_name (UmCpuIsa isa)
+{
+  return (unsigned) isa < UM_ISA_N_LEVELS ? isa_names[isa] : "unknown";
+}
+
+gboolean
+um_cpu_isa_from_name (const char *name, UmCpuIsa *isa)
+{
+  for (int i = 0; i < UM_ISA_N_LEVELS; i++)
+    if (g_ascii_strcasecmp (name, isa_names[i]) == 0)
+      {
+        *isa = (UmCpuIsa) i;
+        return TRUE;
+      }
+  return FALSE;
+}
