@@ -160,7 +160,7 @@ um_cli_bench (int argc, char **argv)
     }
 
   t0 = g_get_monotonic_time ();
-  engine = um_cli_load_engine (model_path, go.threads, go.device, &error);
+  engine = um_cli_load_engine (model_path, go.threads, go.device, go.exact, &error);
   um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);

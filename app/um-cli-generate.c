@@ -36,6 +36,8 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
     { "threads", 0, 0, G_OPTION_ARG_INT, &o->threads, "CPU threads (default: all cores)", "N" },
     { "device", 0, 0, G_OPTION_ARG_STRING, &o->device, "cpu, cuda or auto (default: a usable GPU, else the CPU)",
       "DEVICE" },
+    { "exact", 0, 0, G_OPTION_ARG_NONE, &o->exact,
+      "Keep activations f32 with quantized weights (no 8-bit integer products)", NULL },
     { NULL }
   };
   GOptionGroup *group = g_option_group_new ("generation", "Generation options:", "Show generation options",
@@ -89,7 +91,7 @@ um_cli_gen_options_clear (UmCliGenOptions *o)
 }
 
 UmEngine *
-um_cli_load_engine (const char *model, int threads, const char *device, GError **error)
+um_cli_load_engine (const char *model, int threads, const char *device, gboolean exact, GError **error)
 {
   UmEngineOptions opts;
   UmEngine *engine;
@@ -101,6 +103,7 @@ um_cli_load_engine (const char *model, int threads, const char *device, GError *
     }
   um_engine_options_init (&opts);
   opts.n_threads = threads;
+  opts.exact = opts.exact || exact;
   if (device != NULL && !um_device_kind_from_string (device, &opts.device))
     {
       g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--device must be cpu, cuda or auto, not “%s”", device);
@@ -276,7 +279,7 @@ um_cli_generate (int argc, char **argv)
   req.prompt = prompt;
   req.chat = chat;
 
-  engine = um_cli_load_engine (model, go.threads, go.device, &error);
+  engine = um_cli_load_engine (model, go.threads, go.device, go.exact, &error);
   um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);
@@ -363,7 +366,7 @@ um_cli_chat (int argc, char **argv)
     return 2;
   if (!um_cli_gen_options_to_params (&go, &params, &error))
     return um_cli_fail (error);
-  engine = um_cli_load_engine (model, go.threads, go.device, &error);
+  engine = um_cli_load_engine (model, go.threads, go.device, go.exact, &error);
   um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);

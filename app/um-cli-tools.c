@@ -14,10 +14,13 @@ um_cli_logits (int argc, char **argv)
   g_autofree char *model = NULL, *ids_text = NULL, *rows_text = NULL;
   gboolean json = TRUE;
   int threads = 0;
+  gboolean int8 = FALSE;
   g_autofree char *device = NULL;
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model, "Model folder or .gguf file", "PATH" },
     { "ids", 0, 0, G_OPTION_ARG_STRING, &ids_text, "Token ids", "1,2,3" },
+    { "int8", 0, 0, G_OPTION_ARG_NONE, &int8,
+      "Allow 8-bit integer products with quantized weights (default: exact f32 activations)", NULL },
     { "rows", 0, 0, G_OPTION_ARG_STRING, &rows_text, "Positions to print (default: all)", "0,4" },
     { "json", 0, 0, G_OPTION_ARG_NONE, &json, "JSON output (the only format)", NULL },
     { "threads", 0, 0, G_OPTION_ARG_INT, &threads, "CPU threads (default: all cores)", "N" },
@@ -48,8 +51,8 @@ um_cli_logits (int argc, char **argv)
       g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--ids is empty");
       return um_cli_fail (error);
     }
-  /* Logits are for comparing numbers: the CPU's fp32 unless asked. */
-  engine = um_cli_load_engine (model, threads, device ? device : "cpu", &error);
+  /* Logits are for comparing numbers: the CPU's exact fp32 unless asked. */
+  engine = um_cli_load_engine (model, threads, device ? device : "cpu", !int8, &error);
   if (engine == NULL)
     return um_cli_fail (error);
 

@@ -48,12 +48,14 @@ typedef struct {
   gboolean confidence_eos_eot_inf;
   int      threads;
   char    *device;
+  gboolean exact;
 } UmCliGenOptions;
 
 void     um_cli_gen_options_init (UmCliGenOptions *o, int gen_length, int steps, int block_length);
 void     um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o);
 gboolean um_cli_gen_options_to_params (const UmCliGenOptions *o, UmGenParams *p, GError **error);
 void     um_cli_gen_options_clear (UmCliGenOptions *o);
-UmEngine *um_cli_load_engine (const char *model, int threads, const char *device, GError **error);
+UmEngine *um_cli_load_engine (const char *model, int threads, const char *device, gboolean exact,
+                              GError **error);
 
 G_END_DECLS

@@ -8,11 +8,22 @@
 #include "um-error.h"
 #include "um-forward.h"
 #include "um-model.h"
+#include "um-quant.h"
 #include "um-ref-kernels.h"
 #include "um-test-util.h"
 
-/* float32 compute against float64 truth: relative 1e-4 on the logit scale. */
-#define TOL 1e-4
+/* How far float32 compute may land from the float64 truth.  Not a number
+ * tuned on one CPU: every test measures, on its own model and input, how far
+ * an independent, naive float32 forward (um_ref32_forward: left-to-right sums,
+ * no FMA, no BLAS) lands from the float64 one, and allows F32_MULTIPLE times
+ * that.  Any correct float32 implementation rounds each product and sum once;
+ * blocked and FMA-based sums (OpenBLAS, our kernels) grow their error no
+ * faster than sequential ones, so their distance from float64 is of the same
+ * order; a factor of 4 covers the spread between summation orders (on the
+ * fixture: Haswell sgemm 1.0e-4, AVX-512 sgemm 4.0e-5, our kernels see the
+ * closing note of issue 8) while a real defect (a wrong index, a missed
+ * scale, bf16 rounding of activations) is orders of magnitude larger. */
+#define F32_MULTIPLE 4.0
 
 static double
 max_rel_error (const float *got, const double *want, size_t n)
@@ -21,6 +32,25 @@ max_rel_error (const float *got, const double *want, size_t n)
   for (size_t i = 0; i < n; i++)
     worst = MAX (worst, fabs (got[i] - want[i]) / (1.0 + fabs (want[i])));
   return worst;
+}
+
+/* The tolerance for logits of @model on @ids whose float64 values are @want. */
+static double
+f32_tolerance (const UmModel *model, const gint32 *ids, int L, const double *want, const char *what)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree float *naive = g_new (float, (size_t) L * model->cfg.vocab_size);
+  double err;
+
+  g_assert_true (um_ref32_forward (model, ids, L, naive, &error));
+  g_assert_no_error (error);
+  err = max_rel_error (naive, want, (size_t) L * model->cfg.vocab_size);
+  g_test_message ("%s: naive float32 forward lands %.3g from float64; tolerance %.3g",
+                  what, err, F32_MULTIPLE * err);
+  /* A naive float32 forward that matched float64 exactly would mean the
+   * test model exercises no rounding at all. */
+  g_assert_cmpfloat (err, >, 0.0);
+  return F32_MULTIPLE * err;
 }
 
 static UmModel *
@@ -49,7 +79,7 @@ check_fixture_logits (const char *model_name, const char *json_name, const char 
   const guint V = model->cfg.vocab_size;
   g_autofree float *logits = g_new (float, ids->len * V);
   g_autofree double *want = g_new (double, ids->len * V);
-  double err;
+  double err, tol;
 
   g_assert_no_error (error);
   g_assert_cmpuint (json_array_get_length (values), ==, ids->len);
@@ -60,11 +90,12 @@ check_fixture_logits (const char *model_name, const char *json_name, const char 
       for (guint v = 0; v < V; v++)
         want[r * V + v] = json_array_get_double_element (row, v);
     }
+  tol = f32_tolerance (model, (const gint32 *) ids->data, ids->len, want, model_name);
   g_assert_true (um_forward_logits (fw, (const gint32 *) ids->data, 1, ids->len, NULL, 0, logits, NULL, &error));
   g_assert_no_error (error);
   err = max_rel_error (logits, want, (size_t) ids->len * V);
-  g_test_message ("%s %s: max relative error %.3g", model_name, key, err);
-  g_assert_cmpfloat (err, <, TOL);
+  g_test_message ("%s %s: max relative error %.3g (%s kernels)", model_name, key, err, um_quant_simd_level ());
+  g_assert_cmpfloat (err, <, tol);
 
   /* Selected rows only (the last layer then works on those rows alone). */
   {
@@ -74,7 +105,7 @@ check_fixture_logits (const char *model_name, const char *json_name, const char 
                                       sel, NULL, &error));
     g_assert_no_error (error);
     for (guint i = 0; i < G_N_ELEMENTS (rows); i++)
-      g_assert_cmpfloat (max_rel_error (sel + i * V, want + rows[i] * V, V), <, TOL);
+      g_assert_cmpfloat (max_rel_error (sel + i * V, want + rows[i] * V, V), <, tol);
   }
 }
 
@@ -114,7 +145,7 @@ test_reference_forward (void)
 
 /* Generated model: fast forward vs the double reference. */
 static void
-check_generated (const UmTestModelSpec *spec, double tol)
+check_generated (const UmTestModelSpec *spec)
 {
   g_autofree char *dir = um_test_mkdtemp ();
   g_autoptr(GError) error = NULL;
@@ -125,7 +156,7 @@ check_generated (const UmTestModelSpec *spec, double tol)
   gint32 ids[23];
   g_autofree float *logits = NULL;
   g_autofree double *ref = NULL;
-  double worst = 0;
+  double worst = 0, tol;
 
   g_assert_true (um_test_write_model (dir, spec, &error));
   g_assert_no_error (error);
@@ -143,9 +174,9 @@ check_generated (const UmTestModelSpec *spec, double tol)
   g_assert_true (um_forward_logits (fw, ids, 1, L, NULL, 0, logits, NULL, &error));
   g_assert_no_error (error);
   g_assert_true (um_ref_forward (model, ids, L, ref, &error));
-  for (size_t i = 0; i < (size_t) L * spec->vocab_size; i++)
-    worst = MAX (worst, fabs (logits[i] - ref[i]) / (1.0 + fabs (ref[i])));
-  g_test_message ("generated model: max relative error %.3g", worst);
+  tol = f32_tolerance (model, ids, L, ref, "generated model");
+  worst = max_rel_error (logits, ref, (size_t) L * spec->vocab_size);
+  g_test_message ("generated model: max relative error %.3g (%s kernels)", worst, um_quant_simd_level ());
   g_assert_cmpfloat (worst, <, tol);
 
   um_forward_free (g_steal_pointer (&fw));
@@ -163,7 +194,7 @@ test_grouped_kv (void)
   spec.d_model = 96;            /* head size 12 */
   spec.rope_theta = 500000.0;
   spec.rms_eps = 1e-6;
-  check_generated (&spec, TOL);
+  check_generated (&spec);
 }
 
 static void
@@ -175,7 +206,7 @@ test_single_kv_head (void)
   spec.n_kv_heads = 1;
   spec.d_model = 128;           /* head size 64 */
   spec.n_layers = 3;
-  check_generated (&spec, TOL);
+  check_generated (&spec);
 }
 
 static void
@@ -184,7 +215,7 @@ test_bf16 (void)
   UmTestModelSpec spec;
   um_test_model_spec_init (&spec);
   spec.dtype = UM_DTYPE_BF16;
-  check_generated (&spec, TOL);
+  check_generated (&spec);
 }
 
 static void
@@ -194,7 +225,7 @@ test_f16 (void)
   um_test_model_spec_init (&spec);
   spec.dtype = UM_DTYPE_F16;
   spec.n_kv_heads = 2;
-  check_generated (&spec, TOL);
+  check_generated (&spec);
 }
 
 /* Shards hold the same bytes as one file: logits must be bit-identical. */

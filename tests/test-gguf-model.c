@@ -37,8 +37,7 @@ check_entries (const char *json_name)
       ids = um_test_json_ids (json_object_get_array_member (entry, "ids"));
       values = json_object_get_array_member (entry, "values");
       path = um_test_data_path (json_object_get_string_member (entry, "file"));
-      engine = um_engine_load (path, NULL, NULL, NULL, NULL, &error);
-      g_assert_no_error (error);
+      engine = um_test_load_engine (path, TRUE);
       V = um_engine_get_model (engine)->cfg.vocab_size;
       logits = g_new (float, ids->len * V);
       g_assert_true (um_forward_logits (um_engine_get_forward (engine), (const gint32 *) ids->data, 1, ids->len,
@@ -104,9 +103,8 @@ test_gguf_generate_matches (void)
   JsonArray *cases = json_object_get_array_member (json_node_get_object (json_parser_get_root (parser)), "generate");
   g_autofree char *path = um_test_data_path ("tiny-llada-f32.gguf");
   g_autoptr(GError) error = NULL;
-  g_autoptr(UmEngine) engine = um_engine_load (path, NULL, NULL, NULL, NULL, &error);
+  g_autoptr(UmEngine) engine = um_test_load_engine (path, TRUE);
 
-  g_assert_no_error (error);
   for (guint i = 0; i < json_array_get_length (cases); i++)
     {
       JsonObject *c = json_array_get_object_element (cases, i);

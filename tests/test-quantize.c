@@ -88,8 +88,8 @@ logits_error (const char *a_path, const char *b_path)
 {
   const gint32 ids[] = { 5, 17, 250, 33, 7, 508, 508, 508, 64, 99, 508, 1, 2, 3, 508, 400 };
   g_autoptr(GError) error = NULL;
-  g_autoptr(UmEngine) a = um_engine_load (a_path, NULL, NULL, NULL, NULL, &error);
-  g_autoptr(UmEngine) b = um_engine_load (b_path, NULL, NULL, NULL, NULL, &error);
+  g_autoptr(UmEngine) a = um_test_load_engine (a_path, TRUE);
+  g_autoptr(UmEngine) b = um_test_load_engine (b_path, TRUE);
   float la[16 * 512], lb[16 * 512];
   double num = 0, den = 0;
 

@@ -1,5 +1,7 @@
 #include "um-test-util.h"
 
+#include "um-engine.h"
+
 #include <errno.h>
 #include <glib/gstdio.h>
 #include <math.h>
@@ -350,4 +352,20 @@ um_test_write_model (const char *dir, const UmTestModelSpec *m, GError **error)
   for (guint i = 0; i < specs->len; i++)
     g_free (g_array_index (specs, Spec, i).name);
   return ok;
+}
+
+struct _UmEngine *
+um_test_load_engine (const char *path, gboolean exact)
+{
+  g_autoptr(GError) error = NULL;
+  UmEngineOptions opts;
+  UmEngine *engine;
+
+  um_engine_options_init (&opts);
+  opts.device = UM_DEVICE_CPU;
+  opts.exact = exact;
+  engine = um_engine_load (path, &opts, NULL, NULL, NULL, &error);
+  g_assert_no_error (error);
+  g_assert_nonnull (engine);
+  return engine;
 }

@@ -17,6 +17,10 @@ GArray     *um_test_json_ids (JsonArray *array);
 
 /* A fresh temporary folder, removed with um_test_rmtree. */
 char       *um_test_mkdtemp (void);
+/* An engine on the CPU with exact f32 activations (what parity with the
+ * float64 fixtures is defined for), or with 8-bit integer products where
+ * the CPU has them when exact is FALSE. */
+struct _UmEngine *um_test_load_engine (const char *path, gboolean exact);
 void        um_test_rmtree (const char *path);
 /* Copies a whole folder (not recursive). */
 void        um_test_copy_dir (const char *from, const char *to);

@@ -24,6 +24,7 @@ typedef struct {
   uint64_t     budget;
   uint64_t     in_use;
   uint64_t     peak;
+  gboolean     exact;   /* f32 activations even for quantized weights */
   UmCpuScratch scratch;
 } CpuCtx;
 
@@ -178,7 +179,7 @@ cpu_rms_norm (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *w, 
 static gboolean
 cpu_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *w, UmBuf *out, GError **error)
 {
-  return um_cpu_matmul (x->data, rows, &w->w, out->data, &CTX (be)->scratch, error);
+  return um_cpu_matmul (x->data, rows, &w->w, out->data, &CTX (be)->scratch, CTX (be)->exact, error);
 }
 
 static gboolean
@@ -239,8 +240,23 @@ um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **error)
   CpuCtx *c = g_new0 (CpuCtx, 1);
 
   c->budget = budget_bytes;
+  c->exact = TRUE;
   be->ops = &cpu_ops;
   be->ctx = c;
   um_cpu_set_threads (n_threads);
   return be;
+}
+
+void
+um_backend_cpu_set_exact (UmBackend *be, gboolean exact)
+{
+  g_return_if_fail (be != NULL && be->ops == &cpu_ops);
+  CTX (be)->exact = exact;
+}
+
+gboolean
+um_backend_cpu_get_exact (UmBackend *be)
+{
+  g_return_val_if_fail (be != NULL && be->ops == &cpu_ops, TRUE);
+  return CTX (be)->exact;
 }

@@ -72,6 +72,12 @@ struct _UmBackend {
 /* CPU backend. @budget_bytes 0 means no limit beyond the machine;
  * @n_threads 0 means all cores. */
 UmBackend *um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **error);
+/* exact (the default of a new CPU backend): activations stay f32 for every
+ * weight type.  FALSE lets products with already-lossy quantized weights
+ * round activations to 8 bits and use integer dot products where the CPU has
+ * them (see um-cpu-kernels.h); the engine does that unless asked not to. */
+void       um_backend_cpu_set_exact (UmBackend *be, gboolean exact);
+gboolean   um_backend_cpu_get_exact (UmBackend *be);
 
 void       um_backend_free (UmBackend *be);
 /* For implementations: is a copy of @bytes at @offset inside a buffer of

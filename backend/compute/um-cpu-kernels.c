@@ -5,7 +5,9 @@
 #include <omp.h>
 #include <string.h>
 
+#include "um-cpu-isa.h"
 #include "um-error.h"
+#include "um-gemm.h"
 #include "um-half.h"
 #include "um-quant.h"
 
@@ -34,39 +36,89 @@ um_cpu_get_threads (void)
   return cpu_threads > 0 ? cpu_threads : omp_get_max_threads ();
 }
 
+UmCpuMatmulPath
+um_cpu_matmul_path (UmDType t, gboolean exact)
+{
+  UmCpuIsa isa = um_cpu_isa ();
+
+  if (!exact && isa >= UM_ISA_AVX512_VNNI && um_qgemm_supported_type (t))
+    return UM_CPU_MATMUL_INT8;
+  if (isa >= UM_ISA_AVX512)
+    return UM_CPU_MATMUL_GEMM_AVX512;
+  return UM_CPU_MATMUL_SGEMM;
+}
+
+const char *
+um_cpu_matmul_path_name (UmCpuMatmulPath path)
+{
+  switch (path)
+    {
+    case UM_CPU_MATMUL_INT8: return "int8 (avx512-vnni)";
+    case UM_CPU_MATMUL_GEMM_AVX512: return "f32 gemm (avx512)";
+    default: return um_cpu_isa () >= UM_ISA_AVX2 ? "f32 tiles (avx2) + openblas sgemm"
+                                                 : "f32 tiles (portable) + openblas sgemm";
+    }
+}
+
+static gboolean
+grow_scratch (UmCpuScratch *scratch, size_t need, GError **error)
+{
+  float *grown = NULL;
+
+  if (need <= scratch->bytes)
+    return TRUE;
+  if (posix_memalign ((void **) &grown, 64, need) != 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "out of memory for %.1f MiB of matrix-product scratch", need / 1048576.0);
+      return FALSE;
+    }
+  free (scratch->data);
+  scratch->data = grown;
+  scratch->bytes = need;
+  return TRUE;
+}
+
 gboolean
 um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out,
-               UmCpuScratch *scratch, GError **error)
+               UmCpuScratch *scratch, gboolean exact, GError **error)
 {
-  size_t need;
+  UmCpuMatmulPath path;
+  gboolean ok = FALSE;
 
   if (m == 0)
     return TRUE;
-  /* Other formats are converted tile by tile into the scratch buffers (one
-   * per thread) and multiplied with sgemm; the weight is never expanded
-   * whole. */
-  need = w->dtype == UM_DTYPE_F32 ? 0 : um_quant_matmul_scratch_bytes (w->dtype, w->rows, w->cols, m);
-  if (need > scratch->bytes)
+  path = um_cpu_matmul_path (w->dtype, exact);
+  /* The weight is never expanded whole: each path converts it piece by
+   * piece into the scratch.  A fast path that cannot run (it returns FALSE
+   * on an allocation failure) falls back to the next one. */
+  if (path == UM_CPU_MATMUL_INT8)
     {
-      float *grown = NULL;
-      if (posix_memalign ((void **) &grown, 64, need) != 0)
-        {
-          g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
-                       "out of memory for %.1f MiB of weight tiles", need / 1048576.0);
-          return FALSE;
-        }
-      free (scratch->data);
-      scratch->data = grown;
-      scratch->bytes = need;
+      if (!grow_scratch (scratch, um_qgemm_scratch_bytes (w->dtype, w->rows, w->cols, m), error))
+        return FALSE;
+      ok = um_qgemm_vnni (w->dtype, w->data, w->rows, w->cols, x, m, out, scratch->data, scratch->bytes);
+      if (!ok)
+        path = UM_CPU_MATMUL_GEMM_AVX512;
     }
-  if (!um_quant_matmul (w->dtype, w->data, w->rows, w->cols, x, m, out, scratch->data, scratch->bytes))
+  if (!ok && path == UM_CPU_MATMUL_GEMM_AVX512)
     {
-      g_set_error (error, UM_ERROR, UM_ERROR_FAILED,
-                   "matrix product with “%s” (%s, %" G_GUINT64_FORMAT "×%" G_GUINT64_FORMAT ") failed",
-                   w->name ? w->name : "weight", um_dtype_name (w->dtype), w->rows, w->cols);
-      return FALSE;
+      if (!grow_scratch (scratch, um_gemm_f32_scratch_bytes (w->dtype, w->rows, w->cols, m), error))
+        return FALSE;
+      ok = um_gemm_f32_avx512 (w->dtype, w->data, w->rows, w->cols, x, m, out, scratch->data, scratch->bytes);
     }
-  return TRUE;
+  if (!ok)
+    {
+      size_t need = w->dtype == UM_DTYPE_F32 ? 0
+                    : um_quant_matmul_scratch_bytes (w->dtype, w->rows, w->cols, m);
+      if (!grow_scratch (scratch, need, error))
+        return FALSE;
+      ok = um_quant_matmul (w->dtype, w->data, w->rows, w->cols, x, m, out, scratch->data, scratch->bytes);
+    }
+  if (!ok)
+    g_set_error (error, UM_ERROR, UM_ERROR_FAILED,
+                 "matrix product with “%s” (%s, %" G_GUINT64_FORMAT "×%" G_GUINT64_FORMAT ") failed",
+                 w->name ? w->name : "weight", um_dtype_name (w->dtype), w->rows, w->cols);
+  return ok;
 }
 
 void

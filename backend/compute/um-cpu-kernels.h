@@ -11,7 +11,9 @@
 
 G_BEGIN_DECLS
 
-/* Per-thread weight tiles of the matrix product, grown on demand. */
+/* Working memory of the matrix products (per-thread weight tiles, packed
+ * activations), grown on demand and kept, so steady-state passes allocate
+ * nothing. */
 typedef struct {
   float  *data;
   size_t  bytes;
@@ -19,10 +21,28 @@ typedef struct {
 
 void um_cpu_scratch_clear (UmCpuScratch *scratch);
 
+/* How a weight product is computed on this CPU (run-time dispatch, see
+ * um-cpu-isa.h):
+ *  - INT8: quantized weights times activations rounded to 8 bits per block
+ *    of 32, integer dot products (AVX-512 VNNI); only for already-lossy
+ *    quantized weights and only when not asked for the exact path;
+ *  - GEMM_AVX512: weights converted exactly to f32 in cache-sized pieces and
+ *    multiplied by our AVX-512 kernel;
+ *  - SGEMM: weights converted exactly to f32 tiles (AVX2 or portable C) and
+ *    multiplied by OpenBLAS sgemm. */
+typedef enum {
+  UM_CPU_MATMUL_SGEMM,
+  UM_CPU_MATMUL_GEMM_AVX512,
+  UM_CPU_MATMUL_INT8,
+} UmCpuMatmulPath;
+
+UmCpuMatmulPath um_cpu_matmul_path (UmDType t, gboolean exact);
+const char     *um_cpu_matmul_path_name (UmCpuMatmulPath path);
+
 /* out[m, w.rows] = x[m, w.cols] · wᵀ for any stored format (F32 weights must
- * be 4-byte aligned). */
+ * be 4-byte aligned).  exact: f32 activations even for quantized weights. */
 gboolean um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out,
-                        UmCpuScratch *scratch, GError **error);
+                        UmCpuScratch *scratch, gboolean exact, GError **error);
 
 void um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *out);
 

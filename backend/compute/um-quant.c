@@ -17,6 +17,7 @@
  */
 #include "um-quant.h"
 
+#include "um-cpu-isa.h"
 #include "um-half.h"
 
 #include <math.h>
@@ -39,37 +40,24 @@
 #endif
 
 enum {
-  SIMD_UNKNOWN = -1,
   SIMD_SCALAR = 0,
   SIMD_AVX2 = 1,
 };
 
-static int simd_level = SIMD_UNKNOWN;
 static int simd_allowed = 1;
 
-static int
-detect_simd (void)
-{
-#if UM_QUANT_X86
-  __builtin_cpu_init ();
-  /* Every CPU with AVX2 also has F16C (Haswell, Piledriver and later). */
-  if (__builtin_cpu_supports ("avx2") && __builtin_cpu_supports ("fma"))
-    return SIMD_AVX2;
-#endif
-  return SIMD_SCALAR;
-}
-
+/* The AVX2 kernels here serve every level from AVX2 up; AVX-512 machines
+ * additionally get um-quant-avx512.c and our own GEMM (um-gemm-avx512.c). */
 static inline int
 get_simd (void)
 {
-  int level = __atomic_load_n (&simd_level, __ATOMIC_RELAXED);
-
-  if (G_UNLIKELY (level == SIMD_UNKNOWN))
-    {
-      level = detect_simd ();
-      __atomic_store_n (&simd_level, level, __ATOMIC_RELAXED);
-    }
-  return __atomic_load_n (&simd_allowed, __ATOMIC_RELAXED) ? level : SIMD_SCALAR;
+  if (!__atomic_load_n (&simd_allowed, __ATOMIC_RELAXED))
+    return SIMD_SCALAR;
+#if UM_QUANT_X86
+  return um_cpu_isa () >= UM_ISA_AVX2 ? SIMD_AVX2 : SIMD_SCALAR;
+#else
+  return SIMD_SCALAR;
+#endif
 }
 
 void
@@ -81,11 +69,7 @@ um_quant_set_simd_enabled (gboolean enabled)
 const char *
 um_quant_simd_level (void)
 {
-  switch (get_simd ())
-    {
-    case SIMD_AVX2: return "avx2";
-    default: return "scalar";
-    }
+  return get_simd () == SIMD_SCALAR ? "scalar" : um_cpu_isa_name (um_cpu_isa ());
 }
 
 static gboolean

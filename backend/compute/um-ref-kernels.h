@@ -29,4 +29,12 @@ void um_ref_swiglu (const double *gate, const double *up, size_t n, double *out)
 gboolean um_ref_forward (const UmModel *model, const gint32 *ids, int seq_len, double *logits,
                          GError **error);
 
+/* The same forward pass computed naively in float32 (every value stored as
+ * float, every sum accumulated left to right in float, no FMA contraction
+ * since the project builds in ISO C mode).  Tests measure how far this lands
+ * from um_ref_forward () on their model: float32 rounding's own error there,
+ * independent of any BLAS or CPU, from which their tolerances follow. */
+gboolean um_ref32_forward (const UmModel *model, const gint32 *ids, int seq_len, float *logits,
+                           GError **error);
+
 G_END_DECLS

@@ -73,7 +73,7 @@ main (int argc, char **argv)
       spec.vocab_size = vocab;
       /* Special tokens keep their place at the end of the vocabulary, as in
        * the tiny shape, when the LLaDA-8B ids no longer fit. */
-      if (spec.mask_id >= (guint) vocab)
+      if (spec.mask_id >= vocab)
         {
           spec.mask_id = vocab - 4;
           spec.eos_id = vocab - 5;
