@@ -16,6 +16,20 @@ if [ ! -f build-ci/build.ninja ]; then
 fi
 meson compile -C build-ci
 meson test -C build-ci --print-errorlogs --num-processes "$jobs" --no-suite gui
+# Every CPU code path that run-time dispatch can pick on this machine, not
+# only the best one: the numeric tests once per level (scalar, avx2, ...).
+for isa in $(build-ci/tests/um-cpu-levels); do
+  echo "== numeric tests with UM_CPU_ISA=$isa"
+  UM_CPU_ISA="$isa" meson test -C build-ci --print-errorlogs --num-processes "$jobs" --suite isa
+done
+# And with OpenBLAS's other kernel choice: tolerances must not depend on it.
+if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+  echo "== numeric tests with OPENBLAS_CORETYPE unset (was $OPENBLAS_CORETYPE)"
+  env -u OPENBLAS_CORETYPE meson test -C build-ci --print-errorlogs --num-processes "$jobs" --suite isa
+elif grep -qw avx2 /proc/cpuinfo; then
+  echo "== numeric tests with OPENBLAS_CORETYPE=Haswell"
+  OPENBLAS_CORETYPE=Haswell meson test -C build-ci --print-errorlogs --num-processes "$jobs" --suite isa
+fi
 # The desktop app's tests need a display: a private X server and session bus.
 dbus-run-session -- xvfb-run -a -s "-screen 0 1600x1200x24" \
   meson test -C build-ci --print-errorlogs --suite gui

@@ -6,6 +6,8 @@
 #include <json-glib/json-glib.h>
 
 #include "um-dtype.h"
+#include "um-engine.h"
+#include "um-model.h"
 
 G_BEGIN_DECLS
 
@@ -20,7 +22,14 @@ char       *um_test_mkdtemp (void);
 /* An engine on the CPU with exact f32 activations (what parity with the
  * float64 fixtures is defined for), or with 8-bit integer products where
  * the CPU has them when exact is FALSE. */
-struct _UmEngine *um_test_load_engine (const char *path, gboolean exact);
+UmEngine  *um_test_load_engine (const char *path, gboolean exact);
+
+/* max_i |got_i - want_i| / (1 + |want_i|): logits' error on their own scale. */
+double      um_test_rel_error (const float *got, const double *want, size_t n);
+/* The tolerance float32 compute gets for the logits of model on ids whose
+ * float64 values are want (see um-test-util.c for the derivation). */
+double      um_test_f32_tolerance (const UmModel *model, const gint32 *ids, int L,
+                                   const double *want, const char *what);
 void        um_test_rmtree (const char *path);
 /* Copies a whole folder (not recursive). */
 void        um_test_copy_dir (const char *from, const char *to);
