@@ -1,5 +1,11 @@
 /* Every CPU kernel against its plain double-precision reference on random
- * inputs, compared by normalised error. */
+ * inputs.  Each check allows, element by element, the worst-case error of
+ * float32 arithmetic for that computation (Higham, "Accuracy and Stability
+ * of Numerical Algorithms", ch. 3): with u = 2^-24 and γ_n = n·u/(1 − n·u),
+ * a sum or dot product of n terms in any order, with or without FMA, is
+ * within γ_n · Σ|terms| of the exact value.  Such bounds hold on every CPU
+ * and BLAS; a wrong index or a lost scale breaks them by orders of
+ * magnitude. */
 #include <math.h>
 #include <string.h>
 
@@ -28,17 +34,49 @@ to_double (const float *x, size_t n)
   return d;
 }
 
-/* ‖got − want‖ / ‖want‖ */
+#define U_F32 (1.0 / 16777216.0)
+
 static double
-nerr (const float *got, const double *want, size_t n)
+gamma_n (double n)
 {
-  double num = 0, den = 0;
+  return n * U_F32 / (1.0 - n * U_F32);
+}
+
+/* Every |got − want| within bound[i]; reports the worst ratio. */
+static void
+assert_within (const float *got, const double *want, const double *bound, size_t n, const char *what)
+{
+  double worst = 0;
   for (size_t i = 0; i < n; i++)
     {
-      num += (got[i] - want[i]) * (got[i] - want[i]);
-      den += want[i] * want[i];
+      double e = fabs (got[i] - want[i]);
+      g_assert_cmpfloat (e, <=, bound[i]);
+      if (bound[i] > 0)
+        worst = MAX (worst, e / bound[i]);
     }
-  return sqrt (num / MAX (den, 1e-300));
+  g_test_message ("%s: worst error %.2g of its bound", what, worst);
+}
+
+/* Bound of x[m, k] · wᵀ: γ_k Σ|x||w| per output (the weights are converted
+ * to f32 exactly, so summation is the only rounding). */
+static double *
+matmul_bound (const double *x, int64_t m, const UmWeight *w)
+{
+  g_autofree double *row = g_new (double, w->cols);
+  double *b = g_new (double, (size_t) m * w->rows);
+
+  for (uint64_t j = 0; j < w->rows; j++)
+    {
+      um_ref_weight_row (w, j, row);
+      for (int64_t i = 0; i < m; i++)
+        {
+          double a = 0;
+          for (uint64_t c = 0; c < w->cols; c++)
+            a += fabs (x[i * w->cols + c] * row[c]);
+          b[i * w->rows + j] = gamma_n ((double) w->cols) * a;
+        }
+    }
+  return b;
 }
 
 static void
@@ -50,7 +88,7 @@ check_matmul (UmDType dtype, int m, int n, int k)
   g_autofree float *x = g_new (float, (size_t) m * k);
   g_autofree float *out = g_new (float, (size_t) m * n);
   g_autofree double *want = g_new (double, (size_t) m * n);
-  g_autofree double *xd = NULL;
+  g_autofree double *xd = NULL, *bound = NULL;
   g_autoptr(GError) error = NULL;
   UmCpuScratch scratch = { NULL, 0 };
   UmWeight w = { "w", dtype, n, k, 0, NULL };
@@ -67,7 +105,8 @@ check_matmul (UmDType dtype, int m, int n, int k)
   g_assert_true (um_cpu_matmul (x, m, &w, out, &scratch, TRUE, &error));
   g_assert_no_error (error);
   um_ref_matmul (xd, m, &w, want);
-  g_assert_cmpfloat (nerr (out, want, (size_t) m * n), <, 1e-6);
+  bound = matmul_bound (xd, m, &w);
+  assert_within (out, want, bound, (size_t) m * n, um_dtype_name (dtype));
   um_cpu_scratch_clear (&scratch);
 }
 
@@ -100,7 +139,7 @@ test_unaligned_f32_weight (void)
   g_autofree float *x = g_new (float, (size_t) m * k);
   g_autofree float *out = g_new (float, (size_t) m * n);
   g_autofree double *want = g_new (double, (size_t) m * n);
-  g_autofree double *xd = NULL;
+  g_autofree double *xd = NULL, *bound = NULL;
   g_autoptr(GError) error = NULL;
   g_autoptr(UmBackend) be = um_backend_cpu_new (0, 0, &error);
   UmWeight w = { "unaligned", UM_DTYPE_F32, n, k, (uint64_t) k * 4, bytes + 1 };
@@ -122,7 +161,8 @@ test_unaligned_f32_weight (void)
   g_assert_true (be->ops->buf_upload (be, bx, 0, x, sizeof (float) * m * k, &error));
   g_assert_true (be->ops->matmul (be, bx, m, dw, bo, &error));
   g_assert_true (be->ops->buf_download (be, bo, 0, out, sizeof (float) * m * n, &error));
-  g_assert_cmpfloat (nerr (out, want, (size_t) m * n), <, 1e-6);
+  bound = matmul_bound (xd, m, &w);
+  assert_within (out, want, bound, (size_t) m * n, "unaligned f32");
   be->ops->buf_free (be, bx);
   be->ops->buf_free (be, bo);
   be->ops->weight_free (be, dw);
@@ -134,17 +174,23 @@ test_rms_norm (void)
   const int rows = 9, dim = 333;
   float x[9 * 333], w[333], out[9 * 333];
   g_autofree double *xd = NULL;
-  double want[9 * 333];
+  double want[9 * 333], bound[9 * 333];
 
   fill (x, rows * dim, 3.0);
   fill (w, dim, 1.0);
   xd = to_double (x, rows * dim);
   um_cpu_rms_norm (x, rows, dim, w, 1e-5f, out);
   um_ref_rms_norm (xd, rows, dim, w, 1e-5, want);
-  g_assert_cmpfloat (nerr (out, want, rows * dim), <, 1e-6);
+  /* The sum of squares (positive terms) is within γ_dim relatively; the
+   * division, + eps, sqrt, reciprocal and two products add an ulp each,
+   * and the square root halves the sum's error: γ_dim/2 + 7u of |want|
+   * (eps 1e-5 itself differs from its float by < u relatively). */
+  for (int i = 0; i < rows * dim; i++)
+    bound[i] = (gamma_n (dim) / 2 + 7 * U_F32) * fabs (want[i]);
+  assert_within (out, want, bound, rows * dim, "rms_norm");
   /* in place */
   um_cpu_rms_norm (x, rows, dim, w, 1e-5f, x);
-  g_assert_cmpfloat (nerr (x, want, rows * dim), <, 1e-6);
+  assert_within (x, want, bound, rows * dim, "rms_norm in place");
 }
 
 static void
@@ -154,17 +200,70 @@ test_rope (void)
     {
       const int rows = 7, heads = 3, hd = 16;
       float x[7 * 3 * 16];
-      double want[7 * 3 * 16];
+      double want[7 * 3 * 16], bound[7 * 3 * 16];
       const gint32 pos[7] = { 0, 1, 2, 100, 4095, 17, 3 };
       g_autofree double *xd = NULL;
 
       fill (x, rows * heads * hd, 2.0);
       xd = to_double (x, rows * heads * hd);
       memcpy (want, xd, sizeof want);
+      /* Each output is x0·c ∓ x1·s with the angle in double and c, s
+       * rounded to float (u each), two products and one sum rounded:
+       * within 3u(|x0| + |x1|) since |c|, |s| ≤ 1; 4u leaves room for the
+       * double angle's own rounding at position 4095. */
+      for (int r = 0; r < rows * heads; r++)
+        for (int i = 0; i < hd / 2; i++)
+          {
+            int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + hd / 2;
+            double mag = fabs (xd[r * hd + a]) + fabs (xd[r * hd + b]);
+            bound[r * hd + a] = bound[r * hd + b] = 4 * U_F32 * mag;
+          }
       um_cpu_rope (x, rows, pos, heads, hd, 500000.0, interleaved);
       um_ref_rope (want, rows, pos, heads, hd, 500000.0, interleaved);
-      g_assert_cmpfloat (nerr (x, want, rows * heads * hd), <, 1e-6);
+      assert_within (x, want, bound, rows * heads * hd, interleaved ? "rope interleaved" : "rope halves");
     }
+}
+
+/* Worst-case float32 error of one attention output (head h, query i):
+ * each score q·k/√hd is within e_s = (γ_hd + 2u)·Σ|q||k|/√hd; exp turns an
+ * absolute score error e into a relative weight error of e + 2u (expf is
+ * within an ulp), the max subtraction adds u of |s|... so each normalised
+ * weight p_j/Σp is within 2·(max_j e_s,j + 4u) + γ_L relatively (numerator
+ * and denominator), and the weighted sum of v adds γ_L Σ p|v|. */
+static void
+attention_bound (const double *q, const double *k, const double *v, int L, int H, int Hkv, int hd,
+                 double *bound)
+{
+  const int qs = H * hd, kvs = Hkv * hd;
+  g_autofree double *p = g_new (double, L);
+
+  for (int h = 0; h < H; h++)
+    for (int i = 0; i < L; i++)
+      {
+        int kvh = h / (H / Hkv);
+        double mx = -INFINITY, sum = 0, es = 0;
+        for (int j = 0; j < L; j++)
+          {
+            double s = 0, a = 0;
+            for (int d = 0; d < hd; d++)
+              {
+                s += q[i * qs + h * hd + d] * k[j * kvs + kvh * hd + d];
+                a += fabs (q[i * qs + h * hd + d] * k[j * kvs + kvh * hd + d]);
+              }
+            p[j] = s / sqrt (hd);
+            es = MAX (es, (gamma_n (hd) + 2 * U_F32) * a / sqrt (hd) + U_F32 * fabs (p[j]));
+            mx = MAX (mx, p[j]);
+          }
+        for (int j = 0; j < L; j++)
+          sum += (p[j] = exp (p[j] - mx));
+        for (int d = 0; d < hd; d++)
+          {
+            double mag = 0;
+            for (int j = 0; j < L; j++)
+              mag += p[j] / sum * fabs (v[j * kvs + kvh * hd + d]);
+            bound[i * qs + h * hd + d] = (2 * (es + 4 * U_F32) + 3 * gamma_n (L)) * mag;
+          }
+      }
 }
 
 static void
@@ -173,7 +272,7 @@ check_attention (int L, int H, int Hkv, int hd)
   const size_t qn = (size_t) L * H * hd, kn = (size_t) L * Hkv * hd;
   g_autofree float *q = g_new (float, 2 * qn), *k = g_new (float, 2 * kn), *v = g_new (float, 2 * kn);
   g_autofree float *out = g_new (float, 2 * qn), *sel_out = g_new (float, qn);
-  g_autofree double *want = g_new (double, qn);
+  g_autofree double *want = g_new (double, qn), *bound = g_new (double, qn);
   g_autofree gint32 *seq = g_new (gint32, 2 * L), *sel = g_new (gint32, L);
   g_autofree float *qsel = g_new (float, qn);
   g_autofree double *qd = NULL, *kd = NULL, *vd = NULL;
@@ -190,7 +289,8 @@ check_attention (int L, int H, int Hkv, int hd)
   kd = to_double (k + kn, kn);
   vd = to_double (v + kn, kn);
   um_ref_attention (qd, kd, vd, L, H, Hkv, hd, want);
-  g_assert_cmpfloat (nerr (out + qn, want, qn), <, 1e-5);
+  attention_bound (qd, kd, vd, L, H, Hkv, hd, bound);
+  assert_within (out + qn, want, bound, qn, "attention");
 
   /* a subset of query rows of sequence 1 */
   for (int i = 0; i < L; i += 3)
@@ -200,7 +300,8 @@ check_attention (int L, int H, int Hkv, int hd)
     }
   um_cpu_attention (qsel, nsel, sel, k, v, L, H, Hkv, hd, sel_out);
   for (int r = 0; r < nsel; r++)
-    g_assert_cmpfloat (nerr (sel_out + (size_t) r * H * hd, want + (size_t) 3 * r * H * hd, H * hd), <, 1e-5);
+    assert_within (sel_out + (size_t) r * H * hd, want + (size_t) 3 * r * H * hd,
+                   bound + (size_t) 3 * r * H * hd, H * hd, "attention, selected rows");
 }
 
 static void
@@ -215,7 +316,7 @@ static void
 test_swiglu_add (void)
 {
   float g[100], u[100], o[100], y[100];
-  double gd[100], ud[100], want[100];
+  double gd[100], ud[100], want[100], bound[100];
   fill (g, 100, 8.0);
   fill (u, 100, 2.0);
   fill (y, 100, 1.0);
@@ -223,10 +324,20 @@ test_swiglu_add (void)
     gd[i] = g[i], ud[i] = u[i];
   um_cpu_swiglu (g, u, 100, o);
   um_ref_swiglu (gd, ud, 100, want);
-  g_assert_cmpfloat (nerr (o, want, 100), <, 1e-6);
-  um_cpu_add (o, y, 100);
+  /* g / (1 + expf (−g)) · u: expf within an ulp, then a sum, a division and
+   * a product: 5u relatively (the sum of positive terms cannot cancel);
+   * 8u for expf's error scaled by exp(−g)/(1+exp(−g)) ≤ 1. */
   for (int i = 0; i < 100; i++)
-    g_assert_cmpfloat (fabs (o[i] - (want[i] + y[i])), <, 1e-5);
+    bound[i] = 8 * U_F32 * fabs (want[i]);
+  assert_within (o, want, bound, 100, "swiglu");
+  um_cpu_add (o, y, 100);
+  /* one more rounding, of the sum */
+  for (int i = 0; i < 100; i++)
+    {
+      bound[i] += U_F32 * fabs (want[i] + y[i]) * (1 + U_F32);
+      want[i] += y[i];
+    }
+  assert_within (o, want, bound, 100, "add");
 }
 
 static void
