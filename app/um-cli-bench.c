@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include "um-cli.h"
+#include "um-cpu-isa.h"
 #include "um-cpu-kernels.h"
 #include "um-error.h"
 
@@ -226,6 +227,28 @@ um_cli_bench (int argc, char **argv)
       MEMBER_INT ("device_budget_bytes", mem.budget);
     }
   MEMBER_INT ("threads", um_cpu_get_threads ());
+  {
+    UmBackend *be = um_engine_get_backend (engine);
+    gboolean cpu = g_str_equal (um_backend_name (be), "cpu");
+    UmDType wt = um_engine_get_model (engine)->layers[0].w_gate.dtype;
+
+    MEMBER_STR ("cpu_isa", um_cpu_isa_name (um_cpu_isa ()));
+    MEMBER_STR ("weight_type", um_dtype_name (wt));
+    if (cpu)
+      {
+        gboolean exact = um_backend_cpu_get_exact (be);
+        json_builder_set_member_name (b, "exact");
+        json_builder_add_boolean_value (b, exact);
+        MEMBER_STR ("matmul_path", um_cpu_matmul_path_name (um_cpu_matmul_path (wt, exact)));
+      }
+  }
+  /* Which kernel set OpenBLAS runs depends on this variable (a user's
+   * desktop usually has none). */
+  json_builder_set_member_name (b, "openblas_coretype_env");
+  if (g_getenv ("OPENBLAS_CORETYPE") != NULL)
+    json_builder_add_string_value (b, g_getenv ("OPENBLAS_CORETYPE"));
+  else
+    json_builder_add_null_value (b);
   MEMBER_STR ("openblas", g_strstrip (openblas_get_config ()));
   MEMBER_STR ("openblas_threading", openblas_get_parallel () == 2 ? "openmp"
                                     : openblas_get_parallel () == 1 ? "pthreads" : "sequential");
@@ -281,6 +304,8 @@ um_cli_bench (int argc, char **argv)
       json_builder_set_member_name (b, "sgemm_shapes");
       g = sgemm_baseline (shapes, G_N_ELEMENTS (shapes), b);
       MEMBER_DBL ("sgemm_gflops", g);
+      if (g > 0 && st.seconds_matmul > 0)
+        MEMBER_DBL ("matmul_over_sgemm", st.flops_matmul / st.seconds_matmul / 1e9 / g);
     }
   json_builder_end_object (b);
 #undef MEMBER_INT

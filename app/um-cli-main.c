@@ -19,6 +19,7 @@ static const struct {
   { "tokenize",   um_cli_tokenize,   "text to token ids" },
   { "detokenize", um_cli_detokenize, "token ids to text" },
   { "inspect",    um_cli_inspect,    "architecture, parameters, dtypes and special ids of a model" },
+  { "compare",    um_cli_compare,    "KL divergence and arg-max agreement of a model against a reference" },
   { "bench",      um_cli_bench,      "measure forward passes, GFLOP/s and memory" },
   { "quantize",   um_cli_quantize,   "write a model as a GGUF of another type (Q8_0, Q4_K_M, ...)" },
   { "devices",    um_cli_devices,    "the GPUs Unmask can use, or why none" },
