@@ -19,6 +19,7 @@
 
 #include "um-cpu-isa.h"
 #include "um-half.h"
+#include "um-quant-avx512.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -47,7 +48,8 @@ enum {
 static int simd_allowed = 1;
 
 /* The AVX2 kernels here serve every level from AVX2 up; AVX-512 machines
- * additionally get um-quant-avx512.c and our own GEMM (um-gemm-avx512.c). */
+ * additionally get the AVX-512 converters and our own GEMM, both in
+ * um-gemm-avx512.c. */
 static inline int
 get_simd (void)
 {
@@ -392,6 +394,9 @@ um_quant_dequantize_row (UmDType t, const void *src, float *dst, int64_t n)
       return TRUE;
     }
 #if UM_QUANT_X86
+  /* The AVX-512 converters (um-gemm-avx512.c) decline below AVX-512. */
+  if (get_simd () >= SIMD_AVX2 && um_quant_dequantize_row_avx512 (t, src, dst, n))
+    return TRUE;
   if (get_simd () >= SIMD_AVX2 && dequant_avx2 (t, src, dst, n, nb))
     return TRUE;
 #endif

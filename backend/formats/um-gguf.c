@@ -301,8 +301,8 @@ take_string (Parser *p, const guint8 **bytes, guint64 *len, const char *what)
 static char *
 take_name (Parser *p, const char *what)
 {
-  const guint8 *bytes;
-  guint64 len;
+  const guint8 *bytes = NULL;
+  guint64 len = 0;
 
   if (!take_string (p, &bytes, &len, what))
     return NULL;
