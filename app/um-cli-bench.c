@@ -161,7 +161,7 @@ um_cli_bench (int argc, char **argv)
     }
 
   t0 = g_get_monotonic_time ();
-  engine = um_cli_load_engine (model_path, go.threads, go.device, go.exact, &error);
+  engine = um_cli_load_engine (model_path, go.threads, go.device, um_cli_products (go.exact, go.int8), &error);
   um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);
@@ -236,10 +236,10 @@ um_cli_bench (int argc, char **argv)
     MEMBER_STR ("weight_type", um_dtype_name (wt));
     if (cpu)
       {
-        gboolean exact = um_backend_cpu_get_exact (be);
-        json_builder_set_member_name (b, "exact");
-        json_builder_add_boolean_value (b, exact);
-        MEMBER_STR ("matmul_path", um_cpu_matmul_path_name (um_cpu_matmul_path (wt, exact)));
+        UmProducts products = um_backend_cpu_get_products (be);
+        static const char *const names[] = { "exact", "auto", "int8" };
+        MEMBER_STR ("products", names[products]);
+        MEMBER_STR ("matmul_path", um_cpu_matmul_path_name (um_cpu_matmul_path (wt, products)));
       }
   }
   /* Which kernel set OpenBLAS runs depends on this variable (a user's

@@ -41,13 +41,14 @@ um_cli_compare (int argc, char **argv)
   g_autofree char *model = NULL, *reference = NULL, *device = NULL;
   int threads = 0, sequences = 8, length = 96;
   double mask_ratio = 0.5;
-  gboolean exact = FALSE, ref_int8 = FALSE;
+  gboolean exact = FALSE, int8 = FALSE, ref_int8 = FALSE;
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model, "Model to judge", "PATH" },
     { "reference", 'r', 0, G_OPTION_ARG_FILENAME, &reference, "Reference model (same vocabulary)", "PATH" },
     { "exact", 0, 0, G_OPTION_ARG_NONE, &exact, "Judge the model with exact f32 activations", NULL },
+    { "int8", 0, 0, G_OPTION_ARG_NONE, &int8, "Judge the model with 8-bit products for every quantized type", NULL },
     { "reference-int8", 0, 0, G_OPTION_ARG_NONE, &ref_int8,
-      "Let the reference use 8-bit products too (default: exact)", NULL },
+      "Let the reference use 8-bit products for every quantized type (default: exact)", NULL },
     { "sequences", 0, 0, G_OPTION_ARG_INT, &sequences, "Random sequences (default 8)", "N" },
     { "length", 0, 0, G_OPTION_ARG_INT, &length, "Tokens per sequence (default 96)", "N" },
     { "mask-ratio", 0, 0, G_OPTION_ARG_DOUBLE, &mask_ratio, "Share of masked positions (default 0.5)", "R" },
@@ -77,8 +78,9 @@ um_cli_compare (int argc, char **argv)
                    "--reference is required; --sequences and --length ≥ 1, --mask-ratio in [0, 1]");
       return um_cli_fail (error);
     }
-  if ((a = um_cli_load_engine (model, threads, device ? device : "cpu", exact, &error)) == NULL
-      || (b = um_cli_load_engine (reference, threads, device ? device : "cpu", !ref_int8, &error)) == NULL)
+  if ((a = um_cli_load_engine (model, threads, device ? device : "cpu", um_cli_products (exact, int8), &error)) == NULL
+      || (b = um_cli_load_engine (reference, threads, device ? device : "cpu",
+                                  ref_int8 ? UM_PRODUCTS_INT8 : UM_PRODUCTS_EXACT, &error)) == NULL)
     return um_cli_fail (error);
   c = &um_engine_get_model (a)->cfg;
   if (c->vocab_size != um_engine_get_model (b)->cfg.vocab_size || c->mask_id != um_engine_get_model (b)->cfg.mask_id)
@@ -144,8 +146,8 @@ um_cli_compare (int argc, char **argv)
   json_builder_add_string_value (jb, model);
   json_builder_set_member_name (jb, "reference");
   json_builder_add_string_value (jb, reference);
-  json_builder_set_member_name (jb, "model_exact");
-  json_builder_add_boolean_value (jb, exact);
+  json_builder_set_member_name (jb, "model_products");
+  json_builder_add_string_value (jb, exact ? "exact" : int8 ? "int8" : "auto");
   json_builder_set_member_name (jb, "positions");
   json_builder_add_int_value (jb, rows);
   json_builder_set_member_name (jb, "mean_kl");

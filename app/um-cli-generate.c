@@ -38,6 +38,8 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
       "DEVICE" },
     { "exact", 0, 0, G_OPTION_ARG_NONE, &o->exact,
       "Keep activations f32 with quantized weights (no 8-bit integer products)", NULL },
+    { "int8", 0, 0, G_OPTION_ARG_NONE, &o->int8,
+      "8-bit integer products with every quantized type, Q8_0 included", NULL },
     { NULL }
   };
   GOptionGroup *group = g_option_group_new ("generation", "Generation options:", "Show generation options",
@@ -90,8 +92,14 @@ um_cli_gen_options_clear (UmCliGenOptions *o)
   g_clear_pointer (&o->device, g_free);
 }
 
+int
+um_cli_products (gboolean exact, gboolean int8)
+{
+  return exact ? UM_PRODUCTS_EXACT : int8 ? UM_PRODUCTS_INT8 : -1;
+}
+
 UmEngine *
-um_cli_load_engine (const char *model, int threads, const char *device, gboolean exact, GError **error)
+um_cli_load_engine (const char *model, int threads, const char *device, int products, GError **error)
 {
   UmEngineOptions opts;
   UmEngine *engine;
@@ -103,7 +111,8 @@ um_cli_load_engine (const char *model, int threads, const char *device, gboolean
     }
   um_engine_options_init (&opts);
   opts.n_threads = threads;
-  opts.exact = opts.exact || exact;
+  if (products >= 0)
+    opts.products = (UmProducts) products;
   if (device != NULL && !um_device_kind_from_string (device, &opts.device))
     {
       g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--device must be cpu, cuda or auto, not “%s”", device);
@@ -279,7 +288,7 @@ um_cli_generate (int argc, char **argv)
   req.prompt = prompt;
   req.chat = chat;
 
-  engine = um_cli_load_engine (model, go.threads, go.device, go.exact, &error);
+  engine = um_cli_load_engine (model, go.threads, go.device, um_cli_products (go.exact, go.int8), &error);
   um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);
@@ -366,7 +375,7 @@ um_cli_chat (int argc, char **argv)
     return 2;
   if (!um_cli_gen_options_to_params (&go, &params, &error))
     return um_cli_fail (error);
-  engine = um_cli_load_engine (model, go.threads, go.device, go.exact, &error);
+  engine = um_cli_load_engine (model, go.threads, go.device, um_cli_products (go.exact, go.int8), &error);
   um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);

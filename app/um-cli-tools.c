@@ -52,7 +52,8 @@ um_cli_logits (int argc, char **argv)
       return um_cli_fail (error);
     }
   /* Logits are for comparing numbers: the CPU's exact fp32 unless asked. */
-  engine = um_cli_load_engine (model, threads, device ? device : "cpu", !int8, &error);
+  engine = um_cli_load_engine (model, threads, device ? device : "cpu",
+                               int8 ? UM_PRODUCTS_INT8 : UM_PRODUCTS_EXACT, &error);
   if (engine == NULL)
     return um_cli_fail (error);
 

@@ -50,13 +50,16 @@ typedef struct {
   int      threads;
   char    *device;
   gboolean exact;
+  gboolean int8;
 } UmCliGenOptions;
 
 void     um_cli_gen_options_init (UmCliGenOptions *o, int gen_length, int steps, int block_length);
 void     um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o);
 gboolean um_cli_gen_options_to_params (const UmCliGenOptions *o, UmGenParams *p, GError **error);
 void     um_cli_gen_options_clear (UmCliGenOptions *o);
-UmEngine *um_cli_load_engine (const char *model, int threads, const char *device, gboolean exact,
+/* products: how activations meet quantized weights; -1 keeps the default. */
+UmEngine *um_cli_load_engine (const char *model, int threads, const char *device, int products,
                               GError **error);
+int       um_cli_products (gboolean exact, gboolean int8);
 
 G_END_DECLS

@@ -102,7 +102,7 @@ check_matmul (UmDType dtype, int m, int n, int k)
   w.row_bytes = row_bytes;
   w.data = wdata;
   xd = to_double (x, (size_t) m * k);
-  g_assert_true (um_cpu_matmul (x, m, &w, out, &scratch, TRUE, &error));
+  g_assert_true (um_cpu_matmul (x, m, &w, out, &scratch, UM_PRODUCTS_EXACT, &error));
   g_assert_no_error (error);
   um_ref_matmul (xd, m, &w, want);
   bound = matmul_bound (xd, m, &w);

@@ -364,7 +364,7 @@ um_test_load_engine (const char *path, gboolean exact)
 
   um_engine_options_init (&opts);
   opts.device = UM_DEVICE_CPU;
-  opts.exact = exact;
+  opts.products = exact ? UM_PRODUCTS_EXACT : UM_PRODUCTS_INT8;
   engine = um_engine_load (path, &opts, NULL, NULL, NULL, &error);
   g_assert_no_error (error);
   g_assert_nonnull (engine);

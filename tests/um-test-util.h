@@ -20,8 +20,8 @@ GArray     *um_test_json_ids (JsonArray *array);
 /* A fresh temporary folder, removed with um_test_rmtree. */
 char       *um_test_mkdtemp (void);
 /* An engine on the CPU with exact f32 activations (what parity with the
- * float64 fixtures is defined for), or with 8-bit integer products where
- * the CPU has them when exact is FALSE. */
+ * float64 fixtures is defined for), or with 8-bit integer products for every
+ * quantized type where the CPU has them when exact is FALSE. */
 UmEngine  *um_test_load_engine (const char *path, gboolean exact);
 
 /* max_i |got_i - want_i| / (1 + |want_i|): logits' error on their own scale. */

@@ -24,7 +24,7 @@ typedef struct {
   uint64_t     budget;
   uint64_t     in_use;
   uint64_t     peak;
-  gboolean     exact;   /* f32 activations even for quantized weights */
+  UmProducts   products;
   UmCpuScratch scratch;
 } CpuCtx;
 
@@ -179,7 +179,7 @@ cpu_rms_norm (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *w, 
 static gboolean
 cpu_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *w, UmBuf *out, GError **error)
 {
-  return um_cpu_matmul (x->data, rows, &w->w, out->data, &CTX (be)->scratch, CTX (be)->exact, error);
+  return um_cpu_matmul (x->data, rows, &w->w, out->data, &CTX (be)->scratch, CTX (be)->products, error);
 }
 
 static gboolean
@@ -240,23 +240,37 @@ um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **error)
   CpuCtx *c = g_new0 (CpuCtx, 1);
 
   c->budget = budget_bytes;
-  c->exact = TRUE;
+  c->products = UM_PRODUCTS_EXACT;
   be->ops = &cpu_ops;
   be->ctx = c;
   um_cpu_set_threads (n_threads);
   return be;
 }
 
-void
-um_backend_cpu_set_exact (UmBackend *be, gboolean exact)
+gboolean
+um_products_from_string (const char *s, UmProducts *out)
 {
-  g_return_if_fail (be != NULL && be->ops == &cpu_ops);
-  CTX (be)->exact = exact;
+  static const char *const names[] = { "exact", "auto", "int8" };
+
+  for (guint i = 0; s != NULL && i < G_N_ELEMENTS (names); i++)
+    if (g_ascii_strcasecmp (s, names[i]) == 0)
+      {
+        *out = (UmProducts) i;
+        return TRUE;
+      }
+  return FALSE;
 }
 
-gboolean
-um_backend_cpu_get_exact (UmBackend *be)
+void
+um_backend_cpu_set_products (UmBackend *be, UmProducts products)
 {
-  g_return_val_if_fail (be != NULL && be->ops == &cpu_ops, TRUE);
-  return CTX (be)->exact;
+  g_return_if_fail (be != NULL && be->ops == &cpu_ops);
+  CTX (be)->products = products;
+}
+
+UmProducts
+um_backend_cpu_get_products (UmBackend *be)
+{
+  g_return_val_if_fail (be != NULL && be->ops == &cpu_ops, UM_PRODUCTS_EXACT);
+  return CTX (be)->products;
 }

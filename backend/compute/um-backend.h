@@ -72,12 +72,25 @@ struct _UmBackend {
 /* CPU backend. @budget_bytes 0 means no limit beyond the machine;
  * @n_threads 0 means all cores. */
 UmBackend *um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **error);
-/* exact (the default of a new CPU backend): activations stay f32 for every
- * weight type.  FALSE lets products with already-lossy quantized weights
- * round activations to 8 bits and use integer dot products where the CPU has
- * them (see um-cpu-kernels.h); the engine does that unless asked not to. */
-void       um_backend_cpu_set_exact (UmBackend *be, gboolean exact);
-gboolean   um_backend_cpu_get_exact (UmBackend *be);
+/* How products with quantized weights treat the activations on the CPU:
+ *  - EXACT (the default of a new CPU backend): f32, the exact product with
+ *    the dequantized weights, for every weight type;
+ *  - AUTO (the engine's default): rounded to 8 bits per block of 32 for
+ *    integer dot products where the CPU has them, for the types where that
+ *    was measured to cost under a tenth of the weights' own quantization
+ *    error (KL of the output distributions): Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+ *    Q5_K, Q6_K and the K_M mixes, not Q8_0 (there it costs about half);
+ *  - INT8: 8-bit activations with every quantized type, Q8_0 included.
+ * F32/F16/BF16 weights always multiply f32 activations. */
+typedef enum {
+  UM_PRODUCTS_EXACT,
+  UM_PRODUCTS_AUTO,
+  UM_PRODUCTS_INT8,
+} UmProducts;
+
+gboolean   um_products_from_string (const char *s, UmProducts *out);
+void       um_backend_cpu_set_products (UmBackend *be, UmProducts products);
+UmProducts um_backend_cpu_get_products (UmBackend *be);
 
 void       um_backend_free (UmBackend *be);
 /* For implementations: is a copy of @bytes at @offset inside a buffer of

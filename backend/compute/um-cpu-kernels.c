@@ -37,11 +37,13 @@ um_cpu_get_threads (void)
 }
 
 UmCpuMatmulPath
-um_cpu_matmul_path (UmDType t, gboolean exact)
+um_cpu_matmul_path (UmDType t, UmProducts products)
 {
   UmCpuIsa isa = um_cpu_isa ();
+  /* The AUTO rule: see um-backend.h for the measurements behind it. */
+  gboolean int8 = products == UM_PRODUCTS_INT8 || (products == UM_PRODUCTS_AUTO && t != UM_DTYPE_Q8_0);
 
-  if (!exact && isa >= UM_ISA_AVX512_VNNI && um_qgemm_supported_type (t))
+  if (int8 && isa >= UM_ISA_AVX512_VNNI && um_qgemm_supported_type (t))
     return UM_CPU_MATMUL_INT8;
   if (isa >= UM_ISA_AVX512)
     return UM_CPU_MATMUL_GEMM_AVX512;
@@ -81,14 +83,14 @@ grow_scratch (UmCpuScratch *scratch, size_t need, GError **error)
 
 gboolean
 um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out,
-               UmCpuScratch *scratch, gboolean exact, GError **error)
+               UmCpuScratch *scratch, UmProducts products, GError **error)
 {
   UmCpuMatmulPath path;
   gboolean ok = FALSE;
 
   if (m == 0)
     return TRUE;
-  path = um_cpu_matmul_path (w->dtype, exact);
+  path = um_cpu_matmul_path (w->dtype, products);
   /* The weight is never expanded whole: each path converts it piece by
    * piece into the scratch.  A fast path that cannot run (it returns FALSE
    * on an allocation failure) falls back to the next one. */

@@ -7,6 +7,7 @@
 #include <glib.h>
 #include <stdint.h>
 
+#include "um-backend.h"
 #include "um-model.h"
 
 G_BEGIN_DECLS
@@ -36,13 +37,13 @@ typedef enum {
   UM_CPU_MATMUL_INT8,
 } UmCpuMatmulPath;
 
-UmCpuMatmulPath um_cpu_matmul_path (UmDType t, gboolean exact);
+UmCpuMatmulPath um_cpu_matmul_path (UmDType t, UmProducts products);
 const char     *um_cpu_matmul_path_name (UmCpuMatmulPath path);
 
 /* out[m, w.rows] = x[m, w.cols] · wᵀ for any stored format (F32 weights must
- * be 4-byte aligned).  exact: f32 activations even for quantized weights. */
+ * be 4-byte aligned); products: see um-backend.h. */
 gboolean um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out,
-                        UmCpuScratch *scratch, gboolean exact, GError **error);
+                        UmCpuScratch *scratch, UmProducts products, GError **error);
 
 void um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *out);
 

@@ -26,8 +26,8 @@ um_engine_options_init (UmEngineOptions *options)
   options->memory_budget = 0;
   options->device = UM_DEVICE_AUTO;
   options->gpu_index = 0;
-  /* UNMASK_EXACT=1 keeps activations f32 with quantized weights too. */
-  options->exact = g_strcmp0 (g_getenv ("UNMASK_EXACT"), "1") == 0;
+  options->products = UM_PRODUCTS_AUTO;
+  um_products_from_string (g_getenv ("UNMASK_PRODUCTS"), &options->products);
   /* UNMASK_DEVICE=cpu|cuda|auto overrides the default, e.g. to keep a
    * machine's GPU out of a test run. */
   um_device_kind_from_string (g_getenv ("UNMASK_DEVICE"), &options->device);
@@ -103,7 +103,7 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, LoadProgress *l
   engine->backend = um_backend_cpu_new (options->memory_budget, options->n_threads, error);
   if (engine->backend == NULL)
     return FALSE;
-  um_backend_cpu_set_exact (engine->backend, options->exact);
+  um_backend_cpu_set_products (engine->backend, options->products);
   lp->stage = N_("Preparing the weights");
   engine->forward = um_forward_new_full (engine->model, engine->backend, on_weights_progress, lp, cancellable, error);
   return engine->forward != NULL;

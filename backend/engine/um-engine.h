@@ -29,12 +29,10 @@ typedef struct {
   guint64      memory_budget;  /* compute-backend bytes, 0: the backend's default */
   UmDeviceKind device;
   int          gpu_index;
-  /* Quantized weights: TRUE keeps activations f32 (the exact product with the
-   * dequantized weights); FALSE (default) lets the CPU round them to 8 bits
-   * per block for integer dot products where it has them, as llama.cpp
-   * does, at an accuracy cost measured to be far below the weights' own
-   * quantization error.  F32/F16/BF16 weights always use f32 activations. */
-  gboolean     exact;
+  /* Activations in products with quantized weights on the CPU (see
+   * um-backend.h): AUTO by default, EXACT for f32 everywhere.  The
+   * environment variable UNMASK_PRODUCTS=exact|auto|int8 sets the default. */
+  UmProducts   products;
 } UmEngineOptions;
 
 void        um_engine_options_init (UmEngineOptions *options);
