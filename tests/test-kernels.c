@@ -338,6 +338,24 @@ test_swiglu_add (void)
       want[i] += y[i];
     }
   assert_within (o, want, bound, 100, "add");
+
+  /* Far into both tails of the exponential (e^80 and e^-80 are still
+   * normal floats), through the vector and the scalar remainder paths. */
+  {
+    float gw[203], uw[203], ow[203];
+    double gdw[203], udw[203], ww[203], bw[203];
+    fill (gw, 203, 80.0);
+    fill (uw, 203, 2.0);
+    for (int i = 0; i < 203; i++)
+      {
+        gdw[i] = gw[i], udw[i] = uw[i];
+      }
+    um_cpu_swiglu (gw, uw, 203, ow);
+    um_ref_swiglu (gdw, udw, 203, ww);
+    for (int i = 0; i < 203; i++)
+      bw[i] = 8 * U_F32 * fabs (ww[i]);
+    assert_within (ow, ww, bw, 203, "swiglu, wide range");
+  }
 }
 
 static void
