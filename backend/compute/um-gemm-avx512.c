@@ -687,13 +687,29 @@ pack_vector (const float *x, int64_t m, int64_t k, int64_t v, float *dst, int64_
       dst[kk * stride + t] = t < valid ? x[(i0 + t) * k + kk] : 0.0f;
 }
 
+/* Weight bytes the next group will read, prefetched a line at a time while
+ * a micro-kernel runs: issuing them all at once (as prefetch_next_group ()
+ * did) left the loads of the conversion waiting on memory for ~15 % of an
+ * F16 forward, since the prefetches queue up behind each other. */
+typedef struct {
+  const uint8_t *base;       /* first row's segment */
+  int64_t        row_bytes;  /* between rows */
+  int64_t        lines;      /* 64-byte lines per row segment */
+  int64_t        rows;       /* 0: nothing to prefetch */
+} Prefetch;
+
 /* The micro-kernel: acc[r · ars + 16 · v + lane] (+)= Σ_kk xp[kk][v][lane] ·
  * w_r[kk] for the NR rows w_r and mrv token vectors, over kc elements.
  * mrv is a compile-time constant in each caller below. */
 UM_TARGET_AVX512 static inline UM_ALWAYS_INLINE void
 micro_tile (const int mrv, const float *restrict xp, const float *const *wr, int64_t kc,
-            float *restrict acc, int64_t ars, gboolean first)
+            float *restrict acc, int64_t ars, gboolean first, const Prefetch *pf)
 {
+  /* One line every few steps, spread over the whole loop. */
+  const int64_t pf_total = pf->rows * pf->lines;
+  const int64_t pf_every = pf_total > 0 ? MAX ((int64_t) 1, kc / pf_total) : kc + 1;
+  int64_t pf_next = 0, pf_r = 0, pf_c = 0, pf_done = 0;
+
   const float *w0 = wr[0], *w1 = wr[1], *w2 = wr[2], *w3 = wr[3];
   const float *w4 = wr[4], *w5 = wr[5], *w6 = wr[6], *w7 = wr[7];
   __m512 c[NR][MRV_MAX];
@@ -704,6 +720,17 @@ micro_tile (const int mrv, const float *restrict xp, const float *const *wr, int
 
   for (int64_t i = 0; i < kc; i++, xp += 16 * mrv)
     {
+      if (i == pf_next && pf_done < pf_total)
+        {
+          __builtin_prefetch (pf->base + pf_r * pf->row_bytes + pf_c * 64, 0, 2);
+          pf_done++;
+          pf_next += pf_every;
+          if (++pf_c == pf->lines)
+            {
+              pf_c = 0;
+              pf_r++;
+            }
+        }
       const __m512 x0 = _mm512_load_ps (xp);
       const __m512 x1 = mrv > 1 ? _mm512_load_ps (xp + 16) : x0;
       const __m512 x2 = mrv > 2 ? _mm512_load_ps (xp + 32) : x0;
@@ -732,21 +759,24 @@ micro_tile (const int mrv, const float *restrict xp, const float *const *wr, int
 }
 
 UM_TARGET_AVX512 static void
-micro_1 (const float *xp, const float *const *wr, int64_t kc, float *acc, int64_t ars, gboolean first)
+micro_1 (const float *xp, const float *const *wr, int64_t kc, float *acc, int64_t ars, gboolean first,
+         const Prefetch *pf)
 {
-  micro_tile (1, xp, wr, kc, acc, ars, first);
+  micro_tile (1, xp, wr, kc, acc, ars, first, pf);
 }
 
 UM_TARGET_AVX512 static void
-micro_2 (const float *xp, const float *const *wr, int64_t kc, float *acc, int64_t ars, gboolean first)
+micro_2 (const float *xp, const float *const *wr, int64_t kc, float *acc, int64_t ars, gboolean first,
+         const Prefetch *pf)
 {
-  micro_tile (2, xp, wr, kc, acc, ars, first);
+  micro_tile (2, xp, wr, kc, acc, ars, first, pf);
 }
 
 UM_TARGET_AVX512 static void
-micro_3 (const float *xp, const float *const *wr, int64_t kc, float *acc, int64_t ars, gboolean first)
+micro_3 (const float *xp, const float *const *wr, int64_t kc, float *acc, int64_t ars, gboolean first,
+         const Prefetch *pf)
 {
-  micro_tile (3, xp, wr, kc, acc, ars, first);
+  micro_tile (3, xp, wr, kc, acc, ars, first, pf);
 }
 
 /* The few-token kernel: for rows w_0..w_3 and tokens x_0..x_{tt-1} (rows of
@@ -864,17 +894,16 @@ typedef struct {
   uint8_t     *scratch;   /* aligned */
 } Job;
 
-/* Asks for the weight bytes the next group of this tile will read while
- * the kernels run on this one.  Converting reads one row segment after the
- * other, which on its own leaves the memory system mostly idle (each
- * segment starts with misses the prefetchers have not seen coming): this
- * made the quantized products at m <= 32 up to 1.4x faster.  F32 rows read
- * in place gain less, but still some. */
-static inline void
-prefetch_next_group (const Job *job, int64_t j0, int64_t rows, int64_t k0, int64_t g)
+/* The weight bytes the next group of this tile will read (the next 8 rows
+ * at this K block, or the first rows at the next one), for the kernels to
+ * prefetch while they run on this group.  Converting reads one row segment
+ * after the other, which on its own leaves the memory system mostly idle. */
+static void
+next_group_prefetch (const Job *job, int64_t j0, int64_t rows, int64_t k0, int64_t g, Prefetch *pf)
 {
   const Plan *p = job->plan;
 
+  pf->rows = 0;
   g += NR;
   if (g >= rows)
     {
@@ -886,12 +915,11 @@ prefetch_next_group (const Job *job, int64_t j0, int64_t rows, int64_t k0, int64
 
   const int64_t kcur = MIN (p->kc, job->k - k0);
   const int64_t seg = kcur / job->block_elems * job->block_bytes;
-  const uint8_t *src = job->w + (j0 + g) * job->row_bytes + k0 / job->block_elems * job->block_bytes;
 
-  /* To L2 (prefetcht1): L1 holds the converted rows and x. */
-  for (int64_t r = 0; r < MIN (NR, rows - g); r++, src += job->row_bytes)
-    for (int64_t b = 0; b < seg; b += 64)
-      __builtin_prefetch (src + b, 0, 2);
+  pf->base = job->w + (j0 + g) * job->row_bytes + k0 / job->block_elems * job->block_bytes;
+  pf->row_bytes = job->row_bytes;
+  pf->lines = (seg + 63) / 64;
+  pf->rows = MIN (NR, rows - g);
 }
 
 /* One tile of weight rows, all K blocks, then its output. */
@@ -913,6 +941,7 @@ run_tile (const Job *job, int64_t tile, const float *xp, float *wbuf, float *acc
         {
           const int64_t grows = MIN (NR, rows - g);
           const float *wr[NR];
+          Prefetch pf;
 
           if (p->convert)
             {
@@ -922,21 +951,24 @@ run_tile (const Job *job, int64_t tile, const float *xp, float *wbuf, float *acc
                 convert_avx512 (job->t, src + r * job->row_bytes, wbuf + r * p->ws, kcur);
               for (int r = 0; r < NR; r++)
                 wr[r] = wbuf + MIN (r, grows - 1) * p->ws;
-              prefetch_next_group (job, j0, rows, k0, g);
             }
           else
             {
               const float *wf = (const float *) (const void *) job->w;
               for (int r = 0; r < NR; r++)
                 wr[r] = wf + (j0 + g + MIN (r, grows - 1)) * k + k0;
-              prefetch_next_group (job, j0, rows, k0, g);
             }
+          next_group_prefetch (job, j0, rows, k0, g, &pf);
 
           /* Rows past grows repeat the last one; their sums land in acc
            * rows that write_tile never reads. */
           if (p->dot)
             {
               const float *xd = xp + k0;
+              /* (short loops: the lines go out at once) */
+              for (int64_t r = 0; r < pf.rows; r++)
+                for (int64_t l = 0; l < pf.lines; l++)
+                  __builtin_prefetch (pf.base + r * pf.row_bytes + l * 64, 0, 2);
               dot_rows (xd, p->ldxp, job->m, wr, kcur, acc + g * job->m * 16, first);
               dot_rows (xd, p->ldxp, job->m, wr + 4, kcur, acc + (g + 4) * job->m * 16, first);
               continue;
@@ -948,12 +980,15 @@ run_tile (const Job *job, int64_t tile, const float *xp, float *wbuf, float *acc
               panel_of (mv, pi, &v0, &mrv);
               const float *xpp = xp + 16 * k * v0 + k0 * 16 * mrv;
               float *a = acc + g * ars + 16 * v0;
+              /* The next group's lines are spread over the first panel. */
+              const Prefetch none = { NULL, 0, 0, 0 };
+              const Prefetch *ppf = pi == 0 ? &pf : &none;
               if (mrv == 3)
-                micro_3 (xpp, wr, kcur, a, ars, first);
+                micro_3 (xpp, wr, kcur, a, ars, first, ppf);
               else if (mrv == 2)
-                micro_2 (xpp, wr, kcur, a, ars, first);
+                micro_2 (xpp, wr, kcur, a, ars, first, ppf);
               else
-                micro_1 (xpp, wr, kcur, a, ars, first);
+                micro_1 (xpp, wr, kcur, a, ars, first, ppf);
             }
         }
     }
