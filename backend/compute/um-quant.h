@@ -239,9 +239,10 @@ float    um_quant_vec_dot_q8 (UmDType     t,
  * Weights are dequantized in tiles of rows (128 rows at K = 4096, 2 MiB of
  * f32 per thread) and multiplied with OpenBLAS sgemm, the tiles spread over
  * OpenMP threads (F32 weights go to one sgemm directly).  The result is the
- * f32 product with the dequantized weights (the x rows are not rounded),
- * and this beat the direct quantized product for every type at diffusion
- * batch sizes (M >= 64), see um_quant_matmul_q8 ().  Any m works; x, w, out
+ * f32 product with the dequantized weights (the x rows are not rounded).
+ * On AVX2 machines this beat the direct quantized product (maddubs) for
+ * every type at diffusion batch sizes (M >= 64), see um_quant_matmul_q8 ();
+ * AVX-512 machines use um-gemm.h instead (um_cpu_matmul () chooses).  Any m works; x, w, out
  * must not overlap.  scratch gives the per-thread tile buffers; pass at least
  * um_quant_matmul_scratch_bytes () for full speed.  With less (or NULL) it
  * uses fewer threads, or allocates its own buffer if even one tile does not
