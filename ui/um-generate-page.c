@@ -295,8 +295,9 @@ um_generate_page_set_engine (UmGeneratePage *self, UmEngine *engine)
       UmModel *model = um_engine_get_model (engine);
       g_autofree char *lower = g_ascii_strdown (model->path, -1);
       um_diffusion_view_set_special_ids (self->view, model->cfg.mask_id, model->cfg.eos_id, model->cfg.eot_id);
-      /* Base models are prompted with plain text, Instruct models with the template. */
-      if (strstr (lower, "base") != NULL)
+      /* Base models are prompted with plain text, Instruct models with the
+       * template; the shipped demo model is a base model (data/training). */
+      if (strstr (lower, "base") != NULL || strstr (lower, "demo-model") != NULL)
         gtk_switch_set_active (self->chat_switch, FALSE);
       else if (strstr (lower, "instruct") != NULL || strstr (lower, "llada-1.5") != NULL)
         gtk_switch_set_active (self->chat_switch, TRUE);
