@@ -38,7 +38,7 @@ int
 um_cli_compare (int argc, char **argv)
 {
   g_autoptr(GOptionContext) ctx = g_option_context_new ("— compare a model's outputs with a reference's");
-  g_autofree char *model = NULL, *reference = NULL, *device = NULL;
+  g_autofree char *model = NULL, *reference = NULL, *device = NULL, *text_file = NULL;
   int threads = 0, sequences = 8, length = 96;
   double mask_ratio = 0.5;
   gboolean exact = FALSE, int8 = FALSE, ref_int8 = FALSE;
@@ -49,7 +49,9 @@ um_cli_compare (int argc, char **argv)
     { "int8", 0, 0, G_OPTION_ARG_NONE, &int8, "Judge the model with 8-bit products for every quantized type", NULL },
     { "reference-int8", 0, 0, G_OPTION_ARG_NONE, &ref_int8,
       "Let the reference use 8-bit products for every quantized type (default: exact)", NULL },
-    { "sequences", 0, 0, G_OPTION_ARG_INT, &sequences, "Random sequences (default 8)", "N" },
+    { "text-file", 0, 0, G_OPTION_ARG_FILENAME, &text_file,
+      "Take the sequences from this text (consecutive windows) instead of random tokens", "FILE" },
+    { "sequences", 0, 0, G_OPTION_ARG_INT, &sequences, "Sequences (default 8)", "N" },
     { "length", 0, 0, G_OPTION_ARG_INT, &length, "Tokens per sequence (default 96)", "N" },
     { "mask-ratio", 0, 0, G_OPTION_ARG_DOUBLE, &mask_ratio, "Share of masked positions (default 0.5)", "R" },
     { "threads", 0, 0, G_OPTION_ARG_INT, &threads, "CPU threads (default: all cores)", "N" },
@@ -61,6 +63,7 @@ um_cli_compare (int argc, char **argv)
   g_autoptr(JsonBuilder) jb = json_builder_new ();
   g_autoptr(JsonNode) root = NULL;
   g_autofree gint32 *ids = NULL;
+  g_autoptr(GArray) text_ids = NULL;
   g_autofree float *la = NULL, *lb = NULL;
   g_autofree double *pa = NULL, *pb = NULL;
   const UmModelConfig *c;
@@ -89,6 +92,22 @@ um_cli_compare (int argc, char **argv)
       return um_cli_fail (error);
     }
   V = (int) c->vocab_size;
+  if (text_file != NULL)
+    {
+      g_autofree char *text = NULL;
+      gsize len;
+
+      text_ids = g_array_new (FALSE, FALSE, sizeof (gint32));
+      if (!g_file_get_contents (text_file, &text, &len, &error)
+          || !um_tokenizer_encode (um_engine_get_model (b)->tokenizer, text, (gssize) len, text_ids, &error))
+        return um_cli_fail (error);
+      if (text_ids->len < (guint) length)
+        {
+          g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "%s has %u tokens, fewer than --length %d",
+                       text_file, text_ids->len, length);
+          return um_cli_fail (error);
+        }
+    }
   ids = g_new (gint32, length);
   la = g_try_malloc ((size_t) length * V * sizeof (float));
   lb = g_try_malloc ((size_t) length * V * sizeof (float));
@@ -103,9 +122,14 @@ um_cli_compare (int argc, char **argv)
   rng = g_rand_new_with_seed (20261124);
   for (int s = 0; s < sequences; s++)
     {
+      /* Windows spread evenly over the text, or random ordinary tokens. */
+      guint off = text_ids ? (guint) ((guint64) s * (text_ids->len - length) / MAX (sequences - 1, 1)) : 0;
       for (int i = 0; i < length; i++)
-        ids[i] = g_rand_double (rng) < mask_ratio ? c->mask_id
-                 : (gint32) g_rand_int_range (rng, 0, MIN (V, (int) c->mask_id));
+        {
+          gint32 tok = text_ids ? g_array_index (text_ids, gint32, off + i)
+                                : (gint32) g_rand_int_range (rng, 0, MIN (V, (int) c->mask_id));
+          ids[i] = g_rand_double (rng) < mask_ratio ? c->mask_id : tok;
+        }
       if (!um_forward_logits (um_engine_get_forward (a), ids, 1, length, NULL, 0, la, NULL, &error)
           || !um_forward_logits (um_engine_get_forward (b), ids, 1, length, NULL, 0, lb, NULL, &error))
         {

@@ -234,6 +234,9 @@ def main():
     random.shuffle(docs)
     n_held = max(1, len(docs) // 20)
     held_docs, train_docs = docs[:n_held], docs[n_held:]
+    # The held-out text, for `unmask-cli compare --text-file` later.
+    with open(os.path.join(a.work, "held-out.txt"), "w", encoding="utf-8") as f:
+        f.write("\n\n".join(held_docs))
     t0 = time.time()
     vocab, merges = bpe.train(train_docs, a.vocab)
     special = bpe.write_tokenizer(a.out, vocab, merges)

@@ -424,6 +424,35 @@ test_generate_screenshot (void)
   destroy_window (win);
 }
 
+/* The shipped demo model (data/demo-model) after a whole run on the app's
+ * default settings: the README's picture of what it writes. */
+static void
+test_demo_screenshot (void)
+{
+  g_autofree char *model = um_window_find_demo_model ();
+  UmWindow *win;
+  UmGeneratePage *page;
+
+  if (g_getenv ("UM_SCREENSHOT_DIR") == NULL)
+    {
+      g_test_skip ("UM_SCREENSHOT_DIR is not set");
+      return;
+    }
+  g_assert_nonnull (model);
+  win = make_window ();
+  page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  load (win, model);
+  um_generate_page_set_prompt (page, "The history of the city");
+  g_object_set (um_window_get_settings (win), "gen-length", 128, "steps", 128, "block-length", 32,
+                "chat-template", FALSE, "temperature", 0.0, "cfg-scale", 0.0, "remasking", "low_confidence",
+                NULL);
+  um_generate_page_generate (page);
+  wait_for (not_running, page, 300);
+  g_assert_null (um_generate_page_get_last_error (page));
+  save_screenshot (GTK_WIDGET (win), "demo.png");
+  destroy_window (win);
+}
+
 static gboolean
 chat_idle (gpointer page)
 {
@@ -484,6 +513,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gui/narrow-window", test_narrow_window);
   g_test_add_func ("/gui/generate-screenshot", test_generate_screenshot);
   g_test_add_func ("/gui/chat-screenshot", test_chat_screenshot);
+  g_test_add_func ("/gui/demo-screenshot", test_demo_screenshot);
   rc = g_test_run ();
   return rc;
 }
