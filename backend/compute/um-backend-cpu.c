@@ -261,6 +261,23 @@ um_products_from_string (const char *s, UmProducts *out)
   return FALSE;
 }
 
+gboolean
+um_products_auto_int8 (UmDType t)
+{
+  switch (t)
+    {
+    case UM_DTYPE_Q4_0:
+    case UM_DTYPE_Q4_1:
+    case UM_DTYPE_Q5_0:
+    case UM_DTYPE_Q5_1:
+    case UM_DTYPE_Q4_K:
+    case UM_DTYPE_Q5_K:
+      return TRUE;
+    default:
+      return FALSE;
+    }
+}
+
 void
 um_backend_cpu_set_products (UmBackend *be, UmProducts products)
 {

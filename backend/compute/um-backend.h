@@ -75,13 +75,17 @@ UmBackend *um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **er
 /* How products with quantized weights treat the activations on the CPU:
  *  - EXACT (the default of a new CPU backend): f32, the exact product with
  *    the dequantized weights, for every weight type;
- *  - AUTO (the engine's default): rounded to 8 bits per block of 32 for
- *    integer dot products where the CPU has them, for the types where that
- *    was measured to cost under a tenth of the weights' own quantization
- *    error (KL of the output distributions): Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
- *    Q5_K, Q6_K and the K_M mixes, not Q8_0 (there it costs about half);
- *  - INT8: 8-bit activations with every quantized type, Q8_0 included.
- * F32/F16/BF16 weights always multiply f32 activations. */
+ *  - AUTO: rounded to 8 bits per block of 32 for integer dot products where
+ *    the CPU has them, for weights of 5 bits or fewer (Q4_0, Q4_1, Q5_0,
+ *    Q5_1, Q4_K, Q5_K), where that was measured to cost under a tenth of the
+ *    weights' own quantization error (mean KL of the output distributions,
+ *    on the trained demo model and a random 119M one); not for Q6_K (about a
+ *    fifth on the demo model) or Q8_0 (about twice);
+ *  - INT8: 8-bit activations with every quantized type.
+ * F32/F16/BF16 weights always multiply f32 activations.  The engine resolves
+ * AUTO per model, by the type of most of its weights, so a Q4_K_M file
+ * (mostly Q4_K, some Q6_K) runs INT8 throughout: measured as a whole, that
+ * costs 5 % of the file's own quantization error. */
 typedef enum {
   UM_PRODUCTS_EXACT,
   UM_PRODUCTS_AUTO,
@@ -89,6 +93,8 @@ typedef enum {
 } UmProducts;
 
 gboolean   um_products_from_string (const char *s, UmProducts *out);
+/* Whether AUTO gives weights of type t 8-bit activations. */
+gboolean   um_products_auto_int8 (UmDType t);
 void       um_backend_cpu_set_products (UmBackend *be, UmProducts products);
 UmProducts um_backend_cpu_get_products (UmBackend *be);
 

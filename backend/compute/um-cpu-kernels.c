@@ -45,7 +45,7 @@ um_cpu_matmul_path (UmDType t, UmProducts products)
 {
   UmCpuIsa isa = um_cpu_isa ();
   /* The AUTO rule: see um-backend.h for the measurements behind it. */
-  gboolean int8 = products == UM_PRODUCTS_INT8 || (products == UM_PRODUCTS_AUTO && t != UM_DTYPE_Q8_0);
+  gboolean int8 = products == UM_PRODUCTS_INT8 || (products == UM_PRODUCTS_AUTO && um_products_auto_int8 (t));
 
   if (int8 && isa >= UM_ISA_AVX512_VNNI && um_qgemm_supported_type (t))
     return UM_CPU_MATMUL_INT8;

@@ -103,7 +103,15 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, LoadProgress *l
   engine->backend = um_backend_cpu_new (options->memory_budget, options->n_threads, error);
   if (engine->backend == NULL)
     return FALSE;
-  um_backend_cpu_set_products (engine->backend, options->products);
+  {
+    UmProducts products = options->products;
+    /* AUTO is decided for the file as a whole (see um-backend.h): by the
+     * type of the MLP weights, which hold most of the parameters. */
+    if (products == UM_PRODUCTS_AUTO)
+      products = um_products_auto_int8 (engine->model->layers[0].w_gate.dtype) ? UM_PRODUCTS_INT8
+                                                                               : UM_PRODUCTS_EXACT;
+    um_backend_cpu_set_products (engine->backend, products);
+  }
   lp->stage = N_("Preparing the weights");
   engine->forward = um_forward_new_full (engine->model, engine->backend, on_weights_progress, lp, cancellable, error);
   return engine->forward != NULL;
