@@ -237,8 +237,7 @@ um_cli_bench (int argc, char **argv)
     if (cpu)
       {
         UmProducts products = um_backend_cpu_get_products (be);
-        static const char *const names[] = { "exact", "auto", "int8" };
-        MEMBER_STR ("products", names[products]);
+        MEMBER_STR ("products", um_products_to_string (products));
         MEMBER_STR ("matmul_path", um_cpu_matmul_path_name (um_cpu_matmul_path (wt, products)));
       }
   }

@@ -171,7 +171,8 @@ um_cli_compare (int argc, char **argv)
   json_builder_set_member_name (jb, "reference");
   json_builder_add_string_value (jb, reference);
   json_builder_set_member_name (jb, "model_products");
-  json_builder_add_string_value (jb, exact ? "exact" : int8 ? "int8" : "auto");
+  json_builder_add_string_value (jb, um_products_to_string (exact ? UM_PRODUCTS_EXACT
+                                                             : int8 ? UM_PRODUCTS_INT8 : UM_PRODUCTS_AUTO));
   json_builder_set_member_name (jb, "positions");
   json_builder_add_int_value (jb, rows);
   json_builder_set_member_name (jb, "mean_kl");

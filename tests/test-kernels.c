@@ -312,24 +312,36 @@ test_attention (void)
   check_attention (67, 6, 3, 32);
 }
 
+/* SwiGLU of n random gates of scale gate_scale: o and want (n each) hold the
+ * result and its double reference, bound the allowed error.
+ * g / (1 + expf (−g)) · u: expf within an ulp, then a sum, a division and a
+ * product: 5u relatively (the sum of positive terms cannot cancel); 8u for
+ * expf's error scaled by exp(−g)/(1+exp(−g)) ≤ 1. */
+static void
+check_swiglu (int n, double gate_scale, float *o, double *want, double *bound, const char *what)
+{
+  g_autofree float *g = g_new (float, n), *u = g_new (float, n);
+  g_autofree double *gd = NULL, *ud = NULL;
+
+  fill (g, n, gate_scale);
+  fill (u, n, 2.0);
+  gd = to_double (g, n);
+  ud = to_double (u, n);
+  um_cpu_swiglu (g, u, n, o);
+  um_ref_swiglu (gd, ud, n, want);
+  for (int i = 0; i < n; i++)
+    bound[i] = 8 * U_F32 * fabs (want[i]);
+  assert_within (o, want, bound, n, what);
+}
+
 static void
 test_swiglu_add (void)
 {
-  float g[100], u[100], o[100], y[100];
-  double gd[100], ud[100], want[100], bound[100];
-  fill (g, 100, 8.0);
-  fill (u, 100, 2.0);
+  float o[203], y[100];
+  double want[203], bound[203];
+
+  check_swiglu (100, 8.0, o, want, bound, "swiglu");
   fill (y, 100, 1.0);
-  for (int i = 0; i < 100; i++)
-    gd[i] = g[i], ud[i] = u[i];
-  um_cpu_swiglu (g, u, 100, o);
-  um_ref_swiglu (gd, ud, 100, want);
-  /* g / (1 + expf (−g)) · u: expf within an ulp, then a sum, a division and
-   * a product: 5u relatively (the sum of positive terms cannot cancel);
-   * 8u for expf's error scaled by exp(−g)/(1+exp(−g)) ≤ 1. */
-  for (int i = 0; i < 100; i++)
-    bound[i] = 8 * U_F32 * fabs (want[i]);
-  assert_within (o, want, bound, 100, "swiglu");
   um_cpu_add (o, y, 100);
   /* one more rounding, of the sum */
   for (int i = 0; i < 100; i++)
@@ -341,21 +353,7 @@ test_swiglu_add (void)
 
   /* Far into both tails of the exponential (e^80 and e^-80 are still
    * normal floats), through the vector and the scalar remainder paths. */
-  {
-    float gw[203], uw[203], ow[203];
-    double gdw[203], udw[203], ww[203], bw[203];
-    fill (gw, 203, 80.0);
-    fill (uw, 203, 2.0);
-    for (int i = 0; i < 203; i++)
-      {
-        gdw[i] = gw[i], udw[i] = uw[i];
-      }
-    um_cpu_swiglu (gw, uw, 203, ow);
-    um_ref_swiglu (gdw, udw, 203, ww);
-    for (int i = 0; i < 203; i++)
-      bw[i] = 8 * U_F32 * fabs (ww[i]);
-    assert_within (ow, ww, bw, 203, "swiglu, wide range");
-  }
+  check_swiglu (203, 80.0, o, want, bound, "swiglu, wide range");
 }
 
 static void

@@ -247,13 +247,19 @@ um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **error)
   return be;
 }
 
+static const char *const products_names[] = { "exact", "auto", "int8" };
+
+const char *
+um_products_to_string (UmProducts products)
+{
+  return (guint) products < G_N_ELEMENTS (products_names) ? products_names[products] : "unknown";
+}
+
 gboolean
 um_products_from_string (const char *s, UmProducts *out)
 {
-  static const char *const names[] = { "exact", "auto", "int8" };
-
-  for (guint i = 0; s != NULL && i < G_N_ELEMENTS (names); i++)
-    if (g_ascii_strcasecmp (s, names[i]) == 0)
+  for (guint i = 0; s != NULL && i < G_N_ELEMENTS (products_names); i++)
+    if (g_ascii_strcasecmp (s, products_names[i]) == 0)
       {
         *out = (UmProducts) i;
         return TRUE;

@@ -92,7 +92,8 @@ typedef enum {
   UM_PRODUCTS_INT8,
 } UmProducts;
 
-gboolean   um_products_from_string (const char *s, UmProducts *out);
+gboolean    um_products_from_string (const char *s, UmProducts *out);
+const char *um_products_to_string (UmProducts products);
 /* Whether AUTO gives weights of type t 8-bit activations. */
 gboolean   um_products_auto_int8 (UmDType t);
 void       um_backend_cpu_set_products (UmBackend *be, UmProducts products);

@@ -3,6 +3,9 @@
 #include "um-cpu-isa.h"
 
 #include <stdio.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static const char *const isa_names[UM_ISA_N_LEVELS] = {
   "scalar", "avx2", "avx512", "avx512-vnni",
@@ -94,4 +97,14 @@ um_cpu_isa_from_name (const char *name, UmCpuIsa *isa)
         return TRUE;
       }
   return FALSE;
+}
+
+int
+um_cpu_region_threads (void)
+{
+#ifdef _OPENMP
+  return omp_in_parallel () ? 1 : MAX (1, omp_get_max_threads ());
+#else
+  return 1;
+#endif
 }

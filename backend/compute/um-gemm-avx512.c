@@ -88,14 +88,6 @@ align_bytes (size_t v)
 
 #if UM_HAVE_X86_SIMD
 
-static inline float
-load_half (const void *p)
-{
-  uint16_t h;
-  memcpy (&h, p, sizeof h);
-  return um_f16_to_f32 (h);
-}
-
 static inline uint32_t
 load_u32 (const void *p)
 {
@@ -157,7 +149,7 @@ cvt_f16 (const uint16_t *s, float *y, int64_t n)
       _mm512_storeu_ps (y + i, f);
     }
   for (; i < n; i++)
-    y[i] = load_half (s + i);
+    y[i] = um_f16_load (s + i);
 }
 
 UM_TARGET_AVX512 static void
@@ -258,74 +250,63 @@ cvt_q5_1 (const UmBlockQ5_1 *b, float *y, int64_t nb)
     }
 }
 
-UM_TARGET_AVX512 static void
-cvt_q4_K (const UmBlockQ4_K *b, float *y, int64_t nb)
+/* One Q4_K or Q5_K super-block (qh NULL for Q4_K): the two types differ only
+ * in the 5th bit of each code. */
+UM_TARGET_AVX512 static inline UM_ALWAYS_INLINE void
+cvt_k45_block (const uint8_t *scales, const uint8_t *ql, const uint8_t *qhp, uint16_t dh, uint16_t dminh,
+               float *y)
 {
-  const __m512i lo = _mm512_set1_epi32 (0x0f);
+  const __m512i lo = _mm512_set1_epi32 (0x0f), sixteen = _mm512_set1_epi32 (16);
+  const float d = um_f16_to_f32 (dh);
+  const float dmin = um_f16_to_f32 (dminh);
+  __m128i qh0 = _mm_setzero_si128 (), qh1 = _mm_setzero_si128 ();
 
-  for (int64_t i = 0; i < nb; i++)
+  if (qhp != NULL)
     {
-      const float d = um_f16_to_f32 (b[i].d);
-      const float dmin = um_f16_to_f32 (b[i].dmin);
-      const uint8_t *q = b[i].qs;
-
-      for (int g = 0; g < 4; g++, q += 32, y += 64)
+      qh0 = _mm_loadu_si128 ((const __m128i *) qhp);
+      qh1 = _mm_loadu_si128 ((const __m128i *) (qhp + 16));
+    }
+  for (int g = 0; g < 4; g++, ql += 32, y += 64)
+    {
+      uint8_t sc, mn;
+      um_quant_get_scale_min_k4 (2 * g, scales, &sc, &mn);
+      const __m512 d1 = _mm512_set1_ps (d * (float) sc);
+      const __m512 m1 = _mm512_set1_ps (dmin * (float) mn);
+      um_quant_get_scale_min_k4 (2 * g + 1, scales, &sc, &mn);
+      const __m512 d2 = _mm512_set1_ps (d * (float) sc);
+      const __m512 m2 = _mm512_set1_ps (dmin * (float) mn);
+      const __m128i bit0 = _mm_set1_epi8 ((char) (1 << (2 * g)));
+      const __m128i bit1 = _mm_set1_epi8 ((char) (1 << (2 * g + 1)));
+      for (int h = 0; h < 2; h++)
         {
-          uint8_t sc, mn;
-          um_quant_get_scale_min_k4 (2 * g, b[i].scales, &sc, &mn);
-          const __m512 d1 = _mm512_set1_ps (d * (float) sc);
-          const __m512 m1 = _mm512_set1_ps (dmin * (float) mn);
-          um_quant_get_scale_min_k4 (2 * g + 1, b[i].scales, &sc, &mn);
-          const __m512 d2 = _mm512_set1_ps (d * (float) sc);
-          const __m512 m2 = _mm512_set1_ps (dmin * (float) mn);
-          for (int h = 0; h < 2; h++)
+          __m512i v = load_u8x16 (ql + 16 * h);
+          __m512i q0 = _mm512_and_si512 (v, lo), q1 = _mm512_srli_epi32 (v, 4);
+          if (qhp != NULL)
             {
-              __m512i v = load_u8x16 (q + 16 * h);
-              store_mul_sub (y + 16 * h, _mm512_and_si512 (v, lo), d1, m1);
-              store_mul_sub (y + 32 + 16 * h, _mm512_srli_epi32 (v, 4), d2, m2);
+              /* Bits 2g and 2g+1 of qh[l] are the 5th bits of elements
+               * 64g+l and 64g+32+l: byte tests give the lane masks. */
+              const __m128i qh = h ? qh1 : qh0;
+              q0 = _mm512_mask_or_epi32 (q0, _mm_test_epi8_mask (qh, bit0), q0, sixteen);
+              q1 = _mm512_mask_or_epi32 (q1, _mm_test_epi8_mask (qh, bit1), q1, sixteen);
             }
+          store_mul_sub (y + 16 * h, q0, d1, m1);
+          store_mul_sub (y + 32 + 16 * h, q1, d2, m2);
         }
     }
 }
 
 UM_TARGET_AVX512 static void
+cvt_q4_K (const UmBlockQ4_K *b, float *y, int64_t nb)
+{
+  for (int64_t i = 0; i < nb; i++, y += UM_QK_K)
+    cvt_k45_block (b[i].scales, b[i].qs, NULL, b[i].d, b[i].dmin, y);
+}
+
+UM_TARGET_AVX512 static void
 cvt_q5_K (const UmBlockQ5_K *b, float *y, int64_t nb)
 {
-  const __m512i lo = _mm512_set1_epi32 (0x0f), sixteen = _mm512_set1_epi32 (16);
-
-  for (int64_t i = 0; i < nb; i++)
-    {
-      const float d = um_f16_to_f32 (b[i].d);
-      const float dmin = um_f16_to_f32 (b[i].dmin);
-      const uint8_t *ql = b[i].qs;
-      const __m128i qh0 = _mm_loadu_si128 ((const __m128i *) b[i].qh);
-      const __m128i qh1 = _mm_loadu_si128 ((const __m128i *) (b[i].qh + 16));
-
-      for (int g = 0; g < 4; g++, ql += 32, y += 64)
-        {
-          uint8_t sc, mn;
-          um_quant_get_scale_min_k4 (2 * g, b[i].scales, &sc, &mn);
-          const __m512 d1 = _mm512_set1_ps (d * (float) sc);
-          const __m512 m1 = _mm512_set1_ps (dmin * (float) mn);
-          um_quant_get_scale_min_k4 (2 * g + 1, b[i].scales, &sc, &mn);
-          const __m512 d2 = _mm512_set1_ps (d * (float) sc);
-          const __m512 m2 = _mm512_set1_ps (dmin * (float) mn);
-          const __m128i bit0 = _mm_set1_epi8 ((char) (1 << (2 * g)));
-          const __m128i bit1 = _mm_set1_epi8 ((char) (1 << (2 * g + 1)));
-          for (int h = 0; h < 2; h++)
-            {
-              const __m128i qh = h ? qh1 : qh0;
-              __m512i v = load_u8x16 (ql + 16 * h);
-              __m512i q0 = _mm512_and_si512 (v, lo), q1 = _mm512_srli_epi32 (v, 4);
-              /* Bits 2g and 2g+1 of qh[l] are the 5th bits of elements
-               * 64g+l and 64g+32+l: byte tests give the lane masks. */
-              q0 = _mm512_mask_or_epi32 (q0, _mm_test_epi8_mask (qh, bit0), q0, sixteen);
-              q1 = _mm512_mask_or_epi32 (q1, _mm_test_epi8_mask (qh, bit1), q1, sixteen);
-              store_mul_sub (y + 16 * h, q0, d1, m1);
-              store_mul_sub (y + 32 + 16 * h, q1, d2, m2);
-            }
-        }
-    }
+  for (int64_t i = 0; i < nb; i++, y += UM_QK_K)
+    cvt_k45_block (b[i].scales, b[i].qs, b[i].qh, b[i].d, b[i].dmin, y);
 }
 
 UM_TARGET_AVX512 static void
@@ -453,16 +434,6 @@ typedef struct {
   size_t  total;       /* including slack to align the start */
 } Plan;
 
-static int
-current_threads (void)
-{
-#ifdef _OPENMP
-  return omp_in_parallel () ? 1 : MAX (1, omp_get_max_threads ());
-#else
-  return 1;
-#endif
-}
-
 /* floats × 4 bytes, cache-line aligned, added to *total; FALSE on
  * overflow (only absurd sizes: x alone would not fit in memory). */
 static gboolean
@@ -518,7 +489,7 @@ make_plan (UmDType t, int64_t n, int64_t k, int64_t m, Plan *p)
 
   /* Enough tiles for the threads to balance (dynamic schedule), each as
    * tall as NT_MAX allows. */
-  p->threads = current_threads ();
+  p->threads = um_cpu_region_threads ();
   p->nt = CLAMP (round_up ((n + 4 * p->threads - 1) / (4 * p->threads), 16), 16, NT_MAX);
   p->n_tiles = (n + p->nt - 1) / p->nt;
   p->threads = (int) MIN ((int64_t) p->threads, p->n_tiles);

@@ -58,6 +58,15 @@ um_f16_to_f32 (uint16_t h)
   return um_f32_from_bits (sign | ((exp + 112u) << 23) | (man << 13));
 }
 
+/* The half at p, which may be unaligned (block fields inside mapped files). */
+static inline float
+um_f16_load (const void *p)
+{
+  uint16_t h;
+  memcpy (&h, p, sizeof h);
+  return um_f16_to_f32 (h);
+}
+
 /* Round to nearest even, with overflow to infinity and subnormals. */
 static inline uint16_t
 um_f32_to_f16 (float f)

@@ -125,16 +125,6 @@ units_per_block32 (Mode mode)
   return mode == MODE_SYM16 ? 2 : 1;
 }
 
-static int
-max_threads (void)
-{
-#ifdef _OPENMP
-  return omp_in_parallel () ? 1 : omp_get_max_threads ();
-#else
-  return 1;
-#endif
-}
-
 static gboolean
 check_args (UmDType t, const void *w, int64_t n, int64_t k, const float *x,
             int64_t m, const float *out, QType *qt)
@@ -157,14 +147,6 @@ zero_out (float *out, int64_t m, int64_t n)
 
 /* ---- shared scalar pieces ------------------------------------------------- */
 
-static inline float
-half_at (const void *p)
-{
-  uint16_t h;
-  memcpy (&h, p, sizeof h);
-  return um_f16_to_f32 (h);
-}
-
 static inline uint32_t
 load_u32 (const void *p)
 {
@@ -181,23 +163,23 @@ block_scales (UmDType t, const void *blk, float *a, float *b)
 {
   switch (t)
     {
-    case UM_DTYPE_Q8_0: a[0] = half_at (&((const UmBlockQ8_0 *) blk)->d); break;
-    case UM_DTYPE_Q4_0: a[0] = half_at (&((const UmBlockQ4_0 *) blk)->d); break;
-    case UM_DTYPE_Q5_0: a[0] = half_at (&((const UmBlockQ5_0 *) blk)->d); break;
+    case UM_DTYPE_Q8_0: a[0] = um_f16_load (&((const UmBlockQ8_0 *) blk)->d); break;
+    case UM_DTYPE_Q4_0: a[0] = um_f16_load (&((const UmBlockQ4_0 *) blk)->d); break;
+    case UM_DTYPE_Q5_0: a[0] = um_f16_load (&((const UmBlockQ5_0 *) blk)->d); break;
     case UM_DTYPE_Q4_1:
-      a[0] = half_at (&((const UmBlockQ4_1 *) blk)->d);
-      b[0] = half_at (&((const UmBlockQ4_1 *) blk)->m);
+      a[0] = um_f16_load (&((const UmBlockQ4_1 *) blk)->d);
+      b[0] = um_f16_load (&((const UmBlockQ4_1 *) blk)->m);
       break;
     case UM_DTYPE_Q5_1:
-      a[0] = half_at (&((const UmBlockQ5_1 *) blk)->d);
-      b[0] = half_at (&((const UmBlockQ5_1 *) blk)->m);
+      a[0] = um_f16_load (&((const UmBlockQ5_1 *) blk)->d);
+      b[0] = um_f16_load (&((const UmBlockQ5_1 *) blk)->m);
       break;
     case UM_DTYPE_Q4_K:
     case UM_DTYPE_Q5_K:
       {
         /* Q4_K and Q5_K start with the same d, dmin, scales[12]. */
         const UmBlockQ4_K *q = blk;
-        const float d = half_at (&q->d), dmin = half_at (&q->dmin);
+        const float d = um_f16_load (&q->d), dmin = um_f16_load (&q->dmin);
         for (int j = 0; j < 8; j++)
           {
             uint8_t sc, mn;
@@ -210,7 +192,7 @@ block_scales (UmDType t, const void *blk, float *a, float *b)
     case UM_DTYPE_Q6_K:
       {
         const UmBlockQ6_K *q = blk;
-        const float d = half_at (&q->d);
+        const float d = um_f16_load (&q->d);
         for (int j = 0; j < 16; j++)
           a[j] = d * (float) q->scales[j];
       }
@@ -485,7 +467,7 @@ layout_get (const QType *qt, int64_t n, int64_t k, int64_t m, Layout *l)
   l->t_a = align64 ((size_t) NR * kc);
   l->t_b = l->t_a + align64 (kc / 16 * NR * sizeof (float));
   l->per_thread = l->t_b + align64 (kc / QK * NR * sizeof (float));
-  l->n_threads = (int) MAX ((int64_t) 1, MIN ((int64_t) max_threads (), n_panels));
+  l->n_threads = (int) MAX ((int64_t) 1, MIN ((int64_t) um_cpu_region_threads (), n_panels));
   return TRUE;
 }
 

@@ -37,14 +37,6 @@ check_len (UmDType t, int64_t n, int64_t *n_blocks)
 
 /* Block structs are packed, so member reads like b->d are unaligned-safe;
  * plain f16 / bf16 arrays are read through memcpy for the same reason. */
-static inline float
-load_half (const void *p)
-{
-  uint16_t h;
-  memcpy (&h, p, sizeof h);
-  return um_f16_to_f32 (h);
-}
-
 /* Round to nearest, ties to even, like ggml's nearest_int () (which adds
  * 1.5 * 2^23 and reads the mantissa); out-of-range and NaN inputs, which
  * ggml asserts against, saturate so callers' clamps still work. */
@@ -261,7 +253,7 @@ um_quant_dequantize_row_ref (UmDType t, const void *src, float *dst, int64_t n)
       return TRUE;
     case UM_DTYPE_F16:
       for (int64_t i = 0; i < n; i++)
-        dst[i] = load_half ((const uint16_t *) src + i);
+        dst[i] = um_f16_load ((const uint16_t *) src + i);
       return TRUE;
     case UM_DTYPE_BF16:
       for (int64_t i = 0; i < n; i++)

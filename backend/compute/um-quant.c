@@ -1224,23 +1224,13 @@ um_quant_vec_dot_q8 (UmDType t, const void *wrow, const void *xq8, int64_t n)
  * over 128 but halve the number of tiles to balance over many threads. */
 #define UM_QUANT_TILE_ELEMS (128 * 4096)
 
-static int
-max_threads (void)
-{
-#ifdef _OPENMP
-  return omp_in_parallel () ? 1 : omp_get_max_threads ();
-#else
-  return 1;
-#endif
-}
-
 static int64_t
 default_tile_rows (int64_t n, int64_t k)
 {
   int64_t rows = UM_QUANT_TILE_ELEMS / MAX (k, (int64_t) 1);
   /* Small weights still need a few tiles per thread, or one thread does
    * all the work while the others wait. */
-  int64_t share = (n + 4 * max_threads () - 1) / (4 * max_threads ());
+  int64_t share = (n + 4 * um_cpu_region_threads () - 1) / (4 * um_cpu_region_threads ());
 
   rows = MIN (rows, (share + 15) / 16 * 16);
   rows = CLAMP (rows / 16 * 16, (int64_t) 16, (int64_t) 512);
@@ -1272,7 +1262,7 @@ um_quant_matmul_scratch_bytes (UmDType t, int64_t n, int64_t k, int64_t m)
 {
   if (t == UM_DTYPE_F32 || n <= 0 || k <= 0 || k > G_MAXINT)
     return 0;
-  return (size_t) max_threads () * (size_t) default_tile_rows (n, k) * (size_t) k * sizeof (float);
+  return (size_t) um_cpu_region_threads () * (size_t) default_tile_rows (n, k) * (size_t) k * sizeof (float);
 }
 
 gboolean
@@ -1312,7 +1302,7 @@ um_quant_matmul_tiled (UmDType t, const void *w, int64_t n, int64_t k,
     return FALSE;
   per_thread = (size_t) tile_rows * (size_t) k;
   n_tiles = (n + tile_rows - 1) / tile_rows;
-  n_threads = (int) MIN ((int64_t) max_threads (), n_tiles);
+  n_threads = (int) MIN ((int64_t) um_cpu_region_threads (), n_tiles);
 
   /* Use as many threads as the caller's scratch has room for; only when it
    * cannot hold even one tile do we allocate (which may fail cleanly). */

@@ -46,33 +46,8 @@ um_ref_weight_row (const UmWeight *w, uint64_t r, double *out)
 static void
 um_ref32_weight_row (const UmWeight *w, uint64_t r, float *out)
 {
-  const guint8 *row = (const guint8 *) w->data + r * w->row_bytes;
-
-  switch (w->dtype)
-    {
-    case UM_DTYPE_F32:
-      for (uint64_t i = 0; i < w->cols; i++)
-        {
-          float f;
-          memcpy (&f, row + 4 * i, 4);
-          out[i] = f;
-        }
-      return;
-    case UM_DTYPE_F16:
-    case UM_DTYPE_BF16:
-      for (uint64_t i = 0; i < w->cols; i++)
-        {
-          uint16_t h;
-          memcpy (&h, row + 2 * i, 2);
-          out[i] = w->dtype == UM_DTYPE_F16 ? um_f16_to_f32 (h) : um_bf16_to_f32 (h);
-        }
-      return;
-    default:
-      um_quant_dequantize_row_ref (w->dtype, row, out, w->cols);
-      return;
-    }
+  um_quant_dequantize_row_ref (w->dtype, (const guint8 *) w->data + r * w->row_bytes, out, w->cols);
 }
-
 
 #define REAL double
 #define FN(name) um_ref_##name
