@@ -265,17 +265,32 @@ test_budget_out_of_memory (void)
   g_autofree char *path = um_test_data_path ("tiny-llada");
   g_autoptr(UmModel) model = load_model (path);
   g_autoptr(GError) error = NULL;
-  g_autoptr(UmBackend) be = um_backend_cpu_new (4096, 0, &error);
-  g_autoptr(UmForward) fw = um_forward_new (model, be, &error);
+  g_autoptr(UmBackend) be = NULL;
+  g_autoptr(UmForward) fw = NULL;
   gint32 ids[16] = { 0 };
   float logits[16 * 512];
   UmBackendMemInfo mem;
 
+  /* Weights count against the budget as device memory: a budget below
+   * them fails when they are made resident. */
+  be = um_backend_cpu_new (4096, 0, &error);
+  fw = um_forward_new (model, be, &error);
+  g_assert_null (fw);
+  g_assert_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY);
+  g_assert_nonnull (strstr (error->message, "budget"));
+  g_clear_error (&error);
+  g_clear_pointer (&be, um_backend_free);
+
+  /* A budget that holds the weights but not the activations fails in the
+   * forward pass, with nothing left allocated beyond the budget. */
+  be = um_backend_cpu_new (um_model_weight_bytes (model) + 4096, 0, &error);
+  fw = um_forward_new (model, be, &error);
+  g_assert_no_error (error);
   g_assert_false (um_forward_logits (fw, ids, 1, 16, NULL, 0, logits, NULL, &error));
   g_assert_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY);
   g_assert_nonnull (strstr (error->message, "budget"));
   be->ops->mem_info (be, &mem);
-  g_assert_cmpuint (mem.in_use, <=, 4096);
+  g_assert_cmpuint (mem.in_use, <=, mem.budget);
 }
 
 static void

@@ -17,13 +17,15 @@ struct _UmBuf {
 struct _UmDevWeight {
   UmWeight w;
   void    *aligned_copy;   /* only for F32 data a file left unaligned */
-  size_t   copy_bytes;
+  size_t   counted;        /* bytes this weight adds to in_use */
 };
 
 typedef struct {
   uint64_t     budget;
   uint64_t     in_use;
   uint64_t     peak;
+  uint64_t     weight_bytes;
+  guint64      n_allocs;
   UmProducts   products;
   UmCpuScratch scratch;
 } CpuCtx;
@@ -46,6 +48,24 @@ cpu_mem_info (UmBackend *be, UmBackendMemInfo *info)
   info->budget = c->budget;
   info->in_use = c->in_use;
   info->peak = c->peak;
+  info->n_allocs = c->n_allocs;
+  info->weight_bytes = c->weight_bytes;
+}
+
+/* Takes @bytes of the budget, or says why not. */
+static gboolean
+charge (CpuCtx *c, size_t bytes, const char *what, GError **error)
+{
+  if (c->budget != 0 && (bytes > c->budget || c->in_use > c->budget - bytes))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "cpu: %s of %.1f MiB would exceed the memory budget (%.1f of %.1f MiB in use)",
+                   what, bytes / 1048576.0, c->in_use / 1048576.0, c->budget / 1048576.0);
+      return FALSE;
+    }
+  c->in_use += bytes;
+  c->peak = MAX (c->peak, c->in_use);
+  return TRUE;
 }
 
 static UmBuf *
@@ -54,25 +74,20 @@ cpu_buf_alloc (UmBackend *be, size_t bytes, GError **error)
   CpuCtx *c = CTX (be);
   UmBuf *buf;
 
-  if (c->budget != 0 && (bytes > c->budget || c->in_use > c->budget - bytes))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
-                   "cpu: allocating %.1f MiB would exceed the memory budget (%.1f of %.1f MiB in use)",
-                   bytes / 1048576.0, c->in_use / 1048576.0, c->budget / 1048576.0);
-      return NULL;
-    }
+  if (!charge (c, bytes, "a buffer", error))
+    return NULL;
   buf = g_new0 (UmBuf, 1);
   /* 64-byte aligned for vector loads; try_ so a huge request fails softly. */
   if (bytes > 0 && posix_memalign ((void **) &buf->data, 64, bytes) != 0)
     {
       g_free (buf);
+      c->in_use -= bytes;
       g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
                    "cpu: out of memory allocating %.1f MiB", bytes / 1048576.0);
       return NULL;
     }
   buf->bytes = bytes;
-  c->in_use += bytes;
-  c->peak = MAX (c->peak, c->in_use);
+  c->n_allocs++;
   return buf;
 }
 
@@ -106,40 +121,89 @@ cpu_buf_download (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t by
 
 /* Weights stay where the model mapped them; nothing is copied, except F32
  * data at an unaligned offset (safetensors headers are normally padded, so
- * this is rare), which sgemm must not read in place. */
+ * this is rare), which sgemm must not read in place. Either way the bytes
+ * count as this backend's device memory, as they would on a GPU: that is
+ * what lets a budget on the CPU stand in for a small GPU. */
 static UmDevWeight *
 cpu_weight_load (UmBackend *be, const UmWeight *w, GError **error)
 {
-  UmDevWeight *dw = g_new0 (UmDevWeight, 1);
+  g_autofree UmDevWeight *dw = g_new0 (UmDevWeight, 1);
   CpuCtx *c = CTX (be);
+  size_t bytes = w->rows * w->row_bytes;
+  g_autofree char *what = g_strdup_printf ("weight “%s”", w->name);
 
   dw->w = *w;
+  if (!charge (c, bytes, what, error))
+    return NULL;
   if (w->dtype == UM_DTYPE_F32 && ((uintptr_t) w->data % sizeof (float)) != 0)
     {
-      size_t bytes = w->rows * w->row_bytes;
-      if ((c->budget != 0 && (bytes > c->budget || c->in_use > c->budget - bytes))
-          || posix_memalign (&dw->aligned_copy, 64, MAX (bytes, 1)) != 0)
+      if (posix_memalign (&dw->aligned_copy, 64, MAX (bytes, 1)) != 0)
         {
-          g_free (dw);
+          c->in_use -= bytes;
           g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
                        "cpu: no memory to align weight “%s” (%.1f MiB)", w->name, bytes / 1048576.0);
           return NULL;
         }
       memcpy (dw->aligned_copy, w->data, bytes);
       dw->w.data = dw->aligned_copy;
-      dw->copy_bytes = bytes;
-      c->in_use += bytes;
-      c->peak = MAX (c->peak, c->in_use);
     }
+  dw->counted = bytes;
+  c->weight_bytes += bytes;
+  return g_steal_pointer (&dw);
+}
+
+static UmDevWeight *
+cpu_weight_view (UmBackend *be, UmBuf *buf, size_t offset, const UmWeight *meta, GError **error)
+{
+  UmDevWeight *dw;
+
+  if (!um_backend_check_copy ("cpu", buf->bytes, offset, meta->rows * meta->row_bytes, error))
+    return NULL;
+  dw = g_new0 (UmDevWeight, 1);
+  dw->w = *meta;
+  dw->w.data = (guint8 *) buf->data + offset;
   return dw;
 }
 
 static void
 cpu_weight_free (UmBackend *be, UmDevWeight *w)
 {
-  CTX (be)->in_use -= w->copy_bytes;
+  CTX (be)->in_use -= w->counted;
+  CTX (be)->weight_bytes -= w->counted;
   free (w->aligned_copy);
   g_free (w);
+}
+
+static void *
+cpu_host_alloc (UmBackend *be, size_t bytes, GError **error)
+{
+  void *p = NULL;
+  if (posix_memalign (&p, 64, MAX (bytes, 1)) != 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "cpu: out of host memory for a weight store of %.1f MiB", bytes / 1048576.0);
+      return NULL;
+    }
+  return p;
+}
+
+static void
+cpu_host_free (UmBackend *be, void *ptr, size_t bytes)
+{
+  free (ptr);
+}
+
+/* memcpy is safe from any thread: the caller keeps @dst out of use. */
+static gboolean
+cpu_copy_upload (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes, GError **error)
+{
+  return cpu_buf_upload (be, dst, offset, src, bytes, error);
+}
+
+static gboolean
+cpu_sync (UmBackend *be, GError **error)
+{
+  return TRUE;
 }
 
 static gboolean
@@ -223,6 +287,11 @@ static const UmBackendOps cpu_ops = {
   .buf_download = cpu_buf_download,
   .weight_load = cpu_weight_load,
   .weight_free = cpu_weight_free,
+  .weight_view = cpu_weight_view,
+  .host_alloc = cpu_host_alloc,
+  .host_free = cpu_host_free,
+  .copy_upload = cpu_copy_upload,
+  .sync = cpu_sync,
   .embed = cpu_embed,
   .get_rows = cpu_get_rows,
   .rms_norm = cpu_rms_norm,

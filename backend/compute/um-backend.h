@@ -26,6 +26,8 @@ typedef struct {
   uint64_t peak;
   uint64_t total;       /* device memory, 0 if unknown */
   uint64_t free;        /* device memory free now, 0 if unknown */
+  guint64  n_allocs;    /* buf_alloc calls so far: steady state adds none */
+  uint64_t weight_bytes;/* of in_use: weights (resident or views are not counted twice) */
 } UmBackendMemInfo;
 
 typedef struct {
@@ -38,9 +40,28 @@ typedef struct {
   gboolean     (*buf_upload)   (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes, GError **error);
   gboolean     (*buf_download) (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t bytes, GError **error);
 
-  /* The backend may reference host memory (CPU) or copy it (GPU). */
+  /* The backend may reference host memory (CPU) or copy it (GPU); either
+   * way the weight's bytes count as device memory, under the budget. */
   UmDevWeight *(*weight_load)  (UmBackend *be, const UmWeight *w, GError **error);
   void         (*weight_free)  (UmBackend *be, UmDevWeight *w);
+  /* A weight whose bytes are in @buf at @offset (a layer-streaming slot),
+   * described by @meta (its data pointer is ignored). Costs no device
+   * memory beyond @buf; valid while @buf is; freed with weight_free. */
+  UmDevWeight *(*weight_view)  (UmBackend *be, UmBuf *buf, size_t offset, const UmWeight *meta, GError **error);
+
+  /* Host memory for a weight store that feeds streaming slots: pinned on a
+   * GPU (so copies are asynchronous DMA), plain 64-byte aligned memory on
+   * the CPU. Not counted against the device budget. */
+  void        *(*host_alloc)   (UmBackend *be, size_t bytes, GError **error);
+  void         (*host_free)    (UmBackend *be, void *ptr, size_t bytes);
+  /* buf_upload for a second (copy) thread: may run while the compute
+   * thread issues ops, on its own stream on a GPU; returns once the bytes
+   * are in @dst. The caller keeps @dst out of use by queued ops (sync). */
+  gboolean     (*copy_upload)  (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes,
+                                GError **error);
+  /* Waits until every op issued so far has finished (a GPU queues them);
+   * the CPU's ops are synchronous. */
+  gboolean     (*sync)         (UmBackend *be, GError **error);
 
   /* out[i, :] = table[ids[i], :] as float. */
   gboolean (*embed)     (UmBackend *be, const UmDevWeight *table, const gint32 *ids, int n, UmBuf *out, GError **error);

@@ -119,6 +119,15 @@ um_model_bind_weights (UmModel *model, const UmWeightNames *names, GError **erro
   for (guint l = 0; l < c->n_layers; l++)
     {
       UmLayerWeights *L = &model->layers[l];
+      if (L->n_heads == 0)
+        {
+          L->n_heads = c->n_heads;
+          L->n_kv_heads = c->n_kv_heads;
+          L->ffn = c->mlp_hidden;
+        }
+      qd = (uint64_t) L->n_heads * c->head_dim;
+      kvd = (uint64_t) L->n_kv_heads * c->head_dim;
+      f = L->ffn;
       const struct { UmWeight *w; const char *suffix; uint64_t rows, cols; } per_layer[] = {
         { &L->attn_norm, names->attn_norm, 1, d },
         { &L->wq, names->wq, qd, d },

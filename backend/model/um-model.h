@@ -31,6 +31,11 @@ typedef struct {
   UmWeight w_gate;      /* [F, D] */
   UmWeight w_up;        /* [F, D] */
   UmWeight w_down;      /* [D, F] */
+  /* This layer's counts: the configuration's, unless structured pruning
+   * (memory modes) removed heads or FFN neurons from it. */
+  guint    n_heads;
+  guint    n_kv_heads;
+  guint    ffn;           /* F */
 } UmLayerWeights;
 
 typedef enum {
