@@ -1,0 +1,2 @@
+/* um-convert.c — placeholder, filled in by the memory-modes work. */
+#include <glib.h>

@@ -1,0 +1,2 @@
+/* um-prefetch.c — placeholder, filled in by the memory-modes work. */
+#include <glib.h>
