@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "um-cli.h"
-#include "um-gpu.h"
+#include "um-backend-cuda.h"
 
 static char *
 version_string (int v)

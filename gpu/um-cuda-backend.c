@@ -6,7 +6,7 @@
  * time, so the program starts, and falls back to the CPU, on machines
  * without the toolkit, the driver or a GPU. Every CUDA or cuBLAS failure
  * becomes a GError. */
-#include "um-gpu.h"
+#include "um-backend-cuda.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>

@@ -1,5 +1,5 @@
 /* Built when meson found no CUDA toolkit: the engine runs on the CPU. */
-#include "um-gpu.h"
+#include "um-backend-cuda.h"
 
 #include "um-error.h"
 

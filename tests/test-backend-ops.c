@@ -7,7 +7,7 @@
 
 #include "um-engine.h"
 #include "um-error.h"
-#include "um-gpu.h"
+#include "um-backend-cuda.h"
 #include "um-quant.h"
 #include "um-test-util.h"
 

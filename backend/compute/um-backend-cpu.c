@@ -50,6 +50,7 @@ cpu_mem_info (UmBackend *be, UmBackendMemInfo *info)
   info->peak = c->peak;
   info->n_allocs = c->n_allocs;
   info->weight_bytes = c->weight_bytes;
+  info->overhead = c->scratch.bytes;
 }
 
 /* Takes @bytes of the budget, or says why not. */

@@ -27,7 +27,9 @@ typedef struct {
   uint64_t total;       /* device memory, 0 if unknown */
   uint64_t free;        /* device memory free now, 0 if unknown */
   guint64  n_allocs;    /* buf_alloc calls so far: steady state adds none */
-  uint64_t weight_bytes;/* of in_use: weights (resident or views are not counted twice) */
+  uint64_t weight_bytes;/* of in_use: resident weights (views into buffers are not counted twice) */
+  uint64_t overhead;    /* held by the backend itself, outside in_use: a GPU's context and
+                         * cuBLAS workspace; the CPU's product scratch (host memory) */
 } UmBackendMemInfo;
 
 typedef struct {

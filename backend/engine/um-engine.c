@@ -6,7 +6,7 @@
 #include <glib/gi18n-lib.h>
 
 #include "um-chat-template.h"
-#include "um-gpu.h"
+#include "um-backend-cuda.h"
 #include "um-error.h"
 
 #include <string.h>

@@ -1,6 +1,8 @@
-/* um-gpu.h — the GPU backend as the engine sees it. Built from gpu/ when
- * meson finds CUDA; otherwise every entry point reports why there is no GPU.
- * No CUDA types here: the engine includes this without the toolkit. */
+/* um-backend-cuda.h — the CUDA backend as the engine sees it. Declared here,
+ * in the engine, and implemented by gpu/ (as ggml-backend does): by the CUDA
+ * code when meson finds the toolkit, otherwise by gpu/um-gpu-none.c, whose
+ * entry points report why there is no GPU. So backend/ includes nothing from
+ * gpu/, and no CUDA types appear here. */
 #pragma once
 
 #include <glib.h>
