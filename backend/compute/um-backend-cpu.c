@@ -10,8 +10,9 @@
 #include "um-quant.h"
 
 struct _UmBuf {
-  float  *data;
-  size_t  bytes;
+  float   *data;
+  size_t   bytes;
+  gboolean view;     /* part of another buffer: owns nothing */
 };
 
 struct _UmDevWeight {
@@ -97,9 +98,25 @@ cpu_buf_free (UmBackend *be, UmBuf *buf)
 {
   if (buf == NULL)
     return;
-  CTX (be)->in_use -= buf->bytes;
-  free (buf->data);
+  if (!buf->view)
+    {
+      CTX (be)->in_use -= buf->bytes;
+      free (buf->data);
+    }
   g_free (buf);
+}
+
+static UmBuf *
+cpu_buf_view (UmBackend *be, UmBuf *parent, size_t offset, size_t bytes, GError **error)
+{
+  UmBuf *buf;
+  if (!um_backend_check_copy ("cpu", parent->bytes, offset, bytes, error))
+    return NULL;
+  buf = g_new0 (UmBuf, 1);
+  buf->data = (float *) ((guint8 *) parent->data + offset);
+  buf->bytes = bytes;
+  buf->view = TRUE;
+  return buf;
 }
 
 static gboolean
@@ -280,10 +297,12 @@ cpu_add (UmBackend *be, UmBuf *x, UmBuf *y, size_t n, GError **error)
 
 static const UmBackendOps cpu_ops = {
   .name = "cpu",
+  .weights_in_place = TRUE,
   .destroy = cpu_destroy,
   .mem_info = cpu_mem_info,
   .buf_alloc = cpu_buf_alloc,
   .buf_free = cpu_buf_free,
+  .buf_view = cpu_buf_view,
   .buf_upload = cpu_buf_upload,
   .buf_download = cpu_buf_download,
   .weight_load = cpu_weight_load,

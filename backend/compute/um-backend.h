@@ -34,11 +34,18 @@ typedef struct {
 
 typedef struct {
   const char *name;
+  /* TRUE when weight_load references the host bytes instead of copying
+   * them (the CPU): the host pages then are the device copy. */
+  gboolean     weights_in_place;
   void         (*destroy)      (UmBackend *be);
   void         (*mem_info)     (UmBackend *be, UmBackendMemInfo *info);
 
   UmBuf       *(*buf_alloc)    (UmBackend *be, size_t bytes, GError **error);
   void         (*buf_free)     (UmBackend *be, UmBuf *buf);
+  /* @bytes of @parent from @offset as a buffer of its own, for ops on part
+   * of a buffer (row chunks, one arena carved into work buffers). Costs no
+   * device memory; buf_free releases only the view; @parent outlives it. */
+  UmBuf       *(*buf_view)     (UmBackend *be, UmBuf *parent, size_t offset, size_t bytes, GError **error);
   gboolean     (*buf_upload)   (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes, GError **error);
   gboolean     (*buf_download) (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t bytes, GError **error);
 

@@ -85,6 +85,17 @@ grow_scratch (UmCpuScratch *scratch, size_t need, GError **error)
   return TRUE;
 }
 
+size_t
+um_cpu_matmul_scratch_bytes (UmDType t, int64_t n, int64_t k, int64_t m, UmProducts products)
+{
+  switch (um_cpu_matmul_path (t, products))
+    {
+    case UM_CPU_MATMUL_INT8: return um_qgemm_scratch_bytes (t, n, k, m);
+    case UM_CPU_MATMUL_GEMM_AVX512: return um_gemm_f32_scratch_bytes (t, n, k, m);
+    default: return t == UM_DTYPE_F32 ? 0 : um_quant_matmul_scratch_bytes (t, n, k, m);
+    }
+}
+
 gboolean
 um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out,
                UmCpuScratch *scratch, UmProducts products, GError **error)

@@ -21,6 +21,9 @@ typedef struct {
 } UmCpuScratch;
 
 void um_cpu_scratch_clear (UmCpuScratch *scratch);
+/* The scratch a product of m rows with an n × k weight of type t grows to
+ * (what the memory plan predicts for the CPU backend's own overhead). */
+size_t um_cpu_matmul_scratch_bytes (UmDType t, int64_t n, int64_t k, int64_t m, UmProducts products);
 
 /* How a weight product is computed on this CPU (run-time dispatch, see
  * um-cpu-isa.h):

@@ -12,6 +12,7 @@
 #include "um-backend.h"
 #include "um-forward.h"
 #include "um-model.h"
+#include "um-plan.h"
 #include "um-sampler.h"
 
 G_BEGIN_DECLS
@@ -33,6 +34,15 @@ typedef struct {
    * um-backend.h): AUTO by default, EXACT for f32 everywhere.  The
    * environment variable UNMASK_PRODUCTS=exact|auto|int8 sets the default. */
   UmProducts   products;
+  /* The memory mode and its knobs (memory/um-plan.h): standard by default.
+   * memory_budget stands for the device's size when planning, on the CPU
+   * backend too. */
+  UmMemOptions mem;
+  /* The generation the plan is made for; longer canvases grow the work
+   * buffers at run time, within the budget. */
+  UmPlanShape  shape;
+  /* Where converted weights are cached; NULL: $XDG_CACHE_HOME/unmask/converted. */
+  const char  *cache_dir;
 } UmEngineOptions;
 
 void        um_engine_options_init (UmEngineOptions *options);
@@ -56,6 +66,24 @@ const char *um_engine_get_notice (UmEngine *engine);
 UmModel   *um_engine_get_model (UmEngine *engine);
 UmForward *um_engine_get_forward (UmEngine *engine);
 UmBackend *um_engine_get_backend (UmEngine *engine);
+/* The plan the engine was loaded with (predictions), and what a run
+ * measured so far. */
+const UmPlan *um_engine_get_plan (UmEngine *engine);
+
+typedef struct {
+  guint64 device_peak;      /* the backend's peak bytes in use */
+  guint64 device_weights;   /* of which resident weights */
+  guint64 backend_overhead;
+  guint64 host_peak;        /* this process's peak RSS */
+  guint64 host_load_peak;   /* its peak RSS when loading ended */
+  guint64 host_store;       /* streamed layers' host copy */
+  guint64 host_store_raw;   /* the same before compression */
+  double  seconds_load;
+  gboolean cached;          /* the converted weights came from the cache */
+  const char *weights_path; /* the file the weights were read from */
+} UmEngineMemory;
+
+void         um_engine_get_memory (UmEngine *engine, UmEngineMemory *out);
 
 typedef struct {
   const char   *prompt;        /* text; NULL to use prompt_ids */

@@ -18,11 +18,33 @@ typedef struct {
   double  flops;            /* counted: 2·m·n·k per product, 4·q·L·hd per head for attention */
   double  flops_matmul;     /* of which in matrix products */
   guint64 logit_rows;       /* LM-head rows computed */
+  double  seconds_stream_wait; /* layer streaming: waiting for a slot's weights */
+  guint64 layers_streamed;  /* layer copies into slots */
 } UmForwardStats;
 
 UmForward *um_forward_new (UmModel   *model,
                            UmBackend *backend,
                            GError   **error);
+
+typedef struct _UmLayerStore UmLayerStore;
+
+/* How the weights are held (the memory modes of memory/um-plan.h). */
+typedef struct {
+  /* The token table stays in host memory: the canvas's rows are decoded
+   * there and uploaded. Ignored with tied embeddings (the LM head needs the
+   * table on the device anyway). */
+  gboolean      embed_on_host;
+  /* 0: every layer resident. k ≥ 2: only k layer slots on the device; the
+   * layers' matrices come from @store, the next one copied while the
+   * current one computes. */
+  guint         stream_slots;
+  UmLayerStore *store;          /* borrowed; outlives the forward */
+  /* > 0: the MLP and the LM head run on at most this many rows at a time,
+   * bounding their work buffers whatever the canvas. */
+  int           row_chunk;
+} UmForwardOptions;
+
+void       um_forward_options_init (UmForwardOptions *options);
 
 /* Progress of making the weights available to the backend (uploading them
  * to a GPU takes seconds): @fraction of the weight bytes done. */
@@ -35,7 +57,25 @@ UmForward *um_forward_new_full (UmModel           *model,
                                 gpointer           user_data,
                                 GCancellable      *cancellable,
                                 GError           **error);
+/* um_forward_new_full() holding the weights as @options says. */
+UmForward *um_forward_new_with (UmModel                *model,
+                                UmBackend              *backend,
+                                const UmForwardOptions *options,
+                                UmForwardProgress       progress_cb,
+                                gpointer                user_data,
+                                GCancellable           *cancellable,
+                                GError                **error);
 void       um_forward_free (UmForward *fw);
+
+/* Bytes of the one device buffer (arena) a pass over @n_seq × @seq_len
+ * tokens returning @n_rows rows of logits (@n_rows < n_seq·seq_len: a
+ * subset) needs, with @row_chunk as in UmForwardOptions. The memory plan
+ * uses this, so prediction and allocation are the same arithmetic. */
+guint64    um_forward_arena_bytes (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_chunk);
+/* Host bytes the forward keeps besides the arena (the embedding rows when
+ * the table is on the host). */
+guint64    um_forward_host_bytes (const UmModel *model, const UmForwardOptions *options, int n_seq,
+                                  int seq_len);
 
 /* @ids: @n_seq sequences of @seq_len tokens each (positions 0..seq_len-1 in
  * each). @rows: indices into the n_seq·seq_len rows, ascending, or NULL for

@@ -1,0 +1,138 @@
+/* um-plan.h — memory modes and the memory plan.
+ *
+ * A mode says how the weights are held: as stored, converted to 8 or 4 bits
+ * at load (cached, see um-convert.h), or streamed layer by layer through a
+ * few device slots from a host store. The plan predicts, from the file's
+ * metadata alone (no weight is read), the peak device and host bytes of a
+ * mode per component, so the app can say what fits before loading anything;
+ * the engine reports the measured peaks after a run beside it.
+ *
+ * Mode names are part of the interface (profiles, command line):
+ * standard, standard-8bit, extreme-mild, extreme-moderate, extreme-aggressive.
+ */
+#pragma once
+
+#include <glib.h>
+
+#include "um-backend.h"
+#include "um-model.h"
+
+G_BEGIN_DECLS
+
+typedef enum {
+  UM_MEM_STANDARD,
+  UM_MEM_STANDARD_8BIT,
+  UM_MEM_EXTREME_MILD,
+  UM_MEM_EXTREME_MODERATE,
+  UM_MEM_EXTREME_AGGRESSIVE,
+  UM_MEM_N_MODES
+} UmMemMode;
+
+const char *um_mem_mode_to_string (UmMemMode mode);
+gboolean    um_mem_mode_from_string (const char *s, UmMemMode *out);
+gboolean    um_mem_mode_is_extreme (UmMemMode mode);
+/* Parameter limits a mode recommends (0: none): extreme modes keep the
+ * canvas small, gen ≤ 64, block ≤ 32, steps ≤ 64. */
+void        um_mem_mode_limits (UmMemMode mode, int *gen_length, int *block_length, int *steps);
+
+/* A mode and its knobs; zeros mean "the mode's own choice". */
+typedef struct {
+  UmMemMode mode;
+  char      weight_format[16];  /* "": the mode's; "stored", or a type um_quantize_model() writes */
+  int       resident_layers;    /* streaming slots: 0 as many as the budget holds (≥ 2); aggressive only */
+  gboolean  host_zstd;          /* compress the host store losslessly (aggressive) */
+  double    prune_heads;        /* structured pruning: fraction of attention heads, ≤ 0.3 */
+  double    prune_ffn;          /* fraction of FFN neurons, ≤ 0.2 */
+  int       row_chunk;          /* MLP / LM-head rows at a time: 0 the mode's, < 0 none */
+} UmMemOptions;
+
+void     um_mem_options_init (UmMemOptions *options, UmMemMode mode);
+gboolean um_mem_options_validate (const UmMemOptions *options, GError **error);
+
+/* The generation the plan is for. */
+typedef struct {
+  int      prompt_length;
+  int      gen_length;
+  int      block_length;
+  gboolean cfg;             /* classifier-free guidance doubles the canvas */
+} UmPlanShape;
+
+void um_plan_shape_init (UmPlanShape *shape);
+
+/* Where it runs. */
+typedef struct {
+  gboolean cuda;               /* a GPU; else the CPU backend, whose "device" memory is RAM */
+  guint64  device_budget;      /* 0: a GPU's free memory; on the CPU no limit */
+  guint64  device_total;
+  guint64  device_free;
+  guint64  backend_overhead;   /* a GPU's context + cuBLAS workspace */
+  guint64  host_total;
+  guint64  host_available;
+  guint64  process_rss;        /* this process before loading weights */
+  int      n_threads;
+  UmProducts products;         /* CPU products policy (its scratch differs) */
+} UmPlanTarget;
+
+/* The CPU backend on this machine, under @budget (0: none). */
+void um_plan_target_cpu (UmPlanTarget *target, guint64 budget, int n_threads);
+
+typedef enum {
+  UM_PLAN_WEIGHTS,        /* resident matrices, norms and LM head */
+  UM_PLAN_EMBEDDING,      /* the token table (on the host in extreme modes) */
+  UM_PLAN_STREAM_SLOTS,   /* layer slots (aggressive) */
+  UM_PLAN_HOST_STORE,     /* streamed layers' host copy */
+  UM_PLAN_ACTIVATIONS,    /* the forward's work arena */
+  UM_PLAN_LOGITS,         /* logits on the host */
+  UM_PLAN_SAMPLER,        /* canvas, candidates */
+  UM_PLAN_BACKEND,        /* GPU context + cuBLAS, or the CPU's product scratch */
+  UM_PLAN_PROCESS,        /* program, libraries, tokenizer */
+  UM_PLAN_N_COMPONENTS
+} UmPlanComponent;
+
+const char *um_plan_component_name (UmPlanComponent c);
+
+typedef struct {
+  UmMemMode    mode;
+  UmMemOptions options;            /* as resolved: format, slots, row chunk */
+  char         weight_format[24];  /* what the matrices are held as, e.g. "Q4_K_M" or "BF16 (stored)" */
+  gboolean     converts;           /* converted at load (then cached) */
+  guint64      converted_file_bytes;
+  guint64      weight_bytes;       /* all weights in that format */
+  guint        n_layers;
+  guint        stream_slots;       /* 0: every layer resident */
+  gboolean     embed_on_host;
+  guint64      device[UM_PLAN_N_COMPONENTS];
+  guint64      host[UM_PLAN_N_COMPONENTS];
+  guint64      device_peak;
+  guint64      host_peak;          /* while generating; on the CPU includes the device bytes */
+  guint64      host_load_peak;     /* while loading and converting */
+  guint64      device_capacity;    /* budget or free device memory; 0 unknown/unlimited */
+  gboolean     fits;
+  int          limit_gen, limit_block, limit_steps;
+} UmPlan;
+
+/* Plans @options for @model (only its metadata is read). */
+gboolean um_plan_compute (const UmModel       *model,
+                          const UmMemOptions  *options,
+                          const UmPlanShape   *shape,
+                          const UmPlanTarget  *target,
+                          UmPlan              *plan,
+                          GError             **error);
+
+/* Every mode with its default knobs, in the order of UmMemMode. */
+GArray  *um_plan_table (const UmModel      *model,
+                        const UmPlanShape  *shape,
+                        const UmPlanTarget *target,
+                        GError            **error);
+
+/* The type weights are converted to for @options on @model, or NULL when
+ * they stay as stored (converting up never pays). */
+const char *um_plan_convert_type (const UmModel *model, const UmMemOptions *options);
+
+/* Bytes of this process's resident memory now and at its peak. */
+guint64 um_process_rss (void);
+guint64 um_process_peak_rss (void);
+/* "3GiB", "512MiB", "1.5G", "2000000000": bytes, or FALSE. */
+gboolean um_parse_size (const char *s, guint64 *out);
+
+G_END_DECLS
