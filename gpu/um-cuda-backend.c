@@ -5,7 +5,9 @@
  * tile). The CUDA runtime is linked statically and cuBLAS is opened at run
  * time, so the program starts, and falls back to the CPU, on machines
  * without the toolkit, the driver or a GPU. Every CUDA or cuBLAS failure
- * becomes a GError. */
+ * becomes a GError. Ops queue on one compute stream; layer streaming's copy
+ * thread uploads on a second one (copy_upload) into slots that weight_view
+ * reads in place. */
 #include "um-backend-cuda.h"
 
 #include <cublas_v2.h>
@@ -16,8 +18,9 @@
 #include "um-cuda-kernels.h"
 #include "um-error.h"
 
-/* Leave this much device memory to the driver, other programs and cuBLAS's
- * workspace when no budget is given. */
+/* Leave this much device memory to the driver, other programs, kernels
+ * loaded on first use and the product scratch (which, as on the CPU, is
+ * overhead outside the budget) when no budget is given. */
 #define DEFAULT_MARGIN (768ull << 20)
 /* Dequantized weight tile: enough rows for tensor-core efficiency, bounded
  * memory whatever the weight. */
@@ -29,6 +32,7 @@ typedef cublasStatus_t (*CreateFn) (cublasHandle_t *);
 typedef cublasStatus_t (*DestroyFn) (cublasHandle_t);
 typedef cublasStatus_t (*SetStreamFn) (cublasHandle_t, cudaStream_t);
 typedef cublasStatus_t (*SetMathModeFn) (cublasHandle_t, cublasMath_t);
+typedef cublasStatus_t (*SetWorkspaceFn) (cublasHandle_t, void *, size_t);
 typedef cublasStatus_t (*GemmExFn) (cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
                                     const void *, const void *, cudaDataType, int, const void *, cudaDataType,
                                     int, const void *, void *, cudaDataType, int, cublasComputeType_t,
@@ -41,6 +45,7 @@ static struct {
   DestroyFn      destroy;
   SetStreamFn    set_stream;
   SetMathModeFn  set_math_mode;
+  SetWorkspaceFn set_workspace;   /* optional: without it cuBLAS keeps its own pool */
   GemmExFn       gemm_ex;
   StatusStringFn status_string;
   char          *error;
@@ -68,6 +73,8 @@ load_cublas_once (gpointer data)
       g_module_close (m);
       return NULL;
     }
+  if (!g_module_symbol (m, "cublasSetWorkspace_v2", (gpointer *) &blas.set_workspace))
+    blas.set_workspace = NULL;
   blas.module = m;
   return m;
 }
@@ -112,14 +119,16 @@ blas_ok (cublasStatus_t s, const char *what, GError **error)
 /* ---- the backend ---- */
 
 struct _UmBuf {
-  void   *ptr;
-  size_t  bytes;
+  void    *ptr;
+  size_t   bytes;
+  gboolean view;      /* part of another buffer: owns nothing */
 };
 
 struct _UmDevWeight {
-  UmWeight w;      /* data points to device memory */
+  UmWeight w;         /* data points to device memory */
   void    *dev;
   size_t   bytes;
+  gboolean view;      /* in a buffer (weight_view): owns nothing, counts nothing */
 };
 
 typedef struct {
@@ -127,19 +136,30 @@ typedef struct {
   size_t  bytes;
 } Scratch;
 
+/* Accounting, as on the CPU: in_use is buffers plus resident weights, under
+ * the budget; overhead is what the backend holds for itself outside it (the
+ * context, cuBLAS's handle and workspace, measured at creation, and the
+ * product scratch below, which grows with the largest product). */
 typedef struct {
   int            device;
   cudaStream_t   stream;
-  cudaStream_t   copy_stream;   /* for streaming layers in while others compute */
-  cudaEvent_t    copy_done;
+  cudaStream_t   copy_stream;   /* copy_upload and weight_load, beside the compute stream */
   cublasHandle_t handle;
+  void          *workspace;     /* cuBLAS's, allocated here so that its size is known */
+  size_t         workspace_bytes;
   guint64        budget;
   guint64        in_use;
   guint64        peak;
   guint64        total;
+  guint64        weight_bytes;
+  guint64        n_allocs;
+  guint64        fixed_overhead;
+  guint64        scratch_bytes;
   Scratch        act_half;      /* activations in f16/bf16 for cuBLAS */
   Scratch        tile;          /* dequantized weight tiles */
   Scratch        index;         /* uploaded index arrays */
+  GMutex         host_lock;     /* host_alloc/host_free come from any thread */
+  GHashTable    *pinned;        /* host_alloc blocks cudaHostAlloc pinned; the others are malloc's */
 } CudaCtx;
 
 /* The runtime's current device is per thread, and the engine runs in
@@ -154,20 +174,27 @@ ctx_for_thread (UmBackend *be)
 
 #define CTX(be) ctx_for_thread (be)
 
+/* Buffers and weights: under the budget and counted in in_use and peak. */
 static void *
-dev_alloc (CudaCtx *c, size_t bytes, GError **error)
+dev_alloc (CudaCtx *c, size_t bytes, const char *what, GError **error)
 {
   void *p = NULL;
+  cudaError_t e;
 
   if (bytes > c->budget || c->in_use > c->budget - bytes)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
-                   "cuda: allocating %.1f MiB would exceed the GPU memory budget (%.1f of %.1f MiB in use)",
-                   bytes / 1048576.0, c->in_use / 1048576.0, c->budget / 1048576.0);
+                   "cuda: %s of %.1f MiB would exceed the GPU memory budget (%.1f of %.1f MiB in use)",
+                   what, bytes / 1048576.0, c->in_use / 1048576.0, c->budget / 1048576.0);
       return NULL;
     }
-  if (!cuda_ok (cudaMalloc (&p, MAX (bytes, 1)), "allocating device memory", error))
-    return NULL;
+  e = cudaMalloc (&p, MAX (bytes, 1));
+  if (e != cudaSuccess)
+    {
+      g_autofree char *msg = g_strdup_printf ("allocating %s of %.1f MiB", what, bytes / 1048576.0);
+      cuda_ok (e, msg, error);
+      return NULL;
+    }
   c->in_use += bytes;
   c->peak = MAX (c->peak, c->in_use);
   return p;
@@ -182,23 +209,33 @@ dev_free (CudaCtx *c, void *p, size_t bytes)
   c->in_use -= bytes;
 }
 
+static void
+scratch_release (CudaCtx *c, Scratch *s)
+{
+  if (s->ptr != NULL)
+    cudaFree (s->ptr);
+  c->scratch_bytes -= s->bytes;
+  s->ptr = NULL;
+  s->bytes = 0;
+}
+
+/* Scratch is overhead, like the CPU backend's product scratch: outside the
+ * budget, which covers buffers and weights (DEFAULT_MARGIN leaves room). */
 static gboolean
 scratch_ensure (CudaCtx *c, Scratch *s, size_t bytes, GError **error)
 {
-  void *p;
+  void *p = NULL;
   if (s->bytes >= bytes)
     return TRUE;
   /* The stream may still use the old buffer. */
   if (!cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error))
     return FALSE;
-  dev_free (c, s->ptr, s->bytes);
-  s->ptr = NULL;
-  s->bytes = 0;
-  p = dev_alloc (c, bytes, error);
-  if (p == NULL)
+  scratch_release (c, s);
+  if (!cuda_ok (cudaMalloc (&p, MAX (bytes, 1)), "allocating scratch memory", error))
     return FALSE;
   s->ptr = p;
   s->bytes = bytes;
+  c->scratch_bytes += bytes;
   return TRUE;
 }
 
@@ -213,20 +250,30 @@ upload_index (CudaCtx *c, const gint32 *host, int n, GError **error)
   return c->index.ptr;
 }
 
+/* Host blocks still registered here when the backend goes are the owner's
+ * leak; they stay valid (the primary context outlives this backend). */
 static void
 cuda_destroy (UmBackend *be)
 {
   CudaCtx *c = CTX (be);
-  cudaSetDevice (c->device);
-  cudaStreamSynchronize (c->stream);
-  dev_free (c, c->act_half.ptr, c->act_half.bytes);
-  dev_free (c, c->tile.ptr, c->tile.bytes);
-  dev_free (c, c->index.ptr, c->index.bytes);
+  if (c->stream)
+    cudaStreamSynchronize (c->stream);
+  if (c->copy_stream)
+    cudaStreamSynchronize (c->copy_stream);
+  scratch_release (c, &c->act_half);
+  scratch_release (c, &c->tile);
+  scratch_release (c, &c->index);
   if (c->handle)
     blas.destroy (c->handle);
-  cudaEventDestroy (c->copy_done);
-  cudaStreamDestroy (c->copy_stream);
-  cudaStreamDestroy (c->stream);
+  if (c->workspace)
+    cudaFree (c->workspace);
+  if (c->copy_stream)
+    cudaStreamDestroy (c->copy_stream);
+  if (c->stream)
+    cudaStreamDestroy (c->stream);
+  (void) cudaGetLastError ();
+  g_clear_pointer (&c->pinned, g_hash_table_unref);
+  g_mutex_clear (&c->host_lock);
   g_free (c);
   g_free (be);
 }
@@ -241,54 +288,177 @@ cuda_mem_info (UmBackend *be, UmBackendMemInfo *info)
   info->budget = c->budget;
   info->in_use = c->in_use;
   info->peak = c->peak;
+  info->n_allocs = c->n_allocs;
+  info->weight_bytes = c->weight_bytes;
+  info->overhead = c->fixed_overhead + c->scratch_bytes;
   if (cudaMemGetInfo (&free_b, &total_b) == cudaSuccess)
     {
       info->total = total_b;
       info->free = free_b;
     }
   else
-    info->total = c->total;
+    {
+      (void) cudaGetLastError ();
+      info->total = c->total;
+    }
 }
 
 static UmBuf *
 cuda_buf_alloc (UmBackend *be, size_t bytes, GError **error)
 {
-  void *p = dev_alloc (CTX (be), bytes, error);
+  CudaCtx *c = CTX (be);
+  void *p = dev_alloc (c, bytes, "a buffer", error);
   UmBuf *buf;
   if (p == NULL)
     return NULL;
   buf = g_new0 (UmBuf, 1);
   buf->ptr = p;
   buf->bytes = bytes;
+  c->n_allocs++;
   return buf;
 }
 
 static void
 cuda_buf_free (UmBackend *be, UmBuf *buf)
 {
+  CudaCtx *c;
   if (buf == NULL)
     return;
-  cudaStreamSynchronize (CTX (be)->stream);
-  dev_free (CTX (be), buf->ptr, buf->bytes);
+  if (!buf->view)
+    {
+      c = CTX (be);
+      cudaStreamSynchronize (c->stream);
+      dev_free (c, buf->ptr, buf->bytes);
+    }
   g_free (buf);
+}
+
+static UmBuf *
+cuda_buf_view (UmBackend *be, UmBuf *parent, size_t offset, size_t bytes, GError **error)
+{
+  UmBuf *buf;
+  if (!um_backend_check_copy ("cuda", parent->bytes, offset, bytes, error))
+    return NULL;
+  buf = g_new0 (UmBuf, 1);
+  buf->ptr = (char *) parent->ptr + offset;
+  buf->bytes = bytes;
+  buf->view = TRUE;
+  return buf;
+}
+
+/* From page-locked (or managed) memory cudaMemcpyAsync returns before it has
+ * read the source, while from pageable memory it returns once the bytes are
+ * staged; uploads from the former must wait before returning, since the
+ * caller may reuse @src then, as on the CPU. */
+static gboolean
+copy_is_async (const void *src)
+{
+  struct cudaPointerAttributes attr;
+  if (cudaPointerGetAttributes (&attr, src) != cudaSuccess)
+    {
+      (void) cudaGetLastError ();
+      return TRUE;   /* unknown: wait, to be safe */
+    }
+  return attr.type != cudaMemoryTypeUnregistered;
 }
 
 static gboolean
 cuda_buf_upload (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes, GError **error)
 {
-  return um_backend_check_copy ("cuda", dst->bytes, offset, bytes, error)
-         && cuda_ok (cudaMemcpyAsync ((char *) dst->ptr + offset, src, bytes, cudaMemcpyHostToDevice,
-                                      CTX (be)->stream), "uploading", error);
+  CudaCtx *c = CTX (be);
+  if (!um_backend_check_copy ("cuda", dst->bytes, offset, bytes, error))
+    return FALSE;
+  if (bytes == 0)
+    return TRUE;
+  return cuda_ok (cudaMemcpyAsync ((char *) dst->ptr + offset, src, bytes, cudaMemcpyHostToDevice, c->stream),
+                  "uploading", error)
+         && (!copy_is_async (src) || cuda_ok (cudaStreamSynchronize (c->stream), "uploading", error));
 }
 
 static gboolean
 cuda_buf_download (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t bytes, GError **error)
 {
   CudaCtx *c = CTX (be);
-  return um_backend_check_copy ("cuda", src->bytes, offset, bytes, error)
-         && cuda_ok (cudaMemcpyAsync (dst, (char *) src->ptr + offset, bytes, cudaMemcpyDeviceToHost, c->stream),
-                     "downloading", error)
+  if (!um_backend_check_copy ("cuda", src->bytes, offset, bytes, error))
+    return FALSE;
+  if (bytes == 0)
+    return TRUE;
+  return cuda_ok (cudaMemcpyAsync (dst, (char *) src->ptr + offset, bytes, cudaMemcpyDeviceToHost, c->stream),
+                  "downloading", error)
          && cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error);
+}
+
+/* Runs in the copy thread while the compute thread issues ops: only the
+ * copy stream is touched, and the current device is set for this thread. */
+static gboolean
+cuda_copy_upload (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes, GError **error)
+{
+  CudaCtx *c = be->ctx;
+  if (!um_backend_check_copy ("cuda", dst->bytes, offset, bytes, error))
+    return FALSE;
+  if (bytes == 0)
+    return TRUE;
+  return cuda_ok (cudaSetDevice (c->device), "selecting the device", error)
+         && cuda_ok (cudaMemcpyAsync ((char *) dst->ptr + offset, src, bytes, cudaMemcpyHostToDevice,
+                                      c->copy_stream), "uploading a weight slot", error)
+         && cuda_ok (cudaStreamSynchronize (c->copy_stream), "uploading a weight slot", error);
+}
+
+static gboolean
+cuda_sync (UmBackend *be, GError **error)
+{
+  return cuda_ok (cudaStreamSynchronize (CTX (be)->stream), "waiting for the GPU", error);
+}
+
+/* Page-locked, so that copy_upload is a real asynchronous DMA that overlaps
+ * compute; pinning can fail (RLIMIT_MEMLOCK, too much asked), and plain
+ * memory still works, through a staged copy. */
+static void *
+cuda_host_alloc (UmBackend *be, size_t bytes, GError **error)
+{
+  CudaCtx *c = CTX (be);
+  void *p = NULL;
+  cudaError_t e = cudaHostAlloc (&p, MAX (bytes, 1), cudaHostAllocPortable);
+
+  if (e == cudaSuccess)
+    {
+      g_mutex_lock (&c->host_lock);
+      g_hash_table_add (c->pinned, p);
+      g_mutex_unlock (&c->host_lock);
+      return p;
+    }
+  (void) cudaGetLastError ();
+  g_debug ("cuda: could not pin %.1f MiB of host memory (%s); using pageable memory", bytes / 1048576.0,
+           cudaGetErrorString (e));
+  p = NULL;
+  if (posix_memalign (&p, 64, MAX (bytes, 1)) != 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "cuda: out of host memory for a weight store of %.1f MiB", bytes / 1048576.0);
+      return NULL;
+    }
+  return p;
+}
+
+static void
+cuda_host_free (UmBackend *be, void *ptr, size_t bytes)
+{
+  CudaCtx *c = be->ctx;
+  gboolean pinned;
+
+  if (ptr == NULL)
+    return;
+  g_mutex_lock (&c->host_lock);
+  pinned = g_hash_table_remove (c->pinned, ptr);
+  g_mutex_unlock (&c->host_lock);
+  if (pinned)
+    {
+      cudaSetDevice (c->device);
+      cudaFreeHost (ptr);
+      (void) cudaGetLastError ();
+    }
+  else
+    free (ptr);
 }
 
 /* Weights are uploaded as stored: quantized blocks stay quantized. */
@@ -297,18 +467,16 @@ cuda_weight_load (UmBackend *be, const UmWeight *w, GError **error)
 {
   CudaCtx *c = CTX (be);
   size_t bytes = w->rows * w->row_bytes;
+  g_autofree char *what = g_strdup_printf ("weight “%s”", w->name);
   UmDevWeight *dw;
-  void *p = dev_alloc (c, bytes, error);
+  void *p = dev_alloc (c, bytes, what, error);
 
   if (p == NULL)
-    {
-      if (error && *error)
-        g_prefix_error (error, "weight “%s”: ", w->name);
-      return NULL;
-    }
-  if (!cuda_ok (cudaMemcpyAsync (p, w->data, bytes, cudaMemcpyHostToDevice, c->copy_stream), "uploading a weight",
-                error)
-      || !cuda_ok (cudaStreamSynchronize (c->copy_stream), "uploading a weight", error))
+    return NULL;
+  if (bytes > 0
+      && (!cuda_ok (cudaMemcpyAsync (p, w->data, bytes, cudaMemcpyHostToDevice, c->copy_stream),
+                    "uploading a weight", error)
+          || !cuda_ok (cudaStreamSynchronize (c->copy_stream), "uploading a weight", error)))
     {
       dev_free (c, p, bytes);
       return NULL;
@@ -318,14 +486,75 @@ cuda_weight_load (UmBackend *be, const UmWeight *w, GError **error)
   dw->w.data = p;
   dw->dev = p;
   dw->bytes = bytes;
+  c->weight_bytes += bytes;
+  return dw;
+}
+
+/* The element alignment the typed readers of a weight need: cuBLAS (F32,
+ * F16, BF16 products) and RMSNorm read whole elements; the dequantizers read
+ * bytes. */
+static size_t
+weight_alignment (UmDType t)
+{
+  switch (t)
+    {
+    case UM_DTYPE_F32:
+    case UM_DTYPE_I32:
+      return 4;
+    case UM_DTYPE_F16:
+    case UM_DTYPE_BF16:
+      return 2;
+    default:
+      return 1;
+    }
+}
+
+/* Owns nothing: the same pointer arithmetic as a loaded weight, at
+ * buf + offset instead of a cudaMalloc'd block. */
+static UmDevWeight *
+cuda_weight_view (UmBackend *be, UmBuf *buf, size_t offset, const UmWeight *meta, GError **error)
+{
+  guint64 bytes;
+  char *p;
+  UmDevWeight *dw;
+
+  if (!g_uint64_checked_mul (&bytes, meta->rows, meta->row_bytes) || bytes > G_MAXSIZE)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "cuda: weight “%s” is too large", meta->name);
+      return NULL;
+    }
+  if (!um_backend_check_copy ("cuda", buf->bytes, offset, bytes, error))
+    return NULL;
+  p = (char *) buf->ptr + offset;
+  if ((uintptr_t) p % weight_alignment (meta->dtype) != 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "cuda: weight “%s” at offset %zu is not aligned to its %zu-byte elements", meta->name, offset,
+                   weight_alignment (meta->dtype));
+      return NULL;
+    }
+  dw = g_new0 (UmDevWeight, 1);
+  dw->w = *meta;
+  dw->w.data = p;
+  dw->dev = p;
+  dw->bytes = bytes;
+  dw->view = TRUE;
   return dw;
 }
 
 static void
 cuda_weight_free (UmBackend *be, UmDevWeight *w)
 {
-  cudaStreamSynchronize (CTX (be)->stream);
-  dev_free (CTX (be), w->dev, w->bytes);
+  CudaCtx *c;
+  if (w == NULL)
+    return;
+  if (!w->view)
+    {
+      c = CTX (be);
+      cudaStreamSynchronize (c->stream);
+      dev_free (c, w->dev, w->bytes);
+      c->weight_bytes -= w->bytes;
+    }
   g_free (w);
 }
 
@@ -361,6 +590,14 @@ static gboolean
 cuda_rms_norm (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *w, float eps, UmBuf *out,
                GError **error)
 {
+  /* The kernel reads floats: a norm weight stored otherwise (or short) would
+   * be read as garbage, or past its end. */
+  if (w->w.dtype != UM_DTYPE_F32 || w->w.rows * w->w.cols < (guint64) MAX (dim, 0))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cuda: norm weight “%s” is not %d F32 values",
+                   w->w.name, dim);
+      return FALSE;
+    }
   return cuda_ok (um_cuda_rms_norm (x->ptr, rows, dim, w->dev, eps, out->ptr, CTX (be)->stream), "RMSNorm", error);
 }
 
@@ -459,14 +696,21 @@ cuda_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *dw, UmBuf *ou
 
 static const UmBackendOps cuda_ops = {
   .name = "cuda",
+  .weights_in_place = FALSE,
   .destroy = cuda_destroy,
   .mem_info = cuda_mem_info,
   .buf_alloc = cuda_buf_alloc,
   .buf_free = cuda_buf_free,
+  .buf_view = cuda_buf_view,
   .buf_upload = cuda_buf_upload,
   .buf_download = cuda_buf_download,
   .weight_load = cuda_weight_load,
   .weight_free = cuda_weight_free,
+  .weight_view = cuda_weight_view,
+  .host_alloc = cuda_host_alloc,
+  .host_free = cuda_host_free,
+  .copy_upload = cuda_copy_upload,
+  .sync = cuda_sync,
   .embed = cuda_embed,
   .get_rows = cuda_get_rows,
   .rms_norm = cuda_rms_norm,
@@ -530,12 +774,30 @@ um_gpu_report_new (void)
   return r;
 }
 
+/* The device memory a context sets aside by its limits: a stack for every
+ * thread the GPU can hold resident, the device malloc heap and the printf
+ * FIFO. The driver's own reservations beyond these are not known, so this
+ * is an estimate, not a measurement. */
+static guint64
+context_estimate (const struct cudaDeviceProp *prop)
+{
+  size_t stack = 0, heap = 0, fifo = 0;
+
+  if (cudaDeviceGetLimit (&stack, cudaLimitStackSize) != cudaSuccess
+      || cudaDeviceGetLimit (&heap, cudaLimitMallocHeapSize) != cudaSuccess
+      || cudaDeviceGetLimit (&fifo, cudaLimitPrintfFifoSize) != cudaSuccess)
+    (void) cudaGetLastError ();
+  return (guint64) stack * (guint64) prop->multiProcessorCount * (guint64) prop->maxThreadsPerMultiProcessor
+         + heap + fifo;
+}
+
 UmBackend *
 um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
 {
   g_autofree char *why = NULL;
   struct cudaDeviceProp prop;
-  size_t free_b = 0, total_b = 0;
+  size_t free_ctx = 0, free_init = 0, total_b = 0;
+  guint64 own = 0, ctx_upper, ctx_est;
   int count = 0;
   UmBackend *be;
   CudaCtx *c;
@@ -560,28 +822,59 @@ um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
                    prop.minor);
       return NULL;
     }
+  /* cudaFree (NULL) creates the context now, so that the second reading
+   * below differs from this one only by what this function allocates. */
   if (!load_cublas (error)
       || !cuda_ok (cudaSetDevice (device), "selecting the device", error)
-      || !cuda_ok (cudaMemGetInfo (&free_b, &total_b), "querying memory", error))
+      || !cuda_ok (cudaFree (NULL), "creating the CUDA context", error)
+      || !cuda_ok (cudaMemGetInfo (&free_ctx, &total_b), "querying memory", error))
     return NULL;
 
   c = g_new0 (CudaCtx, 1);
   c->device = device;
   c->total = total_b;
-  c->budget = budget_bytes ? budget_bytes : (free_b > DEFAULT_MARGIN ? free_b - DEFAULT_MARGIN : 0);
+  g_mutex_init (&c->host_lock);
+  c->pinned = g_hash_table_new (NULL, NULL);
+  /* cuBLAS's recommended workspace: 32 MiB from Hopper on, 4 MiB before. */
+  c->workspace_bytes = blas.set_workspace != NULL ? (prop.major >= 9 ? 32u << 20 : 4u << 20) : 0;
   be = g_new0 (UmBackend, 1);
   be->ops = &cuda_ops;
   be->ctx = c;
   if (!cuda_ok (cudaStreamCreateWithFlags (&c->stream, cudaStreamNonBlocking), "creating a stream", error)
       || !cuda_ok (cudaStreamCreateWithFlags (&c->copy_stream, cudaStreamNonBlocking), "creating a stream", error)
-      || !cuda_ok (cudaEventCreateWithFlags (&c->copy_done, cudaEventDisableTiming), "creating an event", error)
       || !blas_ok (blas.create (&c->handle), "creating a handle", error)
+      /* Before the workspace: setting the stream resets it to cuBLAS's pool. */
       || !blas_ok (blas.set_stream (c->handle, c->stream), "setting the stream", error)
+      || (c->workspace_bytes > 0
+          && (!cuda_ok (cudaMalloc (&c->workspace, c->workspace_bytes), "allocating the cuBLAS workspace", error)
+              || !blas_ok (blas.set_workspace (c->handle, c->workspace, c->workspace_bytes),
+                           "setting the workspace", error)))
       /* No TF32 shortcuts: F32 weights get true fp32 products. */
-      || !blas_ok (blas.set_math_mode (c->handle, CUBLAS_DEFAULT_MATH), "setting the math mode", error))
+      || !blas_ok (blas.set_math_mode (c->handle, CUBLAS_DEFAULT_MATH), "setting the math mode", error)
+      || !cuda_ok (cudaMemGetInfo (&free_init, &total_b), "querying memory", error))
     {
       cuda_destroy (be);
       return NULL;
     }
+
+  /* Overhead, outside in_use: (1) the streams, cuBLAS's handle and its
+   * workspace, measured as the fall in free memory across their creation
+   * (another process allocating or freeing meanwhile would skew it, so it
+   * is never taken below the workspace we know we allocated); (2) the
+   * context, which exists before any reading can be taken: total − free
+   * after its creation bounds it from above but counts every other
+   * process's memory too, so the estimate from its limits is used, capped
+   * by that bound. Kernels (ours and cuBLAS's) load on first use and are
+   * not included; nor is the display's or other programs' memory. */
+  if (free_ctx > free_init)
+    own = free_ctx - free_init;
+  own = MAX (own, (guint64) c->workspace_bytes);
+  ctx_upper = total_b > free_ctx ? total_b - free_ctx : 0;
+  ctx_est = MIN (context_estimate (&prop), ctx_upper);
+  c->fixed_overhead = own + ctx_est;
+  c->budget = budget_bytes ? budget_bytes : (free_init > DEFAULT_MARGIN ? free_init - DEFAULT_MARGIN : 0);
+  g_debug ("cuda: device %d: context ≈ %.1f MiB (at most %.1f MiB), cuBLAS handle and workspace %.1f MiB, "
+           "budget %.1f MiB", device, ctx_est / 1048576.0, ctx_upper / 1048576.0, own / 1048576.0,
+           c->budget / 1048576.0);
   return be;
 }

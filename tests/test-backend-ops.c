@@ -330,6 +330,423 @@ test_get_rows (void)
   g_assert_cmpfloat (run_both (op_get_rows, in, &n, 1, 4 * 77, &a), ==, 0.0);
 }
 
+/* ---- memory modes: weights in streaming slots, the copy thread ---- */
+
+static gboolean
+is_quantized (UmDType t)
+{
+  return t != UM_DTYPE_F32 && t != UM_DTYPE_F16 && t != UM_DTYPE_BF16;
+}
+
+/* Element-aligned for every stored type but not 16-byte aligned, unlike a
+ * cudaMalloc'd block: the view's own pointer arithmetic is what is tested. */
+#define VIEW_OFFSET 148
+
+/* @w's bytes, through a host store, copied into a new buffer at @offset and
+ * used in place, as a layer-streaming slot does. */
+static UmDevWeight *
+weight_in_slot (UmBackend *be, const UmWeight *w, size_t offset, UmBuf **slot)
+{
+  g_autoptr(GError) error = NULL;
+  size_t bytes = w->rows * w->row_bytes;
+  void *store = be->ops->host_alloc (be, bytes, &error);
+  UmDevWeight *dw;
+
+  g_assert_no_error (error);
+  memcpy (store, w->data, bytes);
+  *slot = be->ops->buf_alloc (be, offset + bytes + 64, &error);
+  g_assert_no_error (error);
+  g_assert_true (be->ops->copy_upload (be, *slot, offset, store, bytes, &error));
+  g_assert_no_error (error);
+  /* copy_upload returns once the bytes are in place: the store may go. */
+  be->ops->host_free (be, store, bytes);
+  dw = be->ops->weight_view (be, *slot, offset, w, &error);
+  g_assert_no_error (error);
+  g_assert_nonnull (dw);
+  return dw;
+}
+
+/* out[rows, n_out] = x · wᵀ on one backend, downloaded. */
+static float *
+matmul_on (UmBackend *be, const float *x, int rows, int n_in, const UmDevWeight *dw, int n_out)
+{
+  g_autoptr(GError) error = NULL;
+  UmBuf *in = upload (be, x, (size_t) rows * n_in);
+  UmBuf *out = upload (be, NULL, (size_t) rows * n_out);
+  float *r;
+
+  g_assert_true (be->ops->matmul (be, in, rows, dw, out, &error));
+  g_assert_no_error (error);
+  r = download (be, out, (size_t) rows * n_out);
+  be->ops->buf_free (be, in);
+  be->ops->buf_free (be, out);
+  return r;
+}
+
+static void
+test_weight_view_matmul (void)
+{
+  const UmDType types[] = { UM_DTYPE_F32, UM_DTYPE_F16, UM_DTYPE_BF16, UM_DTYPE_Q8_0, UM_DTYPE_Q4_0,
+                            UM_DTYPE_Q4_1, UM_DTYPE_Q5_0, UM_DTYPE_Q5_1, UM_DTYPE_Q4_K, UM_DTYPE_Q5_K, UM_DTYPE_Q6_K };
+  const int ms[] = { 1, 17, 96 };
+  const gint32 ids[] = { 0, 5, 299, 7, 7, 100 };
+
+  for (guint t = 0; t < G_N_ELEMENTS (types); t++)
+    {
+      Args loaded = { 0 }, view = { 0 };
+      g_autofree float *wstore = NULL;
+      UmBuf *slot[2];
+
+      make_weight (&loaded, types[t], 300, 512, &wstore);
+      load_weight (&loaded);
+      view.w = loaded.w;
+      view.dw[0] = weight_in_slot (cpu, &view.w, VIEW_OFFSET, &slot[0]);
+      view.dw[1] = weight_in_slot (gpu, &view.w, VIEW_OFFSET, &slot[1]);
+      for (guint i = 0; i < G_N_ELEMENTS (ms); i++)
+        {
+          g_autofree float *x = g_new (float, (size_t) ms[i] * 512);
+          g_autofree float *from_view = NULL, *from_loaded = NULL;
+          float *in[1] = { x };
+          size_t sizes[1] = { (size_t) ms[i] * 512 };
+          double e;
+
+          fill (x, sizes[0], 1.0);
+          view.rows = ms[i];
+          e = run_both (op_matmul, in, sizes, 1, (size_t) ms[i] * 300, &view);
+          g_test_message ("matmul on a view %s m=%d: normalised error %.2g", um_dtype_name (types[t]), ms[i], e);
+          g_assert_cmpfloat (e, <, types[t] == UM_DTYPE_F32 ? 1e-5 : 5e-3);
+
+          /* Against the loaded weight on the GPU: quantized weights go
+           * through the same dequantizer into the same tile, so the very
+           * same product; cuBLAS may choose other kernels for the view's
+           * alignment of plain data, which changes only the order of fp32
+           * sums. */
+          from_view = matmul_on (gpu, x, ms[i], 512, view.dw[1], 300);
+          from_loaded = matmul_on (gpu, x, ms[i], 512, loaded.dw[1], 300);
+          if (is_quantized (types[t]))
+            g_assert_cmpmem (from_view, ms[i] * 300 * sizeof (float), from_loaded, ms[i] * 300 * sizeof (float));
+          else
+            g_assert_cmpfloat (nerr (from_view, from_loaded, (size_t) ms[i] * 300), <, 1e-5);
+        }
+
+      /* The same view as an embedding table. */
+      view.idx = ids;
+      view.rows = G_N_ELEMENTS (ids);
+      g_assert_cmpfloat (run_both (op_embed, NULL, NULL, 0, view.rows * 512, &view), <, 1e-6);
+
+      for (int k = 0; k < 2; k++)
+        {
+          UmBackend *be = k ? gpu : cpu;
+          be->ops->weight_free (be, view.dw[k]);
+          be->ops->buf_free (be, slot[k]);
+        }
+      free_weight (&loaded);
+    }
+}
+
+static void
+test_weight_view_rms_norm (void)
+{
+  Args a = { 0 };
+  g_autofree float *w = g_new (float, 333), *x = g_new (float, 9 * 333);
+  float *in[1] = { x };
+  size_t sizes[1] = { 9 * 333 };
+  UmBuf *slot[2];
+  g_autoptr(GError) error = NULL;
+
+  fill (w, 333, 1.0);
+  fill (x, sizes[0], 3.0);
+  a.w = (UmWeight) { "norm", UM_DTYPE_F32, 1, 333, 333 * 4, w };
+  a.dw[0] = weight_in_slot (cpu, &a.w, VIEW_OFFSET, &slot[0]);
+  a.dw[1] = weight_in_slot (gpu, &a.w, VIEW_OFFSET, &slot[1]);
+  a.rows = 9;
+  a.dim = 333;
+  g_assert_cmpfloat (run_both (op_rms_norm, in, sizes, 1, sizes[0], &a), <, 1e-6);
+
+  /* cuBLAS and the RMSNorm kernel read whole floats: the GPU refuses an F32
+   * view that is not 4-byte aligned rather than misread it. */
+  g_assert_null (gpu->ops->weight_view (gpu, slot[1], VIEW_OFFSET + 2, &a.w, &error));
+  g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
+  g_clear_error (&error);
+  /* And a view past the end of its buffer. */
+  g_assert_null (gpu->ops->weight_view (gpu, slot[1], VIEW_OFFSET + 128, &a.w, &error));
+  g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
+
+  for (int k = 0; k < 2; k++)
+    {
+      UmBackend *be = k ? gpu : cpu;
+      be->ops->weight_free (be, a.dw[k]);
+      be->ops->buf_free (be, slot[k]);
+    }
+}
+
+typedef struct {
+  UmBackend    *be;
+  UmBuf        *dst;
+  const guint8 *src;
+  size_t        bytes;
+  size_t        chunk;
+  GError       *error;
+} CopyJob;
+
+static gpointer
+copy_thread (gpointer data)
+{
+  CopyJob *job = data;
+  for (size_t off = 0; off < job->bytes; off += job->chunk)
+    if (!job->be->ops->copy_upload (job->be, job->dst, off, job->src + off, MIN (job->chunk, job->bytes - off),
+                                    &job->error))
+      return GINT_TO_POINTER (FALSE);
+  return GINT_TO_POINTER (TRUE);
+}
+
+/* Layer streaming's pattern: a second thread copies the next weight into a
+ * slot while this one keeps the GPU busy with products on another slot;
+ * after sync both must be exactly what they would be one after the other. */
+static void
+test_copy_upload_concurrent (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree float *astore = NULL, *bstore = NULL;
+  g_autofree float *x = NULL, *got = NULL, *want = NULL;
+  g_autofree guint8 *back = NULL;
+  Args a = { 0 }, b = { 0 };
+  UmBuf *slot_a, *slot_b, *in, *out;
+  size_t b_bytes;
+  guint8 *store;
+  CopyJob job = { 0 };
+  GThread *thread;
+  const int m = 64, k = 1024;
+
+  make_weight (&a, UM_DTYPE_Q8_0, 1024, k, &astore);
+  make_weight (&b, UM_DTYPE_Q4_K, 768, k, &bstore);
+  b_bytes = b.w.rows * b.w.row_bytes;
+  a.dw[0] = cpu->ops->weight_load (cpu, &a.w, &error);
+  b.dw[0] = cpu->ops->weight_load (cpu, &b.w, &error);
+  g_assert_no_error (error);
+  a.dw[1] = weight_in_slot (gpu, &a.w, 0, &slot_a);
+
+  slot_b = gpu->ops->buf_alloc (gpu, b_bytes, &error);
+  g_assert_no_error (error);
+  store = gpu->ops->host_alloc (gpu, b_bytes, &error);
+  g_assert_no_error (error);
+  memcpy (store, b.w.data, b_bytes);
+
+  x = g_new (float, (size_t) m * k);
+  fill (x, (size_t) m * k, 1.0);
+  in = upload (gpu, x, (size_t) m * k);
+  out = upload (gpu, NULL, (size_t) m * 1024);
+
+  /* Small chunks, so that the copies interleave with the queued products. */
+  job = (CopyJob) { gpu, slot_b, store, b_bytes, 64 << 10, NULL };
+  thread = g_thread_new ("copy", copy_thread, &job);
+  for (int i = 0; i < 50; i++)
+    {
+      g_assert_true (gpu->ops->matmul (gpu, in, m, a.dw[1], out, &error));
+      g_assert_no_error (error);
+    }
+  g_assert_true (GPOINTER_TO_INT (g_thread_join (thread)));
+  g_assert_no_error (job.error);
+  g_assert_true (gpu->ops->sync (gpu, &error));
+  g_assert_no_error (error);
+
+  /* The products on slot A. */
+  got = download (gpu, out, (size_t) m * 1024);
+  want = matmul_on (cpu, x, m, k, a.dw[0], 1024);
+  g_assert_cmpfloat (nerr (got, want, (size_t) m * 1024), <, 5e-3);
+
+  /* Slot B: the bytes, then a product through a view of them. */
+  back = g_malloc (b_bytes);
+  g_assert_true (gpu->ops->buf_download (gpu, slot_b, 0, back, b_bytes, &error));
+  g_assert_cmpmem (back, b_bytes, b.w.data, b_bytes);
+  b.dw[1] = gpu->ops->weight_view (gpu, slot_b, 0, &b.w, &error);
+  g_assert_no_error (error);
+  g_clear_pointer (&got, g_free);
+  g_clear_pointer (&want, g_free);
+  got = matmul_on (gpu, x, m, k, b.dw[1], 768);
+  want = matmul_on (cpu, x, m, k, b.dw[0], 768);
+  g_assert_cmpfloat (nerr (got, want, (size_t) m * 768), <, 5e-3);
+
+  gpu->ops->host_free (gpu, store, b_bytes);
+  gpu->ops->buf_free (gpu, in);
+  gpu->ops->buf_free (gpu, out);
+  free_weight (&a);
+  free_weight (&b);
+  gpu->ops->buf_free (gpu, slot_a);
+  gpu->ops->buf_free (gpu, slot_b);
+}
+
+static void
+test_host_alloc (void)
+{
+  g_autoptr(GError) error = NULL;
+  const size_t n = (3 << 20) + 5;
+  g_autofree guint8 *want = g_malloc (n);
+  guint8 *h, *back;
+  UmBuf *buf;
+  void *empty;
+
+  h = gpu->ops->host_alloc (gpu, n, &error);
+  g_assert_no_error (error);
+  back = gpu->ops->host_alloc (gpu, n, &error);
+  g_assert_no_error (error);
+  for (size_t i = 0; i < n; i++)
+    want[i] = h[i] = (guint8) (i * 7 + 3);
+  buf = gpu->ops->buf_alloc (gpu, n + 3, &error);
+  g_assert_no_error (error);
+
+  /* A pinned source is read by DMA after cudaMemcpyAsync returns: buf_upload
+   * must still be done with it on return, like the CPU's memcpy. */
+  g_assert_true (gpu->ops->buf_upload (gpu, buf, 3, h, n, &error));
+  memset (h, 0, n);
+  g_assert_true (gpu->ops->buf_download (gpu, buf, 3, back, n, &error));
+  g_assert_no_error (error);
+  g_assert_cmpmem (back, n, want, n);
+
+  /* The copy thread's path, from this thread. */
+  for (size_t i = 0; i < n; i++)
+    h[i] = (guint8) ~want[i];
+  g_assert_true (gpu->ops->copy_upload (gpu, buf, 0, h, n, &error));
+  g_assert_true (gpu->ops->buf_download (gpu, buf, 0, back, n, &error));
+  g_assert_no_error (error);
+  g_assert_cmpmem (back, n, h, n);
+  /* Out of range is an error, not a write past the buffer. */
+  g_assert_false (gpu->ops->copy_upload (gpu, buf, 4, h, n, &error));
+  g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
+
+  gpu->ops->buf_free (gpu, buf);
+  gpu->ops->host_free (gpu, h, n);
+  gpu->ops->host_free (gpu, back, n);
+  empty = gpu->ops->host_alloc (gpu, 0, NULL);
+  g_assert_nonnull (empty);
+  gpu->ops->host_free (gpu, empty, 0);
+  gpu->ops->host_free (gpu, NULL, 0);
+}
+
+static void
+assert_mem (UmBackend *be, guint64 in_use, guint64 weight_bytes, guint64 n_allocs, guint64 peak)
+{
+  UmBackendMemInfo m;
+  be->ops->mem_info (be, &m);
+  g_assert_cmpuint (m.in_use, ==, in_use);
+  g_assert_cmpuint (m.weight_bytes, ==, weight_bytes);
+  g_assert_cmpuint (m.n_allocs, ==, n_allocs);
+  g_assert_cmpuint (m.peak, ==, peak);
+}
+
+/* Accounting on a fresh backend, the same on the CPU and the GPU: weights
+ * count in in_use, weight_bytes and peak; views and ops count nothing;
+ * n_allocs counts buf_alloc calls; overhead is outside in_use. */
+static void
+check_accounting (UmBackend *be, gboolean is_gpu)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree float *wf = NULL;
+  g_autofree float *x = g_new (float, 4 * 256);
+  const guint64 mib = 1 << 20;
+  UmBackendMemInfo m0, m1;
+  Args a = { 0 };
+  UmBuf *buf, *part, *xv, *ov;
+  UmDevWeight *dw, *vw;
+  guint64 wb;
+
+  make_weight (&a, UM_DTYPE_F16, 64, 256, &wf);
+  wb = a.w.rows * a.w.row_bytes;
+  be->ops->mem_info (be, &m0);
+  g_assert_cmpuint (m0.in_use, ==, 0);
+  g_assert_cmpuint (m0.weight_bytes, ==, 0);
+  g_assert_cmpuint (m0.n_allocs, ==, 0);
+  if (is_gpu)
+    {
+      g_assert_false (be->ops->weights_in_place);
+      g_assert_cmpuint (m0.total, >, 0);
+      g_assert_cmpuint (m0.free, <=, m0.total);
+      g_assert_cmpuint (m0.budget, >, 0);
+      /* At least cuBLAS's workspace; less than the whole device. */
+      g_assert_cmpuint (m0.overhead, >, 0);
+      g_assert_cmpuint (m0.overhead, <, m0.total);
+      g_test_message ("cuda overhead at creation: %.1f MiB", m0.overhead / 1048576.0);
+    }
+
+  buf = be->ops->buf_alloc (be, mib, &error);
+  g_assert_no_error (error);
+  assert_mem (be, mib, 0, 1, mib);
+  dw = be->ops->weight_load (be, &a.w, &error);
+  g_assert_no_error (error);
+  assert_mem (be, mib + wb, wb, 1, mib + wb);
+
+  /* Views: no memory, no allocation. */
+  part = be->ops->buf_view (be, buf, 4096, 8192, &error);
+  g_assert_no_error (error);
+  g_assert_true (be->ops->buf_upload (be, buf, 0, a.w.data, wb, &error));
+  vw = be->ops->weight_view (be, buf, 0, &a.w, &error);
+  g_assert_no_error (error);
+  xv = be->ops->buf_view (be, buf, 65536, 4 * 256 * sizeof (float), &error);
+  ov = be->ops->buf_view (be, buf, 131072, 4 * 64 * sizeof (float), &error);
+  g_assert_no_error (error);
+  assert_mem (be, mib + wb, wb, 1, mib + wb);
+
+  /* A product on views: its scratch is overhead, not in_use. */
+  fill (x, 4 * 256, 1.0);
+  g_assert_true (be->ops->buf_upload (be, xv, 0, x, 4 * 256 * sizeof (float), &error));
+  g_assert_true (be->ops->matmul (be, xv, 4, vw, ov, &error));
+  g_assert_true (be->ops->sync (be, &error));
+  g_assert_no_error (error);
+  assert_mem (be, mib + wb, wb, 1, mib + wb);
+  be->ops->mem_info (be, &m1);
+  g_assert_cmpuint (m1.overhead, >=, m0.overhead);
+
+  be->ops->weight_free (be, vw);
+  be->ops->buf_free (be, part);
+  be->ops->buf_free (be, xv);
+  be->ops->buf_free (be, ov);
+  assert_mem (be, mib + wb, wb, 1, mib + wb);
+  be->ops->weight_free (be, dw);
+  assert_mem (be, mib, 0, 1, mib + wb);
+  be->ops->buf_free (be, buf);
+  assert_mem (be, 0, 0, 1, mib + wb);
+}
+
+/* Weights count against the budget like buffers do. */
+static void
+check_weight_budget (UmBackend *be)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree float *wf = NULL;
+  Args a = { 0 };
+  UmBuf *buf;
+
+  make_weight (&a, UM_DTYPE_F16, 64, 256, &wf);
+  buf = be->ops->buf_alloc (be, 1 << 20, &error);
+  g_assert_no_error (error);
+  g_assert_null (be->ops->weight_load (be, &a.w, &error));
+  g_assert_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY);
+  assert_mem (be, 1 << 20, 0, 1, 1 << 20);
+  be->ops->buf_free (be, buf);
+}
+
+static void
+test_mem_info (void)
+{
+  const guint64 wb = 64 * 256 * 2;   /* the F16 weight of the checks */
+  g_autoptr(GError) error = NULL;
+
+  /* One byte short of the buffer and the weight together. */
+  const guint64 short_budget = (1 << 20) + wb - 1;
+
+  for (int k = 0; k < 2; k++)
+    {
+      g_autoptr(UmBackend) be = k ? um_backend_cuda_new (0, 0, &error) : um_backend_cpu_new (0, 0, &error);
+      g_autoptr(UmBackend) tight = NULL;
+
+      g_assert_no_error (error);
+      check_accounting (be, k == 1);
+      tight = k ? um_backend_cuda_new (0, short_budget, &error) : um_backend_cpu_new (short_budget, 0, &error);
+      g_assert_no_error (error);
+      check_weight_budget (tight);
+    }
+}
+
 /* The whole pipeline: the fixture's generation, same ids and trace. */
 static void
 record (const UmStepEvent *ev, gpointer data)
@@ -413,6 +830,11 @@ main (int argc, char **argv)
   g_test_add_func ("/backend-ops/attention", test_attention);
   g_test_add_func ("/backend-ops/swiglu", test_swiglu);
   g_test_add_func ("/backend-ops/get-rows", test_get_rows);
+  g_test_add_func ("/backend-ops/weight-view/matmul", test_weight_view_matmul);
+  g_test_add_func ("/backend-ops/weight-view/rms-norm", test_weight_view_rms_norm);
+  g_test_add_func ("/backend-ops/copy-upload-concurrent", test_copy_upload_concurrent);
+  g_test_add_func ("/backend-ops/host-alloc", test_host_alloc);
+  g_test_add_func ("/backend-ops/mem-info", test_mem_info);
   g_test_add_func ("/backend-ops/generate", test_generate_same_as_cpu);
   g_test_add_func ("/backend-ops/out-of-memory", test_out_of_memory);
   rc = g_test_run ();
