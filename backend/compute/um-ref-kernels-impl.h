@@ -109,14 +109,29 @@ FN (forward) (const UmModel *model, const gint32 *ids, int seq_len, REAL *logits
               GError **error)
 {
   const UmModelConfig *c = &model->cfg;
-  const int64_t L = seq_len, D = c->d_model, F = c->mlp_hidden;
-  const int H = c->n_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
-  g_autofree REAL *x = g_new (REAL, L * D), *h = g_new (REAL, L * D);
-  g_autofree REAL *q = g_new (REAL, L * D), *k = g_new (REAL, L * Hkv * hd);
-  g_autofree REAL *v = g_new (REAL, L * Hkv * hd), *att = g_new (REAL, L * D);
-  g_autofree REAL *g = g_new (REAL, L * F), *u = g_new (REAL, L * F);
+  const int64_t L = seq_len, D = c->d_model;
+  const int hd = c->head_dim;
+  int64_t max_q = 0, max_kv = 0, max_f = 0;
+  g_autofree REAL *x = NULL, *h = NULL, *q = NULL, *k = NULL, *v = NULL, *att = NULL;
+  g_autofree REAL *g = NULL, *u = NULL;
   g_autofree gint32 *pos = g_new (gint32, L);
 
+  /* Each layer has its own counts (pruned models): size for the widest. */
+  for (guint l = 0; l < c->n_layers; l++)
+    {
+      const UmLayerWeights *W = &model->layers[l];
+      max_q = MAX (max_q, (int64_t) W->n_heads * hd);
+      max_kv = MAX (max_kv, (int64_t) W->n_kv_heads * hd);
+      max_f = MAX (max_f, (int64_t) W->ffn);
+    }
+  x = g_new (REAL, L * D);
+  h = g_new (REAL, L * D);
+  q = g_new (REAL, L * MAX (max_q, 1));
+  k = g_new (REAL, L * MAX (max_kv, 1));
+  v = g_new (REAL, L * MAX (max_kv, 1));
+  att = g_new (REAL, L * MAX (max_q, 1));
+  g = g_new (REAL, L * MAX (max_f, 1));
+  u = g_new (REAL, L * MAX (max_f, 1));
   for (int64_t t = 0; t < L; t++)
     {
       if (ids[t] < 0 || (guint) ids[t] >= c->vocab_size)
@@ -130,6 +145,8 @@ FN (forward) (const UmModel *model, const gint32 *ids, int seq_len, REAL *logits
   for (guint l = 0; l < c->n_layers; l++)
     {
       const UmLayerWeights *W = &model->layers[l];
+      const int H = W->n_heads, Hkv = W->n_kv_heads;
+      const int64_t F = W->ffn;
       FN (rms_norm) (x, L, D, W->attn_norm.data, (REAL) c->rms_eps, h);
       FN (matmul) (h, L, &W->wq, q);
       FN (matmul) (h, L, &W->wk, k);

@@ -1119,6 +1119,41 @@ um_gguf_get_int32_array (UmGguf *g, const char *key, gint32 **out_copy,
 }
 
 gboolean
+um_gguf_get_u32_array (UmGguf *g, const char *key, guint32 **out_copy,
+                       guint64 *count, GError **error)
+{
+  Kv *kv = lookup_array (g, key, error);
+  g_autofree guint32 *copy = NULL;
+  gsize size;
+
+  if (kv == NULL)
+    return FALSE;
+  if (!type_is_integer (kv->elem_type))
+    return wrong_type (g, kv, "an array of integers", error);
+  size = type_sizes[kv->elem_type];
+  /* count * size <= file size, so this is bounded by the file. */
+  copy = kv->count ? g_new (guint32, kv->count) : NULL;
+  for (guint64 i = 0; i < kv->count; i++)
+    {
+      gboolean neg;
+      gint64 sv = 0;
+      guint64 uv = 0;
+
+      load_int (kv->elem_type, kv->value + i * size, &neg, &sv, &uv);
+      if (neg || uv > G_MAXUINT32)
+        {
+          g_autofree char *what = g_strdup_printf ("%s[%" G_GUINT64_FORMAT "]", key, i);
+          return does_not_fit (g, what, neg, sv, uv, "uint32", error);
+        }
+      copy[i] = (guint32) uv;
+    }
+  *out_copy = g_steal_pointer (&copy);
+  if (count)
+    *count = kv->count;
+  return TRUE;
+}
+
+gboolean
 um_gguf_get_f32_array (UmGguf *g, const char *key, float **out_copy,
                        guint64 *count, GError **error)
 {

@@ -121,6 +121,10 @@ const void    *um_gguf_get_array_data (UmGguf *g, const char *key, UmGgufType *e
  * g_free. An empty array gives *out_copy = NULL, *count = 0 and TRUE. */
 gboolean       um_gguf_get_int32_array (UmGguf *g, const char *key, gint32 **out_copy,
                                         guint64 *count, GError **error);
+/* Any integer element type, each value converted to uint32 (negative or
+ * larger values are an error naming the element); same conventions. */
+gboolean       um_gguf_get_u32_array (UmGguf *g, const char *key, guint32 **out_copy,
+                                      guint64 *count, GError **error);
 /* float32 or float64 elements, converted to float; same conventions. */
 gboolean       um_gguf_get_f32_array (UmGguf *g, const char *key, float **out_copy,
                                       guint64 *count, GError **error);

@@ -1,5 +1,8 @@
 #include "um-tensor-table.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "um-error.h"
 
 struct _UmTensorTable {
@@ -8,6 +11,100 @@ struct _UmTensorTable {
   GPtrArray  *mappings;  /* GMappedFile* */
   GPtrArray  *files;     /* char* file names */
 };
+
+/* Read-only file mappings held by live tables: um_tensor_data_release ()
+ * only drops pages inside one of these, since MADV_DONTNEED on anonymous
+ * memory would zero it. A mapping may be held by several tables. */
+typedef struct {
+  const guint8 *begin, *end;
+  guint         refs;
+} MappedRange;
+
+static GMutex  ranges_lock;
+static GArray *ranges;   /* MappedRange */
+
+static void
+ranges_add (GMappedFile *mapping)
+{
+  const guint8 *p = (const guint8 *) g_mapped_file_get_contents (mapping);
+  gsize len = g_mapped_file_get_length (mapping);
+  MappedRange r = { p, p + len, 1 };
+
+  if (p == NULL || len == 0)
+    return;
+  g_mutex_lock (&ranges_lock);
+  if (ranges == NULL)
+    ranges = g_array_new (FALSE, FALSE, sizeof (MappedRange));
+  for (guint i = 0; i < ranges->len; i++)
+    {
+      MappedRange *q = &g_array_index (ranges, MappedRange, i);
+      if (q->begin == r.begin && q->end == r.end)
+        {
+          q->refs++;
+          g_mutex_unlock (&ranges_lock);
+          return;
+        }
+    }
+  g_array_append_val (ranges, r);
+  g_mutex_unlock (&ranges_lock);
+}
+
+static void
+ranges_remove (GMappedFile *mapping)
+{
+  const guint8 *p = (const guint8 *) g_mapped_file_get_contents (mapping);
+  gsize len = g_mapped_file_get_length (mapping);
+
+  if (p == NULL || len == 0)
+    return;
+  g_mutex_lock (&ranges_lock);
+  for (guint i = 0; ranges != NULL && i < ranges->len; i++)
+    {
+      MappedRange *q = &g_array_index (ranges, MappedRange, i);
+      if (q->begin == p && q->end == p + len)
+        {
+          if (--q->refs == 0)
+            g_array_remove_index_fast (ranges, i);
+          break;
+        }
+    }
+  g_mutex_unlock (&ranges_lock);
+}
+
+static void
+mapping_release (gpointer p)
+{
+  ranges_remove (p);
+  g_mapped_file_unref (p);
+}
+
+void
+um_tensor_data_release (const void *data, size_t bytes)
+{
+  const guint8 *begin = data, *end = begin + bytes;
+  uintptr_t page = (uintptr_t) sysconf (_SC_PAGESIZE);
+  uintptr_t a, b;
+  gboolean inside = FALSE;
+
+  if (data == NULL || bytes == 0 || page == 0 || end < begin)
+    return;
+  /* Only whole pages inside the range: neighbours may still be in use. */
+  a = ((uintptr_t) begin + page - 1) / page * page;
+  b = (uintptr_t) end / page * page;
+  if (b <= a)
+    return;
+  /* Under the lock, so the mapping cannot be unmapped (and the addresses
+   * reused) between the check and the madvise. */
+  g_mutex_lock (&ranges_lock);
+  for (guint i = 0; ranges != NULL && i < ranges->len && !inside; i++)
+    {
+      const MappedRange *q = &g_array_index (ranges, MappedRange, i);
+      inside = begin >= q->begin && end <= q->end;
+    }
+  if (inside)
+    madvise ((void *) a, b - a, MADV_DONTNEED);
+  g_mutex_unlock (&ranges_lock);
+}
 
 static void
 tensor_info_free (gpointer p)
@@ -23,7 +120,7 @@ um_tensor_table_new (void)
   UmTensorTable *table = g_new0 (UmTensorTable, 1);
   table->tensors = g_ptr_array_new_with_free_func (tensor_info_free);
   table->by_name = g_hash_table_new (g_str_hash, g_str_equal);
-  table->mappings = g_ptr_array_new_with_free_func ((GDestroyNotify) g_mapped_file_unref);
+  table->mappings = g_ptr_array_new_with_free_func (mapping_release);
   table->files = g_ptr_array_new_with_free_func (g_free);
   return table;
 }
@@ -47,7 +144,10 @@ um_tensor_table_add_mapping (UmTensorTable *table,
 {
   char *name = g_strdup (file_name);
   if (mapping != NULL)
-    g_ptr_array_add (table->mappings, g_mapped_file_ref (mapping));
+    {
+      g_ptr_array_add (table->mappings, g_mapped_file_ref (mapping));
+      ranges_add (mapping);
+    }
   g_ptr_array_add (table->files, name);
   return name;
 }

@@ -63,6 +63,16 @@ gboolean            um_tensor_info_compute_sizes (UmTensorInfo *info,
                                                   const char   *file,
                                                   GError      **error);
 
+/* Drops the pages of [data, data + bytes) from this process's memory
+ * (madvise MADV_DONTNEED on the page-aligned interior of the range). For a
+ * read-only file mapping nothing is lost: the pages are read again from the
+ * page cache or the file on the next access. Used by converters that stream
+ * through a whole model once, so resident memory stays near one tensor.
+ * Only ranges inside a mapping that a live tensor table holds are touched;
+ * anything else (heap buffers, whose pages would be zeroed) is left alone. */
+void                um_tensor_data_release (const void *data,
+                                            size_t      bytes);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmTensorTable, um_tensor_table_free)
 
 G_END_DECLS

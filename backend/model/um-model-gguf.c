@@ -60,8 +60,136 @@ opt_f64 (UmGguf *g, const char *key, double *out, GError **error)
   return um_gguf_get_f64 (g, key, out, error);
 }
 
+/* Per-layer counts: each of n_layers values, from a scalar (every layer)
+ * or, as llama.cpp writes per-layer values, an array of one per layer. */
+typedef struct {
+  guint32 *heads, *kv_heads, *ffn;
+} LayerCounts;
+
+static void
+layer_counts_clear (LayerCounts *lc)
+{
+  g_clear_pointer (&lc->heads, g_free);
+  g_clear_pointer (&lc->kv_heads, g_free);
+  g_clear_pointer (&lc->ffn, g_free);
+}
+
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (LayerCounts, layer_counts_clear)
+
+/* Reads @key as a scalar or a per-layer array into *out (n_layers values,
+ * each from 1 to MAX_DIM) and its maximum into *max. Absent: *out stays
+ * NULL unless @required. */
 static gboolean
-read_config (UmModel *model, UmGguf *g, GError **error)
+read_per_layer (UmGguf *g, const char *key, gboolean required, guint n_layers,
+                guint32 **out, guint *max, GError **error)
+{
+  const char *file = um_gguf_file_name (g);
+  gint idx = um_gguf_find_key (g, key);
+  g_autofree guint32 *vals = NULL;
+  gboolean is_array;
+
+  if (idx < 0)
+    {
+      if (required)
+        g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “%s” is missing", file, key);
+      return !required;
+    }
+  is_array = um_gguf_kv_type (g, idx) == UM_GGUF_ARRAY;
+  if (is_array)
+    {
+      guint64 n = 0;
+      if (!um_gguf_get_u32_array (g, key, &vals, &n, error))
+        return FALSE;
+      if (n != n_layers)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                       "%s: “%s” has %" G_GUINT64_FORMAT " per-layer values but llada.block_count is %u",
+                       file, key, n, n_layers);
+          return FALSE;
+        }
+    }
+  else
+    {
+      guint v = 0;
+      if (!opt_u32 (g, key, MAX_DIM, &v, error))
+        return FALSE;
+      vals = g_new (guint32, n_layers);
+      for (guint l = 0; l < n_layers; l++)
+        vals[l] = v;
+    }
+  *max = 0;
+  for (guint l = 0; l < n_layers; l++)
+    {
+      if (vals[l] == 0 || vals[l] > MAX_DIM)
+        {
+          if (is_array)
+            g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “%s”[%u] is %u; it must be 1 to %u",
+                         file, key, l, vals[l], MAX_DIM);
+          else
+            g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “%s” is 0", file, key);
+          return FALSE;
+        }
+      *max = MAX (*max, vals[l]);
+    }
+  *out = g_steal_pointer (&vals);
+  return TRUE;
+}
+
+/* The per-layer counts, the configuration's maxima and the head size. A
+ * pruned model has fewer heads than d_model / head_size, so the head size
+ * comes from llada.attention.key_length when present. */
+static gboolean
+read_counts (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
+{
+  UmModelConfig *c = &model->cfg;
+  const char *file = um_gguf_file_name (g);
+  guint key_len = 0, value_len = 0;
+
+  if (!read_per_layer (g, "llada.attention.head_count", TRUE, c->n_layers, &lc->heads, &c->n_heads, error)
+      || !read_per_layer (g, "llada.attention.head_count_kv", FALSE, c->n_layers, &lc->kv_heads,
+                          &c->n_kv_heads, error)
+      || !read_per_layer (g, "llada.feed_forward_length", TRUE, c->n_layers, &lc->ffn, &c->mlp_hidden, error)
+      || !opt_u32 (g, "llada.attention.key_length", MAX_DIM, &key_len, error)
+      || !opt_u32 (g, "llada.attention.value_length", MAX_DIM, &value_len, error))
+    return FALSE;
+  if (lc->kv_heads == NULL)
+    {
+      lc->kv_heads = g_memdup2 (lc->heads, c->n_layers * sizeof (guint32));
+      c->n_kv_heads = c->n_heads;
+    }
+  if (value_len != 0 && key_len != 0 && value_len != key_len)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                   "%s: llada.attention.value_length (%u) differs from llada.attention.key_length (%u)",
+                   file, value_len, key_len);
+      return FALSE;
+    }
+  if (key_len == 0)
+    key_len = value_len;
+  if (key_len != 0)
+    c->head_dim = key_len;
+  else
+    c->head_dim = c->d_model % c->n_heads == 0 ? c->d_model / c->n_heads : 0;
+  if ((guint64) c->n_heads * c->head_dim > c->d_model)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "%s: llada.attention.head_count: %u heads of size %u do not fit in llada.embedding_length (%u)",
+                   file, c->n_heads, c->head_dim, c->d_model);
+      return FALSE;
+    }
+  for (guint l = 0; l < c->n_layers; l++)
+    if (lc->heads[l] % lc->kv_heads[l] != 0)
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                     "%s: layer %u: llada.attention.head_count_kv (%u) does not divide "
+                     "llada.attention.head_count (%u)", file, l, lc->kv_heads[l], lc->heads[l]);
+        return FALSE;
+      }
+  return TRUE;
+}
+
+static gboolean
+read_config (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
 {
   UmModelConfig *c = &model->cfg;
   const char *file = um_gguf_file_name (g);
@@ -83,18 +211,19 @@ read_config (UmModel *model, UmGguf *g, GError **error)
   c->rope_theta = 10000.0;
   c->rms_eps = 1e-5;
   if (!req_u32 (g, "llada.block_count", MAX_LAYERS, &c->n_layers, error)
-      || !req_u32 (g, "llada.embedding_length", MAX_DIM, &c->d_model, error)
-      || !req_u32 (g, "llada.feed_forward_length", MAX_DIM, &c->mlp_hidden, error)
-      || !req_u32 (g, "llada.attention.head_count", MAX_DIM, &c->n_heads, error))
+      || !req_u32 (g, "llada.embedding_length", MAX_DIM, &c->d_model, error))
     return FALSE;
-  c->n_kv_heads = c->n_heads;
-  if (!opt_u32 (g, "llada.attention.head_count_kv", MAX_DIM, &c->n_kv_heads, error)
+  if (c->n_layers == 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: llada.block_count is 0", file);
+      return FALSE;
+    }
+  if (!read_counts (model, g, lc, error)
       || !opt_u32 (g, "llada.context_length", 1u << 20, &c->max_seq_len, error)
       || !opt_f64 (g, "llada.rope.freq_base", &c->rope_theta, error)
       || !opt_f64 (g, "llada.attention.layer_norm_rms_epsilon", &c->rms_eps, error)
       || !opt_u32 (g, "llada.rope.dimension_count", MAX_DIM, &rope_dims, error))
     return FALSE;
-  c->head_dim = c->n_heads && c->d_model % c->n_heads == 0 ? c->d_model / c->n_heads : 0;
   if (rope_dims != 0 && rope_dims != c->head_dim)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
@@ -187,12 +316,14 @@ um_model_load_gguf (UmModel *model, GError **error)
   UmGguf *g = um_gguf_open (model->path, error);
   const UmTensorInfo *embd;
   guint vocab = 0;
+  g_auto(LayerCounts) lc = { NULL, NULL, NULL };
+  UmModelConfig check;
 
   if (g == NULL)
     return FALSE;
   model->gguf = g;
   model->tensors = um_gguf_get_tensors (g);
-  if (!read_config (model, g, error) || !read_tokenizer (model, g, error))
+  if (!read_config (model, g, &lc, error) || !read_tokenizer (model, g, error))
     return FALSE;
 
   /* The vocabulary size is the embedding's row count. */
@@ -242,9 +373,22 @@ um_model_load_gguf (UmModel *model, GError **error)
                    um_gguf_file_name (g), um_tokenizer_vocab_size (model->tokenizer), model->cfg.vocab_size);
       return FALSE;
     }
-  if (!um_model_config_validate (&model->cfg, um_gguf_file_name (g), error))
+  /* A pruned model's widest layer may have fewer heads than d_model /
+   * head_dim: the rest of the configuration is checked as for the full
+   * width, the per-layer counts were checked by read_counts(). */
+  check = model->cfg;
+  if ((guint64) check.n_heads * check.head_dim != check.d_model
+      && check.head_dim != 0 && check.d_model % check.head_dim == 0)
+    check.n_heads = check.n_kv_heads = check.d_model / check.head_dim;
+  if (!um_model_config_validate (&check, um_gguf_file_name (g), error))
     return FALSE;
   model->layers = g_new0 (UmLayerWeights, model->cfg.n_layers);
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      model->layers[l].n_heads = lc.heads[l];
+      model->layers[l].n_kv_heads = lc.kv_heads[l];
+      model->layers[l].ffn = lc.ffn[l];
+    }
   {
     static const UmWeightNames gguf_names = {
       "token_embd.weight", "output_norm.weight", "output.weight",

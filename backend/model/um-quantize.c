@@ -1,11 +1,21 @@
 #include "um-quantize.h"
 
+#include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "um-error.h"
 #include "um-gguf.h"
 #include "um-quant.h"
+
+#define MAX_PRUNE_HEADS 0.3
+#define MAX_PRUNE_FFN   0.2
+/* Rows of output converted at a time: bounds memory whatever the tensor. */
+#define CHUNK_BYTES     (16u << 20)
+/* Column sums of wo / w_down are added up in this many fixed row ranges,
+ * then in order, so the scores do not depend on the thread count. */
+#define SCORE_PARTS     32
 
 typedef struct {
   const char *name;
@@ -45,6 +55,13 @@ um_quantize_type_is_valid (const char *type)
   return type != NULL && find_type (type) != NULL;
 }
 
+const char *
+um_quantize_type_name (const char *type)
+{
+  const QuantType *qt = type ? find_type (type) : NULL;
+  return qt ? qt->name : NULL;
+}
+
 /* llama.cpp's rule for which layers get more bits in the _M mixes. */
 static gboolean
 use_more_bits (guint layer, guint n_layers)
@@ -69,61 +86,520 @@ fit_type (UmDType t, uint64_t cols)
   return cols % um_dtype_info (t)->block_elems == 0 ? t : UM_DTYPE_F16;
 }
 
+/* ---- planning ------------------------------------------------------------ */
+
+/* A planned tensor and where its data comes from. */
 typedef struct {
-  char           *name;
+  UmPlannedTensor pub;
   const UmWeight *src;
-  UmDType         dtype;
-  guint           permute_heads;   /* 0: rows as stored */
-  gboolean        is_vector;
-} OutTensor;
+} PlanItem;
+
+typedef struct {
+  const QuantType *qt;        /* NULL: as stored */
+  double           prune_heads, prune_ffn;
+  GArray          *items;     /* PlanItem */
+  GArray          *layers;    /* UmPlannedLayer */
+} Plan;
 
 static void
-out_tensor_clear (gpointer p)
+plan_clear (Plan *p)
 {
-  g_free (((OutTensor *) p)->name);
+  g_clear_pointer (&p->items, g_array_unref);
+  g_clear_pointer (&p->layers, g_array_unref);
+}
+
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (Plan, plan_clear)
+
+/* How many of @count units of @width columns each survive @ratio: see
+ * um_quantize_plan_layers(). */
+static guint
+kept_units (guint count, double ratio, guint64 width, guint block)
+{
+  guint k;
+
+  if (ratio <= 0.0 || count == 0)
+    return count;
+  /* The epsilon keeps (1 - 0.3) * 10 = 7.000000000000001 at 7. */
+  k = (guint) ceil ((1.0 - ratio) * count - 1e-9);
+  k = CLAMP (k, 1, count);
+  for (guint j = k; j <= count; j++)
+    if ((j * width) % block == 0)
+      return j;
+  return k;
+}
+
+static gboolean
+check_options (const UmQuantizeOptions *opts, gboolean need_type, const QuantType **qt, GError **error)
+{
+  *qt = NULL;
+  if (opts == NULL || opts->type == NULL)
+    {
+      if (need_type)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "no quantization type given");
+          return FALSE;
+        }
+    }
+  else if ((*qt = find_type (opts->type)) == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "unknown quantization type “%s” (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, "
+                   "Q6_K, Q4_K_M, Q5_K_M)", opts->type);
+      return FALSE;
+    }
+  if (opts == NULL)
+    return TRUE;
+  /* Written so that NaN fails too. */
+  if (!(opts->prune_heads >= 0.0 && opts->prune_heads <= MAX_PRUNE_HEADS))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "head pruning ratio %g is outside 0 to %g", opts->prune_heads, MAX_PRUNE_HEADS);
+      return FALSE;
+    }
+  if (!(opts->prune_ffn >= 0.0 && opts->prune_ffn <= MAX_PRUNE_FFN))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "FFN pruning ratio %g is outside 0 to %g", opts->prune_ffn, MAX_PRUNE_FFN);
+      return FALSE;
+    }
+  if (*qt == NULL && (opts->prune_heads > 0.0 || opts->prune_ffn > 0.0))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "pruning needs a conversion type");
+      return FALSE;
+    }
+  return TRUE;
 }
 
 static void
-add_out (GArray *list, const char *name, const UmWeight *src, UmDType dtype, guint permute, gboolean vec)
+plan_add (Plan *p, const char *name, int layer, UmPlannedKind kind, const UmWeight *src,
+          UmDType dtype, guint64 rows, guint64 cols)
 {
-  OutTensor t = { g_strdup (name), src, vec ? UM_DTYPE_F32 : fit_type (dtype, src->cols), permute, vec };
-  g_array_append_val (list, t);
+  PlanItem it = { { { 0 } } };
+
+  g_strlcpy (it.pub.name, name, sizeof it.pub.name);
+  it.pub.layer = layer;
+  it.pub.kind = kind;
+  it.pub.rows = rows;
+  it.pub.cols = cols;
+  it.src = src;
+  if (p->qt == NULL)
+    {
+      it.pub.dtype = src->dtype;
+      it.pub.bytes = src->rows * src->row_bytes;
+    }
+  else
+    {
+      it.pub.dtype = kind == UM_PLANNED_NORM ? UM_DTYPE_F32 : fit_type (dtype, cols);
+      if (!um_dtype_bytes (it.pub.dtype, rows * cols, &it.pub.bytes))
+        it.pub.bytes = 0;
+    }
+  g_array_append_val (p->items, it);
+}
+
+static gboolean
+plan_build (Plan *p, const UmModel *m, const UmQuantizeOptions *opts, gboolean need_type, GError **error)
+{
+  const UmModelConfig *c = &m->cfg;
+  const guint64 D = c->d_model, hd = c->head_dim;
+  const QuantType *qt;
+  char name[96];
+
+  if (!check_options (opts, need_type, &qt, error))
+    return FALSE;
+  p->qt = qt;
+  p->prune_heads = opts ? opts->prune_heads : 0.0;
+  p->prune_ffn = opts ? opts->prune_ffn : 0.0;
+  p->items = g_array_new (FALSE, FALSE, sizeof (PlanItem));
+  p->layers = g_array_sized_new (FALSE, TRUE, sizeof (UmPlannedLayer), c->n_layers);
+
+  if (qt == NULL)
+    {
+      /* What the model holds, under its own names. */
+      plan_add (p, m->tok_embd.name, -1, UM_PLANNED_EMBED, &m->tok_embd, 0, m->tok_embd.rows, m->tok_embd.cols);
+      for (guint l = 0; l < c->n_layers; l++)
+        {
+          const UmLayerWeights *L = &m->layers[l];
+          const struct { const UmWeight *w; UmPlannedKind kind; } ws[] = {
+            { &L->attn_norm, UM_PLANNED_NORM }, { &L->wq, UM_PLANNED_Q }, { &L->wk, UM_PLANNED_K },
+            { &L->wv, UM_PLANNED_V }, { &L->wo, UM_PLANNED_O }, { &L->ffn_norm, UM_PLANNED_NORM },
+            { &L->w_gate, UM_PLANNED_GATE }, { &L->w_up, UM_PLANNED_UP }, { &L->w_down, UM_PLANNED_DOWN },
+          };
+          UmPlannedLayer pl = { L->n_heads, L->n_kv_heads, L->ffn };
+          for (guint i = 0; i < G_N_ELEMENTS (ws); i++)
+            plan_add (p, ws[i].w->name, l, ws[i].kind, ws[i].w, 0, ws[i].w->rows, ws[i].w->cols);
+          g_array_append_val (p->layers, pl);
+        }
+      plan_add (p, m->out_norm.name, -1, UM_PLANNED_NORM, &m->out_norm, 0, 1, D);
+      if (!c->tied_embeddings)
+        plan_add (p, m->output.name, -1, UM_PLANNED_OUTPUT, &m->output, 0, m->output.rows, m->output.cols);
+      /* Norms converted to float in memory: report the file's entry. */
+      for (guint i = 0; i < p->items->len; i++)
+        {
+          PlanItem *it = &g_array_index (p->items, PlanItem, i);
+          const UmTensorInfo *info = m->tensors ? um_tensor_table_lookup (m->tensors, it->pub.name) : NULL;
+          if (info != NULL)
+            {
+              it->pub.dtype = info->dtype;
+              it->pub.bytes = info->n_bytes;
+            }
+        }
+      return TRUE;
+    }
+
+  plan_add (p, "token_embd.weight", -1, UM_PLANNED_EMBED, &m->tok_embd, qt->base, c->vocab_size, D);
+  for (guint l = 0; l < c->n_layers; l++)
+    {
+      const UmLayerWeights *L = &m->layers[l];
+      const UmDType more = qt->k_mix && use_more_bits (l, c->n_layers) ? UM_DTYPE_Q6_K : qt->base;
+      const guint group = L->n_heads / MAX (L->n_kv_heads, 1);
+      UmPlannedLayer pl;
+      guint64 qd, kvd;
+
+      pl.n_kv_heads = kept_units (L->n_kv_heads, p->prune_heads, (guint64) group * hd,
+                                  um_dtype_info (qt->base)->block_elems);
+      pl.n_heads = pl.n_kv_heads * group;
+      pl.ffn = kept_units (L->ffn, p->prune_ffn, 1, um_dtype_info (more)->block_elems);
+      g_array_append_val (p->layers, pl);
+      qd = (guint64) pl.n_heads * hd;
+      kvd = (guint64) pl.n_kv_heads * hd;
+#define ADD(suffix, kind, src, dt, rows, cols) G_STMT_START { \
+        g_snprintf (name, sizeof name, "blk.%u.%s", l, suffix); \
+        plan_add (p, name, l, kind, src, dt, rows, cols); } G_STMT_END
+      ADD ("attn_norm.weight", UM_PLANNED_NORM, &L->attn_norm, UM_DTYPE_F32, 1, D);
+      ADD ("attn_q.weight", UM_PLANNED_Q, &L->wq, qt->base, qd, D);
+      ADD ("attn_k.weight", UM_PLANNED_K, &L->wk, qt->base, kvd, D);
+      ADD ("attn_v.weight", UM_PLANNED_V, &L->wv, more, kvd, D);
+      ADD ("attn_output.weight", UM_PLANNED_O, &L->wo, qt->base, D, qd);
+      ADD ("ffn_norm.weight", UM_PLANNED_NORM, &L->ffn_norm, UM_DTYPE_F32, 1, D);
+      ADD ("ffn_gate.weight", UM_PLANNED_GATE, &L->w_gate, qt->base, pl.ffn, D);
+      ADD ("ffn_up.weight", UM_PLANNED_UP, &L->w_up, qt->base, pl.ffn, D);
+      ADD ("ffn_down.weight", UM_PLANNED_DOWN, &L->w_down, more, D, pl.ffn);
+#undef ADD
+    }
+  plan_add (p, "output_norm.weight", -1, UM_PLANNED_NORM, &m->out_norm, UM_DTYPE_F32, 1, D);
+  if (!c->tied_embeddings)
+    plan_add (p, "output.weight", -1, UM_PLANNED_OUTPUT, &m->output, qt->k_mix ? UM_DTYPE_Q6_K : qt->base,
+              c->vocab_size, D);
+  return TRUE;
+}
+
+GArray *
+um_quantize_plan_tensors (const UmModel *src, const UmQuantizeOptions *opts, GError **error)
+{
+  g_auto(Plan) p = { 0 };
+  GArray *out;
+
+  if (!plan_build (&p, src, opts, FALSE, error))
+    return NULL;
+  out = g_array_sized_new (FALSE, FALSE, sizeof (UmPlannedTensor), p.items->len);
+  for (guint i = 0; i < p.items->len; i++)
+    g_array_append_val (out, g_array_index (p.items, PlanItem, i).pub);
+  return out;
+}
+
+GArray *
+um_quantize_plan_layers (const UmModel *src, const UmQuantizeOptions *opts, GError **error)
+{
+  g_auto(Plan) p = { 0 };
+
+  if (!plan_build (&p, src, opts, FALSE, error))
+    return NULL;
+  return g_steal_pointer (&p.layers);
+}
+
+/* ---- scoring and the kept units ------------------------------------------ */
+
+/* Squared L2 norm of every row of @w (in float, summed in double), in
+ * blocks of rows whose source pages are dropped once read. */
+static gboolean
+row_sq_norms (const UmWeight *w, double *out)
+{
+  const uint64_t block = MAX (1, MIN (w->rows, CHUNK_BYTES / MAX (w->row_bytes, 1)));
+  gboolean ok = TRUE;
+
+  for (uint64_t r0 = 0; r0 < w->rows && ok; r0 += block)
+    {
+      const uint64_t r1 = MIN (w->rows, r0 + block);
+#pragma omp parallel
+      {
+        float *row = g_malloc (w->cols * sizeof (float));
+#pragma omp for schedule(dynamic, 16)
+        for (uint64_t r = r0; r < r1; r++)
+          {
+            double acc = 0.0;
+            if (!um_quant_dequantize_row (w->dtype, (const guint8 *) w->data + r * w->row_bytes, row, w->cols))
+              {
+#pragma omp atomic write
+                ok = FALSE;
+                continue;
+              }
+            for (uint64_t c = 0; c < w->cols; c++)
+              acc += (double) row[c] * row[c];
+            out[r] = acc;
+          }
+        g_free (row);
+      }
+      um_tensor_data_release ((const guint8 *) w->data + r0 * w->row_bytes, (r1 - r0) * w->row_bytes);
+    }
+  um_tensor_data_release (w->data, w->rows * w->row_bytes);
+  return ok;
+}
+
+/* Squared L2 norm of every column of @w: fixed row ranges, each summed by
+ * one thread, then the ranges in order (deterministic for any thread count). */
+static gboolean
+col_sq_norms (const UmWeight *w, double *out)
+{
+  const uint64_t parts = MIN ((uint64_t) SCORE_PARTS, w->rows);
+  g_autofree double *partial = g_new0 (double, parts * w->cols);
+  gboolean ok = TRUE;
+
+#pragma omp parallel
+  {
+    float *row = g_malloc (w->cols * sizeof (float));
+#pragma omp for schedule(dynamic, 1)
+    for (uint64_t p = 0; p < parts; p++)
+      {
+        double *acc = partial + p * w->cols;
+        for (uint64_t r = p * w->rows / parts; r < (p + 1) * w->rows / parts; r++)
+          {
+            if (!um_quant_dequantize_row (w->dtype, (const guint8 *) w->data + r * w->row_bytes, row, w->cols))
+              {
+#pragma omp atomic write
+                ok = FALSE;
+                break;
+              }
+            for (uint64_t c = 0; c < w->cols; c++)
+              acc[c] += (double) row[c] * row[c];
+          }
+        um_tensor_data_release ((const guint8 *) w->data + p * w->rows / parts * w->row_bytes,
+                                ((p + 1) * w->rows / parts - p * w->rows / parts) * w->row_bytes);
+      }
+    g_free (row);
+  }
+  memset (out, 0, w->cols * sizeof (double));
+  for (uint64_t p = 0; p < parts; p++)
+    for (uint64_t c = 0; c < w->cols; c++)
+      out[c] += partial[p * w->cols + c];
+  um_tensor_data_release (w->data, w->rows * w->row_bytes);
+  return ok;
+}
+
+typedef struct {
+  double score;
+  guint  index;
+} Scored;
+
+/* Highest score first; NaN (a broken weight) counts as lowest; ties keep
+ * the lower index first, so the choice is reproducible. */
+static int
+scored_compare (const void *a, const void *b)
+{
+  const Scored *x = a, *y = b;
+  double sx = isnan (x->score) ? -INFINITY : x->score, sy = isnan (y->score) ? -INFINITY : y->score;
+  if (sx != sy)
+    return sx > sy ? -1 : 1;
+  return (x->index > y->index) - (x->index < y->index);
+}
+
+static int
+guint_compare (const void *a, const void *b)
+{
+  guint x = *(const guint *) a, y = *(const guint *) b;
+  return (x > y) - (x < y);
+}
+
+/* The @k best of @n scores, as indices in their original order. */
+static guint *
+top_k (const double *scores, guint n, guint k)
+{
+  g_autofree Scored *s = g_new (Scored, n);
+  guint *keep = g_new (guint, k);
+
+  for (guint i = 0; i < n; i++)
+    s[i] = (Scored) { scores[i], i };
+  qsort (s, n, sizeof *s, scored_compare);
+  for (guint i = 0; i < k; i++)
+    keep[i] = s[i].index;
+  qsort (keep, k, sizeof *keep, guint_compare);
+  return keep;
+}
+
+/* Which source rows / columns each output row / column of a layer's
+ * tensors comes from; NULL: the same index (no permutation, no pruning). */
+typedef struct {
+  guint64 *q_rows, *k_rows, *v_rows, *o_cols;
+  guint64 *ffn_rows, *down_cols;
+} LayerMaps;
+
+static void
+layer_maps_clear (LayerMaps *m)
+{
+  g_clear_pointer (&m->q_rows, g_free);
+  g_clear_pointer (&m->k_rows, g_free);
+  g_clear_pointer (&m->v_rows, g_free);
+  g_clear_pointer (&m->o_cols, g_free);
+  g_clear_pointer (&m->ffn_rows, g_free);
+  g_clear_pointer (&m->down_cols, g_free);
 }
 
 /* Hugging Face rows of a head are [first halves…, second halves…] (NeoX);
- * GGUF's are interleaved pairs. Output row r of a head comes from: */
-static uint64_t
-permuted_source_row (uint64_t r, guint heads, uint64_t rows)
+ * GGUF's are interleaved pairs. Output row j of a head comes from row: */
+static guint64
+permuted_head_row (guint64 j, guint64 hd)
 {
-  uint64_t hd = rows / heads, h = r / hd, j = r % hd;
-  return h * hd + (j % 2 == 0 ? j / 2 : hd / 2 + j / 2);
+  return j % 2 == 0 ? j / 2 : hd / 2 + j / 2;
+}
+
+/* Rows of @n_out heads: output head i is source head heads[i] (NULL:
+ * i), rows permuted within the head when @permute. */
+static guint64 *
+head_rows (const guint *heads, guint n_out, guint64 hd, gboolean permute)
+{
+  guint64 *map = g_new (guint64, n_out * hd);
+  for (guint i = 0; i < n_out; i++)
+    for (guint64 j = 0; j < hd; j++)
+      map[i * hd + j] = (guint64) (heads ? heads[i] : i) * hd + (permute ? permuted_head_row (j, hd) : j);
+  return map;
+}
+
+static guint64 *
+index_map (const guint *keep, guint n)
+{
+  guint64 *map = g_new (guint64, n);
+  for (guint i = 0; i < n; i++)
+    map[i] = keep[i];
+  return map;
+}
+
+/* Scores layer @l and fills @maps for the counts of @pl. Reads the
+ * layer's weights only when something is pruned. */
+static gboolean
+prepare_layer (const UmModel *m, guint l, const UmPlannedLayer *pl, gboolean permute, LayerMaps *maps,
+               GCancellable *cancellable, GError **error)
+{
+  const UmLayerWeights *L = &m->layers[l];
+  const guint64 hd = m->cfg.head_dim;
+  const guint group = L->n_heads / L->n_kv_heads;
+  g_autofree guint *kv_keep = NULL, *q_keep = NULL, *ffn_keep = NULL;
+
+  layer_maps_clear (maps);
+  if (pl->n_kv_heads < L->n_kv_heads)
+    {
+      g_autofree double *unit = g_new0 (double, L->n_kv_heads);
+      g_autofree double *rq = g_new (double, L->wq.rows), *rk = g_new (double, L->wk.rows);
+      g_autofree double *rv = g_new (double, L->wv.rows), *co = g_new (double, L->wo.cols);
+
+      if (g_cancellable_set_error_if_cancelled (cancellable, error))
+        return FALSE;
+      if (!row_sq_norms (&L->wq, rq) || !row_sq_norms (&L->wk, rk) || !row_sq_norms (&L->wv, rv)
+          || !col_sq_norms (&L->wo, co))
+        goto bad_weights;
+      for (guint g = 0; g < L->n_kv_heads; g++)
+        {
+          for (guint64 r = (guint64) g * group * hd; r < (guint64) (g + 1) * group * hd; r++)
+            unit[g] += rq[r] + co[r];
+          for (guint64 r = g * hd; r < (g + 1) * hd; r++)
+            unit[g] += rk[r] + rv[r];
+        }
+      kv_keep = top_k (unit, L->n_kv_heads, pl->n_kv_heads);
+      q_keep = g_new (guint, pl->n_heads);
+      for (guint i = 0; i < pl->n_kv_heads; i++)
+        for (guint t = 0; t < group; t++)
+          q_keep[i * group + t] = kv_keep[i] * group + t;
+      maps->v_rows = head_rows (kv_keep, pl->n_kv_heads, hd, FALSE);
+      maps->o_cols = head_rows (q_keep, pl->n_heads, hd, FALSE);
+    }
+  if (q_keep != NULL || permute)
+    {
+      maps->q_rows = head_rows (q_keep, pl->n_heads, hd, permute);
+      maps->k_rows = head_rows (kv_keep, pl->n_kv_heads, hd, permute);
+    }
+  if (pl->ffn < L->ffn)
+    {
+      g_autofree double *neuron = g_new (double, L->ffn), *ru = g_new (double, L->ffn);
+      g_autofree double *cd = g_new (double, L->ffn);
+
+      if (g_cancellable_set_error_if_cancelled (cancellable, error))
+        return FALSE;
+      if (!row_sq_norms (&L->w_gate, neuron) || !row_sq_norms (&L->w_up, ru) || !col_sq_norms (&L->w_down, cd))
+        goto bad_weights;
+      for (guint j = 0; j < L->ffn; j++)
+        neuron[j] += ru[j] + cd[j];
+      ffn_keep = top_k (neuron, L->ffn, pl->ffn);
+      maps->ffn_rows = index_map (ffn_keep, pl->ffn);
+      maps->down_cols = index_map (ffn_keep, pl->ffn);
+    }
+  return TRUE;
+
+bad_weights:
+  g_set_error (error, UM_ERROR, UM_ERROR_FAILED, "%s: cannot read the weights of layer %u to prune them",
+               m->display_name, l);
+  return FALSE;
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+/* A per-layer count as one scalar when every layer has the configuration's
+ * value, else as llama.cpp's per-layer array. */
+static gboolean
+set_per_layer (UmGgufWriter *w, const char *key, guint cfg_value, const GArray *layers, gsize offset)
+{
+  g_autofree guint32 *vals = g_new (guint32, MAX (layers->len, 1));
+  gboolean differs = FALSE;
+
+  for (guint l = 0; l < layers->len; l++)
+    {
+      vals[l] = G_STRUCT_MEMBER (guint, &g_array_index (layers, UmPlannedLayer, l), offset);
+      differs |= vals[l] != cfg_value;
+    }
+  if (differs)
+    um_gguf_writer_set_array (w, key, UM_GGUF_UINT32, vals, layers->len);
+  else
+    um_gguf_writer_set_u32 (w, key, cfg_value);
+  return differs;
 }
 
 static void
-write_metadata (UmGgufWriter *w, UmModel *model, const QuantType *qt)
+write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
 {
   const UmModelConfig *c = &model->cfg;
   UmTokenizer *tok = model->tokenizer;
   g_autoptr(GPtrArray) tokens = g_ptr_array_new_with_free_func (g_free);
   g_autoptr(GArray) types = g_array_new (FALSE, FALSE, sizeof (gint32));
   g_autoptr(GPtrArray) merges = g_ptr_array_new ();
+  gboolean heads_per_layer;
 
   um_gguf_writer_set_string (w, "general.architecture", "llada");
   um_gguf_writer_set_string (w, "general.name", model->display_name);
-  um_gguf_writer_set_u32 (w, "general.file_type", qt->file_type);
+  um_gguf_writer_set_u32 (w, "general.file_type", p->qt->file_type);
   um_gguf_writer_set_u32 (w, "general.quantization_version", 2);
   um_gguf_writer_set_u32 (w, "llada.context_length", c->max_seq_len);
   um_gguf_writer_set_u32 (w, "llada.embedding_length", c->d_model);
   um_gguf_writer_set_u32 (w, "llada.block_count", c->n_layers);
-  um_gguf_writer_set_u32 (w, "llada.feed_forward_length", c->mlp_hidden);
-  um_gguf_writer_set_u32 (w, "llada.attention.head_count", c->n_heads);
-  um_gguf_writer_set_u32 (w, "llada.attention.head_count_kv", c->n_kv_heads);
+  set_per_layer (w, "llada.feed_forward_length", c->mlp_hidden, p->layers, G_STRUCT_OFFSET (UmPlannedLayer, ffn));
+  heads_per_layer = set_per_layer (w, "llada.attention.head_count", c->n_heads, p->layers,
+                                   G_STRUCT_OFFSET (UmPlannedLayer, n_heads));
+  heads_per_layer |= set_per_layer (w, "llada.attention.head_count_kv", c->n_kv_heads, p->layers,
+                                    G_STRUCT_OFFSET (UmPlannedLayer, n_kv_heads));
+  /* With fewer heads than d_model / head_dim the head size cannot be
+   * derived; llama.cpp reads it from here. */
+  if (heads_per_layer || (guint64) c->n_heads * c->head_dim != c->d_model)
+    {
+      um_gguf_writer_set_u32 (w, "llada.attention.key_length", c->head_dim);
+      um_gguf_writer_set_u32 (w, "llada.attention.value_length", c->head_dim);
+    }
   um_gguf_writer_set_f32 (w, "llada.rope.freq_base", (float) c->rope_theta);
   um_gguf_writer_set_u32 (w, "llada.rope.dimension_count", c->head_dim);
   um_gguf_writer_set_f32 (w, "llada.attention.layer_norm_rms_epsilon", (float) c->rms_eps);
   um_gguf_writer_set_bool (w, "llada.attention.causal", FALSE);
   um_gguf_writer_set_u32 (w, "llada.vocab_size", c->vocab_size);
   um_gguf_writer_set_bool (w, "diffusion.shift_logits", FALSE);
+  if (p->prune_heads > 0.0 || p->prune_ffn > 0.0)
+    {
+      um_gguf_writer_set_f32 (w, "unmask.prune.heads", (float) p->prune_heads);
+      um_gguf_writer_set_f32 (w, "unmask.prune.ffn", (float) p->prune_ffn);
+    }
 
   /* The vocabulary as llama.cpp's converter writes it: byte-level token
    * strings, special tokens as control, unused ids padded. */
@@ -161,9 +637,18 @@ write_metadata (UmGgufWriter *w, UmModel *model, const QuantType *qt)
   um_gguf_writer_set_bool (w, "tokenizer.ggml.add_bos_token", FALSE);
 }
 
-/* Converts rows [r0, r0+n) of @t to its output type into @dst. */
+/* One output tensor being converted. */
+typedef struct {
+  const UmWeight *src;
+  UmDType         dtype;
+  guint64         cols;       /* output row length */
+  const guint64  *row_map;    /* NULL: row r is source row r */
+  const guint64  *col_map;    /* NULL: every source column */
+} Conv;
+
+/* Converts output rows [r0, r0+n) of @t into @dst. */
 static gboolean
-convert_rows (const OutTensor *t, uint64_t r0, uint64_t n, guint8 *dst, uint64_t out_row_bytes)
+convert_rows (const Conv *t, uint64_t r0, uint64_t n, guint8 *dst, uint64_t out_row_bytes)
 {
   const UmWeight *w = t->src;
   gboolean ok = TRUE;
@@ -171,21 +656,187 @@ convert_rows (const OutTensor *t, uint64_t r0, uint64_t n, guint8 *dst, uint64_t
 #pragma omp parallel
   {
     float *row = g_malloc (w->cols * sizeof (float));
+    float *gathered = t->col_map ? g_malloc (t->cols * sizeof (float)) : NULL;
 #pragma omp for schedule(dynamic, 4)
     for (uint64_t i = 0; i < n; i++)
       {
         uint64_t r = r0 + i;
-        uint64_t src_r = t->permute_heads ? permuted_source_row (r, t->permute_heads, w->rows) : r;
-        if (!um_quant_dequantize_row (w->dtype, (const guint8 *) w->data + src_r * w->row_bytes, row, w->cols)
-            || !um_quant_quantize_row_ref (t->dtype, row, dst + i * out_row_bytes, w->cols))
+        uint64_t src_r = t->row_map ? t->row_map[r] : r;
+        if (!um_quant_dequantize_row (w->dtype, (const guint8 *) w->data + src_r * w->row_bytes, row, w->cols))
+          {
+#pragma omp atomic write
+            ok = FALSE;
+            continue;
+          }
+        /* Column pruning: the whole source row, then the kept columns. */
+        if (gathered != NULL)
+          for (uint64_t c = 0; c < t->cols; c++)
+            gathered[c] = row[t->col_map[c]];
+        if (!um_quant_quantize_row_ref (t->dtype, gathered ? gathered : row, dst + i * out_row_bytes, t->cols))
           {
 #pragma omp atomic write
             ok = FALSE;
           }
       }
+    g_free (gathered);
     g_free (row);
   }
   return ok;
+}
+
+/* Drops the source pages output rows [r0, r0+n) were made from: the
+ * embedding alone is a GiB at LLaDA-8B's size, so waiting for the end of a
+ * tensor would leave that much resident. Rows a later chunk still needs
+ * (maps reorder rows within a head) are simply read again. */
+static void
+release_source_rows (const Conv *t, uint64_t r0, uint64_t n)
+{
+  const UmWeight *w = t->src;
+  uint64_t lo = r0, hi = r0 + n - 1;
+
+  if (t->row_map != NULL)
+    {
+      lo = G_MAXUINT64;
+      hi = 0;
+      for (uint64_t r = r0; r < r0 + n; r++)
+        {
+          lo = MIN (lo, t->row_map[r]);
+          hi = MAX (hi, t->row_map[r]);
+        }
+    }
+  um_tensor_data_release ((const guint8 *) w->data + lo * w->row_bytes, (hi - lo + 1) * w->row_bytes);
+}
+
+static void
+conv_for (const PlanItem *it, const LayerMaps *maps, Conv *t)
+{
+  t->src = it->src;
+  t->dtype = it->pub.dtype;
+  t->cols = it->pub.cols;
+  t->row_map = NULL;
+  t->col_map = NULL;
+  switch (it->pub.kind)
+    {
+    case UM_PLANNED_Q: t->row_map = maps->q_rows; break;
+    case UM_PLANNED_K: t->row_map = maps->k_rows; break;
+    case UM_PLANNED_V: t->row_map = maps->v_rows; break;
+    case UM_PLANNED_O: t->col_map = maps->o_cols; break;
+    case UM_PLANNED_GATE:
+    case UM_PLANNED_UP: t->row_map = maps->ffn_rows; break;
+    case UM_PLANNED_DOWN: t->col_map = maps->down_cols; break;
+    default: break;
+    }
+}
+
+gboolean
+um_quantize_model_with_metadata (UmModel                 *model,
+                                 const UmQuantizeOptions *opts,
+                                 const char              *out_path,
+                                 const char * const      *extra_kv,
+                                 UmQuantizeProgress       progress_cb,
+                                 gpointer                 user_data,
+                                 GCancellable            *cancellable,
+                                 GError                 **error)
+{
+  const UmModelConfig *c = &model->cfg;
+  g_autoptr(UmGgufWriter) w = NULL;
+  g_auto(Plan) p = { 0 };
+  LayerMaps maps = { 0 };
+  /* Safetensors rows are in NeoX order; GGUF wants Q/K interleaved. */
+  const gboolean permute = !c->rope_interleaved;
+  uint64_t total = 0, done = 0;
+  int prepared = -1;
+  gboolean ok = FALSE;
+
+  if (!plan_build (&p, model, opts, TRUE, error))
+    return FALSE;
+
+  w = um_gguf_writer_new ();
+  write_metadata (w, model, &p);
+  for (guint i = 0; extra_kv != NULL && extra_kv[i] != NULL && extra_kv[i + 1] != NULL; i += 2)
+    um_gguf_writer_set_string (w, extra_kv[i], extra_kv[i + 1]);
+  for (guint i = 0; i < p.items->len; i++)
+    {
+      const UmPlannedTensor *t = &g_array_index (p.items, PlanItem, i).pub;
+      const gboolean vec = t->kind == UM_PLANNED_NORM;
+      guint64 shape[2] = { t->rows, t->cols };
+      guint64 bytes;
+      if (!um_gguf_writer_add_tensor_info (w, t->name, t->dtype, vec ? 1 : 2, vec ? shape + 1 : shape, &bytes, error))
+        return FALSE;
+      /* The plan is what callers predict from: it must be what is written. */
+      if (bytes != t->bytes)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_FAILED, "tensor “%s”: planned %" G_GUINT64_FORMAT
+                       " bytes but %" G_GUINT64_FORMAT " to write", t->name, t->bytes, bytes);
+          return FALSE;
+        }
+      total += t->rows * t->cols;
+    }
+  if (!um_gguf_writer_begin (w, out_path, error))
+    return FALSE;
+
+  for (guint i = 0; i < p.items->len; i++)
+    {
+      const PlanItem *it = &g_array_index (p.items, PlanItem, i);
+      uint64_t out_row_bytes, chunk;
+      g_autofree guint8 *buf = NULL;
+      Conv t;
+
+      /* A layer's kept units are chosen when its first tensor comes up,
+       * so pruning reads one layer at a time. */
+      if (it->pub.layer >= 0 && it->pub.layer != prepared)
+        {
+          prepared = it->pub.layer;
+          if (!prepare_layer (model, prepared, &g_array_index (p.layers, UmPlannedLayer, prepared), permute,
+                              &maps, cancellable, error))
+            goto out;
+        }
+      conv_for (it, &maps, &t);
+      um_dtype_bytes (t.dtype, t.cols, &out_row_bytes);
+      chunk = MAX (1, MIN (it->pub.rows, CHUNK_BYTES / MAX (out_row_bytes, 1)));
+      buf = g_malloc (chunk * out_row_bytes);
+      for (uint64_t r0 = 0; r0 < it->pub.rows; r0 += chunk)
+        {
+          uint64_t n = MIN (chunk, it->pub.rows - r0);
+          if (g_cancellable_set_error_if_cancelled (cancellable, error))
+            goto out;
+          if (!convert_rows (&t, r0, n, buf, out_row_bytes))
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_FAILED, "cannot convert tensor “%s” from %s to %s",
+                           it->pub.name, um_dtype_name (t.src->dtype), um_dtype_name (t.dtype));
+              goto out;
+            }
+          if (!um_gguf_writer_write_tensor_data (w, buf, n * out_row_bytes, error))
+            goto out;
+          if (it->pub.kind != UM_PLANNED_NORM)
+            release_source_rows (&t, r0, n);
+          done += n * t.cols;
+          if (progress_cb)
+            progress_cb ((double) done / MAX (total, 1), it->pub.name, user_data);
+        }
+      /* Done with the source: none of its pages need stay resident (the
+       * chunks released theirs; this catches pages shared with neighbours
+       * at the chunk edges). Norm vectors may be heap copies and are tiny. */
+      if (it->pub.kind != UM_PLANNED_NORM)
+        um_tensor_data_release (t.src->data, t.src->rows * t.src->row_bytes);
+    }
+  ok = um_gguf_writer_finish (w, error);
+
+out:
+  layer_maps_clear (&maps);
+  return ok;
+}
+
+gboolean
+um_quantize_model_full (UmModel                 *model,
+                        const UmQuantizeOptions *opts,
+                        const char              *out_path,
+                        UmQuantizeProgress       progress_cb,
+                        gpointer                 user_data,
+                        GCancellable            *cancellable,
+                        GError                 **error)
+{
+  return um_quantize_model_with_metadata (model, opts, out_path, NULL, progress_cb, user_data, cancellable, error);
 }
 
 gboolean
@@ -197,89 +848,6 @@ um_quantize_model (UmModel            *model,
                    GCancellable       *cancellable,
                    GError            **error)
 {
-  const QuantType *qt = type ? find_type (type) : NULL;
-  const UmModelConfig *c = &model->cfg;
-  g_autoptr(UmGgufWriter) w = NULL;
-  g_autoptr(GArray) list = g_array_new (FALSE, FALSE, sizeof (OutTensor));
-  /* Safetensors rows are in NeoX order; GGUF wants Q/K interleaved. */
-  const gboolean permute = !c->rope_interleaved;
-  uint64_t total = 0, done = 0;
-  char name[128];
-
-  g_array_set_clear_func (list, out_tensor_clear);
-  if (qt == NULL)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                   "unknown quantization type “%s” (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, "
-                   "Q6_K, Q4_K_M, Q5_K_M)", type ? type : "");
-      return FALSE;
-    }
-
-  add_out (list, "token_embd.weight", &model->tok_embd, qt->base, 0, FALSE);
-  for (guint l = 0; l < c->n_layers; l++)
-    {
-      const UmLayerWeights *L = &model->layers[l];
-      UmDType more = qt->k_mix && use_more_bits (l, c->n_layers) ? UM_DTYPE_Q6_K : qt->base;
-#define OUT(suffix, src, dt, perm, vec) G_STMT_START { \
-        g_snprintf (name, sizeof name, "blk.%u.%s", l, suffix); add_out (list, name, src, dt, perm, vec); } G_STMT_END
-      OUT ("attn_norm.weight", &L->attn_norm, UM_DTYPE_F32, 0, TRUE);
-      OUT ("attn_q.weight", &L->wq, qt->base, permute ? c->n_heads : 0, FALSE);
-      OUT ("attn_k.weight", &L->wk, qt->base, permute ? c->n_kv_heads : 0, FALSE);
-      OUT ("attn_v.weight", &L->wv, more, 0, FALSE);
-      OUT ("attn_output.weight", &L->wo, qt->base, 0, FALSE);
-      OUT ("ffn_norm.weight", &L->ffn_norm, UM_DTYPE_F32, 0, TRUE);
-      OUT ("ffn_gate.weight", &L->w_gate, qt->base, 0, FALSE);
-      OUT ("ffn_up.weight", &L->w_up, qt->base, 0, FALSE);
-      OUT ("ffn_down.weight", &L->w_down, more, 0, FALSE);
-#undef OUT
-    }
-  add_out (list, "output_norm.weight", &model->out_norm, UM_DTYPE_F32, 0, TRUE);
-  if (!c->tied_embeddings)
-    add_out (list, "output.weight", &model->output, qt->k_mix ? UM_DTYPE_Q6_K : qt->base, 0, FALSE);
-
-  w = um_gguf_writer_new ();
-  write_metadata (w, model, qt);
-  for (guint i = 0; i < list->len; i++)
-    {
-      OutTensor *t = &g_array_index (list, OutTensor, i);
-      guint64 shape[2] = { t->src->rows, t->src->cols };
-      guint64 bytes;
-      if (!um_gguf_writer_add_tensor_info (w, t->name, t->dtype, t->is_vector ? 1 : 2,
-                                           t->is_vector ? shape + 1 : shape, &bytes, error))
-        return FALSE;
-      total += t->src->rows * t->src->cols;
-    }
-  if (!um_gguf_writer_begin (w, out_path, error))
-    return FALSE;
-
-  for (guint i = 0; i < list->len; i++)
-    {
-      const OutTensor *t = &g_array_index (list, OutTensor, i);
-      uint64_t out_row_bytes;
-      /* Chunks of rows bound the memory to a few MiB whatever the tensor. */
-      uint64_t chunk;
-      g_autofree guint8 *buf = NULL;
-
-      um_dtype_bytes (t->dtype, t->src->cols, &out_row_bytes);
-      chunk = MAX (1, MIN (t->src->rows, (16u << 20) / MAX (out_row_bytes, 1)));
-      buf = g_malloc (chunk * out_row_bytes);
-      for (uint64_t r0 = 0; r0 < t->src->rows; r0 += chunk)
-        {
-          uint64_t n = MIN (chunk, t->src->rows - r0);
-          if (g_cancellable_set_error_if_cancelled (cancellable, error))
-            return FALSE;
-          if (!convert_rows (t, r0, n, buf, out_row_bytes))
-            {
-              g_set_error (error, UM_ERROR, UM_ERROR_FAILED, "cannot convert tensor “%s” from %s to %s",
-                           t->name, um_dtype_name (t->src->dtype), um_dtype_name (t->dtype));
-              return FALSE;
-            }
-          if (!um_gguf_writer_write_tensor_data (w, buf, n * out_row_bytes, error))
-            return FALSE;
-          done += n * t->src->cols;
-          if (progress_cb)
-            progress_cb ((double) done / MAX (total, 1), t->name, user_data);
-        }
-    }
-  return um_gguf_writer_finish (w, error);
+  UmQuantizeOptions opts = { type ? type : "", 0.0, 0.0 };
+  return um_quantize_model_full (model, &opts, out_path, progress_cb, user_data, cancellable, error);
 }

@@ -1,5 +1,6 @@
 /* um-quantize.h — writing a model as a llama.cpp-compatible GGUF in any
- * supported type: what `unmask-cli quantize` and the memory modes use. */
+ * supported type, optionally with structured pruning: what `unmask-cli
+ * quantize` and the memory modes (um-convert.h) use. */
 #pragma once
 
 #include <gio/gio.h>
@@ -12,8 +13,36 @@ typedef void (*UmQuantizeProgress) (double fraction, const char *tensor, gpointe
 
 /* @type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
  * (every weight in that type, norms in F32) or the llama.cpp mixes Q4_K_M and
- * Q5_K_M (attn_v and ffn_down of some layers and the LM head in Q6_K). The
- * file is written atomically: @out_path is either untouched or complete. */
+ * Q5_K_M (attn_v and ffn_down of some layers and the LM head in Q6_K). A row
+ * length a type cannot hold falls back as llama.cpp does (Q4_K -> Q5_0,
+ * Q5_K -> Q5_1, Q6_K -> Q8_0, otherwise F16).
+ *
+ * Structured pruning removes, in every layer, the attention units (a KV
+ * head with its H/Hkv query heads) and FFN neurons of smallest weight norm:
+ * a unit's score is the sum of the squared L2 norms of its rows of wq, wk,
+ * wv and its columns of wo; a neuron's that of its rows of w_gate and w_up
+ * and its column of w_down. How many are kept depends only on the ratio and
+ * the shapes (see um_quantize_plan_layers()), never on the weights. */
+typedef struct {
+  const char *type;          /* as above; NULL only for the plan "as stored" */
+  double      prune_heads;   /* share of attention units removed, 0 to 0.3 */
+  double      prune_ffn;     /* share of FFN neurons removed, 0 to 0.2 */
+} UmQuantizeOptions;
+
+/* The file is written atomically: @out_path is either untouched or complete.
+ * Pruned files record the ratios (unmask.prune.heads, unmask.prune.ffn) and
+ * their per-layer counts as arrays (llada.attention.head_count, ...). Source
+ * pages are dropped after each tensor (um_tensor_data_release()), so memory
+ * stays near one tensor plus 16 MiB of output rows, whatever the model. */
+gboolean um_quantize_model_full (UmModel                 *model,
+                                 const UmQuantizeOptions *opts,
+                                 const char              *out_path,
+                                 UmQuantizeProgress       progress_cb,
+                                 gpointer                 user_data,
+                                 GCancellable            *cancellable,
+                                 GError                 **error);
+
+/* um_quantize_model_full() without pruning. */
 gboolean um_quantize_model (UmModel            *model,
                             const char         *type,
                             const char         *out_path,
@@ -22,7 +51,71 @@ gboolean um_quantize_model (UmModel            *model,
                             GCancellable       *cancellable,
                             GError            **error);
 
+/* um_quantize_model_full() adding string metadata: @extra_kv is key, value,
+ * key, value, ..., NULL. For the converted-weight cache (um-convert.c). */
+gboolean um_quantize_model_with_metadata (UmModel                 *model,
+                                          const UmQuantizeOptions *opts,
+                                          const char              *out_path,
+                                          const char * const      *extra_kv,
+                                          UmQuantizeProgress       progress_cb,
+                                          gpointer                 user_data,
+                                          GCancellable            *cancellable,
+                                          GError                 **error);
+
 /* TRUE if @type names something um_quantize_model() writes. */
 gboolean um_quantize_type_is_valid (const char *type);
+/* The canonical (upper-case) name of @type, or NULL if it is not valid. */
+const char *um_quantize_type_name (const char *type);
+
+/* ---- Prediction ----------------------------------------------------------
+ *
+ * What a conversion will write, computed from shapes alone (no weight is
+ * read): the writer itself works from this list, so the predicted types,
+ * shapes and sizes are exactly the written ones. */
+typedef enum {
+  UM_PLANNED_EMBED,
+  UM_PLANNED_OUTPUT,
+  UM_PLANNED_NORM,
+  UM_PLANNED_Q,
+  UM_PLANNED_K,
+  UM_PLANNED_V,
+  UM_PLANNED_O,
+  UM_PLANNED_GATE,
+  UM_PLANNED_UP,
+  UM_PLANNED_DOWN,
+} UmPlannedKind;
+
+typedef struct {
+  char          name[96];   /* the GGUF tensor name; as stored: the source's */
+  int           layer;      /* -1 for tensors outside the layers */
+  UmPlannedKind kind;
+  UmDType       dtype;
+  guint64       rows;       /* 1 for norm vectors */
+  guint64       cols;
+  guint64       bytes;
+} UmPlannedTensor;
+
+typedef struct {
+  guint n_heads;
+  guint n_kv_heads;
+  guint ffn;
+} UmPlannedLayer;
+
+/* The tensors (UmPlannedTensor) a conversion with @opts writes, in file
+ * order. @opts NULL or @opts->type NULL: what @src holds as stored (its own
+ * names, types and sizes; a tied LM head is not listed twice). Errors:
+ * UM_ERROR_INVALID_PARAM for an unknown type or a ratio out of range. */
+GArray  *um_quantize_plan_tensors (const UmModel           *src,
+                                   const UmQuantizeOptions *opts,
+                                   GError                 **error);
+
+/* The per-layer counts (UmPlannedLayer, n_layers) after pruning: per layer,
+ * ceil((1 - ratio) * count) units, rounded up (never beyond the count) to
+ * the first value that makes the resulting row length (wo's kept heads *
+ * head_dim, w_down's kept neurons) a multiple of the target type's block,
+ * when there is one. */
+GArray  *um_quantize_plan_layers (const UmModel           *src,
+                                  const UmQuantizeOptions *opts,
+                                  GError                 **error);
 
 G_END_DECLS

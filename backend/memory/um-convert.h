@@ -1,0 +1,83 @@
+/* um-convert.h — the converted-weight cache: a model quantized (and maybe
+ * pruned) at load time is written once as a GGUF under
+ * $XDG_CACHE_HOME/unmask/converted/ and reused while its source is
+ * unchanged.
+ *
+ * A cache file is named <model>-<TYPE>[-p<H>h<F>f]-<16 hex of its key>.gguf
+ * (H and F: the pruning ratios in percent) and carries its full key in the
+ * metadata (unmask.converted.key), with the source path
+ * (unmask.converted.source) and type (unmask.converted.type). A file is
+ * only reused when it parses as a whole (so a truncated one is rewritten),
+ * its key matches and its tensors are the ones um_quantize_plan_tensors()
+ * predicts.
+ *
+ * Where the default folder cannot be created or written, files go to
+ * g_get_tmp_dir()/unmask-converted/ instead; the default-folder calls
+ * (@dir NULL) of list and remove cover that folder too. An explicit @dir is
+ * used as given, without fallback. */
+#pragma once
+
+#include <gio/gio.h>
+
+#include "um-model.h"
+#include "um-quantize.h"
+
+G_BEGIN_DECLS
+
+/* g_get_user_cache_dir()/unmask/converted */
+char     *um_convert_cache_dir (void);
+
+/* Hex SHA-256 of the cache format version, the source's identity (absolute
+ * path; name, size and modification time of every file backing it: the
+ * .gguf, or the folder's *.safetensors and *.json), the type and the pruning
+ * ratios. A file that cannot be examined counts as missing (the conversion
+ * itself then reports the error). */
+char     *um_convert_cache_key (const UmModel           *src,
+                                const UmQuantizeOptions *opts);
+
+/* The file a conversion writes, with header and metadata, predicted from
+ * shapes alone (an upper bound within a few KiB). */
+gboolean  um_convert_predict_bytes (const UmModel           *src,
+                                    const UmQuantizeOptions *opts,
+                                    guint64                 *bytes,
+                                    GError                 **error);
+
+/* Returns the path of @src converted with @opts, from the cache when it is
+ * there (*was_cached TRUE, the file untouched), else written now (after
+ * checking the folder's free space against the predicted size). @cache_dir
+ * NULL: um_convert_cache_dir(), falling back to the temporary folder. */
+char     *um_convert_model (UmModel                 *src,
+                            const UmQuantizeOptions *opts,
+                            const char              *cache_dir,
+                            UmQuantizeProgress       progress,
+                            gpointer                 user_data,
+                            GCancellable            *cancellable,
+                            gboolean                *was_cached,
+                            GError                 **error);
+
+typedef struct {
+  char    *path;
+  guint64  bytes;
+  gint64   mtime;          /* seconds since the epoch */
+  char    *source;         /* NULL when unreadable or not made by unmask */
+  char    *type;           /* NULL likewise: such a file is only good to remove */
+  double   prune_heads;
+  double   prune_ffn;
+} UmConvertedEntry;
+
+void      um_converted_entry_free (UmConvertedEntry *entry);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmConvertedEntry, um_converted_entry_free)
+
+/* The .gguf files of the cache folder (UmConvertedEntry, sorted by path),
+ * read from their metadata only; files that do not parse are listed with
+ * source and type NULL. A missing folder is an empty list. */
+GPtrArray *um_convert_cache_list (const char *dir,
+                                  GError    **error);
+
+/* Deletes one file of the cache folder; refuses (UM_ERROR_INVALID_PARAM)
+ * any path that is not a .gguf file directly inside it. */
+gboolean   um_convert_cache_remove (const char *dir,
+                                    const char *path,
+                                    GError    **error);
+
+G_END_DECLS
