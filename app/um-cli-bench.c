@@ -161,7 +161,20 @@ um_cli_bench (int argc, char **argv)
     }
 
   t0 = g_get_monotonic_time ();
-  engine = um_cli_load_engine (model_path, go.threads, go.device, um_cli_products (go.exact, go.int8), &error);
+  {
+    UmEngineOptions opts;
+    if (um_cli_engine_options (&go, &params, canvas > 0 ? 0 : prompt_length, &opts, &error))
+      {
+        if (canvas > 0)
+          {
+            /* The plan for a pass over the whole canvas with every row's logits. */
+            opts.shape.prompt_length = 0;
+            opts.shape.gen_length = canvas;
+            opts.shape.block_length = canvas;
+          }
+        engine = um_cli_load_engine_with (model_path, &opts, &error);
+      }
+  }
   um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);
@@ -287,6 +300,8 @@ um_cli_bench (int argc, char **argv)
     }
   MEMBER_INT ("peak_rss_bytes", rss);
   MEMBER_INT ("backend_peak_bytes", mem.peak);
+  MEMBER_DBL ("stream_wait_seconds_per_forward", st.n_passes ? st.seconds_stream_wait / st.n_passes : 0);
+  um_cli_memory_json (b, engine);
   if (!no_sgemm)
     {
       int L = canvas > 0 ? canvas : prompt_length + params.gen_length;

@@ -42,6 +42,29 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
       "8-bit integer products with every quantized type, Q8_0 included", NULL },
     { NULL }
   };
+  GOptionEntry mem_entries[] = {
+    { "mode", 0, 0, G_OPTION_ARG_STRING, &o->mode,
+      "standard (default), standard-8bit, extreme-mild, extreme-moderate or extreme-aggressive", "MODE" },
+    { "budget", 0, 0, G_OPTION_ARG_STRING, &o->budget,
+      "Device memory to plan for and stay under, e.g. 3GiB (on the CPU backend too)", "SIZE" },
+    { "weight-format", 0, 0, G_OPTION_ARG_STRING, &o->weight_format,
+      "Override the mode's weight format: stored, Q8_0, Q4_K_M, …", "TYPE" },
+    { "resident-layers", 0, 0, G_OPTION_ARG_INT, &o->resident_layers,
+      "Layer slots on the device when streaming (default: as many as the budget holds)", "K" },
+    { "zstd", 0, 0, G_OPTION_ARG_NONE, &o->zstd, "Compress the streamed layers' host copy (lossless)", NULL },
+    { "prune-heads", 0, 0, G_OPTION_ARG_DOUBLE, &o->prune_heads,
+      "Drop this fraction of attention heads per layer, lowest L2 norm first (≤ 0.3)", "R" },
+    { "prune-ffn", 0, 0, G_OPTION_ARG_DOUBLE, &o->prune_ffn,
+      "Drop this fraction of FFN neurons per layer, lowest L2 norm first (≤ 0.2)", "R" },
+    { "row-chunk", 0, 0, G_OPTION_ARG_INT, &o->row_chunk,
+      "MLP and LM-head rows at a time (default: the mode's; -1 none)", "N" },
+    { "cache-dir", 0, 0, G_OPTION_ARG_FILENAME, &o->cache_dir,
+      "Where converted weights are cached (default $XDG_CACHE_HOME/unmask/converted)", "DIR" },
+    { NULL }
+  };
+  GOptionGroup *mem = g_option_group_new ("memory", "Memory options:", "Show memory-mode options", NULL, NULL);
+  g_option_group_add_entries (mem, mem_entries);
+  g_option_context_add_group (ctx, mem);
   GOptionGroup *group = g_option_group_new ("generation", "Generation options:", "Show generation options",
                                             NULL, NULL);
   g_option_group_add_entries (group, entries);
@@ -90,6 +113,72 @@ um_cli_gen_options_clear (UmCliGenOptions *o)
 {
   g_clear_pointer (&o->remasking, g_free);
   g_clear_pointer (&o->device, g_free);
+  g_clear_pointer (&o->mode, g_free);
+  g_clear_pointer (&o->budget, g_free);
+  g_clear_pointer (&o->weight_format, g_free);
+  g_clear_pointer (&o->cache_dir, g_free);
+}
+
+gboolean
+um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int prompt_length,
+                       UmEngineOptions *opts, GError **error)
+{
+  um_engine_options_init (opts);
+  opts->n_threads = o->threads;
+  if (um_cli_products (o->exact, o->int8) >= 0)
+    opts->products = (UmProducts) um_cli_products (o->exact, o->int8);
+  if (o->device != NULL && !um_device_kind_from_string (o->device, &opts->device))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--device must be cpu, cuda or auto, not “%s”",
+                   o->device);
+      return FALSE;
+    }
+  if (o->mode != NULL && !um_mem_mode_from_string (o->mode, &opts->mem.mode))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "--mode must be standard, standard-8bit, extreme-mild, extreme-moderate or extreme-aggressive, "
+                   "not “%s”", o->mode);
+      return FALSE;
+    }
+  if (o->budget != NULL && !um_parse_size (o->budget, &opts->memory_budget))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--budget must be a size like 3GiB or 512MiB, not “%s”",
+                   o->budget);
+      return FALSE;
+    }
+  if (o->weight_format != NULL)
+    g_strlcpy (opts->mem.weight_format, o->weight_format, sizeof opts->mem.weight_format);
+  opts->mem.resident_layers = o->resident_layers;
+  opts->mem.host_zstd = o->zstd;
+  opts->mem.prune_heads = o->prune_heads;
+  opts->mem.prune_ffn = o->prune_ffn;
+  opts->mem.row_chunk = o->row_chunk;
+  opts->cache_dir = o->cache_dir;
+  if (p != NULL)
+    {
+      opts->shape.prompt_length = prompt_length;
+      opts->shape.gen_length = p->gen_length;
+      opts->shape.block_length = p->block_length;
+      opts->shape.cfg = p->cfg_scale > 0;
+    }
+  return um_mem_options_validate (&opts->mem, error);
+}
+
+UmEngine *
+um_cli_load_engine_with (const char *model, const UmEngineOptions *opts, GError **error)
+{
+  UmEngine *engine;
+
+  if (model == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--model PATH is required");
+      return NULL;
+    }
+  engine = um_engine_load (model, opts, NULL, NULL, NULL, error);
+  /* Scripts read stdout; the notice goes to stderr. */
+  if (engine != NULL && um_engine_get_notice (engine) != NULL)
+    fprintf (stderr, "unmask-cli: %s\n", um_engine_get_notice (engine));
+  return engine;
 }
 
 int
@@ -102,13 +191,7 @@ UmEngine *
 um_cli_load_engine (const char *model, int threads, const char *device, int products, GError **error)
 {
   UmEngineOptions opts;
-  UmEngine *engine;
 
-  if (model == NULL)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--model PATH is required");
-      return NULL;
-    }
   um_engine_options_init (&opts);
   opts.n_threads = threads;
   if (products >= 0)
@@ -118,11 +201,7 @@ um_cli_load_engine (const char *model, int threads, const char *device, int prod
       g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--device must be cpu, cuda or auto, not “%s”", device);
       return NULL;
     }
-  engine = um_engine_load (model, &opts, NULL, NULL, NULL, error);
-  /* Scripts read stdout; the notice goes to stderr. */
-  if (engine != NULL && um_engine_get_notice (engine) != NULL)
-    fprintf (stderr, "unmask-cli: %s\n", um_engine_get_notice (engine));
-  return engine;
+  return um_cli_load_engine_with (model, &opts, error);
 }
 
 /* ---- live view of the canvas on a terminal ---- */
@@ -288,7 +367,11 @@ um_cli_generate (int argc, char **argv)
   req.prompt = prompt;
   req.chat = chat;
 
-  engine = um_cli_load_engine (model, go.threads, go.device, um_cli_products (go.exact, go.int8), &error);
+  {
+    UmEngineOptions opts;
+    if (um_cli_engine_options (&go, &req.params, ids ? (int) ids->len : 64, &opts, &error))
+      engine = um_cli_load_engine_with (model, &opts, &error);
+  }
   um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);
@@ -331,6 +414,7 @@ um_cli_generate (int argc, char **argv)
         json_builder_add_string_value (b, um_backend_name (be));
         json_builder_set_member_name (b, "backend_peak_bytes");
         json_builder_add_int_value (b, mem.peak);
+        um_cli_memory_json (b, engine);
       }
       json_builder_end_object (b);
       root = json_builder_get_root (b);
@@ -375,7 +459,11 @@ um_cli_chat (int argc, char **argv)
     return 2;
   if (!um_cli_gen_options_to_params (&go, &params, &error))
     return um_cli_fail (error);
-  engine = um_cli_load_engine (model, go.threads, go.device, um_cli_products (go.exact, go.int8), &error);
+  {
+    UmEngineOptions opts;
+    if (um_cli_engine_options (&go, &params, 64, &opts, &error))
+      engine = um_cli_load_engine_with (model, &opts, &error);
+  }
   um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);

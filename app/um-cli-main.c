@@ -21,6 +21,8 @@ static const struct {
   { "inspect",    um_cli_inspect,    "architecture, parameters, dtypes and special ids of a model" },
   { "compare",    um_cli_compare,    "KL divergence and arg-max agreement of a model against a reference" },
   { "bench",      um_cli_bench,      "measure forward passes, GFLOP/s and memory" },
+  { "plan",       um_cli_plan,       "predict memory of every mode for a model on this machine, before loading" },
+  { "cache",      um_cli_cache,      "list or remove converted weights (list | remove FILE | clear)" },
   { "quantize",   um_cli_quantize,   "write a model as a GGUF of another type (Q8_0, Q4_K_M, ...)" },
   { "devices",    um_cli_devices,    "the GPUs Unmask can use, or why none" },
 };

@@ -51,6 +51,16 @@ typedef struct {
   char    *device;
   gboolean exact;
   gboolean int8;
+  /* memory mode and knobs */
+  char    *mode;
+  char    *budget;
+  char    *weight_format;
+  int      resident_layers;
+  gboolean zstd;
+  double   prune_heads;
+  double   prune_ffn;
+  int      row_chunk;
+  char    *cache_dir;
 } UmCliGenOptions;
 
 void     um_cli_gen_options_init (UmCliGenOptions *o, int gen_length, int steps, int block_length);
@@ -61,5 +71,16 @@ void     um_cli_gen_options_clear (UmCliGenOptions *o);
 UmEngine *um_cli_load_engine (const char *model, int threads, const char *device, int products,
                               GError **error);
 int       um_cli_products (gboolean exact, gboolean int8);
+/* Engine options from the command line: device, threads, products, memory
+ * mode and budget, and the plan's shape from the generation parameters. */
+gboolean  um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int prompt_length,
+                                 UmEngineOptions *opts, GError **error);
+UmEngine *um_cli_load_engine_with (const char *model, const UmEngineOptions *opts, GError **error);
+/* The plan's predictions beside the run's measured peaks, as JSON members
+ * "plan" and "measured" of the object being built. */
+void      um_cli_memory_json (JsonBuilder *b, UmEngine *engine);
+JsonNode *um_cli_plan_to_json (const UmPlan *p);
+int       um_cli_plan (int argc, char **argv);
+int       um_cli_cache (int argc, char **argv);
 
 G_END_DECLS

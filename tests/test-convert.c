@@ -940,16 +940,6 @@ check_pruned_forward (gboolean mixed)
   g_assert_no_error (error);
   err = um_test_rel_error (logits, ref, (size_t) L * V);
   g_test_message ("pruned model: engine vs reference max relative error %.3g (tolerance %.3g)", err, tol);
-  /* TODO(per-layer forward): layers with different counts need the engine
-   * forward (backend/engine/um-forward.c) to use each layer's own counts;
-   * until it does, the mixed case is reported as incomplete (TAP "not ok #
-   * TODO") instead of failing the suite. Drop this branch once it does. */
-  if (mixed && !(err < tol))
-    {
-      g_test_incomplete ("the engine forward does not use per-layer head/FFN counts yet (um-forward.c)");
-      um_test_rmtree (tmp);
-      return;
-    }
   g_assert_cmpfloat (err, <, tol);
   um_forward_free (g_steal_pointer (&fw));
   um_model_free (g_steal_pointer (&pruned));

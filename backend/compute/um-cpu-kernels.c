@@ -379,3 +379,22 @@ um_cpu_add (float *x, const float *y, size_t n)
   for (size_t i = 0; i < n; i++)
     x[i] += y[i];
 }
+
+void
+um_cpu_warm_up (void)
+{
+  /* A small attention runs the OpenMP pool and OpenBLAS once, so their
+   * thread stacks and buffers exist before memory is measured. */
+  enum { L = 128, H = 4, HD = 64 };
+  float *q = g_new0 (float, L * H * HD), *k = g_new0 (float, L * H * HD);
+  float *v = g_new0 (float, L * H * HD), *out = g_new (float, L * H * HD);
+  gint32 seq[L] = { 0 };
+
+  for (int i = 0; i < L * H * HD; i++)
+    q[i] = k[i] = v[i] = (float) (i % 7) * 0.01f;
+  um_cpu_attention (q, L, seq, k, v, L, H, H, HD, out);
+  g_free (q);
+  g_free (k);
+  g_free (v);
+  g_free (out);
+}

@@ -62,6 +62,9 @@ void um_cpu_add (float *x, const float *y, size_t n);
 
 /* Threads used by our kernels and OpenBLAS (0 = all cores). */
 void um_cpu_set_threads (int n_threads);
+/* Starts the thread pool and OpenBLAS, as the first pass would (so memory
+ * measured afterwards includes them). */
+void um_cpu_warm_up (void);
 int  um_cpu_get_threads (void);
 
 G_END_DECLS

@@ -5,23 +5,37 @@
 /* Stage names are marked for translation; the UI translates them. */
 #include <glib/gi18n-lib.h>
 
-#include "um-chat-template.h"
 #include "um-backend-cuda.h"
+#include "um-chat-template.h"
+#include "um-convert.h"
 #include "um-error.h"
+#include "um-layer-store.h"
+#include "um-quantize.h"
 
 #include <string.h>
 
 struct _UmEngine {
-  char      *notice;
-  UmModel   *model;
-  UmBackend *backend;
-  UmForward *forward;
-  GMutex     busy;
+  char         *notice;
+  UmModel      *model;
+  UmBackend    *backend;
+  UmForward    *forward;
+  UmLayerStore *store;
+  UmPlan        plan;
+  char         *weights_path;
+  gboolean      cached;
+  guint64       host_load_peak;
+  double        seconds_load;
+  GMutex        busy;
 };
+
+/* Until a GPU backend exists to measure it: a CUDA context with cuBLAS and
+ * its workspace takes about this much device memory (H100, CUDA 12/13). */
+#define CUDA_OVERHEAD_ESTIMATE (600ull << 20)
 
 void
 um_engine_options_init (UmEngineOptions *options)
 {
+  memset (options, 0, sizeof *options);
   options->n_threads = 0;
   options->memory_budget = 0;
   options->device = UM_DEVICE_AUTO;
@@ -31,6 +45,8 @@ um_engine_options_init (UmEngineOptions *options)
   /* UNMASK_DEVICE=cpu|cuda|auto overrides the default, e.g. to keep a
    * machine's GPU out of a test run. */
   um_device_kind_from_string (g_getenv ("UNMASK_DEVICE"), &options->device);
+  um_mem_options_init (&options->mem, UM_MEM_STANDARD);
+  um_plan_shape_init (&options->shape);
 }
 
 gboolean
@@ -57,63 +73,223 @@ typedef struct {
   UmProgressFunc cb;
   gpointer       data;
   const char    *stage;
+  double         from, to;   /* the part of the whole load this stage covers */
 } LoadProgress;
 
-/* Weights become available between 50 % and 100 % of the load. */
 static void
-on_weights_progress (double fraction, gpointer user_data)
+on_stage_progress (double fraction, gpointer user_data)
 {
   LoadProgress *lp = user_data;
   if (lp->cb)
-    lp->cb (0.5 + 0.5 * fraction, lp->stage, lp->data);
+    lp->cb (lp->from + (lp->to - lp->from) * fraction, lp->stage, lp->data);
 }
 
-/* The GPU when asked for (or when AUTO finds one that holds the model), else
- * the CPU with a notice saying why. */
-static gboolean
-setup_compute (UmEngine *engine, const UmEngineOptions *options, LoadProgress *lp,
-               GCancellable *cancellable, GError **error)
+static void
+on_convert_progress (double fraction, const char *tensor, gpointer user_data)
 {
-  g_autoptr(GError) gpu_error = NULL;
+  on_stage_progress (fraction, user_data);
+}
 
-  if (options->device != UM_DEVICE_CPU)
+static char *
+format_bytes (guint64 b)
+{
+  return g_format_size_full (b, G_FORMAT_SIZE_IEC_UNITS);
+}
+
+/* "needs 4.9 GiB of device memory (weights 4.4 GiB, activations 12 MiB, …)" */
+static char *
+describe_need (const UmPlan *p)
+{
+  GString *s = g_string_new (NULL);
+  g_autofree char *total = format_bytes (p->device_peak);
+  gboolean first = TRUE;
+
+  g_string_append_printf (s, "%s needs %s of device memory (", um_mem_mode_to_string (p->mode), total);
+  for (int i = 0; i < UM_PLAN_N_COMPONENTS; i++)
+    if (p->device[i] > 0)
+      {
+        g_autofree char *b = format_bytes (p->device[i]);
+        g_string_append_printf (s, "%s%s %s", first ? "" : ", ", um_plan_component_name (i), b);
+        first = FALSE;
+      }
+  g_string_append (s, ")");
+  return g_string_free (s, FALSE);
+}
+
+/* The error for a plan over its budget, naming the numbers and the modes
+ * that would fit. */
+static void
+set_does_not_fit (GError **error, const UmModel *model, const UmPlan *p, const UmEngineOptions *o,
+                  const UmPlanTarget *t, const char *where)
+{
+  g_autofree char *need = describe_need (p);
+  g_autofree char *cap = format_bytes (p->device_capacity);
+  g_autoptr(GArray) table = um_plan_table (model, &o->shape, t, NULL);
+  GString *alt = g_string_new (NULL);
+
+  for (guint i = 0; table != NULL && i < table->len; i++)
     {
-      engine->backend = um_backend_cuda_new (options->gpu_index, options->memory_budget, &gpu_error);
-      if (engine->backend != NULL)
+      const UmPlan *q = &g_array_index (table, UmPlan, i);
+      if (q->fits)
         {
-          lp->stage = N_("Uploading the weights to the GPU");
-          engine->forward = um_forward_new_full (engine->model, engine->backend, on_weights_progress, lp,
-                                                 cancellable, &gpu_error);
-          if (engine->forward != NULL)
-            return TRUE;
-          g_clear_pointer (&engine->backend, um_backend_free);
-          if (g_error_matches (gpu_error, G_IO_ERROR, G_IO_ERROR_CANCELLED))
+          g_autofree char *b = format_bytes (q->device_peak);
+          g_string_append_printf (alt, "%s%s (%s)", alt->len ? ", " : "", um_mem_mode_to_string (q->mode), b);
+        }
+    }
+  if (alt->len)
+    g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "%s, but %s has %s. Modes that fit: %s.",
+                 need, where, cap, alt->str);
+  else
+    {
+      const UmPlan *a = table && table->len ? &g_array_index (table, UmPlan, UM_MEM_EXTREME_AGGRESSIVE) : p;
+      g_autofree char *least = format_bytes (a->device_peak);
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "%s, but %s has %s; even extreme-aggressive needs %s.", need, where, cap, least);
+    }
+  g_string_free (alt, TRUE);
+}
+
+/* Decides the device: the GPU when asked for, or when AUTO finds one the
+ * plan fits; else the CPU, with a notice saying why. Plans before any
+ * weight is read. */
+static gboolean
+choose_device (UmEngine *engine, const UmEngineOptions *o, UmPlanTarget *target, GError **error)
+{
+  g_autoptr(UmGpuReport) report = NULL;
+  g_autofree char *why = NULL;
+
+  if (o->device != UM_DEVICE_CPU)
+    {
+      report = um_gpu_report_new ();
+      if (report->devices->len > (guint) o->gpu_index)
+        {
+          const UmGpuDevice *d = &g_array_index (report->devices, UmGpuDevice, o->gpu_index);
+          UmPlanTarget t;
+          um_plan_target_cpu (&t, o->memory_budget, o->n_threads);
+          t.cuda = TRUE;
+          t.device_total = d->total_bytes;
+          t.device_free = d->free_bytes;
+          t.backend_overhead = CUDA_OVERHEAD_ESTIMATE;
+          t.cache_dir = o->cache_dir;
+          if (!um_plan_compute (engine->model, &o->mem, &o->shape, &t, &engine->plan, error))
+            return FALSE;
+          if (engine->plan.fits)
             {
-              g_propagate_error (error, g_steal_pointer (&gpu_error));
+              *target = t;
+              return TRUE;
+            }
+          if (o->device == UM_DEVICE_CUDA)
+            {
+              g_autofree char *where = g_strdup_printf ("GPU %d (%s)", d->index,
+                                                        o->memory_budget ? "its budget" : "free memory");
+              set_does_not_fit (error, engine->model, &engine->plan, o, &t, where);
               return FALSE;
             }
+          {
+            g_autofree char *need = format_bytes (engine->plan.device_peak);
+            g_autofree char *have = format_bytes (engine->plan.device_capacity);
+            why = g_strdup_printf ("%s needs %s on the GPU, which has %s free", um_mem_mode_to_string (o->mem.mode),
+                                   need, have);
+          }
         }
-      if (options->device == UM_DEVICE_CUDA)
+      else if (o->device == UM_DEVICE_CUDA)
         {
-          g_propagate_error (error, g_steal_pointer (&gpu_error));
+          g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "no usable GPU: %s",
+                       report->why_none ? report->why_none : "device index out of range");
           return FALSE;
         }
-      engine->notice = g_strdup_printf ("No usable GPU (%s); running on the CPU", gpu_error->message);
+      else
+        why = g_strdup (report->why_none ? report->why_none : "no GPU");
+      engine->notice = g_strdup_printf ("No usable GPU (%s); running on the CPU", why);
     }
-  engine->backend = um_backend_cpu_new (options->memory_budget, options->n_threads, error);
+  um_plan_target_cpu (target, o->memory_budget, o->n_threads);
+  target->products = o->products;
+  target->cache_dir = o->cache_dir;
+  if (!um_plan_compute (engine->model, &o->mem, &o->shape, target, &engine->plan, error))
+    return FALSE;
+  if (o->memory_budget != 0 && engine->plan.device_peak > o->memory_budget)
+    {
+      set_does_not_fit (error, engine->model, &engine->plan, o, target, "the memory budget");
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/* Converts the weights as the plan says (or finds them in the cache) and
+ * continues with the converted file. */
+static gboolean
+convert_weights (UmEngine *engine, const UmEngineOptions *o, LoadProgress *lp, GCancellable *cancellable,
+                 GError **error)
+{
+  UmQuantizeOptions q = { engine->plan.options.weight_format, o->mem.prune_heads, o->mem.prune_ffn };
+  g_autofree char *path = NULL;
+  g_autofree char *name = NULL;
+  UmModel *converted;
+
+  lp->stage = N_("Converting the weights (once; then cached)");
+  path = um_convert_model (engine->model, &q, o->cache_dir, on_convert_progress, lp, cancellable,
+                           &engine->cached, error);
+  if (path == NULL)
+    return FALSE;
+  converted = um_model_load (path, cancellable, error);
+  if (converted == NULL)
+    return FALSE;
+  name = g_strdup_printf ("%s (%s)", engine->model->display_name, engine->plan.weight_format);
+  g_free (converted->display_name);
+  converted->display_name = g_steal_pointer (&name);
+  um_model_free (engine->model);
+  engine->model = converted;
+  g_free (engine->weights_path);
+  engine->weights_path = g_steal_pointer (&path);
+  return TRUE;
+}
+
+static gboolean
+setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTarget *target, LoadProgress *lp,
+               GCancellable *cancellable, GError **error)
+{
+  const UmPlan *p = &engine->plan;
+  UmForwardOptions fo;
+
+  if (target->cuda)
+    engine->backend = um_backend_cuda_new (options->gpu_index, options->memory_budget, error);
+  else
+    {
+      UmProducts products = options->products;
+      engine->backend = um_backend_cpu_new (options->memory_budget, options->n_threads, error);
+      /* AUTO is decided for the file as a whole (see um-backend.h): by the
+       * type of the MLP weights, which hold most of the parameters. */
+      if (engine->backend != NULL && products == UM_PRODUCTS_AUTO)
+        products = um_products_auto_int8 (engine->model->layers[0].w_gate.dtype) ? UM_PRODUCTS_INT8
+                                                                                 : UM_PRODUCTS_EXACT;
+      if (engine->backend != NULL)
+        um_backend_cpu_set_products (engine->backend, products);
+    }
   if (engine->backend == NULL)
     return FALSE;
-  {
-    UmProducts products = options->products;
-    /* AUTO is decided for the file as a whole (see um-backend.h): by the
-     * type of the MLP weights, which hold most of the parameters. */
-    if (products == UM_PRODUCTS_AUTO)
-      products = um_products_auto_int8 (engine->model->layers[0].w_gate.dtype) ? UM_PRODUCTS_INT8
-                                                                               : UM_PRODUCTS_EXACT;
-    um_backend_cpu_set_products (engine->backend, products);
-  }
-  lp->stage = N_("Preparing the weights");
-  engine->forward = um_forward_new_full (engine->model, engine->backend, on_weights_progress, lp, cancellable, error);
+
+  um_forward_options_init (&fo);
+  fo.embed_on_host = p->embed_on_host;
+  fo.row_chunk = MAX (p->options.row_chunk, 0);
+  if (p->stream_slots > 0)
+    {
+      lp->stage = p->options.host_zstd ? N_("Compressing the layers into host memory")
+                                       : N_("Copying the layers into host memory");
+      lp->from = lp->to;
+      lp->to = lp->from + (1.0 - lp->from) * 0.8;
+      engine->store = um_layer_store_new (engine->backend, engine->model,
+                                          p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW, 0,
+                                          on_stage_progress, lp, cancellable, error);
+      if (engine->store == NULL)
+        return FALSE;
+      fo.stream_slots = p->stream_slots;
+      fo.store = engine->store;
+    }
+  lp->stage = target->cuda ? N_("Uploading the weights to the GPU") : N_("Preparing the weights");
+  lp->from = lp->to;
+  lp->to = 1.0;
+  engine->forward = um_forward_new_with (engine->model, engine->backend, &fo, on_stage_progress, lp,
+                                         cancellable, error);
   return engine->forward != NULL;
 }
 
@@ -134,6 +310,9 @@ um_engine_load (const char             *path,
 {
   g_autoptr(UmEngine) engine = g_new0 (UmEngine, 1);
   UmEngineOptions defaults;
+  UmPlanTarget target;
+  LoadProgress lp = { progress_cb, user_data, NULL, 0.0, 0.05 };
+  gint64 t0 = g_get_monotonic_time ();
 
   g_mutex_init (&engine->busy);
   if (options == NULL)
@@ -146,15 +325,23 @@ um_engine_load (const char             *path,
   engine->model = um_model_load (path, cancellable, error);
   if (engine->model == NULL)
     return NULL;
-  if (g_cancellable_set_error_if_cancelled (cancellable, error))
+  engine->weights_path = g_strdup (path);
+  if (g_cancellable_set_error_if_cancelled (cancellable, error)
+      || !choose_device (engine, options, &target, error))
     return NULL;
+  if (engine->plan.converts)
+    {
+      lp.from = 0.05;
+      lp.to = 0.7;
+      if (!convert_weights (engine, options, &lp, cancellable, error))
+        return NULL;
+    }
   if (progress_cb)
-    progress_cb (0.5, N_("Preparing the compute backend"), user_data);
-  {
-    LoadProgress lp = { progress_cb, user_data, NULL };
-    if (!setup_compute (engine, options, &lp, cancellable, error))
-      return NULL;
-  }
+    progress_cb (lp.to, N_("Preparing the compute backend"), user_data);
+  if (!setup_compute (engine, options, &target, &lp, cancellable, error))
+    return NULL;
+  engine->host_load_peak = um_process_peak_rss ();
+  engine->seconds_load = (g_get_monotonic_time () - t0) / 1e6;
   if (progress_cb)
     progress_cb (1.0, N_("Ready"), user_data);
   return g_steal_pointer (&engine);
@@ -170,11 +357,43 @@ um_engine_free (UmEngine *engine)
   g_mutex_lock (&engine->busy);
   g_mutex_unlock (&engine->busy);
   g_clear_pointer (&engine->forward, um_forward_free);
+  g_clear_pointer (&engine->store, um_layer_store_free);
   g_clear_pointer (&engine->backend, um_backend_free);
   g_clear_pointer (&engine->model, um_model_free);
   g_free (engine->notice);
+  g_free (engine->weights_path);
   g_mutex_clear (&engine->busy);
   g_free (engine);
+}
+
+const UmPlan *
+um_engine_get_plan (UmEngine *engine)
+{
+  return &engine->plan;
+}
+
+void
+um_engine_get_memory (UmEngine *engine, UmEngineMemory *out)
+{
+  UmBackendMemInfo mem;
+
+  memset (out, 0, sizeof *out);
+  engine->backend->ops->mem_info (engine->backend, &mem);
+  out->device_peak = mem.peak;
+  out->device_weights = mem.weight_bytes;
+  out->backend_overhead = mem.overhead;
+  out->host_peak = um_process_peak_rss ();
+  out->host_load_peak = engine->host_load_peak;
+  if (engine->store != NULL)
+    {
+      UmLayerStoreStats st;
+      um_layer_store_get_stats (engine->store, &st);
+      out->host_store = st.stored_bytes;
+      out->host_store_raw = st.raw_bytes;
+    }
+  out->seconds_load = engine->seconds_load;
+  out->cached = engine->cached;
+  out->weights_path = engine->weights_path;
 }
 
 UmModel *

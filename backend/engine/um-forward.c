@@ -3,15 +3,30 @@
 #include <string.h>
 
 #include "um-error.h"
+#include "um-layer-store.h"
+#include "um-prefetch.h"
+#include "um-quant.h"
 
+/* The work buffers of a pass, carved from one device arena. */
 typedef enum {
   SLOT_X, SLOT_H, SLOT_Q, SLOT_K, SLOT_V, SLOT_ATT, SLOT_GATE, SLOT_UP, SLOT_XS, SLOT_LOGITS,
   N_SLOTS
 } Slot;
 
+#define ARENA_ALIGN 256
+
 typedef struct {
   UmDevWeight *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
 } DevLayer;
+
+/* A layer-streaming slot: device memory for one layer's matrices and views
+ * of them, rebuilt only when a layer of other shapes (pruning) arrives. */
+typedef struct {
+  UmBuf       *buf;
+  UmDevWeight *mats[UM_LAYER_N_MATS];
+  int          shaped_for;    /* layer whose shapes the views have, -1 none */
+  int          requested;     /* layer last asked of the prefetcher, -1 none */
+} StreamSlot;
 
 struct _UmForward {
   /* while loading */
@@ -22,24 +37,36 @@ struct _UmForward {
 
   UmModel        *model;
   UmBackend      *be;
+  UmForwardOptions opts;
   UmDevWeight    *tok_embd, *out_norm, *output;
   DevLayer       *layers;
   GPtrArray      *dev_weights;
-  UmBuf          *slots[N_SLOTS];
-  size_t          slot_bytes[N_SLOTS];
+  UmBuf          *arena;
+  size_t          arena_bytes;
+  float          *host_rows;      /* embedding rows decoded on the host */
+  size_t          host_rows_floats;
+  StreamSlot     *stream;         /* opts.stream_slots of them */
+  UmPrefetcher   *prefetcher;
+  guint64         stream_seq;     /* layers streamed so far: picks the slot */
   UmForwardStats  stats;
 };
 
-static void
-release_slots (UmForward *fw)
+void
+um_forward_options_init (UmForwardOptions *options)
 {
-  for (int i = 0; i < N_SLOTS; i++)
-    {
-      if (fw->slots[i] != NULL)
-        fw->be->ops->buf_free (fw->be, fw->slots[i]);
-      fw->slots[i] = NULL;
-      fw->slot_bytes[i] = 0;
-    }
+  memset (options, 0, sizeof *options);
+}
+
+static gboolean
+streaming (const UmForward *fw)
+{
+  return fw->opts.stream_slots > 0;
+}
+
+static gboolean
+embed_on_host (const UmModel *model, const UmForwardOptions *o)
+{
+  return o != NULL && o->embed_on_host && !model->cfg.tied_embeddings;
 }
 
 void
@@ -47,11 +74,24 @@ um_forward_free (UmForward *fw)
 {
   if (fw == NULL)
     return;
-  release_slots (fw);
+  /* The copy thread first: it may be writing into a slot. */
+  g_clear_pointer (&fw->prefetcher, um_prefetcher_free);
+  for (guint s = 0; fw->stream != NULL && s < fw->opts.stream_slots; s++)
+    {
+      for (int i = 0; i < UM_LAYER_N_MATS; i++)
+        if (fw->stream[s].mats[i] != NULL)
+          fw->be->ops->weight_free (fw->be, fw->stream[s].mats[i]);
+      if (fw->stream[s].buf != NULL)
+        fw->be->ops->buf_free (fw->be, fw->stream[s].buf);
+    }
+  g_free (fw->stream);
+  if (fw->arena != NULL)
+    fw->be->ops->buf_free (fw->be, fw->arena);
   if (fw->dev_weights != NULL)
     for (guint i = 0; i < fw->dev_weights->len; i++)
       fw->be->ops->weight_free (fw->be, g_ptr_array_index (fw->dev_weights, i));
   g_clear_pointer (&fw->dev_weights, g_ptr_array_unref);
+  g_free (fw->host_rows);
   g_free (fw->layers);
   g_free (fw);
 }
@@ -66,6 +106,9 @@ load_weight (UmForward *fw, const UmWeight *w, GError **error)
   dw = fw->be->ops->weight_load (fw->be, w, error);
   if (dw != NULL)
     g_ptr_array_add (fw->dev_weights, dw);
+  /* A GPU has its own copy now: the file's pages need not stay in RAM. */
+  if (dw != NULL && !fw->be->ops->weights_in_place)
+    um_tensor_data_release (w->data, w->rows * w->row_bytes);
   fw->loaded_bytes += w->rows * w->row_bytes;
   if (dw != NULL && fw->progress_cb != NULL)
     fw->progress_cb ((double) fw->loaded_bytes / MAX (fw->total_bytes, 1), fw->progress_data);
@@ -88,20 +131,80 @@ um_forward_new_full (UmModel           *model,
                      GCancellable      *cancellable,
                      GError           **error)
 {
+  return um_forward_new_with (model, backend, NULL, progress_cb, user_data, cancellable, error);
+}
+
+static gboolean
+setup_streaming (UmForward *fw, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+  size_t slot_bytes = um_layer_slot_bytes (fw->model);
+
+  if (fw->opts.store == NULL || fw->opts.stream_slots < 2)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "layer streaming needs a host store and at least 2 slots (got %u)", fw->opts.stream_slots);
+      return FALSE;
+    }
+  if (ops->weight_view == NULL || ops->copy_upload == NULL || ops->sync == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                   "the %s backend cannot stream layers", ops->name);
+      return FALSE;
+    }
+  fw->stream = g_new0 (StreamSlot, fw->opts.stream_slots);
+  for (guint s = 0; s < fw->opts.stream_slots; s++)
+    {
+      fw->stream[s].shaped_for = -1;
+      fw->stream[s].requested = -1;
+      fw->stream[s].buf = ops->buf_alloc (fw->be, slot_bytes, error);
+      if (fw->stream[s].buf == NULL)
+        return FALSE;
+    }
+  fw->prefetcher = um_prefetcher_new (fw->opts.store, error);
+  return fw->prefetcher != NULL;
+}
+
+UmForward *
+um_forward_new_with (UmModel                *model,
+                     UmBackend              *backend,
+                     const UmForwardOptions *options,
+                     UmForwardProgress       progress_cb,
+                     gpointer                user_data,
+                     GCancellable           *cancellable,
+                     GError                **error)
+{
   g_autoptr(UmForward) fw = g_new0 (UmForward, 1);
   const UmModelConfig *c = &model->cfg;
 
   fw->model = model;
   fw->be = backend;
+  if (options != NULL)
+    fw->opts = *options;
+  fw->opts.embed_on_host = embed_on_host (model, options);
   fw->progress_cb = progress_cb;
   fw->progress_data = user_data;
   fw->cancellable = cancellable;
-  fw->total_bytes = um_model_weight_bytes (model);
   fw->dev_weights = g_ptr_array_new ();
   fw->layers = g_new0 (DevLayer, c->n_layers);
 
+  /* Progress counts the bytes this backend is given. */
+  fw->total_bytes = um_model_weight_bytes (model);
+  if (fw->opts.embed_on_host)
+    fw->total_bytes -= model->tok_embd.rows * model->tok_embd.row_bytes;
+  for (guint l = 0; streaming (fw) && l < c->n_layers; l++)
+    for (int i = 0; i < UM_LAYER_N_MATS; i++)
+      {
+        const UmWeight *w = um_layer_mat (&model->layers[l], i);
+        fw->total_bytes -= w->rows * w->row_bytes;
+      }
+
+  if (streaming (fw) && !setup_streaming (fw, error))
+    return NULL;
+
 #define LOAD(dst, src) G_STMT_START { if (((dst) = load_weight (fw, (src), error)) == NULL) return NULL; } G_STMT_END
-  LOAD (fw->tok_embd, &model->tok_embd);
+  if (!fw->opts.embed_on_host)
+    LOAD (fw->tok_embd, &model->tok_embd);
   LOAD (fw->out_norm, &model->out_norm);
   if (c->tied_embeddings)
     fw->output = fw->tok_embd;
@@ -112,11 +215,13 @@ um_forward_new_full (UmModel           *model,
       const UmLayerWeights *src = &model->layers[l];
       DevLayer *dst = &fw->layers[l];
       LOAD (dst->attn_norm, &src->attn_norm);
+      LOAD (dst->ffn_norm, &src->ffn_norm);
+      if (streaming (fw))
+        continue;
       LOAD (dst->wq, &src->wq);
       LOAD (dst->wk, &src->wk);
       LOAD (dst->wv, &src->wv);
       LOAD (dst->wo, &src->wo);
-      LOAD (dst->ffn_norm, &src->ffn_norm);
       LOAD (dst->w_gate, &src->w_gate);
       LOAD (dst->w_up, &src->w_up);
       LOAD (dst->w_down, &src->w_down);
@@ -127,18 +232,91 @@ um_forward_new_full (UmModel           *model,
   return g_steal_pointer (&fw);
 }
 
-/* Work buffers are kept between calls and grown when a longer canvas needs it. */
-static UmBuf *
-slot (UmForward *fw, Slot s, size_t floats, GError **error)
+typedef struct {
+  size_t offset[N_SLOTS];
+  size_t bytes[N_SLOTS];
+  size_t total;
+} ArenaLayout;
+
+static int
+chunk_rows (int rows, int row_chunk)
 {
-  size_t bytes = MAX (floats, 1) * sizeof (float);
-  if (fw->slot_bytes[s] >= bytes)
-    return fw->slots[s];
-  if (fw->slots[s] != NULL)
-    fw->be->ops->buf_free (fw->be, fw->slots[s]);
-  fw->slots[s] = fw->be->ops->buf_alloc (fw->be, bytes, error);
-  fw->slot_bytes[s] = fw->slots[s] ? bytes : 0;
-  return fw->slots[s];
+  return row_chunk > 0 ? MIN (rows, row_chunk) : rows;
+}
+
+static void
+arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_chunk, ArenaLayout *a)
+{
+  const UmModelConfig *c = &model->cfg;
+  const size_t T = (size_t) n_seq * seq_len;
+  const size_t D = c->d_model, F = c->mlp_hidden, V = c->vocab_size;
+  const size_t QD = (size_t) c->n_heads * c->head_dim, KVD = (size_t) c->n_kv_heads * c->head_dim;
+  const gboolean subset = (size_t) n_rows < T;
+  const size_t floats[N_SLOTS] = {
+    [SLOT_X] = T * D,
+    [SLOT_H] = T * MAX (D, QD),
+    [SLOT_Q] = T * QD,
+    [SLOT_K] = T * KVD,
+    [SLOT_V] = T * KVD,
+    [SLOT_ATT] = T * QD,
+    [SLOT_GATE] = chunk_rows ((int) T, row_chunk) * F,
+    [SLOT_UP] = chunk_rows ((int) T, row_chunk) * F,
+    [SLOT_XS] = subset ? (size_t) n_rows * D : 0,
+    [SLOT_LOGITS] = chunk_rows (n_rows, row_chunk) * V,
+  };
+
+  a->total = 0;
+  for (int s = 0; s < N_SLOTS; s++)
+    {
+      a->offset[s] = a->total;
+      a->bytes[s] = floats[s] * sizeof (float);
+      a->total += (a->bytes[s] + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    }
+}
+
+guint64
+um_forward_arena_bytes (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_chunk)
+{
+  ArenaLayout a;
+  arena_layout (model, n_seq, seq_len, n_rows, row_chunk, &a);
+  return a.total;
+}
+
+guint64
+um_forward_host_bytes (const UmModel *model, const UmForwardOptions *options, int n_seq, int seq_len)
+{
+  return embed_on_host (model, options) ? (guint64) n_seq * seq_len * model->cfg.d_model * sizeof (float) : 0;
+}
+
+/* Views of the arena for this pass; the arena grows only when a longer
+ * canvas needs it, so steady-state passes allocate no device memory. */
+static gboolean
+carve (UmForward *fw, const ArenaLayout *a, UmBuf **views, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+
+  if (fw->arena_bytes < a->total)
+    {
+      if (fw->arena != NULL)
+        ops->buf_free (fw->be, fw->arena);
+      fw->arena_bytes = 0;
+      fw->arena = ops->buf_alloc (fw->be, a->total, error);
+      if (fw->arena == NULL)
+        return FALSE;
+      fw->arena_bytes = a->total;
+    }
+  for (int s = 0; s < N_SLOTS; s++)
+    if (a->bytes[s] > 0 && (views[s] = ops->buf_view (fw->be, fw->arena, a->offset[s], a->bytes[s], error)) == NULL)
+      return FALSE;
+  return TRUE;
+}
+
+static void
+free_views (UmForward *fw, UmBuf **views, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (views[i] != NULL)
+      fw->be->ops->buf_free (fw->be, views[i]);
 }
 
 static gboolean
@@ -153,6 +331,284 @@ matmul (UmForward *fw, UmBuf *x, int rows, const UmDevWeight *w, const UmWeight 
   return ok;
 }
 
+/* The token rows, decoded on the host and uploaded (table not on the device). */
+static gboolean
+embed_host (UmForward *fw, const gint32 *ids, int n, UmBuf *x, GError **error)
+{
+  const UmWeight *w = &fw->model->tok_embd;
+  size_t floats = (size_t) n * w->cols;
+
+  for (int i = 0; i < n; i++)
+    if (ids[i] < 0 || (uint64_t) ids[i] >= w->rows)
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                     "token id %d is outside the vocabulary (%" G_GUINT64_FORMAT ")", ids[i], w->rows);
+        return FALSE;
+      }
+  if (fw->host_rows_floats < floats)
+    {
+      g_free (fw->host_rows);
+      fw->host_rows = g_try_malloc (floats * sizeof (float));
+      fw->host_rows_floats = fw->host_rows ? floats : 0;
+      if (fw->host_rows == NULL)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of host memory for %d embedding rows", n);
+          return FALSE;
+        }
+    }
+  for (int i = 0; i < n; i++)
+    if (!um_quant_dequantize_row (w->dtype, (const guint8 *) w->data + (uint64_t) ids[i] * w->row_bytes,
+                                  fw->host_rows + (size_t) i * w->cols, w->cols))
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cannot decode embedding rows stored as %s",
+                     um_dtype_name (w->dtype));
+        return FALSE;
+      }
+  return fw->be->ops->buf_upload (fw->be, x, 0, fw->host_rows, floats * sizeof (float), error);
+}
+
+static gboolean
+same_layout (const UmLayerWeights *a, const UmLayerWeights *b)
+{
+  for (int i = 0; i < UM_LAYER_N_MATS; i++)
+    {
+      const UmWeight *x = um_layer_mat (a, i), *y = um_layer_mat (b, i);
+      if (x->dtype != y->dtype || x->rows != y->rows || x->cols != y->cols || x->row_bytes != y->row_bytes)
+        return FALSE;
+    }
+  return TRUE;
+}
+
+/* Layer @l's matrices in a slot: waits for its copy, then asks the copy
+ * thread for the next layer (into the next slot) while this one computes.
+ * Slots are used round-robin across passes, so the next slot is never the
+ * one computing. */
+static gboolean
+stream_layer (UmForward *fw, guint l, DevLayer *out, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+  const guint k = fw->opts.stream_slots, n_layers = fw->model->cfg.n_layers;
+  const guint s = fw->stream_seq % k, ns = (fw->stream_seq + 1) % k;
+  const guint nl = (l + 1) % n_layers;
+  StreamSlot *slot = &fw->stream[s];
+  const UmLayerWeights *W = &fw->model->layers[l];
+  gint64 t0 = g_get_monotonic_time ();
+  UmDevWeight **m = slot->mats;
+
+  if (slot->requested != (int) l)
+    {
+      um_prefetcher_request (fw->prefetcher, s, slot->buf, l);
+      slot->requested = l;
+    }
+  if (!um_prefetcher_wait (fw->prefetcher, s, l, error))
+    {
+      slot->requested = -1;
+      return FALSE;
+    }
+  fw->stats.seconds_stream_wait += (g_get_monotonic_time () - t0) / 1e6;
+  fw->stats.layers_streamed++;
+
+  /* Views are rebuilt only for a layer of other types or shapes (the
+   * _M mixes give some layers 6-bit matrices; pruning, other counts). */
+  if (slot->shaped_for < 0 || !same_layout (&fw->model->layers[slot->shaped_for], W))
+    {
+      UmLayerLayout layout;
+      um_layer_layout (W, &layout);
+      for (int i = 0; i < UM_LAYER_N_MATS; i++)
+        {
+          if (m[i] != NULL)
+            ops->weight_free (fw->be, m[i]);
+          m[i] = ops->weight_view (fw->be, slot->buf, layout.offset[i], um_layer_mat (W, i), error);
+          if (m[i] == NULL)
+            {
+              slot->shaped_for = -1;
+              return FALSE;
+            }
+        }
+      slot->shaped_for = l;
+    }
+  out->attn_norm = fw->layers[l].attn_norm;
+  out->ffn_norm = fw->layers[l].ffn_norm;
+  out->wq = m[0];
+  out->wk = m[1];
+  out->wv = m[2];
+  out->wo = m[3];
+  out->w_gate = m[4];
+  out->w_up = m[5];
+  out->w_down = m[6];
+
+  /* The next slot last held a layer whose ops (on a GPU, queued) must be
+   * done before the copy overwrites it. */
+  if (!ops->sync (fw->be, error))
+    return FALSE;
+  um_prefetcher_request (fw->prefetcher, ns, fw->stream[ns].buf, nl);
+  fw->stream[ns].requested = nl;
+  fw->stream_seq++;
+  return TRUE;
+}
+
+/* RMSNorm, SwiGLU MLP and residual on @m rows of @xr, @chunk rows at a time. */
+static gboolean
+mlp_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, UmBuf *h, UmBuf *gate,
+          UmBuf *up, int m, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+  UmBackend *be = fw->be;
+  const int D = fw->model->cfg.d_model, F = W->ffn;
+  const float eps = (float) fw->model->cfg.rms_eps;
+  const int chunk = chunk_rows (m, fw->opts.row_chunk);
+
+  for (int r0 = 0; r0 < m; r0 += chunk)
+    {
+      const int c = MIN (chunk, m - r0);
+      const gboolean whole = c == m;
+      UmBuf *v[2] = { NULL, NULL };
+      gboolean ok;
+
+      if (!whole)
+        {
+          v[0] = ops->buf_view (be, xr, (size_t) r0 * D * sizeof (float), (size_t) c * D * sizeof (float), error);
+          v[1] = v[0] ? ops->buf_view (be, h, (size_t) r0 * D * sizeof (float), (size_t) c * D * sizeof (float),
+                                       error) : NULL;
+          if (v[1] == NULL)
+            {
+              free_views (fw, v, 2);
+              return FALSE;
+            }
+        }
+      {
+        UmBuf *xc = whole ? xr : v[0], *hc = whole ? h : v[1];
+        ok = ops->rms_norm (be, xc, c, D, L->ffn_norm, eps, hc, error)
+             && matmul (fw, hc, c, L->w_gate, &W->w_gate, gate, error)
+             && matmul (fw, hc, c, L->w_up, &W->w_up, up, error)
+             && ops->swiglu (be, gate, up, (size_t) c * F, gate, error)
+             && matmul (fw, gate, c, L->w_down, &W->w_down, hc, error)
+             && ops->add (be, xc, hc, (size_t) c * D, error);
+      }
+      free_views (fw, v, 2);
+      if (!ok)
+        return FALSE;
+    }
+  return TRUE;
+}
+
+/* Final norm and LM head on @n rows of @xf, @chunk rows at a time, each
+ * chunk's logits downloaded into @logits. */
+static gboolean
+head_rows (UmForward *fw, UmBuf *xf, UmBuf *h, UmBuf *out, int n, float *logits, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+  UmBackend *be = fw->be;
+  const int D = fw->model->cfg.d_model, V = fw->model->cfg.vocab_size;
+  const int chunk = chunk_rows (n, fw->opts.row_chunk);
+
+  if (!ops->rms_norm (be, xf, n, D, fw->out_norm, (float) fw->model->cfg.rms_eps, h, error))
+    return FALSE;
+  for (int r0 = 0; r0 < n; r0 += chunk)
+    {
+      const int c = MIN (chunk, n - r0);
+      UmBuf *hv = NULL;
+      gboolean ok;
+
+      if (c < n && (hv = ops->buf_view (be, h, (size_t) r0 * D * sizeof (float), (size_t) c * D * sizeof (float),
+                                        error)) == NULL)
+        return FALSE;
+      ok = matmul (fw, hv ? hv : h, c, fw->output, &fw->model->output, out, error)
+           && ops->buf_download (be, out, 0, logits + (size_t) r0 * V, (size_t) c * V * sizeof (float), error);
+      free_views (fw, &hv, 1);
+      if (!ok)
+        return FALSE;
+    }
+  return TRUE;
+}
+
+static gboolean
+forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, const gint32 *rows,
+              int n, float *logits, GCancellable *cancellable, GError **error)
+{
+  const UmModelConfig *c = &fw->model->cfg;
+  const UmBackendOps *ops = fw->be->ops;
+  UmBackend *be = fw->be;
+  const int T = n_seq * seq_len;
+  const int D = c->d_model, hd = c->head_dim;
+  const float eps = (float) c->rms_eps;
+  const gboolean subset = rows != NULL;
+  g_autofree gint32 *pos = g_new (gint32, T), *seq = g_new (gint32, T);
+  g_autofree gint32 *sel_pos = NULL, *sel_seq = NULL;
+
+  for (int t = 0; t < T; t++)
+    {
+      pos[t] = t % seq_len;
+      seq[t] = t / seq_len;
+    }
+  if (subset)
+    {
+      sel_pos = g_new (gint32, n);
+      sel_seq = g_new (gint32, n);
+      for (int i = 0; i < n; i++)
+        {
+          sel_pos[i] = pos[rows[i]];
+          sel_seq[i] = seq[rows[i]];
+        }
+    }
+
+  if (fw->opts.embed_on_host ? !embed_host (fw, ids, T, b[SLOT_X], error)
+                             : !ops->embed (be, fw->tok_embd, ids, T, b[SLOT_X], error))
+    return FALSE;
+
+  for (guint l = 0; l < c->n_layers; l++)
+    {
+      const UmLayerWeights *W = &fw->model->layers[l];
+      const int H = W->n_heads, Hkv = W->n_kv_heads;
+      /* In the last layer only the requested rows feed the output: keys and
+       * values still need every row, queries, attention output and MLP only
+       * the requested ones. */
+      const gboolean last = subset && l + 1 == c->n_layers;
+      const int m = last ? n : T;
+      UmBuf *xr = last ? b[SLOT_XS] : b[SLOT_X];
+      DevLayer streamed;
+      const DevLayer *L = &fw->layers[l];
+
+      if (g_cancellable_set_error_if_cancelled (cancellable, error))
+        return FALSE;
+      if (streaming (fw))
+        {
+          if (!stream_layer (fw, l, &streamed, error))
+            return FALSE;
+          L = &streamed;
+        }
+
+      if (!ops->rms_norm (be, b[SLOT_X], T, D, L->attn_norm, eps, b[SLOT_H], error)
+          || !matmul (fw, b[SLOT_H], T, L->wk, &W->wk, b[SLOT_K], error)
+          || !matmul (fw, b[SLOT_H], T, L->wv, &W->wv, b[SLOT_V], error)
+          || !ops->rope (be, b[SLOT_K], T, pos, Hkv, hd, c->rope_theta, c->rope_interleaved, error))
+        return FALSE;
+      if (last)
+        {
+          /* h is free once k and v exist: reuse it for the selected rows. */
+          if (!ops->get_rows (be, b[SLOT_H], D, rows, n, b[SLOT_ATT], error)
+              || !matmul (fw, b[SLOT_ATT], n, L->wq, &W->wq, b[SLOT_Q], error)
+              || !ops->get_rows (be, b[SLOT_X], D, rows, n, b[SLOT_XS], error))
+            return FALSE;
+        }
+      else if (!matmul (fw, b[SLOT_H], T, L->wq, &W->wq, b[SLOT_Q], error))
+        return FALSE;
+      if (!ops->rope (be, b[SLOT_Q], m, last ? sel_pos : pos, H, hd, c->rope_theta, c->rope_interleaved, error)
+          || !ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, b[SLOT_K], b[SLOT_V], seq_len, H, Hkv, hd,
+                              b[SLOT_ATT], error))
+        return FALSE;
+      fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
+      if (!matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
+          || !ops->add (be, xr, b[SLOT_H], (size_t) m * D, error)
+          || !mlp_rows (fw, L, W, xr, b[SLOT_H], b[SLOT_GATE], b[SLOT_UP], m, error))
+        return FALSE;
+    }
+
+  if (g_cancellable_set_error_if_cancelled (cancellable, error))
+    return FALSE;
+  return head_rows (fw, subset ? b[SLOT_XS] : b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, logits, error);
+}
+
 gboolean
 um_forward_logits (UmForward     *fw,
                    const gint32  *ids,
@@ -165,18 +621,13 @@ um_forward_logits (UmForward     *fw,
                    GError       **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
-  const UmBackendOps *ops = fw->be->ops;
-  UmBackend *be = fw->be;
   const int T = n_seq * seq_len;
-  const int D = c->d_model, F = c->mlp_hidden, V = c->vocab_size;
-  const int H = c->n_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
-  const int QD = H * hd, KVD = Hkv * hd;
-  const float eps = (float) c->rms_eps;
   const gboolean subset = rows != NULL;
   const int n = subset ? n_rows : T;
   gint64 t_start = g_get_monotonic_time ();
-  g_autofree gint32 *pos = NULL, *seq = NULL, *sel_pos = NULL, *sel_seq = NULL;
-  UmBuf *x, *h, *q, *k, *v, *att, *gate, *up, *xs = NULL, *out;
+  UmBuf *views[N_SLOTS] = { NULL };
+  ArenaLayout a;
+  gboolean ok;
 
   if (n_seq <= 0 || seq_len <= 0 || (guint) seq_len > c->max_seq_len)
     {
@@ -194,91 +645,15 @@ um_forward_logits (UmForward     *fw,
       }
   if (n == 0)
     return TRUE;
+  /* All rows asked for one by one are the whole canvas. */
+  if (subset && n == T)
+    rows = NULL;
 
-  x = slot (fw, SLOT_X, (size_t) T * D, error);
-  h = x ? slot (fw, SLOT_H, (size_t) T * MAX (D, QD), error) : NULL;
-  q = h ? slot (fw, SLOT_Q, (size_t) T * QD, error) : NULL;
-  k = q ? slot (fw, SLOT_K, (size_t) T * KVD, error) : NULL;
-  v = k ? slot (fw, SLOT_V, (size_t) T * KVD, error) : NULL;
-  att = v ? slot (fw, SLOT_ATT, (size_t) T * QD, error) : NULL;
-  gate = att ? slot (fw, SLOT_GATE, (size_t) T * F, error) : NULL;
-  up = gate ? slot (fw, SLOT_UP, (size_t) T * F, error) : NULL;
-  if (up != NULL && subset)
-    xs = slot (fw, SLOT_XS, (size_t) n * D, error);
-  out = (up != NULL && (!subset || xs != NULL)) ? slot (fw, SLOT_LOGITS, (size_t) n * V, error) : NULL;
-  if (out == NULL)
-    return FALSE;
-
-  pos = g_new (gint32, T);
-  seq = g_new (gint32, T);
-  for (int t = 0; t < T; t++)
-    {
-      pos[t] = t % seq_len;
-      seq[t] = t / seq_len;
-    }
-  if (subset)
-    {
-      sel_pos = g_new (gint32, n);
-      sel_seq = g_new (gint32, n);
-      for (int i = 0; i < n; i++)
-        {
-          sel_pos[i] = pos[rows[i]];
-          sel_seq[i] = seq[rows[i]];
-        }
-    }
-
-  if (!ops->embed (be, fw->tok_embd, ids, T, x, error))
-    return FALSE;
-
-  for (guint l = 0; l < c->n_layers; l++)
-    {
-      const DevLayer *L = &fw->layers[l];
-      const UmLayerWeights *W = &fw->model->layers[l];
-      /* In the last layer only the requested rows feed the output: keys and
-       * values still need every row, queries, attention output and MLP only
-       * the requested ones. */
-      const gboolean last = subset && l + 1 == c->n_layers;
-      const int m = last ? n : T;
-      UmBuf *xr = last ? xs : x;
-
-      if (g_cancellable_set_error_if_cancelled (cancellable, error))
-        return FALSE;
-
-      if (!ops->rms_norm (be, x, T, D, L->attn_norm, eps, h, error)
-          || !matmul (fw, h, T, L->wk, &W->wk, k, error)
-          || !matmul (fw, h, T, L->wv, &W->wv, v, error)
-          || !ops->rope (be, k, T, pos, Hkv, hd, c->rope_theta, c->rope_interleaved, error))
-        return FALSE;
-      if (last)
-        {
-          /* h is free once k and v exist: reuse it for the selected rows. */
-          if (!ops->get_rows (be, h, D, rows, n, att, error)
-              || !matmul (fw, att, n, L->wq, &W->wq, q, error)
-              || !ops->get_rows (be, x, D, rows, n, xs, error))
-            return FALSE;
-        }
-      else if (!matmul (fw, h, T, L->wq, &W->wq, q, error))
-        return FALSE;
-      if (!ops->rope (be, q, m, last ? sel_pos : pos, H, hd, c->rope_theta, c->rope_interleaved, error)
-          || !ops->attention (be, q, m, last ? sel_seq : seq, k, v, seq_len, H, Hkv, hd, att, error))
-        return FALSE;
-      fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
-      if (!matmul (fw, att, m, L->wo, &W->wo, h, error)
-          || !ops->add (be, xr, h, (size_t) m * D, error)
-          || !ops->rms_norm (be, xr, m, D, L->ffn_norm, eps, h, error)
-          || !matmul (fw, h, m, L->w_gate, &W->w_gate, gate, error)
-          || !matmul (fw, h, m, L->w_up, &W->w_up, up, error)
-          || !ops->swiglu (be, gate, up, (size_t) m * F, gate, error)
-          || !matmul (fw, gate, m, L->w_down, &W->w_down, h, error)
-          || !ops->add (be, xr, h, (size_t) m * D, error))
-        return FALSE;
-    }
-
-  if (g_cancellable_set_error_if_cancelled (cancellable, error))
-    return FALSE;
-  if (!ops->rms_norm (be, subset ? xs : x, n, D, fw->out_norm, eps, h, error)
-      || !matmul (fw, h, n, fw->output, &fw->model->output, out, error)
-      || !ops->buf_download (be, out, 0, logits, (size_t) n * V * sizeof (float), error))
+  arena_layout (fw->model, n_seq, seq_len, n, fw->opts.row_chunk, &a);
+  ok = carve (fw, &a, views, error)
+       && forward_pass (fw, views, ids, n_seq, seq_len, rows, n, logits, cancellable, error);
+  free_views (fw, views, N_SLOTS);
+  if (!ok)
     return FALSE;
 
   fw->stats.n_passes++;

@@ -350,6 +350,27 @@ um_convert_model (UmModel                 *src,
   return g_steal_pointer (&path);
 }
 
+char *
+um_convert_lookup (const UmModel *src, const UmQuantizeOptions *opts, const char *cache_dir)
+{
+  g_autoptr(GArray) plan = NULL;
+  g_autoptr(GPtrArray) dirs = NULL;
+  g_autofree char *key = NULL, *name = NULL;
+
+  if (opts == NULL || opts->type == NULL || (plan = um_quantize_plan_tensors (src, opts, NULL)) == NULL)
+    return NULL;
+  key = um_convert_cache_key (src, opts);
+  name = cache_file_name (src, opts, key);
+  dirs = cache_dirs (cache_dir);
+  for (guint i = 0; i < dirs->len; i++)
+    {
+      g_autofree char *candidate = g_build_filename (g_ptr_array_index (dirs, i), name, NULL);
+      if (cache_file_valid (candidate, key, plan))
+        return g_steal_pointer (&candidate);
+    }
+  return NULL;
+}
+
 /* ---- management ------------------------------------------------------------ */
 
 void

@@ -71,6 +71,10 @@ G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmConvertedEntry, um_converted_entry_free)
 /* The .gguf files of the cache folder (UmConvertedEntry, sorted by path),
  * read from their metadata only; files that do not parse are listed with
  * source and type NULL. A missing folder is an empty list. */
+/* The valid cached conversion of @src for @opts, if there is one (what
+ * um_convert_model () would return without converting), else NULL. */
+char       *um_convert_lookup (const UmModel *src, const UmQuantizeOptions *opts, const char *cache_dir);
+
 GPtrArray *um_convert_cache_list (const char *dir,
                                   GError    **error);
 

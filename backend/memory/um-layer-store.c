@@ -1,2 +1,633 @@
-/* um-layer-store.c — placeholder, filled in by the memory-modes work. */
-#include <glib.h>
+/* um-layer-store.c — the host weight store that feeds layer-streaming slots.
+ *
+ * RAW: each layer is one host block laid out exactly like a slot, so a fetch
+ * is a single copy_upload.
+ *
+ * ZSTD: each matrix is cut into independent frames of FRAME_BYTES (so they
+ * can be compressed in parallel, decoded in parallel later, and decoding
+ * needs only a small staging buffer). Float types are split into byte planes
+ * first (byte 0 of every element, then byte 1, ...): the high byte of a
+ * BF16/F16 weight (sign and exponent) is highly predictable, the low
+ * (mantissa) bytes hardly at all, and interleaved they hide each other from
+ * the entropy coder. Quantized blocks are compressed as they are: Q4 nibbles
+ * are close to random, and only their scales and Q8_0's int8s shrink. A
+ * frame that does not shrink by at least 1/MIN_GAIN is kept raw, so data
+ * that hardly compresses costs nothing to decode. Frames carry zstd's
+ * checksum, so a damaged store is an error, not silently wrong weights.
+ */
+#include "um-layer-store.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <zstd.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#include "um-error.h"
+
+/* Raw bytes per frame: a multiple of every element width (planes). */
+#define FRAME_BYTES ((size_t) 2 << 20)
+/* Keep a frame raw unless compression saves at least 1/MIN_GAIN of it:
+ * decoding runs at 1.5–3 GB/s on one core, a copy (or DMA) at 10–25, so a
+ * few per cent less memory is not worth it. Random-normal Q4_K (97.8 %)
+ * and Q8_0 (96.4 %) stay raw by this rule. */
+#define MIN_GAIN 16
+/* Alignment of frames inside a layer block (raw frames are copied from there). */
+#define FRAME_ALIGN 64
+
+#define ALIGN_UP(x, a) (((x) + (a) - 1) / (a) * (a))
+
+typedef struct {
+  size_t  src;          /* offset in the layer block */
+  size_t  dst;          /* offset in the slot */
+  guint32 raw_len;
+  guint32 stored_len;
+  guint8  zstd;         /* FALSE: raw bytes, uploaded straight from the block */
+  guint8  planes;       /* element width split into byte planes (1: none) */
+  guint8  dtype;
+  guint8  mat;          /* index in layout order */
+} Frame;
+
+typedef struct {
+  guint8 *block;        /* host_alloc */
+  size_t  block_bytes;
+  Frame  *frames;       /* ZSTD only */
+  guint   n_frames;
+} StoredLayer;
+
+struct _UmLayerStore {
+  UmBackend          *be;
+  UmStoreCompression  comp;
+  guint               n_layers;
+  StoredLayer        *layers;
+
+  GMutex              fetch_lock;   /* one fetch at a time: dctx and staging */
+  ZSTD_DCtx          *dctx;
+  guint8             *staging;      /* host_alloc: decoded planes, then the frame */
+  size_t              staging_bytes;
+
+  GMutex              stats_lock;
+  UmLayerStoreStats   stats;
+};
+
+void
+um_layer_layout (const UmLayerWeights *L, UmLayerLayout *out)
+{
+  size_t off = 0;
+
+  for (int i = 0; i < UM_LAYER_N_MATS; i++)
+    {
+      const UmWeight *w = um_layer_mat (L, i);
+      out->offset[i] = off;
+      out->bytes[i] = (size_t) (w->rows * w->row_bytes);
+      off = ALIGN_UP (off + out->bytes[i], UM_LAYER_ALIGN);
+    }
+  out->total = off;
+}
+
+size_t
+um_layer_slot_bytes (const UmModel *model)
+{
+  size_t best = 0;
+
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      UmLayerLayout lay;
+      um_layer_layout (&model->layers[l], &lay);
+      best = MAX (best, lay.total);
+    }
+  return best;
+}
+
+const UmWeight *
+um_layer_mat (const UmLayerWeights *L, int i)
+{
+  switch (i)
+    {
+    case 0: return &L->wq;
+    case 1: return &L->wk;
+    case 2: return &L->wv;
+    case 3: return &L->wo;
+    case 4: return &L->w_gate;
+    case 5: return &L->w_up;
+    case 6: return &L->w_down;
+    default: return NULL;
+    }
+}
+
+/* Element width to split into byte planes: float types only. */
+static guint
+plane_width (UmDType t)
+{
+  switch (t)
+    {
+    case UM_DTYPE_F16:
+    case UM_DTYPE_BF16:
+      return 2;
+    case UM_DTYPE_F32:
+      return 4;   /* not asked for, but the same argument holds */
+    default:
+      return 1;
+    }
+}
+
+/* Byte p of every w-byte element to plane p. The 2-byte case is the hot
+ * one; SSE2 (every x86-64) because compilers do not vectorize it at -O2. */
+static void
+split_planes (const guint8 *src, guint8 *dst, size_t n, guint w)
+{
+  size_t m = n / w, j = 0;
+
+  if (w == 2)
+    {
+      guint8 *lo = dst, *hi = dst + m;
+#ifdef __SSE2__
+      const __m128i mask = _mm_set1_epi16 (0xff);
+      for (; j + 16 <= m; j += 16)
+        {
+          __m128i a = _mm_loadu_si128 ((const __m128i *) (src + 2 * j));
+          __m128i b = _mm_loadu_si128 ((const __m128i *) (src + 2 * j + 16));
+          _mm_storeu_si128 ((__m128i *) (lo + j),
+                            _mm_packus_epi16 (_mm_and_si128 (a, mask), _mm_and_si128 (b, mask)));
+          _mm_storeu_si128 ((__m128i *) (hi + j), _mm_packus_epi16 (_mm_srli_epi16 (a, 8), _mm_srli_epi16 (b, 8)));
+        }
+#endif
+      for (; j < m; j++)
+        {
+          lo[j] = src[2 * j];
+          hi[j] = src[2 * j + 1];
+        }
+      return;
+    }
+  for (guint p = 0; p < w; p++)
+    for (j = 0; j < m; j++)
+      dst[p * m + j] = src[j * w + p];
+}
+
+static void
+join_planes (const guint8 *src, guint8 *dst, size_t n, guint w)
+{
+  size_t m = n / w, j = 0;
+
+  if (w == 2)
+    {
+      const guint8 *lo = src, *hi = src + m;
+#ifdef __SSE2__
+      for (; j + 16 <= m; j += 16)
+        {
+          __m128i a = _mm_loadu_si128 ((const __m128i *) (lo + j));
+          __m128i b = _mm_loadu_si128 ((const __m128i *) (hi + j));
+          _mm_storeu_si128 ((__m128i *) (dst + 2 * j), _mm_unpacklo_epi8 (a, b));
+          _mm_storeu_si128 ((__m128i *) (dst + 2 * j + 16), _mm_unpackhi_epi8 (a, b));
+        }
+#endif
+      for (; j < m; j++)
+        {
+          dst[2 * j] = lo[j];
+          dst[2 * j + 1] = hi[j];
+        }
+      return;
+    }
+  for (guint p = 0; p < w; p++)
+    for (j = 0; j < m; j++)
+      dst[j * w + p] = src[p * m + j];
+}
+
+/* Read-only file mappings of this process, from /proc/self/maps: the only
+ * memory where MADV_DONTNEED is harmless (the pages come back from the
+ * file). On anonymous memory it would zero the weights, and a model's
+ * weights may live there (converted, or a file read from bytes). */
+typedef struct {
+  guintptr start, end;
+} MapRange;
+
+static GArray *
+readonly_file_maps (void)
+{
+  GArray *ranges = g_array_new (FALSE, FALSE, sizeof (MapRange));
+  g_autofree char *text = NULL;
+  g_auto(GStrv) lines = NULL;
+
+  if (!g_file_get_contents ("/proc/self/maps", &text, NULL, NULL))
+    return ranges;
+  lines = g_strsplit (text, "\n", -1);
+  for (guint i = 0; lines[i] != NULL; i++)
+    {
+      unsigned long start, end, inode;
+      char perms[8];
+      if (sscanf (lines[i], "%lx-%lx %7s %*s %*s %lu", &start, &end, perms, &inode) == 4
+          && perms[0] == 'r' && perms[1] == '-' && inode != 0)
+        {
+          MapRange r = { start, end };
+          g_array_append_val (ranges, r);
+        }
+    }
+  return ranges;
+}
+
+/* Drops the whole pages of [data, data + bytes) from our RSS, if they lie in
+ * a read-only file mapping. */
+static void
+release_source (const GArray *maps, const void *data, size_t bytes)
+{
+  size_t page = (size_t) sysconf (_SC_PAGESIZE);
+  guintptr a, b;
+
+  a = ALIGN_UP ((guintptr) data, page);
+  b = ((guintptr) data + bytes) / page * page;
+  if (data == NULL || b <= a)
+    return;
+  for (guint i = 0; i < maps->len; i++)
+    {
+      const MapRange *r = &g_array_index (maps, MapRange, i);
+      if (a >= r->start && b <= r->end)
+        {
+          /* Only a hint: if it fails the pages merely stay. */
+          (void) madvise ((void *) a, b - a, MADV_DONTNEED);
+          return;
+        }
+    }
+}
+
+static void
+count_frame (UmLayerStore *s, UmDType t, guint64 raw, guint64 stored)
+{
+  s->stats.raw_bytes += raw;
+  s->stats.stored_bytes += stored;
+  if ((guint) t < UM_DTYPE_N_TYPES)
+    {
+      s->stats.dtype_raw_bytes[t] += raw;
+      s->stats.dtype_stored_bytes[t] += stored;
+    }
+}
+
+static gboolean
+store_layer_raw (UmLayerStore *s, const UmLayerWeights *L, StoredLayer *out, GError **error)
+{
+  UmLayerLayout lay;
+
+  um_layer_layout (L, &lay);
+  out->block = s->be->ops->host_alloc (s->be, lay.total, error);
+  if (out->block == NULL)
+    return FALSE;
+  out->block_bytes = lay.total;
+  for (int i = 0; i < UM_LAYER_N_MATS; i++)
+    {
+      const UmWeight *w = um_layer_mat (L, i);
+      size_t end = lay.offset[i] + lay.bytes[i];
+      size_t next = i + 1 < UM_LAYER_N_MATS ? lay.offset[i + 1] : lay.total;
+
+      if (lay.bytes[i] > 0)
+        memcpy (out->block + lay.offset[i], w->data, lay.bytes[i]);
+      /* Padding zeroed: the whole block is uploaded in one copy. */
+      memset (out->block + end, 0, next - end);
+      count_frame (s, w->dtype, lay.bytes[i], lay.bytes[i]);
+    }
+  return TRUE;
+}
+
+/* The model's bytes of frame @f. */
+static const guint8 *
+frame_source (const UmLayerWeights *L, const UmLayerLayout *lay, const Frame *f)
+{
+  return (const guint8 *) um_layer_mat (L, f->mat)->data + (f->dst - lay->offset[f->mat]);
+}
+
+/* Per-thread compression state. */
+typedef struct {
+  ZSTD_CCtx *cctx;
+  guint8    *planes;
+  guint8    *dst;
+  size_t     dst_bytes;
+} Compressor;
+
+static gboolean
+store_layer_zstd (UmLayerStore *s, const UmLayerWeights *L, Compressor *comps, int n_threads,
+                  StoredLayer *out, GError **error)
+{
+  UmLayerLayout lay;
+  g_autoptr(GArray) frames = g_array_new (FALSE, TRUE, sizeof (Frame));
+  guint8 **packed;
+  size_t *results;
+  size_t off = 0;
+  gboolean ok = TRUE;
+  int n;
+
+  um_layer_layout (L, &lay);
+  for (int i = 0; i < UM_LAYER_N_MATS; i++)
+    {
+      const UmWeight *w = um_layer_mat (L, i);
+      for (size_t a = 0; a < lay.bytes[i]; a += FRAME_BYTES)
+        {
+          Frame f = { 0 };
+          f.dst = lay.offset[i] + a;
+          f.raw_len = (guint32) MIN (FRAME_BYTES, lay.bytes[i] - a);
+          f.planes = (guint8) plane_width (w->dtype);
+          f.dtype = (guint8) w->dtype;
+          f.mat = (guint8) i;
+          if (f.raw_len % f.planes != 0)
+            f.planes = 1;
+          g_array_append_val (frames, f);
+        }
+    }
+
+  n = (int) frames->len;
+  packed = g_new0 (guint8 *, MAX (n, 1));
+  results = g_new0 (size_t, MAX (n, 1));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
+  for (int k = 0; k < n; k++)
+    {
+      const Frame *f = &g_array_index (frames, Frame, k);
+      Compressor *c = &comps[omp_get_thread_num ()];
+      const guint8 *src = frame_source (L, &lay, f);
+      size_t r;
+
+      if (f->planes > 1)
+        {
+          split_planes (src, c->planes, f->raw_len, f->planes);
+          src = c->planes;
+        }
+      r = ZSTD_compress2 (c->cctx, c->dst, c->dst_bytes, src, f->raw_len);
+      results[k] = r;
+      if (!ZSTD_isError (r) && r < f->raw_len - f->raw_len / MIN_GAIN)
+        packed[k] = g_memdup2 (c->dst, r);
+    }
+
+  /* Lay the block out: each frame FRAME_ALIGN-aligned. */
+  for (int k = 0; k < n; k++)
+    {
+      Frame *f = &g_array_index (frames, Frame, k);
+      if (ZSTD_isError (results[k]))
+        {
+          if (ok)
+            g_set_error (error, UM_ERROR, UM_ERROR_FAILED, "zstd compression failed: %s",
+                         ZSTD_getErrorName (results[k]));
+          ok = FALSE;
+        }
+      f->zstd = packed[k] != NULL;
+      f->stored_len = f->zstd ? (guint32) results[k] : f->raw_len;
+      off = ALIGN_UP (off, FRAME_ALIGN);
+      f->src = off;
+      off += f->stored_len;
+    }
+  if (ok)
+    {
+      out->block = s->be->ops->host_alloc (s->be, MAX (off, 1), error);
+      ok = out->block != NULL;
+    }
+  if (ok)
+    {
+      out->block_bytes = MAX (off, 1);
+      for (int k = 0; k < n; k++)
+        {
+          Frame *f = &g_array_index (frames, Frame, k);
+          memcpy (out->block + f->src, f->zstd ? packed[k] : frame_source (L, &lay, f), f->stored_len);
+          count_frame (s, f->dtype, f->raw_len, f->stored_len);
+        }
+      out->n_frames = frames->len;
+      out->frames = (Frame *) g_array_free (g_steal_pointer (&frames), FALSE);
+    }
+  for (int k = 0; k < n; k++)
+    g_free (packed[k]);
+  g_free (packed);
+  g_free (results);
+  return ok;
+}
+
+UmLayerStore *
+um_layer_store_new (UmBackend            *be,
+                    const UmModel        *model,
+                    UmStoreCompression    comp,
+                    int                   zstd_level,
+                    UmLayerStoreProgress  progress,
+                    gpointer              user_data,
+                    GCancellable         *cancellable,
+                    GError              **error)
+{
+  g_autoptr(UmLayerStore) s = NULL;
+  g_autoptr(GArray) maps = NULL;
+  Compressor *comps = NULL;
+  int n_threads = 1;
+  gboolean ok = TRUE;
+
+  if (comp != UM_STORE_RAW && comp != UM_STORE_ZSTD)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "unknown layer store compression %d", comp);
+      return NULL;
+    }
+  if (comp == UM_STORE_ZSTD && (zstd_level < ZSTD_minCLevel () || zstd_level > ZSTD_maxCLevel ()))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "zstd level %d is outside %d…%d",
+                   zstd_level, ZSTD_minCLevel (), ZSTD_maxCLevel ());
+      return NULL;
+    }
+
+  s = g_new0 (UmLayerStore, 1);
+  s->be = be;
+  s->comp = comp;
+  s->n_layers = model->cfg.n_layers;
+  s->layers = g_new0 (StoredLayer, MAX (s->n_layers, 1));
+  g_mutex_init (&s->fetch_lock);
+  g_mutex_init (&s->stats_lock);
+
+  if (comp == UM_STORE_ZSTD)
+    {
+      s->dctx = ZSTD_createDCtx ();
+      if (s->dctx == NULL)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "no memory for a zstd decoder");
+          return NULL;
+        }
+      s->staging = be->ops->host_alloc (be, 2 * FRAME_BYTES, error);
+      if (s->staging == NULL)
+        return NULL;
+      s->staging_bytes = 2 * FRAME_BYTES;
+      n_threads = MAX (omp_get_max_threads (), 1);
+      comps = g_new0 (Compressor, n_threads);
+      for (int t = 0; t < n_threads && ok; t++)
+        {
+          comps[t].cctx = ZSTD_createCCtx ();
+          comps[t].planes = g_try_malloc (FRAME_BYTES);
+          comps[t].dst_bytes = ZSTD_compressBound (FRAME_BYTES);
+          comps[t].dst = g_try_malloc (comps[t].dst_bytes);
+          ok = comps[t].cctx != NULL && comps[t].planes != NULL && comps[t].dst != NULL
+               && !ZSTD_isError (ZSTD_CCtx_setParameter (comps[t].cctx, ZSTD_c_compressionLevel, zstd_level))
+               && !ZSTD_isError (ZSTD_CCtx_setParameter (comps[t].cctx, ZSTD_c_checksumFlag, 1));
+        }
+      if (!ok)
+        g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "no memory for zstd compressors");
+    }
+
+  maps = readonly_file_maps ();
+  for (guint l = 0; l < s->n_layers && ok; l++)
+    {
+      const UmLayerWeights *L = &model->layers[l];
+
+      if (g_cancellable_set_error_if_cancelled (cancellable, error))
+        {
+          ok = FALSE;
+          break;
+        }
+      if (comp == UM_STORE_RAW)
+        ok = store_layer_raw (s, L, &s->layers[l], error);
+      else
+        ok = store_layer_zstd (s, L, comps, n_threads, &s->layers[l], error);
+      if (!ok)
+        {
+          g_prefix_error (error, "layer %u: ", l);
+          break;
+        }
+      for (int i = 0; i < UM_LAYER_N_MATS; i++)
+        {
+          const UmWeight *w = um_layer_mat (L, i);
+          release_source (maps, w->data, (size_t) (w->rows * w->row_bytes));
+        }
+      if (progress != NULL)
+        progress ((double) (l + 1) / s->n_layers, user_data);
+    }
+
+  for (int t = 0; comps != NULL && t < n_threads; t++)
+    {
+      ZSTD_freeCCtx (comps[t].cctx);
+      g_free (comps[t].planes);
+      g_free (comps[t].dst);
+    }
+  g_free (comps);
+  if (!ok)
+    return NULL;
+  return g_steal_pointer (&s);
+}
+
+static gboolean
+fetch_zstd (UmLayerStore *s, guint layer, const StoredLayer *sl, UmBuf *slot, double *decode_s,
+            guint64 *decoded, GError **error)
+{
+  UmBackend *be = s->be;
+  guint8 *planes = s->staging, *frame = s->staging + FRAME_BYTES;
+
+  for (guint k = 0; k < sl->n_frames; k++)
+    {
+      const Frame *f = &sl->frames[k];
+      const guint8 *src = sl->block + f->src;
+
+      if (f->zstd)
+        {
+          gint64 t0 = g_get_monotonic_time ();
+          guint8 *into = f->planes > 1 ? planes : frame;
+          size_t r = ZSTD_decompressDCtx (s->dctx, into, FRAME_BYTES, src, f->stored_len);
+          if (ZSTD_isError (r) || r != f->raw_len)
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_FORMAT,
+                           "layer %u: stored frame %u is corrupt (%s)", layer, k,
+                           ZSTD_isError (r) ? ZSTD_getErrorName (r) : "wrong length");
+              return FALSE;
+            }
+          if (f->planes > 1)
+            join_planes (planes, frame, f->raw_len, f->planes);
+          *decode_s += (g_get_monotonic_time () - t0) / 1e6;
+          *decoded += f->raw_len;
+          src = frame;
+        }
+      if (!be->ops->copy_upload (be, slot, f->dst, src, f->raw_len, error))
+        {
+          g_prefix_error (error, "layer %u: ", layer);
+          return FALSE;
+        }
+    }
+  return TRUE;
+}
+
+gboolean
+um_layer_store_fetch (UmLayerStore *s, guint layer, UmBuf *slot, GError **error)
+{
+  const StoredLayer *sl;
+  gint64 t0;
+  double decode_s = 0;
+  guint64 decoded = 0;
+  gboolean ok;
+
+  if (layer >= s->n_layers)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "layer %u is outside the model (%u layers)",
+                   layer, s->n_layers);
+      return FALSE;
+    }
+  sl = &s->layers[layer];
+
+  g_mutex_lock (&s->fetch_lock);
+  t0 = g_get_monotonic_time ();
+  if (s->comp == UM_STORE_RAW)
+    {
+      ok = s->be->ops->copy_upload (s->be, slot, 0, sl->block, sl->block_bytes, error);
+      if (!ok)
+        g_prefix_error (error, "layer %u: ", layer);
+    }
+  else
+    ok = fetch_zstd (s, layer, sl, slot, &decode_s, &decoded, error);
+  g_mutex_unlock (&s->fetch_lock);
+
+  if (ok)
+    {
+      g_mutex_lock (&s->stats_lock);
+      s->stats.n_fetches++;
+      s->stats.fetch_seconds += (g_get_monotonic_time () - t0) / 1e6;
+      s->stats.decode_seconds += decode_s;
+      s->stats.decoded_bytes += decoded;
+      g_mutex_unlock (&s->stats_lock);
+    }
+  return ok;
+}
+
+guint
+um_layer_store_n_layers (UmLayerStore *s)
+{
+  return s->n_layers;
+}
+
+UmStoreCompression
+um_layer_store_compression (UmLayerStore *s)
+{
+  return s->comp;
+}
+
+void
+um_layer_store_get_stats (UmLayerStore *s, UmLayerStoreStats *stats)
+{
+  g_mutex_lock (&s->stats_lock);
+  *stats = s->stats;
+  g_mutex_unlock (&s->stats_lock);
+}
+
+guint64
+um_layer_store_host_bytes (UmLayerStore *s)
+{
+  guint64 sum = s->staging_bytes;
+
+  for (guint l = 0; l < s->n_layers; l++)
+    sum += s->layers[l].block_bytes + s->layers[l].n_frames * sizeof (Frame);
+  return sum;
+}
+
+void
+um_layer_store_free (UmLayerStore *s)
+{
+  if (s == NULL)
+    return;
+  for (guint l = 0; l < s->n_layers; l++)
+    {
+      if (s->layers[l].block != NULL)
+        s->be->ops->host_free (s->be, s->layers[l].block, s->layers[l].block_bytes);
+      g_free (s->layers[l].frames);
+    }
+  g_free (s->layers);
+  if (s->staging != NULL)
+    s->be->ops->host_free (s->be, s->staging, s->staging_bytes);
+  ZSTD_freeDCtx (s->dctx);
+  g_mutex_clear (&s->fetch_lock);
+  g_mutex_clear (&s->stats_lock);
+  g_free (s);
+}

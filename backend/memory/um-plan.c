@@ -1,2 +1,610 @@
-/* um-plan.c — placeholder, filled in by the memory-modes work. */
-#include <glib.h>
+/* um-plan.c — memory modes and the plan: what each component of a run takes
+ * on the device and on the host, from the model's metadata alone. The
+ * sizes come from the same functions that later allocate (the forward's
+ * arena, the slot layout, the converter's tensor list), so prediction and
+ * allocation are one arithmetic. */
+#include "um-plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "um-convert.h"
+#include "um-cpu-kernels.h"
+#include "um-error.h"
+#include "um-forward.h"
+#include "um-layer-store.h"
+#include "um-quantize.h"
+
+static const char *const mode_names[UM_MEM_N_MODES] = {
+  "standard", "standard-8bit", "extreme-mild", "extreme-moderate", "extreme-aggressive",
+};
+
+/* What the weights become in each mode (NULL: as stored). */
+static const char *const mode_formats[UM_MEM_N_MODES] = {
+  NULL, "Q8_0", "Q8_0", "Q4_K_M", "Q4_K_M",
+};
+
+/* Rows of the MLP and LM head at a time: only long canvases are cut in
+ * standard modes; extreme modes keep every work buffer small. */
+#define STANDARD_ROW_CHUNK 512
+#define EXTREME_ROW_CHUNK  64
+
+/* The zstd store decodes through a staging buffer of two 2 MiB frames
+ * (um-layer-store.c). Lossless zstd on the host store, stored/raw bytes, by type: 16-bit
+ * weights' exponent bytes compress, block-quantized data hardly does
+ * (measured on random-normal weights, see um-layer-store.c). */
+static double
+zstd_ratio (UmDType t)
+{
+  switch (t)
+    {
+    case UM_DTYPE_BF16: return 0.80;
+    case UM_DTYPE_F16: return 0.88;
+    case UM_DTYPE_F32: return 0.90;
+    default: return 0.97;
+    }
+}
+
+const char *
+um_mem_mode_to_string (UmMemMode mode)
+{
+  return (guint) mode < UM_MEM_N_MODES ? mode_names[mode] : "unknown";
+}
+
+gboolean
+um_mem_mode_from_string (const char *s, UmMemMode *out)
+{
+  for (int i = 0; s != NULL && i < UM_MEM_N_MODES; i++)
+    if (g_ascii_strcasecmp (s, mode_names[i]) == 0)
+      {
+        *out = (UmMemMode) i;
+        return TRUE;
+      }
+  /* The short names the app's command line takes (--extreme=moderate). */
+  if (s != NULL && (g_ascii_strcasecmp (s, "mild") == 0 || g_ascii_strcasecmp (s, "moderate") == 0
+                    || g_ascii_strcasecmp (s, "aggressive") == 0))
+    {
+      g_autofree char *full = g_strconcat ("extreme-", s, NULL);
+      return um_mem_mode_from_string (full, out);
+    }
+  return FALSE;
+}
+
+gboolean
+um_mem_mode_is_extreme (UmMemMode mode)
+{
+  return mode >= UM_MEM_EXTREME_MILD;
+}
+
+void
+um_mem_mode_limits (UmMemMode mode, int *gen_length, int *block_length, int *steps)
+{
+  gboolean x = um_mem_mode_is_extreme (mode);
+  if (gen_length)
+    *gen_length = x ? 64 : 0;
+  if (block_length)
+    *block_length = x ? 32 : 0;
+  if (steps)
+    *steps = x ? 64 : 0;
+}
+
+void
+um_mem_options_init (UmMemOptions *options, UmMemMode mode)
+{
+  memset (options, 0, sizeof *options);
+  options->mode = mode;
+}
+
+gboolean
+um_mem_options_validate (const UmMemOptions *o, GError **error)
+{
+  if ((guint) o->mode >= UM_MEM_N_MODES)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "unknown memory mode %d", o->mode);
+      return FALSE;
+    }
+  if (o->weight_format[0] != '\0' && g_ascii_strcasecmp (o->weight_format, "stored") != 0
+      && !um_quantize_type_is_valid (o->weight_format))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "unknown weight format “%s” (stored, F16, BF16, Q8_0, Q4_0, Q4_K, Q4_K_M, Q5_K_M, Q6_K, …)",
+                   o->weight_format);
+      return FALSE;
+    }
+  if (!(o->prune_heads >= 0 && o->prune_heads <= 0.3) || !(o->prune_ffn >= 0 && o->prune_ffn <= 0.2))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "pruning takes at most 30 %% of the heads and 20 %% of the FFN neurons (asked %.0f %% and %.0f %%)",
+                   o->prune_heads * 100, o->prune_ffn * 100);
+      return FALSE;
+    }
+  if (o->resident_layers < 0 || (o->resident_layers == 1))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "layer streaming needs at least 2 resident layer slots (asked %d)", o->resident_layers);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+void
+um_plan_shape_init (UmPlanShape *shape)
+{
+  shape->prompt_length = 64;
+  shape->gen_length = 128;
+  shape->block_length = 32;
+  shape->cfg = FALSE;
+}
+
+const char *
+um_plan_component_name (UmPlanComponent c)
+{
+  static const char *const names[UM_PLAN_N_COMPONENTS] = {
+    "weights", "embedding", "stream_slots", "host_store", "activations", "logits", "sampler", "backend",
+    "process",
+  };
+  return (guint) c < UM_PLAN_N_COMPONENTS ? names[c] : "unknown";
+}
+
+static guint64
+read_proc_kib (const char *key)
+{
+  g_autofree char *status = NULL;
+  const char *p;
+
+  if (!g_file_get_contents ("/proc/self/status", &status, NULL, NULL) || (p = strstr (status, key)) == NULL)
+    return 0;
+  return g_ascii_strtoull (p + strlen (key), NULL, 10) * 1024;
+}
+
+guint64
+um_process_rss (void)
+{
+  return read_proc_kib ("VmRSS:");
+}
+
+guint64
+um_process_peak_rss (void)
+{
+  return read_proc_kib ("VmHWM:");
+}
+
+static guint64
+meminfo_kib (const char *key)
+{
+  g_autofree char *text = NULL;
+  const char *p;
+  if (!g_file_get_contents ("/proc/meminfo", &text, NULL, NULL) || (p = strstr (text, key)) == NULL)
+    return 0;
+  return g_ascii_strtoull (p + strlen (key), NULL, 10) * 1024;
+}
+
+void
+um_plan_target_cpu (UmPlanTarget *t, guint64 budget, int n_threads)
+{
+  memset (t, 0, sizeof *t);
+  t->cuda = FALSE;
+  t->device_budget = budget;
+  t->host_total = meminfo_kib ("MemTotal:");
+  t->host_available = meminfo_kib ("MemAvailable:");
+  t->device_total = t->host_total;
+  t->device_free = t->host_available;
+  um_cpu_warm_up ();
+  t->process_rss = um_process_rss ();
+  t->n_threads = n_threads > 0 ? n_threads : (int) g_get_num_processors ();
+  t->products = UM_PRODUCTS_AUTO;
+}
+
+gboolean
+um_parse_size (const char *s, guint64 *out)
+{
+  char *end = NULL;
+  double v;
+  double mult = 1;
+
+  if (s == NULL)
+    return FALSE;
+  v = g_ascii_strtod (s, &end);
+  if (end == s || !(v >= 0) || !isfinite (v))
+    return FALSE;
+  while (*end == ' ')
+    end++;
+  if (*end != '\0')
+    {
+      const char units[] = "KMGT";
+      const char *u = strchr (units, g_ascii_toupper (*end));
+      if (u == NULL)
+        return FALSE;
+      end++;
+      /* "G" and "GiB" are binary; "GB" decimal, as disks count. */
+      if (*end == 'i' || *end == 'I')
+        {
+          mult = pow (1024, u - units + 1);
+          end++;
+          if (*end == 'B' || *end == 'b')
+            end++;
+        }
+      else if (*end == 'B' || *end == 'b')
+        {
+          mult = pow (1000, u - units + 1);
+          end++;
+        }
+      else
+        mult = pow (1024, u - units + 1);
+      if (*end != '\0')
+        return FALSE;
+    }
+  if (v * mult > 1.8e19)
+    return FALSE;
+  *out = (guint64) (v * mult);
+  return TRUE;
+}
+
+/* Bits per weight of a layer's matrices as stored. */
+static double
+stored_bits (const UmModel *model)
+{
+  const UmLayerWeights *L = &model->layers[0];
+  double bytes = 0, elems = 0;
+  for (int i = 0; i < UM_LAYER_N_MATS; i++)
+    {
+      const UmWeight *w = um_layer_mat (L, i);
+      bytes += (double) w->rows * w->row_bytes;
+      elems += (double) w->rows * w->cols;
+    }
+  return elems > 0 ? 8 * bytes / elems : 0;
+}
+
+static double
+type_bits (const char *type)
+{
+  static const struct { const char *name; UmDType t; } base[] = {
+    { "F32", UM_DTYPE_F32 }, { "F16", UM_DTYPE_F16 }, { "BF16", UM_DTYPE_BF16 }, { "Q8_0", UM_DTYPE_Q8_0 },
+    { "Q4_0", UM_DTYPE_Q4_0 }, { "Q4_1", UM_DTYPE_Q4_1 }, { "Q5_0", UM_DTYPE_Q5_0 }, { "Q5_1", UM_DTYPE_Q5_1 },
+    { "Q4_K", UM_DTYPE_Q4_K }, { "Q5_K", UM_DTYPE_Q5_K }, { "Q6_K", UM_DTYPE_Q6_K },
+    { "Q4_K_M", UM_DTYPE_Q4_K }, { "Q5_K_M", UM_DTYPE_Q5_K },
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (base); i++)
+    if (g_ascii_strcasecmp (type, base[i].name) == 0)
+      {
+        const UmDTypeInfo *info = um_dtype_info (base[i].t);
+        return 8.0 * info->block_bytes / info->block_elems;
+      }
+  return 0;
+}
+
+static gboolean
+prunes (const UmMemOptions *o)
+{
+  return o->prune_heads > 0 || o->prune_ffn > 0;
+}
+
+const char *
+um_plan_convert_type (const UmModel *model, const UmMemOptions *o)
+{
+  const char *type = o->weight_format[0] != '\0' ? o->weight_format : mode_formats[o->mode];
+
+  if (type != NULL && g_ascii_strcasecmp (type, "stored") == 0)
+    type = NULL;
+  /* Converting up adds bytes and no information. */
+  if (type != NULL && type_bits (type) >= stored_bits (model) - 0.01)
+    type = NULL;
+  /* Pruning rewrites the file even without a new type: in the stored one. */
+  if (type == NULL && prunes (o))
+    type = um_dtype_name (model->layers[0].w_gate.dtype);
+  return type;
+}
+
+/* The model as it will be held: its metadata, with the converter's shapes
+ * and types when converting or pruning. Weights carry no data. */
+typedef struct {
+  UmModel         m;
+  UmLayerWeights *layers;
+} Shadow;
+
+static void
+shadow_clear (Shadow *s)
+{
+  g_free (s->layers);
+}
+
+static void
+set_weight (UmWeight *w, UmDType t, guint64 rows, guint64 cols, guint64 bytes)
+{
+  w->dtype = t;
+  w->rows = rows;
+  w->cols = cols;
+  w->row_bytes = rows ? bytes / rows : 0;
+  w->data = NULL;
+}
+
+static gboolean
+make_shadow (const UmModel *model, const char *type, const UmMemOptions *o, Shadow *s, GError **error)
+{
+  const UmModelConfig *c = &model->cfg;
+  UmQuantizeOptions q = { type, o->prune_heads, o->prune_ffn };
+  g_autoptr(GArray) planned = NULL;
+
+  memset (s, 0, sizeof *s);
+  s->m.cfg = model->cfg;
+  s->m.tok_embd = model->tok_embd;
+  s->m.out_norm = model->out_norm;
+  s->m.output = model->output;
+  s->layers = g_memdup2 (model->layers, sizeof (UmLayerWeights) * c->n_layers);
+  s->m.layers = s->layers;
+  if (type == NULL)
+    return TRUE;
+
+  planned = um_quantize_plan_tensors (model, &q, error);
+  if (planned == NULL)
+    return FALSE;
+  s->m.cfg.n_heads = s->m.cfg.n_kv_heads = s->m.cfg.mlp_hidden = 0;
+  for (guint i = 0; i < planned->len; i++)
+    {
+      const UmPlannedTensor *t = &g_array_index (planned, UmPlannedTensor, i);
+      UmLayerWeights *L = t->layer >= 0 && (guint) t->layer < c->n_layers ? &s->layers[t->layer] : NULL;
+      UmWeight *w = NULL;
+      switch (t->kind)
+        {
+        case UM_PLANNED_EMBED: w = &s->m.tok_embd; break;
+        case UM_PLANNED_OUTPUT: w = &s->m.output; break;
+        case UM_PLANNED_Q: w = L ? &L->wq : NULL; break;
+        case UM_PLANNED_K: w = L ? &L->wk : NULL; break;
+        case UM_PLANNED_V: w = L ? &L->wv : NULL; break;
+        case UM_PLANNED_O: w = L ? &L->wo : NULL; break;
+        case UM_PLANNED_GATE: w = L ? &L->w_gate : NULL; break;
+        case UM_PLANNED_UP: w = L ? &L->w_up : NULL; break;
+        case UM_PLANNED_DOWN: w = L ? &L->w_down : NULL; break;
+        default: break;   /* norms stay float vectors */
+        }
+      if (w != NULL)
+        set_weight (w, t->dtype, t->rows, t->cols, t->bytes);
+    }
+  if (c->tied_embeddings)
+    s->m.output = s->m.tok_embd;
+  for (guint l = 0; l < c->n_layers; l++)
+    {
+      UmLayerWeights *L = &s->layers[l];
+      L->n_heads = L->wq.rows / c->head_dim;
+      L->n_kv_heads = L->wk.rows / c->head_dim;
+      L->ffn = L->w_gate.rows;
+      s->m.cfg.n_heads = MAX (s->m.cfg.n_heads, L->n_heads);
+      s->m.cfg.n_kv_heads = MAX (s->m.cfg.n_kv_heads, L->n_kv_heads);
+      s->m.cfg.mlp_hidden = MAX (s->m.cfg.mlp_hidden, L->ffn);
+    }
+  return TRUE;
+}
+
+static guint64
+weight_bytes (const UmWeight *w)
+{
+  return w->rows * w->row_bytes;
+}
+
+/* The CPU's product scratch grows to the largest any product of a pass
+ * needs; it is host memory outside the budget. */
+static guint64
+cpu_scratch (const UmModel *m, UmProducts products, int T, int n, int chunk)
+{
+  const int mlp_rows = chunk > 0 ? MIN (T, chunk) : T;
+  const int head_rows = chunk > 0 ? MIN (n, chunk) : n;
+  guint64 best = 0;
+
+  if (products == UM_PRODUCTS_AUTO)
+    products = um_products_auto_int8 (m->layers[0].w_gate.dtype) ? UM_PRODUCTS_INT8 : UM_PRODUCTS_EXACT;
+  for (guint l = 0; l < m->cfg.n_layers; l++)
+    {
+      const UmLayerWeights *L = &m->layers[l];
+      const struct { const UmWeight *w; int rows; } p[] = {
+        { &L->wq, T }, { &L->wk, T }, { &L->wv, T }, { &L->wo, T },
+        { &L->w_gate, mlp_rows }, { &L->w_up, mlp_rows }, { &L->w_down, mlp_rows },
+      };
+      for (guint i = 0; i < G_N_ELEMENTS (p); i++)
+        best = MAX (best, um_cpu_matmul_scratch_bytes (p[i].w->dtype, p[i].w->rows, p[i].w->cols, p[i].rows,
+                                                       products));
+    }
+  best = MAX (best, um_cpu_matmul_scratch_bytes (m->output.dtype, m->output.rows, m->output.cols, head_rows,
+                                                 products));
+  return best;
+}
+
+/* Converting holds one chunk of output rows (16 MiB at most, see
+ * um-quantize.c) and the source pages behind it, released after each
+ * chunk; scoring for pruning reads a layer's rows the same way. */
+static guint64
+convert_transient (const UmModel *src, const UmModel *out, const UmMemOptions *o)
+{
+  guint64 best = 0;
+  const UmWeight *pairs[][2] = {
+    { &src->tok_embd, &out->tok_embd }, { &src->output, &out->output },
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (pairs); i++)
+    {
+      guint64 ob = weight_bytes (pairs[i][1]), sb = weight_bytes (pairs[i][0]);
+      guint64 chunk = MIN (ob, 16u << 20);
+      best = MAX (best, chunk + (ob ? chunk * sb / ob : 0));
+    }
+  for (guint l = 0; l < src->cfg.n_layers; l++)
+    for (int i = 0; i < UM_LAYER_N_MATS; i++)
+      {
+        guint64 ob = weight_bytes (um_layer_mat (&out->layers[l], i));
+        guint64 sb = weight_bytes (um_layer_mat (&src->layers[l], i));
+        guint64 chunk = MIN (ob, 16u << 20);
+        best = MAX (best, chunk + (ob ? chunk * sb / ob : 0));
+      }
+  return best + (prunes (o) ? 16u << 20 : 0);
+}
+
+gboolean
+um_plan_compute (const UmModel       *model,
+                 const UmMemOptions  *options,
+                 const UmPlanShape   *shape,
+                 const UmPlanTarget  *target,
+                 UmPlan              *plan,
+                 GError             **error)
+{
+  const UmModelConfig *c = &model->cfg;
+  const gboolean extreme = um_mem_mode_is_extreme (options->mode);
+  const int n_seq = shape->cfg ? 2 : 1;
+  const int L = shape->prompt_length + shape->gen_length;
+  const int T = n_seq * L;
+  const int block = MIN (shape->block_length > 0 ? shape->block_length : shape->gen_length, shape->gen_length);
+  const int n = MIN (T, n_seq * block);
+  const char *type;
+  Shadow sh;
+  guint64 layers_bytes = 0, norms_bytes, slot_bytes, store_bytes = 0, other_device;
+  UmForwardOptions fo;
+
+  if (!um_mem_options_validate (options, error))
+    return FALSE;
+  if (shape->gen_length <= 0 || shape->prompt_length < 0 || (guint) L > c->max_seq_len)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "plan: a canvas of %d prompt + %d generated tokens is empty or longer than the model's %u",
+                   shape->prompt_length, shape->gen_length, c->max_seq_len);
+      return FALSE;
+    }
+
+  memset (plan, 0, sizeof *plan);
+  plan->mode = options->mode;
+  plan->options = *options;
+  plan->n_layers = c->n_layers;
+  type = um_plan_convert_type (model, options);
+  if (!make_shadow (model, type, options, &sh, error))
+    return FALSE;
+  plan->converts = type != NULL;
+  if (type != NULL)
+    g_strlcpy (plan->weight_format, type, sizeof plan->weight_format);
+  else
+    g_snprintf (plan->weight_format, sizeof plan->weight_format, "%s (stored)",
+                um_dtype_name (model->layers[0].w_gate.dtype));
+  g_strlcpy (plan->options.weight_format, type ? type : "stored", sizeof plan->options.weight_format);
+
+  if (options->row_chunk == 0)
+    plan->options.row_chunk = extreme ? EXTREME_ROW_CHUNK : STANDARD_ROW_CHUNK;
+  else if (options->row_chunk < 0)
+    plan->options.row_chunk = -1;
+  plan->embed_on_host = extreme && !c->tied_embeddings;
+
+  for (guint l = 0; l < c->n_layers; l++)
+    for (int i = 0; i < UM_LAYER_N_MATS; i++)
+      layers_bytes += weight_bytes (um_layer_mat (&sh.layers[l], i));
+  /* Norm vectors are held as float whatever the file stores. */
+  norms_bytes = ((guint64) 2 * c->n_layers + 1) * c->d_model * sizeof (float);
+  plan->weight_bytes = layers_bytes + norms_bytes + weight_bytes (&sh.m.tok_embd)
+                       + (c->tied_embeddings ? 0 : weight_bytes (&sh.m.output));
+  if (plan->converts)
+    {
+      UmQuantizeOptions q = { type, options->prune_heads, options->prune_ffn };
+      g_autofree char *hit = um_convert_lookup (model, &q, target->cache_dir);
+      plan->converted_file_bytes = plan->weight_bytes;
+      plan->cached = hit != NULL;
+    }
+
+  um_forward_options_init (&fo);
+  fo.embed_on_host = plan->embed_on_host;
+  fo.row_chunk = MAX (plan->options.row_chunk, 0);
+  plan->device[UM_PLAN_ACTIVATIONS] = um_forward_arena_bytes (&sh.m, n_seq, L, n, fo.row_chunk);
+  plan->device[UM_PLAN_EMBEDDING] = plan->embed_on_host ? 0 : weight_bytes (&sh.m.tok_embd);
+  plan->device[UM_PLAN_WEIGHTS] = norms_bytes + (c->tied_embeddings ? 0 : weight_bytes (&sh.m.output));
+  if (target->cuda)
+    plan->device[UM_PLAN_BACKEND] = target->backend_overhead;
+
+  /* Streaming: as many slots as the device holds beside everything else,
+   * at least 2 (one computing, one filling); all of them means resident. */
+  slot_bytes = um_layer_slot_bytes (&sh.m);
+  other_device = 0;
+  for (int i = 0; i < UM_PLAN_N_COMPONENTS; i++)
+    other_device += plan->device[i];
+  plan->device_capacity = target->device_budget ? target->device_budget : (target->cuda ? target->device_free : 0);
+  if (options->mode == UM_MEM_EXTREME_AGGRESSIVE)
+    {
+      guint k = 2;
+      if (options->resident_layers > 0)
+        k = options->resident_layers;
+      else if (plan->device_capacity > other_device && slot_bytes > 0)
+        k = (guint) MIN ((plan->device_capacity - other_device) / slot_bytes, (guint64) c->n_layers);
+      k = MAX (k, 2);
+      plan->stream_slots = k >= c->n_layers ? 0 : k;
+    }
+  else if (options->resident_layers > 0 && (guint) options->resident_layers < c->n_layers)
+    plan->stream_slots = options->resident_layers;
+  plan->options.resident_layers = plan->stream_slots ? (int) plan->stream_slots : (int) c->n_layers;
+  if (!plan->stream_slots)
+    plan->options.host_zstd = FALSE;
+
+  if (plan->stream_slots > 0)
+    {
+      plan->device[UM_PLAN_STREAM_SLOTS] = (guint64) plan->stream_slots * slot_bytes;
+      for (guint l = 0; l < c->n_layers; l++)
+        for (int i = 0; i < UM_LAYER_N_MATS; i++)
+          {
+            const UmWeight *w = um_layer_mat (&sh.layers[l], i);
+            store_bytes += plan->options.host_zstd ? (guint64) (weight_bytes (w) * zstd_ratio (w->dtype))
+                                                   : weight_bytes (w);
+          }
+      plan->host[UM_PLAN_HOST_STORE] = store_bytes + (plan->options.host_zstd ? 4u << 20 : 0);
+    }
+  else
+    plan->device[UM_PLAN_WEIGHTS] += layers_bytes;
+
+  /* The table's pages the canvas touches (a row each, mapped a few pages
+   * at a time) and the decoded rows. */
+  if (plan->embed_on_host)
+    plan->host[UM_PLAN_EMBEDDING] = MIN (weight_bytes (&sh.m.tok_embd), (guint64) T * 64 * 1024)
+                                    + um_forward_host_bytes (&sh.m, &fo, n_seq, L);
+  plan->host[UM_PLAN_LOGITS] = (guint64) n * c->vocab_size * sizeof (float);
+  /* Canvas, rows, candidates and per-step arrays of the sampler. */
+  plan->host[UM_PLAN_SAMPLER] = (guint64) L * 64 + (guint64) T * 16;
+  if (!target->cuda)
+    plan->host[UM_PLAN_BACKEND] = cpu_scratch (&sh.m, target->products, T, n, fo.row_chunk);
+  plan->host[UM_PLAN_PROCESS] = target->process_rss;
+
+  for (int i = 0; i < UM_PLAN_N_COMPONENTS; i++)
+    {
+      plan->device_peak += plan->device[i];
+      plan->host_peak += plan->host[i];
+    }
+  /* The CPU backend's device memory is this process's RAM, mapped from the
+   * file: of a token table only the pages of the canvas's rows. */
+  if (!target->cuda)
+    plan->host_peak += plan->device_peak - plan->device[UM_PLAN_EMBEDDING]
+                       + MIN (plan->device[UM_PLAN_EMBEDDING], (guint64) T * 64 * 1024);
+  /* Loading: converting holds a chunk of source and of output at a time;
+   * building a host store holds the store and one layer. */
+  plan->host_load_peak = target->process_rss;
+  if (plan->converts && !plan->cached)
+    plan->host_load_peak += convert_transient (model, &sh.m, options);
+  if (plan->stream_slots > 0)
+    plan->host_load_peak = MAX (plan->host_load_peak,
+                                target->process_rss + plan->host[UM_PLAN_HOST_STORE] + slot_bytes);
+
+  plan->fits = (plan->device_capacity == 0 || plan->device_peak <= plan->device_capacity)
+               && (target->host_available == 0
+                   || MAX (plan->host_peak, plan->host_load_peak) - target->process_rss <= target->host_available);
+  um_mem_mode_limits (options->mode, &plan->limit_gen, &plan->limit_block, &plan->limit_steps);
+  shadow_clear (&sh);
+  return TRUE;
+}
+
+GArray *
+um_plan_table (const UmModel      *model,
+               const UmPlanShape  *shape,
+               const UmPlanTarget *target,
+               GError            **error)
+{
+  g_autoptr(GArray) table = g_array_new (FALSE, TRUE, sizeof (UmPlan));
+
+  for (int m = 0; m < UM_MEM_N_MODES; m++)
+    {
+      UmMemOptions o;
+      UmPlan p;
+      um_mem_options_init (&o, (UmMemMode) m);
+      if (!um_plan_compute (model, &o, shape, target, &p, error))
+        return NULL;
+      g_array_append_val (table, p);
+    }
+  return g_steal_pointer (&table);
+}

@@ -71,6 +71,7 @@ typedef struct {
   guint64  process_rss;        /* this process before loading weights */
   int      n_threads;
   UmProducts products;         /* CPU products policy (its scratch differs) */
+  const char *cache_dir;       /* converted weights are looked up here (NULL: the default) */
 } UmPlanTarget;
 
 /* The CPU backend on this machine, under @budget (0: none). */
@@ -96,6 +97,7 @@ typedef struct {
   UmMemOptions options;            /* as resolved: format, slots, row chunk */
   char         weight_format[24];  /* what the matrices are held as, e.g. "Q4_K_M" or "BF16 (stored)" */
   gboolean     converts;           /* converted at load (then cached) */
+  gboolean     cached;             /* ... and the cache has it already */
   guint64      converted_file_bytes;
   guint64      weight_bytes;       /* all weights in that format */
   guint        n_layers;

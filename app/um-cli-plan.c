@@ -1,0 +1,349 @@
+/* unmask-cli plan and cache: the memory modes' predictions for a model on
+ * this machine, before anything is loaded; the converted-weight cache. */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "um-backend-cuda.h"
+#include "um-cli.h"
+#include "um-convert.h"
+#include "um-error.h"
+
+/* As in um-engine.c: a CUDA context with cuBLAS and its workspace. */
+#define CUDA_OVERHEAD_ESTIMATE (600ull << 20)
+
+static void
+add_components (JsonBuilder *b, const char *name, const guint64 *bytes)
+{
+  json_builder_set_member_name (b, name);
+  json_builder_begin_object (b);
+  for (int i = 0; i < UM_PLAN_N_COMPONENTS; i++)
+    {
+      json_builder_set_member_name (b, um_plan_component_name (i));
+      json_builder_add_int_value (b, bytes[i]);
+    }
+  json_builder_end_object (b);
+}
+
+JsonNode *
+um_cli_plan_to_json (const UmPlan *p)
+{
+  g_autoptr(JsonBuilder) b = json_builder_new ();
+
+  json_builder_begin_object (b);
+#define INT(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_int_value (b, v); } G_STMT_END
+#define STR(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_string_value (b, v); } G_STMT_END
+#define BOOL(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_boolean_value (b, v); } G_STMT_END
+#define DBL(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_double_value (b, v); } G_STMT_END
+  STR ("mode", um_mem_mode_to_string (p->mode));
+  STR ("weight_format", p->weight_format);
+  BOOL ("converts", p->converts);
+  if (p->converts)
+    INT ("converted_file_bytes", p->converted_file_bytes);
+  INT ("weight_bytes", p->weight_bytes);
+  INT ("resident_layers", p->stream_slots ? p->stream_slots : p->n_layers);
+  INT ("n_layers", p->n_layers);
+  BOOL ("streams_layers", p->stream_slots > 0);
+  BOOL ("host_zstd", p->options.host_zstd);
+  BOOL ("embedding_on_host", p->embed_on_host);
+  DBL ("prune_heads", p->options.prune_heads);
+  DBL ("prune_ffn", p->options.prune_ffn);
+  INT ("row_chunk", MAX (p->options.row_chunk, 0));
+  add_components (b, "device_bytes", p->device);
+  add_components (b, "host_bytes", p->host);
+  INT ("device_peak_bytes", p->device_peak);
+  INT ("host_peak_bytes", p->host_peak);
+  INT ("host_load_peak_bytes", p->host_load_peak);
+  if (p->device_capacity)
+    INT ("device_capacity_bytes", p->device_capacity);
+  BOOL ("fits", p->fits);
+  if (p->limit_gen)
+    {
+      json_builder_set_member_name (b, "recommended_limits");
+      json_builder_begin_object (b);
+      INT ("gen_length", p->limit_gen);
+      INT ("block_length", p->limit_block);
+      INT ("steps", p->limit_steps);
+      json_builder_end_object (b);
+    }
+#undef INT
+#undef STR
+#undef BOOL
+#undef DBL
+  json_builder_end_object (b);
+  return json_builder_get_root (b);
+}
+
+void
+um_cli_memory_json (JsonBuilder *b, UmEngine *engine)
+{
+  UmEngineMemory m;
+  const UmPlan *p = um_engine_get_plan (engine);
+
+  um_engine_get_memory (engine, &m);
+  json_builder_set_member_name (b, "plan");
+  json_builder_add_value (b, um_cli_plan_to_json (p));
+  json_builder_set_member_name (b, "measured");
+  json_builder_begin_object (b);
+#define INT(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_int_value (b, v); } G_STMT_END
+  INT ("device_peak_bytes", m.device_peak);
+  INT ("device_weight_bytes", m.device_weights);
+  INT ("backend_overhead_bytes", m.backend_overhead);
+  INT ("host_peak_bytes", m.host_peak);
+  INT ("host_load_peak_bytes", m.host_load_peak);
+  if (m.host_store_raw)
+    {
+      INT ("host_store_bytes", m.host_store);
+      INT ("host_store_raw_bytes", m.host_store_raw);
+    }
+#undef INT
+  json_builder_set_member_name (b, "load_seconds");
+  json_builder_add_double_value (b, m.seconds_load);
+  json_builder_set_member_name (b, "converted_from_cache");
+  json_builder_add_boolean_value (b, m.cached);
+  json_builder_set_member_name (b, "weights_path");
+  json_builder_add_string_value (b, m.weights_path);
+  /* How far the prediction is from what happened: the CPU backend's device
+   * peak adds its overhead (scratch), which the plan keeps on the host. */
+  json_builder_set_member_name (b, "device_error");
+  json_builder_add_double_value (b, p->device_peak ? ((double) m.device_peak - p->device_peak) / p->device_peak : 0);
+  json_builder_set_member_name (b, "host_error");
+  {
+    guint64 predicted = MAX (p->host_peak, p->host_load_peak);
+    json_builder_add_double_value (b, predicted ? ((double) m.host_peak - predicted) / predicted : 0);
+  }
+  json_builder_end_object (b);
+}
+
+static void
+print_table (const UmModel *model, GArray *table, const UmPlanTarget *t)
+{
+  printf ("%s: %u layers, d_model %u, ffn %u, vocab %u, %s\n", model->display_name, model->cfg.n_layers,
+          model->cfg.d_model, model->cfg.mlp_hidden, model->cfg.vocab_size,
+          t->cuda ? "on the GPU" : "on the CPU backend");
+  printf ("%-20s %-14s %8s %12s %12s %12s  %s\n", "mode", "weights", "layers", "device", "host", "load peak",
+          "fits");
+  for (guint i = 0; i < table->len; i++)
+    {
+      const UmPlan *p = &g_array_index (table, UmPlan, i);
+      g_autofree char *d = g_format_size_full (p->device_peak, G_FORMAT_SIZE_IEC_UNITS);
+      g_autofree char *h = g_format_size_full (p->host_peak, G_FORMAT_SIZE_IEC_UNITS);
+      g_autofree char *l = g_format_size_full (p->host_load_peak, G_FORMAT_SIZE_IEC_UNITS);
+      g_autofree char *layers = p->stream_slots ? g_strdup_printf ("%u/%u", p->stream_slots, p->n_layers)
+                                                : g_strdup_printf ("%u", p->n_layers);
+      printf ("%-20s %-14s %8s %12s %12s %12s  %s\n", um_mem_mode_to_string (p->mode), p->weight_format, layers, d,
+              h, l, p->fits ? "yes" : "no");
+    }
+}
+
+int
+um_cli_plan (int argc, char **argv)
+{
+  g_autoptr(GOptionContext) ctx = g_option_context_new ("— predict memory for every mode, before loading");
+  g_autofree char *model_path = NULL;
+  gboolean json = FALSE;
+  int prompt_length = 64;
+  UmCliGenOptions go;
+  GOptionEntry entries[] = {
+    { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model_path, "Model folder or .gguf file", "PATH" },
+    { "prompt-length", 0, 0, G_OPTION_ARG_INT, &prompt_length, "Prompt tokens to plan for (default 64)", "N" },
+    { "cfg", 0, 0, G_OPTION_ARG_NONE, NULL, "Plan for classifier-free guidance (a doubled canvas)", NULL },
+    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print JSON", NULL },
+    { NULL }
+  };
+  gboolean cfg = FALSE;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmModel) model = NULL;
+  g_autoptr(GArray) table = NULL;
+  UmEngineOptions opts;
+  UmGenParams params;
+  UmPlanTarget t;
+
+  entries[2].arg_data = &cfg;
+  um_cli_gen_options_init (&go, 128, 128, 32);
+  g_option_context_add_main_entries (ctx, entries, NULL);
+  um_cli_gen_options_add (ctx, &go);
+  if (!um_cli_parse_options (ctx, &argc, &argv))
+    return 2;
+  if (!um_cli_gen_options_to_params (&go, &params, &error)
+      || !um_cli_engine_options (&go, &params, prompt_length, &opts, &error))
+    return um_cli_fail (error);
+  opts.shape.cfg = cfg || params.cfg_scale > 0;
+  if (model_path == NULL)
+    {
+      g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--model PATH is required");
+      return um_cli_fail (error);
+    }
+  /* Metadata, tokenizer and the tensor table; no weight is read. */
+  model = um_model_load (model_path, NULL, &error);
+  if (model == NULL)
+    return um_cli_fail (error);
+
+  um_plan_target_cpu (&t, opts.memory_budget, opts.n_threads);
+  t.products = opts.products;
+  t.cache_dir = opts.cache_dir;
+  if (opts.device != UM_DEVICE_CPU)
+    {
+      g_autoptr(UmGpuReport) report = um_gpu_report_new ();
+      if (report->devices->len > (guint) opts.gpu_index)
+        {
+          const UmGpuDevice *d = &g_array_index (report->devices, UmGpuDevice, opts.gpu_index);
+          t.cuda = TRUE;
+          t.device_total = d->total_bytes;
+          t.device_free = d->free_bytes;
+          t.backend_overhead = CUDA_OVERHEAD_ESTIMATE;
+        }
+      else if (opts.device == UM_DEVICE_CUDA)
+        {
+          g_set_error (&error, UM_ERROR, UM_ERROR_UNSUPPORTED, "no usable GPU: %s",
+                       report->why_none ? report->why_none : "device index out of range");
+          return um_cli_fail (error);
+        }
+    }
+
+  table = g_array_new (FALSE, TRUE, sizeof (UmPlan));
+  for (int m = 0; m < UM_MEM_N_MODES; m++)
+    {
+      UmMemOptions mo = opts.mem;
+      UmPlan p;
+      mo.mode = (UmMemMode) m;
+      if (!um_plan_compute (model, &mo, &opts.shape, &t, &p, &error))
+        return um_cli_fail (error);
+      g_array_append_val (table, p);
+    }
+  um_cli_gen_options_clear (&go);
+
+  if (json)
+    {
+      g_autoptr(JsonBuilder) b = json_builder_new ();
+      g_autoptr(JsonNode) root = NULL;
+      json_builder_begin_object (b);
+      json_builder_set_member_name (b, "model");
+      json_builder_add_string_value (b, model_path);
+      json_builder_set_member_name (b, "device");
+      json_builder_add_string_value (b, t.cuda ? "cuda" : "cpu");
+      json_builder_set_member_name (b, "device_total_bytes");
+      json_builder_add_int_value (b, t.device_total);
+      json_builder_set_member_name (b, "device_free_bytes");
+      json_builder_add_int_value (b, t.device_free);
+      if (t.device_budget)
+        {
+          json_builder_set_member_name (b, "device_budget_bytes");
+          json_builder_add_int_value (b, t.device_budget);
+        }
+      json_builder_set_member_name (b, "host_total_bytes");
+      json_builder_add_int_value (b, t.host_total);
+      json_builder_set_member_name (b, "host_available_bytes");
+      json_builder_add_int_value (b, t.host_available);
+      json_builder_set_member_name (b, "shape");
+      json_builder_begin_object (b);
+      json_builder_set_member_name (b, "prompt_length");
+      json_builder_add_int_value (b, opts.shape.prompt_length);
+      json_builder_set_member_name (b, "gen_length");
+      json_builder_add_int_value (b, opts.shape.gen_length);
+      json_builder_set_member_name (b, "block_length");
+      json_builder_add_int_value (b, opts.shape.block_length);
+      json_builder_set_member_name (b, "cfg");
+      json_builder_add_boolean_value (b, opts.shape.cfg);
+      json_builder_end_object (b);
+      json_builder_set_member_name (b, "modes");
+      json_builder_begin_array (b);
+      for (guint i = 0; i < table->len; i++)
+        json_builder_add_value (b, um_cli_plan_to_json (&g_array_index (table, UmPlan, i)));
+      json_builder_end_array (b);
+      json_builder_end_object (b);
+      root = json_builder_get_root (b);
+      um_cli_print_json (root, TRUE);
+    }
+  else
+    print_table (model, table, &t);
+  return 0;
+}
+
+int
+um_cli_cache (int argc, char **argv)
+{
+  g_autoptr(GOptionContext) ctx = g_option_context_new ("[list | remove FILE | clear] — converted weights");
+  g_autofree char *dir = NULL;
+  gboolean json = FALSE;
+  GOptionEntry entries[] = {
+    { "cache-dir", 0, 0, G_OPTION_ARG_FILENAME, &dir, "The cache folder (default $XDG_CACHE_HOME/unmask/converted)",
+      "DIR" },
+    { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print JSON", NULL },
+    { NULL }
+  };
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GPtrArray) entries_list = NULL;
+  const char *what;
+
+  g_option_context_add_main_entries (ctx, entries, NULL);
+  if (!um_cli_parse_options (ctx, &argc, &argv))
+    return 2;
+  what = argc > 1 ? argv[1] : "list";
+  if (dir == NULL)
+    dir = um_convert_cache_dir ();
+  if (g_str_equal (what, "remove"))
+    {
+      if (argc < 3)
+        {
+          g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "cache remove FILE: which file?");
+          return um_cli_fail (error);
+        }
+      return um_convert_cache_remove (dir, argv[2], &error) ? 0 : um_cli_fail (error);
+    }
+  entries_list = um_convert_cache_list (dir, &error);
+  if (entries_list == NULL)
+    return um_cli_fail (error);
+  if (g_str_equal (what, "clear"))
+    {
+      for (guint i = 0; i < entries_list->len; i++)
+        {
+          const UmConvertedEntry *e = g_ptr_array_index (entries_list, i);
+          if (!um_convert_cache_remove (dir, e->path, &error))
+            return um_cli_fail (error);
+        }
+      return 0;
+    }
+  if (!g_str_equal (what, "list"))
+    {
+      g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "cache: “%s” is not list, remove or clear", what);
+      return um_cli_fail (error);
+    }
+  if (json)
+    {
+      g_autoptr(JsonBuilder) b = json_builder_new ();
+      g_autoptr(JsonNode) root = NULL;
+      json_builder_begin_array (b);
+      for (guint i = 0; i < entries_list->len; i++)
+        {
+          const UmConvertedEntry *e = g_ptr_array_index (entries_list, i);
+          json_builder_begin_object (b);
+          json_builder_set_member_name (b, "path");
+          json_builder_add_string_value (b, e->path);
+          json_builder_set_member_name (b, "bytes");
+          json_builder_add_int_value (b, e->bytes);
+          json_builder_set_member_name (b, "source");
+          json_builder_add_string_value (b, e->source);
+          json_builder_set_member_name (b, "type");
+          json_builder_add_string_value (b, e->type);
+          json_builder_set_member_name (b, "prune_heads");
+          json_builder_add_double_value (b, e->prune_heads);
+          json_builder_set_member_name (b, "prune_ffn");
+          json_builder_add_double_value (b, e->prune_ffn);
+          json_builder_end_object (b);
+        }
+      json_builder_end_array (b);
+      root = json_builder_get_root (b);
+      um_cli_print_json (root, TRUE);
+      return 0;
+    }
+  for (guint i = 0; i < entries_list->len; i++)
+    {
+      const UmConvertedEntry *e = g_ptr_array_index (entries_list, i);
+      g_autofree char *size = g_format_size_full (e->bytes, G_FORMAT_SIZE_IEC_UNITS);
+      printf ("%10s  %-8s %s\n            from %s\n", size, e->type ? e->type : "?", e->path,
+              e->source ? e->source : "?");
+    }
+  return 0;
+}

@@ -1,0 +1,100 @@
+/* um-layer-store.h — the host copy of every layer's matrices, for layer
+ * streaming: the compute device keeps only a few layer slots, and each layer
+ * is copied (decoded) from this store into a slot before it runs.
+ *
+ * The store holds the seven matrices of every layer (the norm vectors are
+ * small and stay resident) in memory from the backend's host_alloc (pinned
+ * on a GPU), either as they are or zstd-compressed. Building it releases the
+ * model's mapped file pages it copied, so the process holds the store instead
+ * of the file, not both.
+ */
+#pragma once
+
+#include <gio/gio.h>
+
+#include "um-backend.h"
+#include "um-model.h"
+
+G_BEGIN_DECLS
+
+/* wq, wk, wv, wo, w_gate, w_up, w_down, in this order. */
+#define UM_LAYER_N_MATS 7
+/* Alignment of each matrix in a slot: enough for any vector load or DMA. */
+#define UM_LAYER_ALIGN 256
+
+/* Where each matrix of a layer goes in a slot. */
+typedef struct {
+  size_t offset[UM_LAYER_N_MATS];   /* multiples of UM_LAYER_ALIGN */
+  size_t bytes[UM_LAYER_N_MATS];    /* rows * row_bytes */
+  size_t total;                     /* end of the last matrix, rounded up to UM_LAYER_ALIGN */
+} UmLayerLayout;
+
+void            um_layer_layout     (const UmLayerWeights *L, UmLayerLayout *out);
+/* The largest layout total over the model's layers: the size of a slot. */
+size_t          um_layer_slot_bytes (const UmModel *model);
+/* The i-th matrix (0 ≤ i < UM_LAYER_N_MATS) in layout order; NULL otherwise. */
+const UmWeight *um_layer_mat        (const UmLayerWeights *L, int i);
+
+typedef enum {
+  UM_STORE_RAW,     /* as stored in the file: a fetch is one copy */
+  UM_STORE_ZSTD,    /* zstd frames: less host memory, a fetch decodes */
+} UmStoreCompression;
+
+typedef struct {
+  guint64 raw_bytes;                          /* the layers' matrices as in the model */
+  guint64 stored_bytes;                       /* what the store keeps for them */
+  guint64 dtype_raw_bytes[UM_DTYPE_N_TYPES];  /* the same, by matrix type */
+  guint64 dtype_stored_bytes[UM_DTYPE_N_TYPES];
+  guint64 n_fetches;                          /* successful um_layer_store_fetch () calls */
+  double  fetch_seconds;                      /* in those fetches, decoding and copying */
+  double  decode_seconds;                     /* of which zstd decoding and reassembly */
+  guint64 decoded_bytes;                      /* bytes those decoded (raw frames are copied) */
+} UmLayerStoreStats;
+
+/* Called after each layer is stored, with the fraction done. */
+typedef void (*UmLayerStoreProgress) (double fraction, gpointer user_data);
+
+typedef struct _UmLayerStore UmLayerStore;
+
+/* Copies the matrices of every layer of @model into host memory of @be, one
+ * layer at a time, and releases the copied pages of the model's mapped files
+ * (they are re-read from the file only if something touches them again, so
+ * the model's UmWeight pointers stay valid). @zstd_level is zstd's (1 is
+ * fast; ignored for UM_STORE_RAW). @model and @be must outlive the store.
+ * Fails with G_IO_ERROR_CANCELLED if @cancellable fires (checked between
+ * layers), UM_ERROR_OUT_OF_MEMORY if the host memory is not there. */
+UmLayerStore *um_layer_store_new        (UmBackend            *be,
+                                         const UmModel        *model,
+                                         UmStoreCompression    comp,
+                                         int                   zstd_level,
+                                         UmLayerStoreProgress  progress,
+                                         gpointer              user_data,
+                                         GCancellable         *cancellable,
+                                         GError              **error);
+
+/* Puts the stored bytes of @layer's matrices into @slot (at least
+ * um_layer_slot_bytes () long) at the offsets of um_layer_layout (), with
+ * the backend's copy_upload, so it may run on a copy thread while the
+ * compute thread works; the caller keeps queued ops off @slot. Fetches of
+ * one store take turns (a lock: it has one decoding buffer), so calling from
+ * two threads is safe but not parallel. Fails on a layer out of range, a
+ * corrupt frame (UM_ERROR_FORMAT: frames carry checksums) or a failed
+ * upload; @slot then holds a partial layer. */
+gboolean      um_layer_store_fetch      (UmLayerStore      *s,
+                                         guint              layer,
+                                         UmBuf             *slot,
+                                         GError           **error);
+
+guint         um_layer_store_n_layers   (UmLayerStore      *s);
+UmStoreCompression um_layer_store_compression (UmLayerStore *s);
+/* Safe to call while another thread fetches. */
+void          um_layer_store_get_stats  (UmLayerStore      *s,
+                                         UmLayerStoreStats *stats);
+/* Host memory the store holds: its layer blocks, the decoding buffer and
+ * frame tables. */
+guint64       um_layer_store_host_bytes (UmLayerStore      *s);
+void          um_layer_store_free       (UmLayerStore      *s);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmLayerStore, um_layer_store_free)
+
+G_END_DECLS
