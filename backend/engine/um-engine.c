@@ -278,7 +278,7 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
       lp->from = lp->to;
       lp->to = lp->from + (1.0 - lp->from) * 0.8;
       engine->store = um_layer_store_new (engine->backend, engine->model,
-                                          p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW, 0,
+                                          p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW, 1,
                                           on_stage_progress, lp, cancellable, error);
       if (engine->store == NULL)
         return FALSE;
