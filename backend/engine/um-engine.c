@@ -12,6 +12,7 @@
 #include "um-layer-store.h"
 #include "um-quantize.h"
 
+#include <malloc.h>
 #include <string.h>
 
 struct _UmEngine {
@@ -231,13 +232,16 @@ convert_weights (UmEngine *engine, const UmEngineOptions *o, LoadProgress *lp, G
                            &engine->cached, error);
   if (path == NULL)
     return FALSE;
+  /* The source model (its tokenizer, its maps) goes before the converted
+   * one is read, so the two are never held at once. */
+  name = g_strdup_printf ("%s (%s)", engine->model->display_name, engine->plan.weight_format);
+  g_clear_pointer (&engine->model, um_model_free);
+  malloc_trim (0);
   converted = um_model_load (path, cancellable, error);
   if (converted == NULL)
     return FALSE;
-  name = g_strdup_printf ("%s (%s)", engine->model->display_name, engine->plan.weight_format);
   g_free (converted->display_name);
   converted->display_name = g_steal_pointer (&name);
-  um_model_free (engine->model);
   engine->model = converted;
   g_free (engine->weights_path);
   engine->weights_path = g_steal_pointer (&path);
