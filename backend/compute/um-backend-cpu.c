@@ -235,10 +235,20 @@ cpu_embed (UmBackend *be, const UmDevWeight *table, const gint32 *ids, int n, Um
                      "token id %d is outside the vocabulary (%" G_GUINT64_FORMAT ")", ids[i], w->rows);
         return FALSE;
       }
-#pragma omp parallel for schedule(static) if ((uint64_t) n * w->cols >= 32768)
-  for (int i = 0; i < n; i++)
-    um_quant_dequantize_row (w->dtype, (const guint8 *) w->data + (uint64_t) ids[i] * w->row_bytes,
-                             out->data + (size_t) i * w->cols, w->cols);
+  /* Rows are read from the file, not through the mapping: touching a row
+   * maps the kernel's whole large folio around it (up to 2 MiB), and a
+   * canvas of distinct tokens would hold much of the table in RAM. */
+#pragma omp parallel if ((uint64_t) n * w->cols >= 32768)
+  {
+    guint8 *row = g_malloc (w->row_bytes);
+#pragma omp for schedule(static)
+    for (int i = 0; i < n; i++)
+      {
+        um_tensor_data_read ((const guint8 *) w->data + (uint64_t) ids[i] * w->row_bytes, w->row_bytes, row);
+        um_quant_dequantize_row (w->dtype, row, out->data + (size_t) i * w->cols, w->cols);
+      }
+    g_free (row);
+  }
   return TRUE;
 }
 

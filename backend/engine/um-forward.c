@@ -285,7 +285,8 @@ um_forward_arena_bytes (const UmModel *model, int n_seq, int seq_len, int n_rows
 guint64
 um_forward_host_bytes (const UmModel *model, const UmForwardOptions *options, int n_seq, int seq_len)
 {
-  return embed_on_host (model, options) ? (guint64) n_seq * seq_len * model->cfg.d_model * sizeof (float) : 0;
+  return embed_on_host (model, options)
+         ? (guint64) n_seq * seq_len * model->cfg.d_model * sizeof (float) + model->tok_embd.row_bytes : 0;
 }
 
 /* Views of the arena for this pass; the arena grows only when a longer
@@ -348,7 +349,8 @@ embed_host (UmForward *fw, const gint32 *ids, int n, UmBuf *x, GError **error)
   if (fw->host_rows_floats < floats)
     {
       g_free (fw->host_rows);
-      fw->host_rows = g_try_malloc (floats * sizeof (float));
+      /* The decoded rows, then one stored row. */
+      fw->host_rows = g_try_malloc (floats * sizeof (float) + w->row_bytes);
       fw->host_rows_floats = fw->host_rows ? floats : 0;
       if (fw->host_rows == NULL)
         {
@@ -356,14 +358,20 @@ embed_host (UmForward *fw, const gint32 *ids, int n, UmBuf *x, GError **error)
           return FALSE;
         }
     }
+  /* Rows are read from the file rather than through the mapping, whose
+   * pages the kernel maps a large folio (up to 2 MiB) at a time: a canvas
+   * of distinct tokens would otherwise hold much of the table. */
   for (int i = 0; i < n; i++)
-    if (!um_quant_dequantize_row (w->dtype, (const guint8 *) w->data + (uint64_t) ids[i] * w->row_bytes,
-                                  fw->host_rows + (size_t) i * w->cols, w->cols))
-      {
-        g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cannot decode embedding rows stored as %s",
-                     um_dtype_name (w->dtype));
-        return FALSE;
-      }
+    {
+      guint8 *stored = (guint8 *) (fw->host_rows + floats);
+      um_tensor_data_read ((const guint8 *) w->data + (uint64_t) ids[i] * w->row_bytes, w->row_bytes, stored);
+      if (!um_quant_dequantize_row (w->dtype, stored, fw->host_rows + (size_t) i * w->cols, w->cols))
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cannot decode embedding rows stored as %s",
+                       um_dtype_name (w->dtype));
+          return FALSE;
+        }
+    }
   return fw->be->ops->buf_upload (fw->be, x, 0, fw->host_rows, floats * sizeof (float), error);
 }
 

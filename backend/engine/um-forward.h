@@ -72,8 +72,8 @@ void       um_forward_free (UmForward *fw);
  * subset) needs, with @row_chunk as in UmForwardOptions. The memory plan
  * uses this, so prediction and allocation are the same arithmetic. */
 guint64    um_forward_arena_bytes (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_chunk);
-/* Host bytes the forward keeps besides the arena (the embedding rows when
- * the table is on the host). */
+/* Host bytes the forward keeps besides the arena (the decoded embedding
+ * rows and one stored row, when the table is on the host). */
 guint64    um_forward_host_bytes (const UmModel *model, const UmForwardOptions *options, int n_seq,
                                   int seq_len);
 

@@ -45,6 +45,7 @@ typedef struct {
 
 struct _UmGguf {
   GMappedFile   *mapping;   /* NULL for um_gguf_open_from_bytes() */
+  char          *path;      /* the file mapped, or NULL */
   const guint8  *data;
   gsize          len;
   char          *name;      /* base name, for messages */
@@ -677,7 +678,7 @@ parse (UmGguf *g, GError **error)
     goto out;
 
   g->tensors = um_tensor_table_new ();
-  file = um_tensor_table_add_mapping (g->tensors, g->mapping, g->name);
+  file = um_tensor_table_add_mapping (g->tensors, g->mapping, g->name, g->path);
   for (guint i = 0; i < tis->len; i++)
     {
       TensorInfo *ti = &g_array_index (tis, TensorInfo, i);
@@ -703,6 +704,7 @@ gguf_new (GMappedFile *mapping, const guint8 *data, gsize len, const char *name)
   g->data = data;
   g->len = len;
   g->name = g_path_get_basename (name ? name : "model.gguf");
+  g->path = mapping && name ? g_strdup (name) : NULL;
   g->kvs = g_array_new (FALSE, TRUE, sizeof (Kv));
   g_array_set_clear_func (g->kvs, (GDestroyNotify) kv_clear);
   g->kv_index = g_hash_table_new (g_str_hash, g_str_equal);
@@ -754,6 +756,7 @@ um_gguf_free (UmGguf *g)
   if (g->mapping)
     g_mapped_file_unref (g->mapping);
   g_free (g->name);
+  g_free (g->path);
   g_free (g);
 }
 

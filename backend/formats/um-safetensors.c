@@ -273,7 +273,7 @@ um_safetensors_open_from_bytes (const guint8 *data,
                                 GError      **error)
 {
   g_autoptr(UmTensorTable) table = um_tensor_table_new ();
-  const char *file = um_tensor_table_add_mapping (table, NULL, name);
+  const char *file = um_tensor_table_add_mapping (table, NULL, name, NULL);
 
   if (!parse_into (table, data, len, file, error))
     return NULL;
@@ -296,7 +296,7 @@ um_safetensors_add_file (UmTensorTable *table,
       g_set_error (error, UM_ERROR, UM_ERROR_IO, "%s: cannot open: %s", base, local_error->message);
       return FALSE;
     }
-  file = um_tensor_table_add_mapping (table, mapping, base);
+  file = um_tensor_table_add_mapping (table, mapping, base, path);
   return parse_into (table, (const guint8 *) g_mapped_file_get_contents (mapping),
                      g_mapped_file_get_length (mapping), file, error);
 }

@@ -1,5 +1,8 @@
 #include "um-tensor-table.h"
 
+#include <errno.h>
+#include <fcntl.h>
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,17 +21,18 @@ struct _UmTensorTable {
 typedef struct {
   const guint8 *begin, *end;
   guint         refs;
+  int           fd;      /* the file, for um_tensor_data_read (); -1 none */
 } MappedRange;
 
 static GMutex  ranges_lock;
 static GArray *ranges;   /* MappedRange */
 
 static void
-ranges_add (GMappedFile *mapping)
+ranges_add (GMappedFile *mapping, const char *path)
 {
   const guint8 *p = (const guint8 *) g_mapped_file_get_contents (mapping);
   gsize len = g_mapped_file_get_length (mapping);
-  MappedRange r = { p, p + len, 1 };
+  MappedRange r = { p, p + len, 1, -1 };
 
   if (p == NULL || len == 0)
     return;
@@ -45,6 +49,7 @@ ranges_add (GMappedFile *mapping)
           return;
         }
     }
+  r.fd = path ? open (path, O_RDONLY | O_CLOEXEC) : -1;
   g_array_append_val (ranges, r);
   g_mutex_unlock (&ranges_lock);
 }
@@ -64,7 +69,11 @@ ranges_remove (GMappedFile *mapping)
       if (q->begin == p && q->end == p + len)
         {
           if (--q->refs == 0)
-            g_array_remove_index_fast (ranges, i);
+            {
+              if (q->fd >= 0)
+                close (q->fd);
+              g_array_remove_index_fast (ranges, i);
+            }
           break;
         }
     }
@@ -78,8 +87,8 @@ mapping_release (gpointer p)
   g_mapped_file_unref (p);
 }
 
-void
-um_tensor_data_release (const void *data, size_t bytes)
+static void
+advise_inside (const void *data, size_t bytes, int advice)
 {
   const guint8 *begin = data, *end = begin + bytes;
   uintptr_t page = (uintptr_t) sysconf (_SC_PAGESIZE);
@@ -102,8 +111,44 @@ um_tensor_data_release (const void *data, size_t bytes)
       inside = begin >= q->begin && end <= q->end;
     }
   if (inside)
-    madvise ((void *) a, b - a, MADV_DONTNEED);
+    madvise ((void *) a, b - a, advice);
   g_mutex_unlock (&ranges_lock);
+}
+
+void
+um_tensor_data_release (const void *data, size_t bytes)
+{
+  advise_inside (data, bytes, MADV_DONTNEED);
+}
+
+gboolean
+um_tensor_data_read (const void *data, size_t bytes, void *dst)
+{
+  const guint8 *begin = data;
+  gboolean done = FALSE;
+
+  g_mutex_lock (&ranges_lock);
+  for (guint i = 0; ranges != NULL && i < ranges->len; i++)
+    {
+      const MappedRange *q = &g_array_index (ranges, MappedRange, i);
+      if (begin >= q->begin && bytes <= (size_t) (q->end - begin))
+        {
+          size_t got = 0;
+          while (q->fd >= 0 && got < bytes)
+            {
+              ssize_t r = pread (q->fd, (guint8 *) dst + got, bytes - got, (off_t) (begin - q->begin) + got);
+              if (r <= 0 && !(r < 0 && errno == EINTR))
+                break;
+              got += MAX (r, 0);
+            }
+          done = got == bytes;
+          break;
+        }
+    }
+  g_mutex_unlock (&ranges_lock);
+  if (!done)
+    memcpy (dst, data, bytes);
+  return done;
 }
 
 static void
@@ -140,13 +185,14 @@ um_tensor_table_free (UmTensorTable *table)
 const char *
 um_tensor_table_add_mapping (UmTensorTable *table,
                              GMappedFile   *mapping,
-                             const char    *file_name)
+                             const char    *file_name,
+                             const char    *path)
 {
   char *name = g_strdup (file_name);
   if (mapping != NULL)
     {
       g_ptr_array_add (table->mappings, g_mapped_file_ref (mapping));
-      ranges_add (mapping);
+      ranges_add (mapping, path);
     }
   g_ptr_array_add (table->files, name);
   return name;

@@ -34,10 +34,12 @@ UmTensorTable      *um_tensor_table_new (void);
 void                um_tensor_table_free (UmTensorTable *table);
 
 /* Keeps @mapping alive as long as the table; returns the interned file name to
- * store in UmTensorInfo.file. */
+ * store in UmTensorInfo.file. @path (may be NULL) is the file mapped, opened
+ * for um_tensor_data_read (). */
 const char         *um_tensor_table_add_mapping (UmTensorTable *table,
                                                  GMappedFile   *mapping,
-                                                 const char    *file_name);
+                                                 const char    *file_name,
+                                                 const char    *path);
 
 /* Copies @info (and its name). Fails on a duplicate name. */
 gboolean            um_tensor_table_add (UmTensorTable      *table,
@@ -72,6 +74,14 @@ gboolean            um_tensor_info_compute_sizes (UmTensorInfo *info,
  * anything else (heap buffers, whose pages would be zeroed) is left alone. */
 void                um_tensor_data_release (const void *data,
                                             size_t      bytes);
+/* Copies @bytes of a tensor at @data into @dst by reading the file, without
+ * mapping its pages into this process (a kernel maps a whole large folio,
+ * up to 2 MiB, when one byte of it is touched): for a token table read a
+ * row per token. Falls back to memcpy (and returns FALSE) outside a file
+ * mapping of a live table. */
+gboolean            um_tensor_data_read    (const void *data,
+                                            size_t      bytes,
+                                            void       *dst);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmTensorTable, um_tensor_table_free)
 

@@ -551,11 +551,10 @@ um_plan_compute (const UmModel       *model,
   else
     plan->device[UM_PLAN_WEIGHTS] += layers_bytes;
 
-  /* The table's pages the canvas touches (a row each, mapped a few pages
-   * at a time) and the decoded rows. */
+  /* Rows of the table are read from the file (never mapped): only the
+   * decoded rows stay. */
   if (plan->embed_on_host)
-    plan->host[UM_PLAN_EMBEDDING] = MIN (weight_bytes (&sh.m.tok_embd), (guint64) T * 64 * 1024)
-                                    + um_forward_host_bytes (&sh.m, &fo, n_seq, L);
+    plan->host[UM_PLAN_EMBEDDING] = um_forward_host_bytes (&sh.m, &fo, n_seq, L);
   plan->host[UM_PLAN_LOGITS] = (guint64) n * c->vocab_size * sizeof (float);
   /* Canvas, rows, candidates and per-step arrays of the sampler. */
   plan->host[UM_PLAN_SAMPLER] = (guint64) L * 64 + (guint64) T * 16;
@@ -569,10 +568,9 @@ um_plan_compute (const UmModel       *model,
       plan->host_peak += plan->host[i];
     }
   /* The CPU backend's device memory is this process's RAM, mapped from the
-   * file: of a token table only the pages of the canvas's rows. */
+   * file, except the token table, whose rows are read, not mapped. */
   if (!target->cuda)
-    plan->host_peak += plan->device_peak - plan->device[UM_PLAN_EMBEDDING]
-                       + MIN (plan->device[UM_PLAN_EMBEDDING], (guint64) T * 64 * 1024);
+    plan->host_peak += plan->device_peak - plan->device[UM_PLAN_EMBEDDING];
   /* Loading: converting holds a chunk of source and of output at a time;
    * building a host store holds the store and one layer. */
   plan->host_load_peak = target->process_rss;
