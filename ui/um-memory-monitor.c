@@ -69,8 +69,11 @@ um_memory_monitor_sample (UmMemoryMonitor *self)
       UmBackend *be = um_engine_get_backend (self->engine);
       UmBackendMemInfo mem;
       be->ops->mem_info (be, &mem);
-      s.device_in_use = mem.in_use;
-      s.device_peak = mem.peak;
+      /* The backend counts resident weights in its memory (they are device
+       * memory); the buffers row shows the rest. */
+      s.device_used = mem.in_use;
+      s.device_in_use = mem.in_use - MIN (mem.in_use, mem.weight_bytes);
+      s.device_peak = mem.peak - MIN (mem.peak, mem.weight_bytes);
       s.device_budget = mem.budget;
       s.device_total = mem.total;
       s.has_device = mem.total > 0;
@@ -130,7 +133,7 @@ um_memory_monitor_format_summary (UmMemoryMonitor *self)
   g_autofree char *rss = g_format_size (s->process_rss);
   if (s->has_device)
     {
-      g_autofree char *dev = g_format_size (s->device_in_use);
+      g_autofree char *dev = g_format_size (s->device_used);
       /* Translators: memory in use by Unmask, e.g. "RAM 2.1 GB · VRAM 7.9 GB" */
       return g_strdup_printf (_("RAM %s · VRAM %s"), rss, dev);
     }

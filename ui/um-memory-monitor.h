@@ -19,8 +19,9 @@ typedef struct {
   guint64 process_rss;      /* bytes resident in this process (weights mapped in count) */
   guint64 ram_total;
   guint64 ram_available;
-  guint64 device_in_use;    /* compute backend buffers */
+  guint64 device_in_use;    /* compute backend buffers (weights not included) */
   guint64 device_peak;
+  guint64 device_used;      /* all the backend holds: buffers and resident weights */
   guint64 device_budget;    /* 0: none */
   guint64 device_total;     /* 0: not a GPU / unknown */
   guint64 weights_bytes;    /* the model's weights as stored */

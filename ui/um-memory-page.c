@@ -101,7 +101,7 @@ on_updated (UmMemoryMonitor *monitor, UmMemoryPage *self)
   gtk_widget_set_visible (GTK_WIDGET (self->device_row), s->has_device);
   if (s->has_device)
     {
-      g_autofree char *used = g_format_size (s->device_in_use);
+      g_autofree char *used = g_format_size (s->device_used);
       g_autofree char *cap = g_format_size (s->device_total);
       g_autofree char *text = g_strdup_printf (_("%s of %s"), used, cap);
       gtk_label_set_text (self->device_label, text);
