@@ -298,7 +298,11 @@ test_soak (void)
   g_assert_cmpuint (mem.n_allocs, ==, allocs);
   g_test_message ("RSS after 1 generation %" G_GUINT64_FORMAT ", after 101 %" G_GUINT64_FORMAT, rss0,
                   um_process_rss ());
+  /* AddressSanitizer keeps freed memory in quarantine (RSS grows by
+   * design); there its leak check stands in for this one. */
+#ifndef __SANITIZE_ADDRESS__
   g_assert_cmpuint (um_process_rss (), <=, rss0 + rss0 / 100);
+#endif
 }
 
 static void
