@@ -1,0 +1,2 @@
+/* um-backups.c — being written. */
+#include "um-backups.h"

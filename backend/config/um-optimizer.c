@@ -1,0 +1,2 @@
+/* um-optimizer.c — being written. */
+#include "um-optimizer.h"

@@ -1,0 +1,61 @@
+/* um-optimizer.h — the one-click optimizer: probe the hardware, plan every
+ * mode for a model at the current generation settings, pick the first mode
+ * in the order standard, standard-8bit, extreme-mild, extreme-moderate,
+ * extreme-aggressive (fastest on a GPU and most faithful first) that fits
+ * with headroom, back up, write the profile. */
+#pragma once
+
+#include <glib.h>
+
+#include "um-backend-cuda.h"
+#include "um-plan.h"
+#include "um-profile.h"
+
+G_BEGIN_DECLS
+
+typedef struct {
+  GArray  *gpus;            /* UmGpuDevice (total and free memory) */
+  char    *why_no_gpu;      /* or NULL */
+  guint64  ram_total;
+  guint64  ram_available;
+  int      cores;
+  char    *cpu_name;
+} UmHardware;
+
+UmHardware *um_hardware_probe (void);
+void        um_hardware_free (UmHardware *hw);
+
+typedef struct {
+  gboolean  cuda;           /* planned for GPU 0; else for the CPU and RAM */
+  guint64   capacity;       /* device bytes planned against (budget, or free memory) */
+  double    headroom;       /* kept free, e.g. 0.10 */
+  GArray   *table;          /* UmPlan, one per mode in UmMemMode order */
+  int       chosen;         /* index into table, -1 if nothing fits */
+  char     *reason;         /* "extreme-moderate: the fastest mode that fits 7.2 of 8.0 GiB" */
+} UmOptimizeResult;
+
+void              um_optimize_result_free (UmOptimizeResult *r);
+
+/* Plans every mode for @model (metadata only) on @hw: the first GPU if there
+ * is one (@budget, if not 0, stands for its memory), else the CPU backend
+ * under @budget or, with none, the available RAM. */
+UmOptimizeResult *um_optimizer_plan (const UmModel      *model,
+                                     const UmHardware   *hw,
+                                     const UmPlanShape  *shape,
+                                     guint64             budget,
+                                     double              headroom,
+                                     GError            **error);
+
+/* Backs up the current profile ("before optimize → MODE") and writes one
+ * with the chosen mode, device and budget, written_by optimize. *@backup_id
+ * gets the backup's id. Fails when nothing fits. */
+gboolean          um_optimizer_apply (const UmOptimizeResult *r,
+                                      const char             *config_dir,
+                                      UmProfile             **applied,
+                                      char                  **backup_id,
+                                      GError                **error);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmHardware, um_hardware_free)
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmOptimizeResult, um_optimize_result_free)
+
+G_END_DECLS

@@ -1,0 +1,2 @@
+/* um-profile.c — being written. */
+#include "um-profile.h"

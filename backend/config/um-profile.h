@@ -1,0 +1,92 @@
+/* um-profile.h — the optimizer profile: $XDG_CONFIG_HOME/unmask/optimizer.json.
+ *
+ * What the one-click optimizer patches and the engine options are built
+ * from: the memory mode and its knobs, device, threads, budget, the
+ * parameter limits and defaults the mode recommends, per-model overrides,
+ * and who wrote it when. Shared by unmask-cli and the app; no GTK.
+ *
+ * Reading is strict (invalid JSON, a wrong type, an unknown key, a newer
+ * version are errors); um_profile_load() turns such a file into a notice:
+ * it is moved aside as optimizer.json.corrupt-<time> and defaults are used.
+ * Every write is atomic (um_atomic_write ()).
+ */
+#pragma once
+
+#include <glib.h>
+
+#include "um-engine.h"
+#include "um-plan.h"
+
+G_BEGIN_DECLS
+
+#define UM_PROFILE_VERSION 1
+
+typedef enum {
+  UM_PROFILE_BY_DEFAULT,    /* never written: the defaults */
+  UM_PROFILE_BY_OPTIMIZE,
+  UM_PROFILE_BY_USER,
+  UM_PROFILE_BY_RESTORE,
+} UmProfileWriter;
+
+const char *um_profile_writer_to_string (UmProfileWriter w);   /* "default", "optimize", "user", "restore" */
+
+typedef struct {
+  char         *model_id;    /* um_model_identity () of the model */
+  UmMemOptions  mem;
+} UmProfileOverride;
+
+typedef struct {
+  int             version;          /* UM_PROFILE_VERSION */
+  UmMemOptions    mem;              /* the active mode and its knobs */
+  UmDeviceKind    device;
+  int             gpu_index;
+  int             n_threads;        /* 0: all cores */
+  guint64         memory_budget;    /* 0: the device's */
+  /* What the mode recommends (0: no limit / no default). */
+  int             limit_gen_length, limit_block_length, limit_steps;
+  int             default_gen_length, default_block_length, default_steps;
+  GPtrArray      *overrides;        /* UmProfileOverride*, per model */
+  UmProfileWriter written_by;
+  gint64          written_at;       /* Unix seconds; 0 for defaults */
+  char           *reason;           /* e.g. "optimize → extreme-moderate (fits 8.0 GiB GPU)", may be NULL */
+} UmProfile;
+
+UmProfile *um_profile_new_default (void);
+UmProfile *um_profile_copy (const UmProfile *p);
+void       um_profile_free (UmProfile *p);
+/* Same settings (written_by, written_at and reason are not compared). */
+gboolean   um_profile_equal (const UmProfile *a, const UmProfile *b);
+/* Sets the mode and the limits and defaults it recommends. */
+void       um_profile_set_mode (UmProfile *p, UmMemMode mode);
+/* "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB": for lists and manifests. */
+char      *um_profile_summary (const UmProfile *p);
+
+char      *um_profile_to_json (const UmProfile *p);
+UmProfile *um_profile_from_json (const char *text, gssize len, GError **error);
+
+/* $XDG_CONFIG_HOME/unmask when @config_dir is NULL. */
+char      *um_profile_dir (const char *config_dir);
+char      *um_profile_path (const char *config_dir);
+
+/* The profile in @config_dir: defaults if there is none; a bad file is
+ * moved aside and *@notice (if given) says so, naming the new file name;
+ * FALSE/NULL only when the folder cannot be read at all. */
+UmProfile *um_profile_load (const char *config_dir, char **notice, GError **error);
+/* Writes @p atomically (the caller backs up first: um_backups_save ()). */
+gboolean   um_profile_save (const UmProfile *p, const char *config_dir, GError **error);
+
+/* Temporary file in the same folder, fsync, rename over @path, fsync of
+ * the folder: @path is always either the old or the new complete file. */
+gboolean   um_atomic_write (const char *path, const char *data, gsize len, GError **error);
+
+/* A short stable key for a model: its canonical path (a folder or a
+ * .gguf) and size, hashed. */
+char      *um_model_identity (const char *model_path);
+
+/* Engine options as the profile says, for the model @model_id (its
+ * override if it has one; NULL: none). */
+void       um_profile_to_engine_options (const UmProfile *p, const char *model_id, UmEngineOptions *o);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmProfile, um_profile_free)
+
+G_END_DECLS
