@@ -123,8 +123,27 @@ gboolean
 um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int prompt_length,
                        UmEngineOptions *opts, GError **error)
 {
+  g_autoptr(UmProfile) profile = NULL;
+  g_autoptr(GError) profile_error = NULL;
+  g_autofree char *notice = NULL;
+  gboolean mode_from_profile = FALSE;
+
   um_engine_options_init (opts);
-  opts->n_threads = o->threads;
+  /* The optimizer's profile first (UNMASK_CONFIG_DIR or
+   * $XDG_CONFIG_HOME/unmask), then what the command line says. */
+  profile = um_profile_load (NULL, &notice, &profile_error);
+  if (notice != NULL)
+    fprintf (stderr, "unmask-cli: %s\n", notice);
+  if (profile != NULL)
+    {
+      um_profile_to_engine_options (profile, NULL, opts);
+      mode_from_profile = profile->written_by != UM_PROFILE_BY_DEFAULT;
+    }
+  else
+    fprintf (stderr, "unmask-cli: the optimizer profile is ignored: %s\n", profile_error->message);
+
+  if (o->threads > 0)
+    opts->n_threads = o->threads;
   if (um_cli_products (o->exact, o->int8) >= 0)
     opts->products = (UmProducts) um_cli_products (o->exact, o->int8);
   if (o->device != NULL && !um_device_kind_from_string (o->device, &opts->device))
@@ -133,12 +152,20 @@ um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int promp
                    o->device);
       return FALSE;
     }
-  if (o->mode != NULL && !um_mem_mode_from_string (o->mode, &opts->mem.mode))
+  if (o->mode != NULL)
     {
-      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                   "--mode must be standard, standard-8bit, extreme-mild, extreme-moderate or extreme-aggressive, "
-                   "not “%s”", o->mode);
-      return FALSE;
+      UmMemMode mode;
+      if (!um_mem_mode_from_string (o->mode, &mode))
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                       "--mode must be standard, standard-8bit, extreme-mild, extreme-moderate or "
+                       "extreme-aggressive, not “%s”", o->mode);
+          return FALSE;
+        }
+      /* Another mode than the profile's: its knobs do not carry over. */
+      if (mode != opts->mem.mode)
+        um_mem_options_init (&opts->mem, mode);
+      mode_from_profile = FALSE;
     }
   if (o->budget != NULL && !um_parse_size (o->budget, &opts->memory_budget))
     {
@@ -148,11 +175,16 @@ um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int promp
     }
   if (o->weight_format != NULL)
     g_strlcpy (opts->mem.weight_format, o->weight_format, sizeof opts->mem.weight_format);
-  opts->mem.resident_layers = o->resident_layers;
-  opts->mem.host_zstd = o->zstd;
-  opts->mem.prune_heads = o->prune_heads;
-  opts->mem.prune_ffn = o->prune_ffn;
-  opts->mem.row_chunk = o->row_chunk;
+  if (o->resident_layers != 0)
+    opts->mem.resident_layers = o->resident_layers;
+  if (o->zstd)
+    opts->mem.host_zstd = TRUE;
+  if (o->prune_heads != 0)
+    opts->mem.prune_heads = o->prune_heads;
+  if (o->prune_ffn != 0)
+    opts->mem.prune_ffn = o->prune_ffn;
+  if (o->row_chunk != 0)
+    opts->mem.row_chunk = o->row_chunk;
   opts->cache_dir = o->cache_dir;
   if (p != NULL)
     {
@@ -160,6 +192,14 @@ um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int promp
       opts->shape.gen_length = p->gen_length;
       opts->shape.block_length = p->block_length;
       opts->shape.cfg = p->cfg_scale > 0;
+      /* Said, not enforced: the run is what the command line asks. */
+      if (mode_from_profile
+          && ((profile->limit_gen_length > 0 && p->gen_length > profile->limit_gen_length)
+              || (profile->limit_block_length > 0 && p->block_length > profile->limit_block_length)
+              || (profile->limit_steps > 0 && p->steps > profile->limit_steps)))
+        fprintf (stderr, "unmask-cli: the profile's mode %s recommends --gen-length ≤ %d, --block-length ≤ %d and "
+                 "--steps ≤ %d\n", um_mem_mode_to_string (opts->mem.mode), profile->limit_gen_length,
+                 profile->limit_block_length, profile->limit_steps);
     }
   return um_mem_options_validate (&opts->mem, error);
 }

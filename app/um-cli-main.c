@@ -23,6 +23,9 @@ static const struct {
   { "bench",      um_cli_bench,      "measure forward passes, GFLOP/s and memory" },
   { "plan",       um_cli_plan,       "predict memory of every mode for a model on this machine, before loading" },
   { "cache",      um_cli_cache,      "list or remove converted weights (list | remove FILE | clear)" },
+  { "optimize",   um_cli_optimize,   "pick the memory mode that fits this machine and write the profile" },
+  { "restore",    um_cli_restore,    "restore the optimizer profile from a backup (original | latest | ID)" },
+  { "backups",    um_cli_backups,    "list the optimizer profile's backups" },
   { "quantize",   um_cli_quantize,   "write a model as a GGUF of another type (Q8_0, Q4_K_M, ...)" },
   { "devices",    um_cli_devices,    "the GPUs Unmask can use, or why none" },
 };

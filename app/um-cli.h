@@ -6,6 +6,7 @@
 
 #include "um-cpu-kernels.h"
 #include "um-engine.h"
+#include "um-profile.h"
 
 G_BEGIN_DECLS
 
@@ -82,5 +83,9 @@ void      um_cli_memory_json (JsonBuilder *b, UmEngine *engine);
 JsonNode *um_cli_plan_to_json (const UmPlan *p);
 int       um_cli_plan (int argc, char **argv);
 int       um_cli_cache (int argc, char **argv);
+/* um-cli-optimize.c: the optimizer profile and its backups. */
+int       um_cli_optimize (int argc, char **argv);
+int       um_cli_restore (int argc, char **argv);
+int       um_cli_backups (int argc, char **argv);
 
 G_END_DECLS

@@ -53,6 +53,9 @@ struct _UmChatPage {
   GtkBox             *messages_box;
   GtkTextView        *entry_view;
   GtkLabel           *placeholder_label;
+  GtkButton          *mode_button;
+  GtkRevealer        *limits_revealer;
+  GtkLabel           *limits_label;
 
   UmEngine           *engine;
   UmGenParams         params;
@@ -63,6 +66,10 @@ struct _UmChatPage {
   GHashTable         *pieces;        /* token id → escaped text, for the live view */
   int                 regen_count;   /* regenerations of the last turn: seed offset */
   gboolean            stick_to_bottom;
+  UmModeInfo          mode_info;
+  gboolean            have_mode;
+  char               *limits_warning;
+  char               *limits_dismissed;   /* the warning "Go On Anyway" hid */
 
   /* the answer being generated */
   ChatRun            *run;
@@ -823,6 +830,29 @@ um_chat_page_set_engine (UmChatPage *self, UmEngine *engine)
   update_state (self);
 }
 
+/* Warns when the answers' parameters go beyond what the memory mode recommends. */
+static void
+update_limits (UmChatPage *self)
+{
+  char *warning = self->have_mode ? um_mode_info_check (&self->mode_info, &self->params) : NULL;
+
+  if (warning == NULL)
+    g_clear_pointer (&self->limits_dismissed, g_free);
+  g_free (self->limits_warning);
+  self->limits_warning = warning;
+  gtk_label_set_text (self->limits_label, warning ? warning : "");
+  gtk_revealer_set_reveal_child (self->limits_revealer,
+                                 warning != NULL && g_strcmp0 (warning, self->limits_dismissed) != 0);
+}
+
+static void
+on_limits_dismiss_clicked (UmChatPage *self)
+{
+  g_free (self->limits_dismissed);
+  self->limits_dismissed = g_strdup (self->limits_warning);
+  gtk_revealer_set_reveal_child (self->limits_revealer, FALSE);
+}
+
 void
 um_chat_page_set_params (UmChatPage *self, const UmGenParams *params)
 {
@@ -830,6 +860,34 @@ um_chat_page_set_params (UmChatPage *self, const UmGenParams *params)
   g_return_if_fail (params != NULL);
 
   self->params = *params;
+  update_limits (self);
+}
+
+void
+um_chat_page_set_mode_info (UmChatPage *self, const UmModeInfo *info)
+{
+  g_return_if_fail (UM_IS_CHAT_PAGE (self));
+
+  self->have_mode = info != NULL;
+  if (info != NULL)
+    {
+      g_autofree char *accessible = g_strdup_printf (_("Memory mode %s"), um_mode_info_name (info));
+      self->mode_info = *info;
+      gtk_button_set_label (self->mode_button, um_mode_info_name (info));
+      gtk_accessible_update_property (GTK_ACCESSIBLE (self->mode_button), GTK_ACCESSIBLE_PROPERTY_LABEL,
+                                      accessible, -1);
+    }
+  gtk_widget_set_visible (GTK_WIDGET (self->mode_button), info != NULL);
+  g_clear_pointer (&self->limits_dismissed, g_free);
+  update_limits (self);
+}
+
+const char *
+um_chat_page_get_limits_warning (UmChatPage *self)
+{
+  g_return_val_if_fail (UM_IS_CHAT_PAGE (self), NULL);
+
+  return self->limits_warning;
 }
 
 gboolean
@@ -1350,6 +1408,8 @@ um_chat_page_finalize (GObject *object)
 
   um_chat_conversation_free (self->conv);
   g_free (self->store_dir);
+  g_free (self->limits_warning);
+  g_free (self->limits_dismissed);
   g_ptr_array_unref (self->bubbles);
   g_ptr_array_unref (self->error_rows);
   g_hash_table_unref (self->pieces);
@@ -1389,6 +1449,10 @@ um_chat_page_class_init (UmChatPageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, messages_box);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, entry_view);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, placeholder_label);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, mode_button);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, limits_revealer);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, limits_label);
+  gtk_widget_class_bind_template_callback (widget_class, on_limits_dismiss_clicked);
 
   gtk_widget_class_install_action (widget_class, "chat.send", NULL, send_activated);
   gtk_widget_class_install_action (widget_class, "chat.stop", NULL, stop_activated);

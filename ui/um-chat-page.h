@@ -10,6 +10,7 @@
 
 #include "um-chat-store.h"
 #include "um-engine.h"
+#include "um-mode-limits.h"
 
 G_BEGIN_DECLS
 
@@ -23,6 +24,13 @@ GtkWidget *um_chat_page_new (void);
 void       um_chat_page_set_engine (UmChatPage *self, UmEngine *engine);
 /* Generation parameters for answers (copied). */
 void       um_chat_page_set_params (UmChatPage *self, const UmGenParams *params);
+
+/* The memory mode in use (a pill that opens the Optimizer) and its limits:
+ * parameters beyond them show a warning with "Use Recommended"
+ * (win.use-recommended) and "Go On Anyway"; NULL hides the pill. */
+void       um_chat_page_set_mode_info (UmChatPage *self, const UmModeInfo *info);
+/* The warning about the limits (also while hidden), or NULL. */
+const char *um_chat_page_get_limits_warning (UmChatPage *self);
 
 /* TRUE while an answer is being generated ("busy" property): from the send
  * until the engine has let go of it, Stop included. The "step" signal

@@ -22,6 +22,9 @@ struct _UmGeneratePage {
   GtkScale        *step_scale;
   GtkAdjustment   *step_adjustment;
   GtkLabel        *stats_label;
+  GtkRevealer     *limits_revealer;
+  GtkLabel        *limits_label;
+  GtkButton       *mode_button;
   AdwFlap         *flap;
 
   UmEngine        *engine;
@@ -34,6 +37,10 @@ struct _UmGeneratePage {
   gint64           started;
   int              committed;
   gboolean         updating_scale;
+  UmModeInfo       mode_info;
+  gboolean         have_mode;
+  char            *limits_warning;
+  char            *limits_dismissed;   /* the warning "Go On Anyway" hid */
 };
 
 G_DEFINE_FINAL_TYPE (UmGeneratePage, um_generate_page, ADW_TYPE_BIN)
@@ -57,6 +64,64 @@ read_params (UmGeneratePage *self, UmGenParams *p)
   p->temperature = gtk_spin_button_get_value (self->temperature_spin);
   p->cfg_scale = gtk_spin_button_get_value (self->cfg_spin);
   p->remasking = adw_combo_row_get_selected (self->remasking_row) == 1 ? UM_REMASK_RANDOM : UM_REMASK_LOW_CONFIDENCE;
+}
+
+/* Warns when the parameters go beyond what the memory mode recommends. */
+static void
+update_limits (UmGeneratePage *self)
+{
+  UmGenParams p;
+  char *warning = NULL;
+
+  read_params (self, &p);
+  if (self->have_mode)
+    warning = um_mode_info_check (&self->mode_info, &p);
+  if (warning == NULL)
+    g_clear_pointer (&self->limits_dismissed, g_free);
+  g_free (self->limits_warning);
+  self->limits_warning = warning;
+  gtk_label_set_text (self->limits_label, warning ? warning : "");
+  gtk_revealer_set_reveal_child (self->limits_revealer,
+                                 warning != NULL && g_strcmp0 (warning, self->limits_dismissed) != 0);
+}
+
+static void
+on_limits_dismiss_clicked (UmGeneratePage *self)
+{
+  g_free (self->limits_dismissed);
+  self->limits_dismissed = g_strdup (self->limits_warning);
+  gtk_revealer_set_reveal_child (self->limits_revealer, FALSE);
+}
+
+void
+um_generate_page_set_mode_info (UmGeneratePage *self, const UmModeInfo *info)
+{
+  self->have_mode = info != NULL;
+  if (info != NULL)
+    {
+      g_autofree char *accessible = NULL;
+      self->mode_info = *info;
+      gtk_button_set_label (self->mode_button, um_mode_info_name (info));
+      /* Translators: accessible name of the pill that shows the memory mode, e.g. "Memory mode extreme-moderate" */
+      accessible = g_strdup_printf (_("Memory mode %s"), um_mode_info_name (info));
+      gtk_accessible_update_property (GTK_ACCESSIBLE (self->mode_button), GTK_ACCESSIBLE_PROPERTY_LABEL,
+                                      accessible, -1);
+    }
+  gtk_widget_set_visible (GTK_WIDGET (self->mode_button), info != NULL);
+  g_clear_pointer (&self->limits_dismissed, g_free);
+  update_limits (self);
+}
+
+const char *
+um_generate_page_get_limits_warning (UmGeneratePage *self)
+{
+  return self->limits_warning;
+}
+
+const char *
+um_generate_page_get_mode_label (UmGeneratePage *self)
+{
+  return self->have_mode ? gtk_button_get_label (self->mode_button) : NULL;
 }
 
 /* Explains, before running, which rule of the schedule the parameters break. */
@@ -92,6 +157,7 @@ update_problem (UmGeneratePage *self)
   gtk_widget_set_sensitive (GTK_WIDGET (self->generate_button),
                             self->engine != NULL && !running && self->problem == NULL);
   gtk_widget_set_sensitive (GTK_WIDGET (self->stop_button), running);
+  update_limits (self);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_PROBLEM]);
 }
 
@@ -405,6 +471,8 @@ um_generate_page_finalize (GObject *object)
   g_clear_object (&self->cancellable);
   g_free (self->problem);
   g_free (self->last_text);
+  g_free (self->limits_warning);
+  g_free (self->limits_dismissed);
   g_clear_pointer (&self->last_ids, g_array_unref);
   g_clear_error (&self->last_error);
   G_OBJECT_CLASS (um_generate_page_parent_class)->finalize (object);
@@ -448,9 +516,13 @@ um_generate_page_class_init (UmGeneratePageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, step_scale);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, step_adjustment);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, stats_label);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, limits_revealer);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, limits_label);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, mode_button);
   gtk_widget_class_bind_template_callback (widget_class, um_generate_page_generate);
   gtk_widget_class_bind_template_callback (widget_class, um_generate_page_stop);
   gtk_widget_class_bind_template_callback (widget_class, on_copy_clicked);
+  gtk_widget_class_bind_template_callback (widget_class, on_limits_dismiss_clicked);
 }
 
 static void

@@ -6,6 +6,7 @@
 
 #include "um-diffusion-view.h"
 #include "um-engine.h"
+#include "um-mode-limits.h"
 #include "um-settings.h"
 
 G_BEGIN_DECLS
@@ -24,6 +25,15 @@ void             um_generate_page_generate (UmGeneratePage *self);
 void             um_generate_page_stop (UmGeneratePage *self);
 /* "running" property. */
 gboolean         um_generate_page_get_running (UmGeneratePage *self);
+
+/* The memory mode in use (a pill that opens the Optimizer) and its limits:
+ * parameters beyond them show a warning with "Use Recommended"
+ * (win.use-recommended) and "Go On Anyway"; NULL hides the pill. */
+void             um_generate_page_set_mode_info (UmGeneratePage *self, const UmModeInfo *info);
+/* The warning about the limits (also while hidden by "Go On Anyway"), or NULL. */
+const char      *um_generate_page_get_limits_warning (UmGeneratePage *self);
+/* What the pill says, or NULL. */
+const char      *um_generate_page_get_mode_label (UmGeneratePage *self);
 
 /* For tests and screenshots. */
 UmDiffusionView *um_generate_page_get_view (UmGeneratePage *self);

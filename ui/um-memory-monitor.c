@@ -77,6 +77,9 @@ um_memory_monitor_sample (UmMemoryMonitor *self)
       s.device_budget = mem.budget;
       s.device_total = mem.total;
       s.has_device = mem.total > 0;
+      s.has_engine = TRUE;
+      s.device_weights = mem.weight_bytes;
+      s.device_overhead = mem.overhead;
       s.weights_bytes = um_model_weight_bytes (um_engine_get_model (self->engine));
     }
   self->history[self->head] = s;
@@ -108,6 +111,12 @@ um_memory_monitor_get_history (UmMemoryMonitor *self, guint *n_samples)
     self->ordered[i] = self->history[(start + i) % UM_MEMORY_HISTORY];
   *n_samples = self->n_samples;
   return self->ordered;
+}
+
+const UmPlan *
+um_memory_monitor_get_plan (UmMemoryMonitor *self)
+{
+  return self->engine ? um_engine_get_plan (self->engine) : NULL;
 }
 
 char *

@@ -26,6 +26,10 @@ typedef struct {
   guint64 device_total;     /* 0: not a GPU / unknown */
   guint64 weights_bytes;    /* the model's weights as stored */
   gboolean has_device;      /* a GPU backend is in use */
+  gboolean has_engine;      /* a model is loaded: the device figures are its backend's */
+  guint64 device_weights;   /* of device_used: resident weights */
+  guint64 device_overhead;  /* held by the backend outside its budget: a GPU's context and
+                             * cuBLAS, the CPU's product scratch */
 } UmMemorySample;
 
 UmMemoryMonitor *um_memory_monitor_new (void);
@@ -36,6 +40,8 @@ void             um_memory_monitor_sample (UmMemoryMonitor *self);
 const UmMemorySample *um_memory_monitor_get_latest (UmMemoryMonitor *self);
 /* Oldest first; *n_samples ≤ UM_MEMORY_HISTORY. */
 const UmMemorySample *um_memory_monitor_get_history (UmMemoryMonitor *self, guint *n_samples);
+/* The plan the engine was loaded with, per component (NULL without one). */
+const UmPlan    *um_memory_monitor_get_plan (UmMemoryMonitor *self);
 /* Where the model computes, e.g. "CPU" or "GPU (CUDA)", and why not on the
  * GPU when that applies (both newly allocated; @why may be NULL). */
 char            *um_memory_monitor_describe_compute (UmMemoryMonitor *self, char **why);

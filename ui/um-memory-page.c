@@ -4,6 +4,8 @@
 
 #include <glib/gi18n.h>
 
+#include "um-plan-bars.h"
+
 struct _UmMemoryPage {
   AdwBin           parent_instance;
   GtkDrawingArea  *graph;
@@ -11,6 +13,12 @@ struct _UmMemoryPage {
   AdwActionRow    *device_row;
   AdwActionRow    *compute_row;
   GtkLabel        *compute_label;
+  GtkWidget       *device_legend;
+  AdwPreferencesGroup *device_group;
+  AdwActionRow    *device_use_row;
+  GtkLevelBar     *device_level;
+  GtkLabel        *device_use_label, *dev_weights_label, *dev_buffers_label, *dev_backend_label;
+  UmPlanBars      *plan_bars;
   UmMemoryMonitor *monitor;
 };
 
@@ -58,7 +66,7 @@ draw_graph (GtkDrawingArea *area, cairo_t *cr, int width, int height, gpointer d
   s = um_memory_monitor_get_history (self->monitor, &n);
   /* Scale to the largest figure, rounded up to a whole GiB. */
   for (guint i = 0; i < n; i++)
-    max = MAX (max, MAX (s[i].process_rss, s[i].device_in_use));
+    max = MAX (max, MAX (s[i].process_rss, s[i].device_used));
   max = ((max >> 30) + 1) << 30;
   /* GTK 4.8 has no gtk_widget_get_color (). */
   gtk_style_context_get_color (gtk_widget_get_style_context (GTK_WIDGET (area)), &grid);
@@ -72,8 +80,63 @@ draw_graph (GtkDrawingArea *area, cairo_t *cr, int width, int height, gpointer d
     }
   cairo_stroke (cr);
   draw_series (cr, s, n, width, height, max, G_STRUCT_OFFSET (UmMemorySample, process_rss), &ram);
-  if (n > 0 && s[n - 1].has_device)
-    draw_series (cr, s, n, width, height, max, G_STRUCT_OFFSET (UmMemorySample, device_in_use), &dev);
+  /* What the backend holds: VRAM on a GPU, the budgeted RAM on the CPU. */
+  if (n > 0 && s[n - 1].has_engine)
+    draw_series (cr, s, n, width, height, max, G_STRUCT_OFFSET (UmMemorySample, device_used), &dev);
+}
+
+static void
+set_pair_label (GtkLabel *label, guint64 now, guint64 planned, gboolean have_plan)
+{
+  g_autofree char *a = um_format_bytes (now);
+  g_autofree char *b = have_plan ? um_format_bytes (planned) : g_strdup ("—");
+  g_autofree char *text = g_strdup_printf ("%s / %s", a, b);
+  gtk_label_set_text (label, text);
+}
+
+/* Device memory, live and per component, beside the plan. */
+static void
+update_device (UmMemoryPage *self, const UmMemorySample *s)
+{
+  const UmPlan *p = um_memory_monitor_get_plan (self->monitor);
+  guint64 cap = s->device_budget ? s->device_budget : s->device_total;
+
+  gtk_widget_set_visible (GTK_WIDGET (self->device_group), s->has_engine);
+  gtk_widget_set_visible (self->device_legend, s->has_engine);
+  if (!s->has_engine)
+    return;
+  adw_preferences_group_set_title (self->device_group,
+                                   s->has_device ? _("Graphics Memory")
+                                   : s->device_budget ? _("Compute Budget (RAM)") : _("Compute Memory (RAM)"));
+  {
+    g_autofree char *used = um_format_bytes (s->device_used);
+    g_autofree char *peak = um_format_bytes (s->device_peak + s->device_weights);
+    g_autofree char *text = NULL;
+    g_autofree char *subtitle = g_strdup_printf (_("Peak %s"), peak);
+    if (cap > 0)
+      {
+        g_autofree char *limit = um_format_bytes (cap);
+        text = g_strdup_printf (_("%s of %s"), used, limit);
+      }
+    else
+      text = g_strdup (used);
+    gtk_label_set_text (self->device_use_label, text);
+    adw_action_row_set_subtitle (self->device_use_row, subtitle);
+    /* A bar only against a limit. */
+    gtk_widget_set_visible (GTK_WIDGET (self->device_level), cap > 0);
+    gtk_level_bar_set_max_value (self->device_level, (double) MAX (MAX (cap, s->device_used), 1));
+    gtk_level_bar_set_value (self->device_level, (double) s->device_used);
+  }
+  set_pair_label (self->dev_weights_label, s->device_weights,
+                  p ? p->device[UM_PLAN_WEIGHTS] + p->device[UM_PLAN_EMBEDDING] + p->device[UM_PLAN_STREAM_SLOTS] : 0,
+                  p != NULL);
+  set_pair_label (self->dev_buffers_label, s->device_used - MIN (s->device_used, s->device_weights),
+                  p ? p->device[UM_PLAN_ACTIVATIONS] + p->device[UM_PLAN_LOGITS] + p->device[UM_PLAN_SAMPLER] : 0,
+                  p != NULL);
+  set_pair_label (self->dev_backend_label, s->device_overhead,
+                  p ? p->device[UM_PLAN_BACKEND] + p->host[UM_PLAN_BACKEND] : 0, p != NULL);
+  um_plan_bars_set_cuda (self->plan_bars, s->has_device);
+  um_plan_bars_set_plan (self->plan_bars, p);
 }
 
 static void
@@ -106,6 +169,7 @@ on_updated (UmMemoryMonitor *monitor, UmMemoryPage *self)
       g_autofree char *text = g_strdup_printf (_("%s of %s"), used, cap);
       gtk_label_set_text (self->device_label, text);
     }
+  update_device (self, s);
   gtk_widget_queue_draw (GTK_WIDGET (self->graph));
 }
 
@@ -135,6 +199,7 @@ static void
 um_memory_page_class_init (UmMemoryPageClass *klass)
 {
   GtkWidgetClass *widget_class = GTK_WIDGET_CLASS (klass);
+  g_type_ensure (UM_TYPE_PLAN_BARS);
   G_OBJECT_CLASS (klass)->dispose = um_memory_page_dispose;
   gtk_widget_class_set_template_from_resource (widget_class, "/io/github/unmask/Unmask/ui/um-memory-page.ui");
   gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, graph);
@@ -146,6 +211,15 @@ um_memory_page_class_init (UmMemoryPageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, device_row);
   gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, compute_row);
   gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, compute_label);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, device_legend);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, device_group);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, device_use_row);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, device_level);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, device_use_label);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, dev_weights_label);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, dev_buffers_label);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, dev_backend_label);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, plan_bars);
 }
 
 static void

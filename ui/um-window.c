@@ -8,7 +8,9 @@
 #include "um-generate-page.h"
 #include "um-memory-monitor.h"
 #include "um-memory-page.h"
+#include "um-mode-limits.h"
 #include "um-model-chooser.h"
+#include "um-optimizer-page.h"
 #include "um-worker.h"
 
 struct _UmWindow {
@@ -20,6 +22,8 @@ struct _UmWindow {
   AdwViewSwitcherBar *switcher_bar;
   GtkRevealer     *error_revealer;
   GtkLabel        *error_label;
+  GtkRevealer     *notice_revealer;
+  GtkLabel        *notice_label;
   GtkRevealer     *loading_revealer;
   GtkLabel        *loading_label;
   GtkProgressBar  *loading_progress;
@@ -30,6 +34,7 @@ struct _UmWindow {
   UmGeneratePage  *generate_page;
   UmChatPage      *chat_page;
   UmMemoryPage    *memory_page;
+  UmOptimizerPage *optimizer_page;
 
   UmSettings      *settings;
   UmMemoryMonitor *monitor;
@@ -37,11 +42,15 @@ struct _UmWindow {
   GCancellable    *load_cancellable;
   char            *loading_path;
   char            *error_message;
+  char            *notice;
+  UmProfile       *profile;
+  char            *model_path;       /* in use, or last asked for */
+  gboolean         show_workspace;   /* the pages without a model: the Optimizer asked for */
 };
 
 G_DEFINE_FINAL_TYPE (UmWindow, um_window, ADW_TYPE_APPLICATION_WINDOW)
 
-enum { PROP_0, PROP_LOADING, PROP_ERROR_MESSAGE, PROP_HAS_ENGINE, N_PROPS };
+enum { PROP_0, PROP_LOADING, PROP_ERROR_MESSAGE, PROP_HAS_ENGINE, PROP_NOTICE, PROP_PROFILE, N_PROPS };
 static GParamSpec *props[N_PROPS];
 
 UmEngine *
@@ -80,6 +89,74 @@ um_window_get_settings (UmWindow *self)
   return self->settings;
 }
 
+GtkWidget *
+um_window_get_optimizer_page (UmWindow *self)
+{
+  return GTK_WIDGET (self->optimizer_page);
+}
+
+GtkWidget *
+um_window_get_memory_page (UmWindow *self)
+{
+  return GTK_WIDGET (self->memory_page);
+}
+
+const char *
+um_window_get_config_dir (UmWindow *self)
+{
+  const char *dir = g_getenv ("UNMASK_CONFIG_DIR");
+  return dir != NULL && dir[0] != '\0' ? dir : NULL;
+}
+
+const UmProfile *
+um_window_get_profile (UmWindow *self)
+{
+  return self->profile;
+}
+
+const char *
+um_window_get_model_path (UmWindow *self)
+{
+  return self->model_path;
+}
+
+gboolean
+um_window_get_generating (UmWindow *self)
+{
+  return (self->generate_page != NULL && um_generate_page_get_running (self->generate_page))
+         || (self->chat_page != NULL && um_chat_page_get_busy (self->chat_page));
+}
+
+const char *
+um_window_get_notice (UmWindow *self)
+{
+  return self->notice;
+}
+
+void
+um_window_show_notice (UmWindow *self, const char *message)
+{
+  g_free (self->notice);
+  self->notice = g_strdup (message);
+  gtk_label_set_text (self->notice_label, message ? message : "");
+  gtk_revealer_set_reveal_child (self->notice_revealer, message != NULL);
+  g_object_notify_by_pspec (G_OBJECT (self), props[PROP_NOTICE]);
+}
+
+static void
+on_notice_close_clicked (UmWindow *self)
+{
+  um_window_show_notice (self, NULL);
+}
+
+void
+um_window_add_toast (UmWindow *self, const char *message)
+{
+  /* Toast titles are markup in libadwaita 1.2. */
+  g_autofree char *escaped = g_markup_escape_text (message, -1);
+  adw_toast_overlay_add_toast (self->toast_overlay, adw_toast_new (escaped));
+}
+
 void
 um_window_show_error (UmWindow *self, const char *message)
 {
@@ -102,8 +179,31 @@ static void
 update_switcher_bar (UmWindow *self)
 {
   adw_view_switcher_bar_set_reveal (self->switcher_bar,
-                                    self->engine != NULL
+                                    (self->engine != NULL || self->show_workspace)
                                     && adw_view_switcher_title_get_title_visible (self->switcher_title));
+}
+
+/* The mode in use for the model, on the Generate and Chat pages. */
+static void
+update_mode_info (UmWindow *self)
+{
+  g_autofree char *id = self->model_path ? um_model_identity (self->model_path) : NULL;
+  UmModeInfo info;
+
+  um_mode_info_from_profile (&info, self->profile, id);
+  um_generate_page_set_mode_info (self->generate_page, &info);
+  um_chat_page_set_mode_info (self->chat_page, &info);
+}
+
+/* The pages need a model, except the Optimizer once asked for. */
+static void
+update_workspace (UmWindow *self)
+{
+  gboolean workspace = self->engine != NULL || self->show_workspace;
+
+  gtk_stack_set_visible_child_name (self->content_stack, workspace ? "workspace" : "welcome");
+  adw_view_switcher_title_set_view_switcher_enabled (self->switcher_title, workspace);
+  update_switcher_bar (self);
 }
 
 static void
@@ -113,12 +213,10 @@ set_engine (UmWindow *self, UmEngine *engine)
   um_generate_page_set_engine (self->generate_page, engine);
   um_chat_page_set_engine (self->chat_page, engine);
   um_memory_monitor_set_engine (self->monitor, engine);
+  um_optimizer_page_set_model (self->optimizer_page, self->model_path, engine);
   g_clear_pointer (&self->engine, um_engine_free);
   self->engine = engine;
-  gtk_stack_set_visible_child_name (self->content_stack, engine ? "workspace" : "welcome");
-  /* The pages only make sense with a model. */
-  adw_view_switcher_title_set_view_switcher_enabled (self->switcher_title, engine != NULL);
-  update_switcher_bar (self);
+  update_workspace (self);
   /* The model in use names the button that opens another one. */
   if (engine != NULL)
     {
@@ -172,8 +270,34 @@ on_model_loaded (GObject *source, GAsyncResult *result, gpointer user_data)
       return;
     }
   um_window_show_error (self, NULL);
+  g_free (self->model_path);
+  self->model_path = g_strdup (path);
+  update_mode_info (self);
   set_engine (self, engine);
   um_settings_add_recent_model (self->settings, path);
+}
+
+/* Engine options as the profile says for @path, the generation settings
+ * giving the shape the plan is made for. */
+static void
+build_engine_options (UmWindow *self, const char *path, UmEngineOptions *options)
+{
+  g_autofree char *id = um_model_identity (path);
+  UmDeviceKind env_device;
+  UmGenParams params;
+
+  um_engine_options_init (options);
+  env_device = options->device;
+  um_profile_to_engine_options (self->profile, id, options);
+  /* UNMASK_DEVICE (scripts, tests) decides where a profile leaves it open. */
+  if (self->profile->device == UM_DEVICE_AUTO)
+    options->device = env_device;
+  if (options->n_threads == 0)
+    options->n_threads = um_settings_get_threads (self->settings);
+  um_settings_get_params (self->settings, &params);
+  options->shape.gen_length = params.gen_length;
+  options->shape.block_length = params.block_length;
+  options->shape.cfg = params.cfg_scale > 0;
 }
 
 void
@@ -190,8 +314,7 @@ um_window_load_model (UmWindow *self, const char *path)
       um_window_show_error (self, _("Stop the running generation before opening another model."));
       return;
     }
-  um_engine_options_init (&options);
-  options.n_threads = um_settings_get_threads (self->settings);
+  build_engine_options (self, path, &options);
   self->load_cancellable = g_cancellable_new ();
   self->loading_path = g_strdup (path);
   base = g_path_get_basename (path);
@@ -201,6 +324,81 @@ um_window_load_model (UmWindow *self, const char *path)
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_LOADING]);
   um_engine_load_async (path, &options, self->load_cancellable, on_load_progress, self,
                         on_model_loaded, g_object_ref (self));
+}
+
+void
+um_window_reload_model (UmWindow *self)
+{
+  g_autofree char *path = g_strdup (self->model_path);
+
+  if (path == NULL)
+    return;
+  if (um_generate_page_get_running (self->generate_page) || um_chat_page_get_busy (self->chat_page))
+    {
+      um_window_show_error (self, _("Stop the running generation before opening another model."));
+      return;
+    }
+  /* The old engine goes first: the new plan is made for the memory it holds.
+   * The pages stay, showing that no model is loaded until it is back. */
+  if (self->load_cancellable != NULL)
+    g_cancellable_cancel (self->load_cancellable);
+  self->show_workspace = TRUE;
+  if (self->engine != NULL)
+    set_engine (self, NULL);
+  um_window_load_model (self, path);
+}
+
+void
+um_window_reload_profile (UmWindow *self)
+{
+  g_autofree char *notice = NULL;
+  g_autoptr(GError) error = NULL;
+  UmProfile *profile = um_profile_load (um_window_get_config_dir (self), &notice, &error);
+
+  if (profile == NULL)
+    {
+      g_autofree char *msg = g_strdup_printf (_("Could not read the optimizer settings, using the defaults: %s"),
+                                              error->message);
+      um_window_show_notice (self, msg);
+      profile = um_profile_new_default ();
+    }
+  else if (notice != NULL)
+    um_window_show_notice (self, notice);
+  g_clear_pointer (&self->profile, um_profile_free);
+  self->profile = profile;
+  update_mode_info (self);
+  um_optimizer_page_set_profile (self->optimizer_page, self->profile);
+  g_object_notify_by_pspec (G_OBJECT (self), props[PROP_PROFILE]);
+}
+
+void
+um_window_show_optimizer (UmWindow *self)
+{
+  self->show_workspace = TRUE;
+  update_workspace (self);
+  adw_view_stack_set_visible_child_name (self->view_stack, "optimizer");
+}
+
+static void
+show_optimizer_activated (GtkWidget *widget, const char *action, GVariant *param)
+{
+  um_window_show_optimizer (UM_WINDOW (widget));
+}
+
+/* Brings the generation parameters within what the mode recommends. */
+static void
+use_recommended_activated (GtkWidget *widget, const char *action, GVariant *param)
+{
+  UmWindow *self = UM_WINDOW (widget);
+  g_autofree char *id = self->model_path ? um_model_identity (self->model_path) : NULL;
+  UmModeInfo info;
+  UmGenParams params;
+
+  um_mode_info_from_profile (&info, self->profile, id);
+  um_settings_get_params (self->settings, &params);
+  um_mode_info_recommend (&info, &params);
+  g_object_set (self->settings, "block-length", params.block_length, "gen-length", params.gen_length,
+                "steps", params.steps, NULL);
 }
 
 static void
@@ -297,6 +495,8 @@ um_window_get_property (GObject *object, guint id, GValue *value, GParamSpec *ps
     case PROP_LOADING: g_value_set_boolean (value, um_window_get_loading (self)); break;
     case PROP_ERROR_MESSAGE: g_value_set_string (value, self->error_message); break;
     case PROP_HAS_ENGINE: g_value_set_boolean (value, self->engine != NULL); break;
+    case PROP_NOTICE: g_value_set_string (value, self->notice); break;
+    case PROP_PROFILE: g_value_set_pointer (value, self->profile); break;
     default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, id, pspec);
     }
 }
@@ -315,9 +515,12 @@ um_window_dispose (GObject *object)
     }
   if (self->monitor)
     um_memory_monitor_set_engine (self->monitor, NULL);
+  if (self->optimizer_page != NULL)
+    um_optimizer_page_set_model (self->optimizer_page, NULL, NULL);
   gtk_widget_dispose_template (GTK_WIDGET (self), UM_TYPE_WINDOW);
   self->generate_page = NULL;
   self->chat_page = NULL;
+  self->optimizer_page = NULL;
   g_clear_pointer (&self->engine, um_engine_free);
   g_clear_object (&self->monitor);
   g_clear_object (&self->settings);
@@ -330,6 +533,9 @@ um_window_finalize (GObject *object)
   UmWindow *self = UM_WINDOW (object);
   g_free (self->loading_path);
   g_free (self->error_message);
+  g_free (self->notice);
+  g_free (self->model_path);
+  g_clear_pointer (&self->profile, um_profile_free);
   G_OBJECT_CLASS (um_window_parent_class)->finalize (object);
 }
 
@@ -349,11 +555,17 @@ um_window_class_init (UmWindowClass *klass)
                                                    G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
   props[PROP_HAS_ENGINE] = g_param_spec_boolean ("has-engine", NULL, NULL, FALSE,
                                                  G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
+  props[PROP_NOTICE] = g_param_spec_string ("notice", NULL, NULL, NULL,
+                                            G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
+  /* The UmProfile in use; notifies when it changes. */
+  props[PROP_PROFILE] = g_param_spec_pointer ("profile", NULL, NULL,
+                                              G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
   g_object_class_install_properties (object_class, N_PROPS, props);
 
   g_type_ensure (UM_TYPE_GENERATE_PAGE);
   g_type_ensure (UM_TYPE_CHAT_PAGE);
   g_type_ensure (UM_TYPE_MEMORY_PAGE);
+  g_type_ensure (UM_TYPE_OPTIMIZER_PAGE);
 
   gtk_widget_class_set_template_from_resource (widget_class, "/io/github/unmask/Unmask/ui/um-window.ui");
   gtk_widget_class_bind_template_child (widget_class, UmWindow, toast_overlay);
@@ -361,6 +573,8 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmWindow, switcher_bar);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, error_revealer);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, error_label);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, notice_revealer);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, notice_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, loading_revealer);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, loading_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, loading_progress);
@@ -371,17 +585,23 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmWindow, generate_page);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, chat_page);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, memory_page);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, optimizer_page);
   gtk_widget_class_bind_template_callback (widget_class, on_error_close_clicked);
+  gtk_widget_class_bind_template_callback (widget_class, on_notice_close_clicked);
   gtk_widget_class_bind_template_callback (widget_class, on_loading_cancel_clicked);
   gtk_widget_class_bind_template_callback (widget_class, on_demo_clicked);
 
   gtk_widget_class_install_action (widget_class, "win.generate", NULL, generate_activated);
   gtk_widget_class_install_action (widget_class, "win.stop", NULL, stop_activated);
+  gtk_widget_class_install_action (widget_class, "win.show-optimizer", NULL, show_optimizer_activated);
+  gtk_widget_class_install_action (widget_class, "win.use-recommended", NULL, use_recommended_activated);
 }
 
 static void
 um_window_init (UmWindow *self)
 {
+  /* Until um_window_new () reads the file. */
+  self->profile = um_profile_new_default ();
   gtk_widget_init_template (GTK_WIDGET (self));
   /* GtkApplication adds this for the app; tests make windows without one. */
   gtk_icon_theme_add_resource_path (gtk_icon_theme_get_for_display (gtk_widget_get_display (GTK_WIDGET (self))),
@@ -391,6 +611,7 @@ um_window_init (UmWindow *self)
   self->monitor = um_memory_monitor_new ();
   g_signal_connect_object (self->monitor, "updated", G_CALLBACK (on_memory_updated), self, 0);
   um_memory_page_set_monitor (self->memory_page, self->monitor);
+  um_optimizer_page_set_monitor (self->optimizer_page, self->monitor);
   gtk_stack_set_visible_child_name (self->content_stack, "welcome");
 }
 
@@ -415,5 +636,7 @@ um_window_new (GtkApplication *app, UmSettings *settings)
   um_settings_get_params (settings, &params);
   um_chat_page_set_params (self->chat_page, &params);
   g_signal_connect_object (settings, "notify", G_CALLBACK (on_settings_changed), self, 0);
+  /* The optimizer profile: a corrupt one is moved aside and the banner says so. */
+  um_window_reload_profile (self);
   return self;
 }

@@ -1,9 +1,11 @@
-/* um-window.h — the main window: model loading, Generate · Chat · Memory. */
+/* um-window.h — the main window: model loading, Generate · Chat · Memory ·
+ * Optimizer, and the optimizer profile the models are loaded under. */
 #pragma once
 
 #include <adwaita.h>
 
 #include "um-engine.h"
+#include "um-profile.h"
 #include "um-settings.h"
 
 G_BEGIN_DECLS
@@ -30,6 +32,35 @@ const char *um_window_get_error_message (UmWindow *self);
 GtkWidget  *um_window_get_generate_page (UmWindow *self);
 GtkWidget  *um_window_get_chat_page (UmWindow *self);
 UmSettings *um_window_get_settings (UmWindow *self);
+
+GtkWidget  *um_window_get_optimizer_page (UmWindow *self);
+GtkWidget  *um_window_get_memory_page (UmWindow *self);
+
+/* The optimizer profile (um-profile.h) models are loaded under. Its folder
+ * is $UNMASK_CONFIG_DIR if set, else NULL: the default
+ * ($XDG_CONFIG_HOME/unmask). */
+const char *um_window_get_config_dir (UmWindow *self);
+const UmProfile *um_window_get_profile (UmWindow *self);
+/* Reads the profile again (after it was written) and shows its mode on
+ * every page; a corrupt file is moved aside, defaults are used and the
+ * notice banner says so ("profile" notifies). */
+void        um_window_reload_profile (UmWindow *self);
+/* The model in use, or the last one asked for when its load failed (NULL
+ * when none was ever loaded). */
+const char *um_window_get_model_path (UmWindow *self);
+/* Loads that model again under the current profile, off the main thread
+ * with progress and Cancel. The old engine is freed first, so the new plan
+ * has its memory. */
+void        um_window_reload_model (UmWindow *self);
+/* A generation or a chat answer runs (the model cannot be reloaded). */
+gboolean    um_window_get_generating (UmWindow *self);
+/* The banner at the top for notices that are not errors, such as a corrupt
+ * profile moved aside (NULL hides it; "notice" property). */
+void        um_window_show_notice (UmWindow *self, const char *message);
+const char *um_window_get_notice (UmWindow *self);
+void        um_window_add_toast (UmWindow *self, const char *message);
+/* Shows the Optimizer page, with or without a model (win.show-optimizer). */
+void        um_window_show_optimizer (UmWindow *self);
 
 /* Where the demo model lives (installed or in the source tree). */
 char       *um_window_find_demo_model (void);

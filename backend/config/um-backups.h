@@ -7,7 +7,8 @@
  * UM_BACKUPS_KEEP, oldest dropped first. An entry whose copy is missing or
  * whose checksum differs is reported (valid FALSE, problem) and never
  * restored. Every file is written with um_atomic_write (), the copy before
- * the manifest that names it.
+ * the manifest that names it; changes take a lock (flock on
+ * .optimizer.lock in the config folder) so two processes do not interleave.
  */
 #pragma once
 
@@ -44,10 +45,21 @@ gboolean   um_backups_save (const char *config_dir, const char *reason, char **i
 /* "original", "latest" (the newest valid entry) or an id. */
 UmProfile *um_backups_load (const char *config_dir, const char *which, GError **error);
 
+/* The id "original", "latest" or an id stands for now, if it can be
+ * restored (valid); else NULL and an error. */
+char      *um_backups_resolve (const char *config_dir, const char *which, GError **error);
+
 /* Backs up the current profile ("before restore → WHICH"), then writes the
  * backup's profile as the current one, written_by restore. *@undo_id gets
  * the id of the backup just made, so the restore can itself be undone. */
 gboolean   um_backups_restore (const char *config_dir, const char *which, char **undo_id, GError **error);
+
+/* Any change to the profile: backs up the current one with @reason, then
+ * writes @p (as given: set written_by, written_at and reason first), both
+ * under one lock so the app and unmask-cli do not interleave. *@backup_id
+ * gets the backup's id. */
+gboolean   um_backups_commit (const UmProfile *p, const char *config_dir, const char *reason,
+                              char **backup_id, GError **error);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmBackup, um_backup_free)
 

@@ -32,9 +32,20 @@ typedef struct {
   GArray   *table;          /* UmPlan, one per mode in UmMemMode order */
   int       chosen;         /* index into table, -1 if nothing fits */
   char     *reason;         /* "extreme-moderate: the fastest mode that fits 7.2 of 8.0 GiB" */
+  guint64   budget;         /* the budget asked for (0: none), written to the profile */
+  UmPlanShape shape;        /* what was planned for */
 } UmOptimizeResult;
 
 void              um_optimize_result_free (UmOptimizeResult *r);
+/* Whether mode @i of the table fits with the headroom kept free. */
+gboolean          um_optimize_result_fits (const UmOptimizeResult *r, int i);
+/* Takes @mode instead of the pick (a user's choice): sets chosen and a
+ * reason saying whether it fits. */
+void              um_optimize_result_choose (UmOptimizeResult *r, UmMemMode mode);
+/* The profile um_optimizer_apply () writes: @current with the chosen mode
+ * (its knobs the mode's own), device and budget, written_by optimize.
+ * NULL when nothing was chosen. */
+UmProfile        *um_optimizer_profile (const UmOptimizeResult *r, const UmProfile *current);
 
 /* Plans every mode for @model (metadata only) on @hw: the first GPU if there
  * is one (@budget, if not 0, stands for its memory), else the CPU backend
@@ -47,8 +58,9 @@ UmOptimizeResult *um_optimizer_plan (const UmModel      *model,
                                      GError            **error);
 
 /* Backs up the current profile ("before optimize → MODE") and writes one
- * with the chosen mode, device and budget, written_by optimize. *@backup_id
- * gets the backup's id. Fails when nothing fits. */
+ * with the chosen mode, device and budget, written_by optimize
+ * (um_optimizer_profile ()). *@backup_id gets the backup's id. Fails
+ * (UM_ERROR_OUT_OF_MEMORY) when nothing was chosen: nothing fits. */
 gboolean          um_optimizer_apply (const UmOptimizeResult *r,
                                       const char             *config_dir,
                                       UmProfile             **applied,

@@ -78,13 +78,20 @@ gboolean   um_profile_save (const UmProfile *p, const char *config_dir, GError *
 /* Temporary file in the same folder, fsync, rename over @path, fsync of
  * the folder: @path is always either the old or the new complete file. */
 gboolean   um_atomic_write (const char *path, const char *data, gsize len, GError **error);
+/* Moves a damaged file aside as PATH.corrupt-<UTC time>; returns the new
+ * base name, or NULL if it could not be moved. */
+char      *um_config_move_aside (const char *path);
 
 /* A short stable key for a model: its canonical path (a folder or a
  * .gguf) and size, hashed. */
 char      *um_model_identity (const char *model_path);
 
 /* Engine options as the profile says, for the model @model_id (its
- * override if it has one; NULL: none). */
+ * override if it has one; NULL: none). Sets threads, budget, device and
+ * GPU (unless UNMASK_DEVICE is set; "auto" leaves @o's device), the memory
+ * mode and knobs, and the plan's shape from the recommended defaults; the
+ * rest of @o (products, cache folder, prompt length) is left as it is, so
+ * call um_engine_options_init () first. */
 void       um_profile_to_engine_options (const UmProfile *p, const char *model_id, UmEngineOptions *o);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmProfile, um_profile_free)

@@ -1,0 +1,376 @@
+/* unmask-cli optimize, restore and backups, run as a script would ($UM_CLI
+ * with UNMASK_CONFIG_DIR pointing at a temporary folder): their --json
+ * answers, notices on stderr for damaged files, and plan (as generate and
+ * bench) starting from the profile. */
+#include <string.h>
+#include <sys/wait.h>
+
+#include "um-profile.h"
+#include "um-test-util.h"
+
+static char *cli_path;
+static char *model_path;
+
+typedef struct {
+  int         status;
+  char       *out;
+  char       *err;
+  JsonParser *parser;
+  JsonObject *root;     /* of --json output, when it parsed */
+} Run;
+
+static void
+run_clear (Run *r)
+{
+  g_free (r->out);
+  g_free (r->err);
+  g_clear_object (&r->parser);
+}
+
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (Run, run_clear)
+
+/* Runs unmask-cli with @args (NULL-terminated) in @config_dir. */
+static void
+run_cli (Run *r, const char *config_dir, const char *const *args)
+{
+  g_autoptr(GPtrArray) argv = g_ptr_array_new ();
+  g_auto(GStrv) env = g_get_environ ();
+  g_autoptr(GError) error = NULL;
+  int wait_status = 0;
+
+  memset (r, 0, sizeof *r);
+  g_ptr_array_add (argv, cli_path);
+  for (guint i = 0; args[i] != NULL; i++)
+    g_ptr_array_add (argv, (char *) args[i]);
+  g_ptr_array_add (argv, NULL);
+  env = g_environ_setenv (env, "UNMASK_CONFIG_DIR", config_dir, TRUE);
+  env = g_environ_setenv (env, "UNMASK_DEVICE", "cpu", TRUE);
+  g_spawn_sync (NULL, (char **) argv->pdata, env, G_SPAWN_DEFAULT, NULL, NULL, &r->out, &r->err, &wait_status,
+                &error);
+  g_assert_no_error (error);
+  r->status = g_spawn_check_wait_status (wait_status, NULL) ? 0 : WEXITSTATUS (wait_status);
+  g_test_message ("unmask-cli %s → %d\nstderr: %s", args[0], r->status, r->err);
+  r->parser = json_parser_new ();
+  if (r->out[0] == '{' && json_parser_load_from_data (r->parser, r->out, -1, NULL))
+    r->root = json_node_get_object (json_parser_get_root (r->parser));
+}
+
+static char *
+read_text (const char *path)
+{
+  char *text = NULL;
+  g_autoptr(GError) error = NULL;
+  g_file_get_contents (path, &text, NULL, &error);
+  g_assert_no_error (error);
+  return text;
+}
+
+static guint
+count_prefix (const char *dir, const char *prefix)
+{
+  g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
+  const char *name;
+  guint n = 0;
+  while (d != NULL && (name = g_dir_read_name (d)) != NULL)
+    n += g_str_has_prefix (name, prefix);
+  return n;
+}
+
+/* The standard mode's device peak for the tiny model generating 48 tokens,
+ * from a dry run. */
+static gint64
+standard_peak (const char *dir)
+{
+  const char *args[] = { "optimize", "--model", model_path, "--gen-length", "48", "--dry-run", "--json", NULL };
+  g_auto(Run) r;
+  JsonArray *modes;
+
+  run_cli (&r, dir, args);
+  g_assert_cmpint (r.status, ==, 0);
+  g_assert_nonnull (r.root);
+  modes = json_object_get_array_member (r.root, "modes");
+  g_assert_cmpstr (json_object_get_string_member (json_array_get_object_element (modes, 0), "mode"), ==,
+                   "standard");
+  return json_object_get_int_member (json_array_get_object_element (modes, 0), "device_peak_bytes");
+}
+
+static void
+test_optimize (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *profile_path = g_build_filename (dir, "optimizer.json", NULL);
+  g_autofree char *budget = NULL;
+  g_autofree char *chosen = NULL;
+  g_autofree char *before_dry = NULL, *after_dry = NULL;
+  g_autoptr(GError) error = NULL;
+  JsonObject *hw, *target, *profile;
+  JsonArray *modes;
+  gint64 peak;
+
+  /* A dry run writes nothing. */
+  peak = standard_peak (dir);
+  g_assert_false (g_file_test (profile_path, G_FILE_TEST_EXISTS));
+  g_assert_cmpint (count_prefix (dir, "backups"), ==, 0);
+
+  /* A budget standard fills but without the 10 % headroom. */
+  budget = g_strdup_printf ("%" G_GINT64_FORMAT, peak + peak / 20);
+  {
+    const char *args[] = { "optimize", "--model", model_path, "--budget", budget, "--gen-length", "48",
+                           "--steps", "200", "--json", NULL };
+    g_auto(Run) r;
+    g_autoptr(UmProfile) on_disk = NULL;
+    g_autofree char *text = NULL;
+
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (r.root);
+    hw = json_object_get_object_member (r.root, "hardware");
+    g_assert_cmpint (json_object_get_int_member (hw, "cores"), >=, 1);
+    g_assert_cmpint (json_object_get_int_member (hw, "ram_total_bytes"), >, 0);
+    g_assert_true (json_object_has_member (hw, "cpu"));
+    g_assert_nonnull (json_object_get_array_member (hw, "gpus"));
+    target = json_object_get_object_member (r.root, "target");
+    g_assert_cmpstr (json_object_get_string_member (target, "device"), ==, "cpu");
+    g_assert_cmpint (json_object_get_int_member (target, "capacity_bytes"), ==, peak + peak / 20);
+    g_assert_cmpint (json_object_get_int_member (target, "budget_bytes"), ==, peak + peak / 20);
+    g_assert_cmpint (json_object_get_int_member (json_object_get_object_member (r.root, "shape"), "gen_length"),
+                     ==, 48);
+    modes = json_object_get_array_member (r.root, "modes");
+    g_assert_cmpuint (json_array_get_length (modes), ==, 5);
+    g_assert_false (json_object_get_boolean_member (json_array_get_object_element (modes, 0),
+                                                    "fits_with_headroom"));
+    chosen = g_strdup (json_object_get_string_member (r.root, "chosen_mode"));
+    g_assert_nonnull (chosen);
+    g_assert_cmpstr (chosen, !=, "standard");
+    g_assert_true (json_object_get_boolean_member (r.root, "fits"));
+    g_assert_nonnull (strstr (json_object_get_string_member (r.root, "reason"), chosen));
+    g_assert_cmpstr (json_object_get_string_member (r.root, "backup_id"), ==, "original");
+    g_assert_cmpstr (json_object_get_string_member (r.root, "profile_path"), ==, profile_path);
+    g_assert_true (json_object_get_boolean_member (r.root, "written"));
+    profile = json_object_get_object_member (r.root, "profile");
+    g_assert_cmpstr (json_object_get_string_member (json_object_get_object_member (profile, "memory"), "mode"), ==,
+                     chosen);
+    g_assert_cmpstr (json_object_get_string_member (profile, "written_by"), ==, "optimize");
+    g_assert_cmpstr (json_object_get_string_member (profile, "device"), ==, "cpu");
+    g_assert_cmpint (json_object_get_int_member (profile, "memory_budget"), ==, peak + peak / 20);
+    /* The settings planned for, within the mode's limits. */
+    g_assert_cmpint (json_object_get_int_member (json_object_get_object_member (profile, "defaults"), "gen_length"),
+                     ==, 48);
+    g_assert_cmpint (json_object_get_int_member (json_object_get_object_member (profile, "defaults"), "steps"), ==,
+                     g_str_has_prefix (chosen, "extreme") ? 64 : 200);
+
+    text = read_text (profile_path);
+    on_disk = um_profile_from_json (text, -1, &error);
+    g_assert_no_error (error);
+    g_assert_cmpstr (um_mem_mode_to_string (on_disk->mem.mode), ==, chosen);
+  }
+
+  /* --mode takes a mode even where it does not fit; --dry-run keeps the file. */
+  before_dry = read_text (profile_path);
+  {
+    const char *args[] = { "optimize", "--model", model_path, "--budget", budget, "--mode", "standard",
+                           "--dry-run", "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (r.root);
+    g_assert_cmpstr (json_object_get_string_member (r.root, "chosen_mode"), ==, "standard");
+    g_assert_false (json_object_get_boolean_member (r.root, "fits"));
+    g_assert_true (JSON_NODE_HOLDS_NULL (json_object_get_member (r.root, "backup_id")));
+    g_assert_false (json_object_get_boolean_member (r.root, "written"));
+    g_assert_true (json_object_get_boolean_member (r.root, "dry_run"));
+  }
+  after_dry = read_text (profile_path);
+  g_assert_cmpstr (before_dry, ==, after_dry);
+
+  /* Nothing fits a tiny budget: an error, and the answer says why. */
+  {
+    const char *args[] = { "optimize", "--model", model_path, "--budget", "4KiB", "--json", NULL };
+    g_auto(Run) r;
+    g_autofree char *unchanged = NULL;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 1);
+    g_assert_nonnull (r.root);
+    g_assert_true (JSON_NODE_HOLDS_NULL (json_object_get_member (r.root, "chosen_mode")));
+    g_assert_nonnull (strstr (r.err, "no mode fits"));
+    unchanged = read_text (profile_path);
+    g_assert_cmpstr (unchanged, ==, before_dry);
+  }
+
+  /* Bad options. */
+  {
+    const char *args[] = { "optimize", "--model", model_path, "--mode", "ludicrous", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 1);
+    g_assert_nonnull (strstr (r.err, "--mode"));
+  }
+
+  /* backups: the original (the defaults), valid. */
+  {
+    const char *args[] = { "backups", "--json", NULL };
+    g_auto(Run) r;
+    JsonArray *list;
+    JsonObject *e;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (r.root);
+    g_assert_cmpstr (json_object_get_string_member (r.root, "config_dir"), ==, dir);
+    list = json_object_get_array_member (r.root, "backups");
+    g_assert_cmpuint (json_array_get_length (list), ==, 1);
+    e = json_array_get_object_element (list, 0);
+    g_assert_cmpstr (json_object_get_string_member (e, "id"), ==, "original");
+    g_assert_true (json_object_get_boolean_member (e, "valid"));
+    g_assert_true (JSON_NODE_HOLDS_NULL (json_object_get_member (e, "problem")));
+    g_assert_cmpstr (json_object_get_string_member (e, "summary"), ==, "standard, auto");
+    g_assert_nonnull (strstr (json_object_get_string_member (e, "reason"), "before optimize → "));
+    g_assert_cmpuint (strlen (json_object_get_string_member (e, "sha256")), ==, 64);
+  }
+
+  /* restore latest (the original), then undo it. */
+  {
+    const char *args[] = { "restore", "latest", "--json", NULL };
+    g_auto(Run) r;
+    g_auto(Run) u;
+    const char *undo_args[] = { "restore", NULL, "--json", NULL };
+    g_autofree char *undo = NULL;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (r.root);
+    g_assert_cmpstr (json_object_get_string_member (r.root, "restored"), ==, "original");
+    g_assert_cmpstr (json_object_get_string_member (r.root, "which"), ==, "latest");
+    undo = g_strdup (json_object_get_string_member (r.root, "undo_id"));
+    g_assert_nonnull (undo);
+    profile = json_object_get_object_member (r.root, "profile");
+    g_assert_cmpstr (json_object_get_string_member (profile, "written_by"), ==, "restore");
+    g_assert_cmpstr (json_object_get_string_member (json_object_get_object_member (profile, "memory"), "mode"), ==,
+                     "standard");
+
+    undo_args[1] = undo;
+    run_cli (&u, dir, undo_args);
+    g_assert_cmpint (u.status, ==, 0);
+    g_assert_nonnull (u.root);
+    g_assert_cmpstr (json_object_get_string_member (u.root, "restored"), ==, undo);
+    profile = json_object_get_object_member (u.root, "profile");
+    g_assert_cmpstr (json_object_get_string_member (json_object_get_object_member (profile, "memory"), "mode"), ==,
+                     chosen);
+  }
+
+  /* An unknown backup: an error, nothing changes. */
+  {
+    const char *args[] = { "restore", "19990101-000000-001", "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 1);
+    g_assert_nonnull (strstr (r.err, "no backup"));
+  }
+  um_test_rmtree (dir);
+}
+
+/* Damaged files: moved aside, said on stderr, stdout still clean JSON. */
+static void
+test_notices (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *profile_path = g_build_filename (dir, "optimizer.json", NULL);
+  g_autofree char *bdir = g_build_filename (dir, "backups", NULL);
+  g_autofree char *manifest = g_build_filename (bdir, "manifest.json", NULL);
+
+  {
+    const char *args[] = { "optimize", "--model", model_path, "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+  }
+  um_test_write_file (profile_path, "{\"version\": 1, \"memory\": {\"mode\": \"standard\"", -1);
+  um_test_write_file (manifest, "[\"not a manifest\"]", -1);
+  {
+    const char *args[] = { "backups", "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (r.root);
+    g_assert_nonnull (strstr (r.err, "optimizer.json.corrupt-"));
+    g_assert_nonnull (strstr (r.err, "manifest.json.corrupt-"));
+    /* Rebuilt from the copy that was there. */
+    g_assert_cmpuint (json_array_get_length (json_object_get_array_member (r.root, "backups")), ==, 1);
+    g_assert_cmpuint (count_prefix (dir, "optimizer.json.corrupt-"), ==, 1);
+    g_assert_cmpuint (count_prefix (bdir, "manifest.json.corrupt-"), ==, 1);
+    g_assert_false (g_file_test (profile_path, G_FILE_TEST_EXISTS));
+  }
+  /* Said once: the next run finds sound files. */
+  {
+    const char *args[] = { "backups", "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_cmpstr (r.err, ==, "");
+  }
+  um_test_rmtree (dir);
+}
+
+/* plan (and so generate, chat and bench, which build their engine options
+ * the same way) starts from the profile; the command line overrides it. */
+static void
+test_commands_use_profile (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *profile_path = g_build_filename (dir, "optimizer.json", NULL);
+  g_autoptr(UmProfile) p = um_profile_new_default ();
+  g_autoptr(GError) error = NULL;
+
+  um_profile_set_mode (p, UM_MEM_EXTREME_MILD);
+  p->memory_budget = 123456789;
+  p->written_by = UM_PROFILE_BY_USER;
+  g_assert_true (um_profile_save (p, dir, &error));
+  g_assert_no_error (error);
+  {
+    const char *args[] = { "plan", "--model", model_path, "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (r.root);
+    g_assert_cmpint (json_object_get_int_member (r.root, "device_budget_bytes"), ==, 123456789);
+    /* The profile's extreme mode recommends a shorter canvas than 128. */
+    g_assert_nonnull (strstr (r.err, "recommends"));
+  }
+  {
+    const char *args[] = { "plan", "--model", model_path, "--budget", "2GiB", "--mode", "standard", "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (r.root);
+    g_assert_cmpint (json_object_get_int_member (r.root, "device_budget_bytes"), ==, 2ll << 30);
+    g_assert_null (strstr (r.err, "recommends"));
+  }
+  /* A damaged profile: said on stderr, the defaults are used. */
+  um_test_write_file (profile_path, "{\"version\": 1, \"memory_budget\": \"lots\"}", -1);
+  {
+    const char *args[] = { "plan", "--model", model_path, "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (r.root);
+    g_assert_false (json_object_has_member (r.root, "device_budget_bytes"));
+    g_assert_nonnull (strstr (r.err, "optimizer.json.corrupt-"));
+  }
+  um_test_rmtree (dir);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  cli_path = g_strdup (g_getenv ("UM_CLI"));
+  if (cli_path == NULL)
+    {
+      /* An uninstalled build: app/ beside tests/. */
+      g_autofree char *here = g_path_get_dirname (argv[0]);
+      cli_path = g_build_filename (here, "..", "app", "unmask-cli", NULL);
+    }
+  model_path = um_test_data_path ("tiny-llada");
+  g_test_add_func ("/cli/optimize", test_optimize);
+  g_test_add_func ("/cli/notices", test_notices);
+  g_test_add_func ("/cli/commands-use-profile", test_commands_use_profile);
+  return g_test_run ();
+}
