@@ -8,6 +8,7 @@
 
 #include "um-backups.h"
 #include "um-cli.h"
+#include "um-convert.h"
 #include "um-error.h"
 #include "um-optimizer.h"
 
@@ -307,17 +308,23 @@ int
 um_cli_restore (int argc, char **argv)
 {
   g_autoptr(GOptionContext) ctx = g_option_context_new ("original|latest|ID — restore an optimizer backup");
-  g_autofree char *config_dir = NULL;
-  gboolean json = FALSE;
+  g_autofree char *config_dir = NULL, *cache_dir = NULL;
+  gboolean json = FALSE, remove_converted = FALSE;
   GOptionEntry entries[] = {
     { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print JSON", NULL },
     { "config-dir", 0, 0, G_OPTION_ARG_FILENAME, &config_dir,
       "Where optimizer.json and backups/ live (default $XDG_CONFIG_HOME/unmask)", "DIR" },
+    { "remove-converted", 0, 0, G_OPTION_ARG_NONE, &remove_converted,
+      "Also remove the converted weights the memory modes cached (they are made again when needed)", NULL },
+    { "cache-dir", 0, 0, G_OPTION_ARG_FILENAME, &cache_dir,
+      "Where converted weights are cached (default $XDG_CACHE_HOME/unmask/converted)", "DIR" },
     { NULL }
   };
   g_autoptr(GError) error = NULL;
   g_autoptr(UmProfile) current = NULL;
   g_autoptr(UmProfile) restored = NULL;
+  guint removed = 0;
+  guint64 removed_bytes = 0;
   g_autofree char *id = NULL, *undo_id = NULL, *path = NULL;
   const char *which;
 
@@ -347,6 +354,21 @@ um_cli_restore (int argc, char **argv)
   if (restored == NULL)
     return um_cli_fail (error);
   path = um_profile_path (config_dir);
+  if (remove_converted)
+    {
+      g_autoptr(GPtrArray) cached = um_convert_cache_list (cache_dir, &error);
+      for (guint i = 0; cached != NULL && i < cached->len && error == NULL; i++)
+        {
+          const UmConvertedEntry *e = g_ptr_array_index (cached, i);
+          if (um_convert_cache_remove (cache_dir, e->path, &error))
+            {
+              removed++;
+              removed_bytes += e->bytes;
+            }
+        }
+      if (error != NULL)
+        return um_cli_fail (error);
+    }
 
   if (json)
     {
@@ -354,6 +376,10 @@ um_cli_restore (int argc, char **argv)
       g_autoptr(JsonNode) root = NULL;
       json_builder_begin_object (b);
       SET_STR (b, "which", which);
+      json_builder_set_member_name (b, "converted_removed");
+      json_builder_add_int_value (b, removed);
+      json_builder_set_member_name (b, "converted_removed_bytes");
+      json_builder_add_int_value (b, removed_bytes);
       SET_STR (b, "restored", id);
       SET_STR (b, "undo_id", undo_id);
       SET_STR (b, "profile_path", path);
@@ -368,6 +394,11 @@ um_cli_restore (int argc, char **argv)
       g_autofree char *summary = um_profile_summary (restored);
       printf ("Restored backup “%s”: %s.\nThe settings before are backup “%s” (unmask-cli restore %s undoes this).\n",
               id, summary, undo_id, undo_id);
+      if (remove_converted)
+        {
+          g_autofree char *size = g_format_size (removed_bytes);
+          printf ("Removed %u file(s) of converted weights (%s).\n", removed, size);
+        }
     }
   return 0;
 }

@@ -357,6 +357,42 @@ test_commands_use_profile (void)
   um_test_rmtree (dir);
 }
 
+/* Restore can remove the weights the memory modes converted (after
+ * asking, in the app; on request, in the CLI). */
+static void
+test_restore_removes_converted (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *cache = g_build_filename (dir, "converted", NULL);
+
+  {
+    const char *args[] = { "optimize", "--model", model_path, "--mode", "extreme-mild", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+  }
+  {
+    /* Generating under the profile's extreme-mild converts to Q8_0. */
+    const char *args[] = { "generate", "--model", model_path, "--ids", "1,2,3", "--gen-length", "8", "--steps", "8",
+                           "--block-length", "8", "--cache-dir", cache, "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_cmpuint (count_prefix (cache, "tiny-llada-Q8_0-"), ==, 1);
+  }
+  {
+    const char *args[] = { "restore", "original", "--remove-converted", "--cache-dir", cache, "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (r.root);
+    g_assert_cmpint (json_object_get_int_member (r.root, "converted_removed"), ==, 1);
+    g_assert_cmpint (json_object_get_int_member (r.root, "converted_removed_bytes"), >, 0);
+    g_assert_cmpuint (count_prefix (cache, "tiny-llada-"), ==, 0);
+  }
+  um_test_rmtree (dir);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -370,6 +406,7 @@ main (int argc, char **argv)
     }
   model_path = um_test_data_path ("tiny-llada");
   g_test_add_func ("/cli/optimize", test_optimize);
+  g_test_add_func ("/cli/restore-removes-converted", test_restore_removes_converted);
   g_test_add_func ("/cli/notices", test_notices);
   g_test_add_func ("/cli/commands-use-profile", test_commands_use_profile);
   return g_test_run ();

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "um-backups.h"
+#include "um-convert.h"
 #include "um-plan-bars.h"
 #include "um-settings.h"
 #include "um-window.h"
@@ -855,12 +856,80 @@ do_restore_full (UmOptimizerPage *self, const char *which, GError **error)
 }
 
 static void
+on_remove_converted_response (AdwMessageDialog *dialog, const char *response, UmOptimizerPage *self)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GPtrArray) list = NULL;
+  guint removed = 0;
+
+  if (g_strcmp0 (response, "remove") != 0)
+    return;
+  list = um_convert_cache_list (NULL, &error);
+  for (guint i = 0; list != NULL && i < list->len && error == NULL; i++)
+    {
+      const UmConvertedEntry *e = g_ptr_array_index (list, i);
+      if (um_convert_cache_remove (NULL, e->path, &error))
+        removed++;
+    }
+  if (error != NULL)
+    set_status_error (self, _("Could not remove the converted weights"), error);
+  else
+    {
+      g_autofree char *text = g_strdup_printf (g_dngettext (GETTEXT_PACKAGE, "Removed %u file of converted weights.",
+                                                            "Removed %u files of converted weights.", removed),
+                                               removed);
+      set_status (self, text);
+    }
+}
+
+/* After a restore to settings that use the weights as stored, the files
+ * the memory modes converted are only taking disk space: offer to remove
+ * them (a mode that needs them converts again). */
+static void
+offer_remove_converted (UmOptimizerPage *self)
+{
+  UmWindow *win = get_window (self);
+  g_autoptr(GPtrArray) list = um_convert_cache_list (NULL, NULL);
+  g_autoptr(UmProfile) now = um_profile_load (config_dir (self), NULL, NULL);
+  g_autofree char *dir = um_convert_cache_dir ();
+  g_autofree char *size = NULL;
+  guint64 bytes = 0;
+  GtkWidget *dialog;
+
+  if (win == NULL || list == NULL || list->len == 0 || now == NULL || now->mem.mode != UM_MEM_STANDARD
+      || (now->mem.weight_format[0] != '\0' && g_ascii_strcasecmp (now->mem.weight_format, "stored") != 0))
+    return;
+  for (guint i = 0; i < list->len; i++)
+    bytes += ((const UmConvertedEntry *) g_ptr_array_index (list, i))->bytes;
+  size = g_format_size (bytes);
+  dialog = adw_message_dialog_new (GTK_WINDOW (win), _("Remove the Converted Weights?"), NULL);
+  /* Translators: %u files, %s their size, %s the folder */
+  adw_message_dialog_format_body (ADW_MESSAGE_DIALOG (dialog),
+                                  g_dngettext (GETTEXT_PACKAGE,
+                                               "The memory modes keep %u file of converted weights (%s) in %s. "
+                                               "The restored settings do not use it; a mode that needs it "
+                                               "converts the model again.",
+                                               "The memory modes keep %u files of converted weights (%s) in %s. "
+                                               "The restored settings do not use them; a mode that needs them "
+                                               "converts the model again.", list->len),
+                                  list->len, size, dir);
+  adw_message_dialog_add_responses (ADW_MESSAGE_DIALOG (dialog), "keep", _("_Keep"), "remove", _("_Remove"), NULL);
+  adw_message_dialog_set_response_appearance (ADW_MESSAGE_DIALOG (dialog), "remove", ADW_RESPONSE_DESTRUCTIVE);
+  adw_message_dialog_set_default_response (ADW_MESSAGE_DIALOG (dialog), "keep");
+  adw_message_dialog_set_close_response (ADW_MESSAGE_DIALOG (dialog), "keep");
+  g_signal_connect_object (dialog, "response", G_CALLBACK (on_remove_converted_response), self, 0);
+  gtk_window_present (GTK_WINDOW (dialog));
+}
+
+static void
 do_restore (UmOptimizerPage *self, const char *which)
 {
   g_autoptr(GError) error = NULL;
 
   if (!do_restore_full (self, which, &error))
     set_status_error (self, _("Could not restore"), error);
+  else
+    offer_remove_converted (self);
 }
 
 gboolean
