@@ -670,6 +670,26 @@ um_forward_logits (UmForward     *fw,
   return TRUE;
 }
 
+gboolean
+um_forward_logits_cached (UmForward     *fw,
+                          const gint32  *ids,
+                          int            n_seq,
+                          int            seq_len,
+                          int            block_start,
+                          int            block_end,
+                          gboolean       refresh,
+                          gboolean       dual,
+                          const gint32  *rows,
+                          int            n_rows,
+                          float         *logits,
+                          GCancellable  *cancellable,
+                          GError       **error)
+{
+  /* Until the cache exists: the full pass (exact, which the cache
+   * approximates). */
+  return um_forward_logits (fw, ids, n_seq, seq_len, rows, n_rows, logits, cancellable, error);
+}
+
 const UmForwardStats *
 um_forward_get_stats (UmForward *fw)
 {

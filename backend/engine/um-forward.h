@@ -91,6 +91,27 @@ gboolean   um_forward_logits (UmForward     *fw,
                               GCancellable  *cancellable,
                               GError       **error);
 
+/* um_forward_logits () with a block KV cache (Fast-dLLM), for a canvas
+ * whose block [block_start, block_end) (positions within each sequence) is
+ * being decoded. @refresh: run the whole canvas and keep every layer's K
+ * and V (the first step of a block). Otherwise (@dual FALSE, prefix cache)
+ * compute positions from block_start to the end, attending to the kept
+ * prefix; (@dual TRUE) compute the block's positions only, attending to the
+ * kept prefix and suffix. @rows must lie inside the block. */
+gboolean   um_forward_logits_cached (UmForward     *fw,
+                                     const gint32  *ids,
+                                     int            n_seq,
+                                     int            seq_len,
+                                     int            block_start,
+                                     int            block_end,
+                                     gboolean       refresh,
+                                     gboolean       dual,
+                                     const gint32  *rows,
+                                     int            n_rows,
+                                     float         *logits,
+                                     GCancellable  *cancellable,
+                                     GError       **error);
+
 const UmForwardStats *um_forward_get_stats (UmForward *fw);
 void                  um_forward_reset_stats (UmForward *fw);
 UmModel              *um_forward_get_model (UmForward *fw);

@@ -19,6 +19,26 @@ um_gen_params_init (UmGenParams *p)
   p->seed = 0;
 }
 
+static const char *const cache_names[] = { "none", "prefix", "dual" };
+
+const char *
+um_cache_mode_to_string (UmCacheMode m)
+{
+  return (guint) m < G_N_ELEMENTS (cache_names) ? cache_names[m] : "unknown";
+}
+
+gboolean
+um_cache_mode_from_string (const char *s, UmCacheMode *out)
+{
+  for (guint i = 0; s != NULL && i < G_N_ELEMENTS (cache_names); i++)
+    if (g_ascii_strcasecmp (s, cache_names[i]) == 0)
+      {
+        *out = (UmCacheMode) i;
+        return TRUE;
+      }
+  return FALSE;
+}
+
 const char *
 um_remasking_to_string (UmRemasking r)
 {

@@ -15,6 +15,23 @@ typedef enum {
   UM_REMASK_RANDOM,
 } UmRemasking;
 
+/* Block KV cache (Fast-dLLM): NONE is the exact schedule. */
+typedef enum {
+  UM_CACHE_NONE,
+  UM_CACHE_PREFIX,     /* later steps of a block compute the block and what follows it */
+  UM_CACHE_DUAL,       /* ... only the block, the suffix's keys and values kept from the block start */
+} UmCacheMode;
+
+const char *um_cache_mode_to_string (UmCacheMode m);
+gboolean    um_cache_mode_from_string (const char *s, UmCacheMode *out);
+
+/* A word placed at @offset of the answer before the first step and never
+ * remasked (as the official LLaDA demo does). */
+typedef struct {
+  int         offset;
+  const char *word;
+} UmGenConstraint;
+
 typedef struct {
   int         gen_length;
   int         steps;
@@ -25,6 +42,12 @@ typedef struct {
   gboolean    logits_eos_inf;
   gboolean    confidence_eos_eot_inf;
   guint64     seed;
+  /* Fast decoding, all off by default (the exact reference schedule). */
+  UmCacheMode cache;
+  double      threshold;     /* > 0: commit every masked position of the block with confidence ≥ it, at least one */
+  double      factor;        /* > 0: Fast-dLLM's factor rule instead */
+  const UmGenConstraint *constraints;   /* borrowed */
+  int         n_constraints;
 } UmGenParams;
 
 /* The reference chat defaults: 128 tokens, 128 steps, blocks of 32, greedy. */
