@@ -119,7 +119,7 @@ um_cli_bench (int argc, char **argv)
   g_autofree char *model_path = NULL;
   int prompt_length = 64, canvas = 0, passes = 5;
   gboolean no_sgemm = FALSE;
-  UmCliGenOptions go;
+  g_auto(UmCliGenOptions) go = { 0 };
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model_path, "Model folder or .gguf file", "PATH" },
     { "prompt-length", 0, 0, G_OPTION_ARG_INT, &prompt_length, "Random prompt tokens (default 64)", "N" },
@@ -145,6 +145,7 @@ um_cli_bench (int argc, char **argv)
   gint64 t0;
   double load_s, warm_s = 0, gen_s = 0;
   guint64 rss;
+  int steps_run = 0;
 
   um_cli_gen_options_init (&go, 64, 64, 32);
   g_option_context_add_main_entries (ctx, entries, NULL);
@@ -175,7 +176,6 @@ um_cli_bench (int argc, char **argv)
         engine = um_cli_load_engine_with (model_path, &opts, &error);
       }
   }
-  um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);
   load_s = (g_get_monotonic_time () - t0) / 1e6;
@@ -220,7 +220,8 @@ um_cli_bench (int argc, char **argv)
 
       um_forward_reset_stats (fw);
       t0 = g_get_monotonic_time ();
-      if (!um_sampler_generate (fw, prompt, prompt_length, &params, NULL, NULL, NULL, out_ids, &error))
+      if (!um_sampler_generate_full (fw, prompt, prompt_length, &params, NULL, NULL, NULL, out_ids, &steps_run,
+                                     &error))
         return um_cli_fail (error);
       gen_s = (g_get_monotonic_time () - t0) / 1e6;
     }
@@ -281,6 +282,10 @@ um_cli_bench (int argc, char **argv)
       MEMBER_INT ("prompt_length", prompt_length);
       MEMBER_INT ("gen_length", params.gen_length);
       MEMBER_INT ("steps", params.steps);
+      MEMBER_INT ("steps_run", steps_run);
+      MEMBER_STR ("cache", um_cache_mode_to_string (params.cache));
+      MEMBER_DBL ("threshold", params.threshold);
+      MEMBER_DBL ("factor", params.factor);
       MEMBER_INT ("block_length", params.block_length);
     }
   MEMBER_DBL ("load_seconds", load_s);

@@ -17,6 +17,7 @@ um_cli_gen_options_init (UmCliGenOptions *o, int gen_length, int steps, int bloc
   o->gen_length = gen_length;
   o->steps = steps;
   o->block_length = block_length;
+  o->constraint_list = g_array_new (FALSE, FALSE, sizeof (UmGenConstraint));
 }
 
 void
@@ -40,6 +41,14 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
       "Keep activations f32 with quantized weights (no 8-bit integer products)", NULL },
     { "int8", 0, 0, G_OPTION_ARG_NONE, &o->int8,
       "8-bit integer products with every quantized type, Q8_0 included", NULL },
+    { "cache", 0, 0, G_OPTION_ARG_STRING, &o->kv_cache,
+      "Block KV cache: none (default, exact), prefix or dual (approximate, faster)", "MODE" },
+    { "threshold", 0, 0, G_OPTION_ARG_DOUBLE, &o->threshold,
+      "Parallel decoding: commit every masked position of the block with confidence ≥ T (e.g. 0.9)", "T" },
+    { "factor", 0, 0, G_OPTION_ARG_DOUBLE, &o->factor,
+      "Parallel decoding: commit the top n with (n + 1)(1 − c(n)) < F (e.g. 1.0)", "F" },
+    { "constraint", 0, 0, G_OPTION_ARG_STRING_ARRAY, &o->constraints,
+      "Place WORD at answer position POS before decoding (repeatable)", "POS:WORD" },
     { NULL }
   };
   GOptionEntry mem_entries[] = {
@@ -89,6 +98,36 @@ um_cli_gen_options_to_params (const UmCliGenOptions *o, UmGenParams *p, GError *
                    "--remasking must be low_confidence or random, not “%s”", o->remasking);
       return FALSE;
     }
+  if (o->kv_cache != NULL && !um_cache_mode_from_string (o->kv_cache, &p->cache))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--cache must be none, prefix or dual, not “%s”",
+                   o->kv_cache);
+      return FALSE;
+    }
+  p->threshold = o->threshold;
+  p->factor = o->factor;
+  g_array_set_size (o->constraint_list, 0);
+  for (guint i = 0; o->constraints != NULL && o->constraints[i] != NULL; i++)
+    {
+      const char *colon = strchr (o->constraints[i], ':');
+      g_autofree char *pos = colon ? g_strndup (o->constraints[i], colon - o->constraints[i]) : NULL;
+      gint64 offset;
+      UmGenConstraint ci;
+
+      if (pos == NULL || !g_ascii_string_to_signed (pos, 10, 0, G_MAXINT, &offset, NULL) || colon[1] == '\0')
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                       "--constraint must be POS:WORD with POS a position in the answer, not “%s”",
+                       o->constraints[i]);
+          return FALSE;
+        }
+      /* The word points into o->constraints, which lives as long as o. */
+      ci.offset = (int) offset;
+      ci.word = colon + 1;
+      g_array_append_val (o->constraint_list, ci);
+    }
+  p->constraints = (const UmGenConstraint *) o->constraint_list->data;
+  p->n_constraints = (int) o->constraint_list->len;
   if (o->device != NULL)
     {
       UmDeviceKind kind;
@@ -117,6 +156,9 @@ um_cli_gen_options_clear (UmCliGenOptions *o)
   g_clear_pointer (&o->budget, g_free);
   g_clear_pointer (&o->weight_format, g_free);
   g_clear_pointer (&o->cache_dir, g_free);
+  g_clear_pointer (&o->kv_cache, g_free);
+  g_clear_pointer (&o->constraints, g_strfreev);
+  g_clear_pointer (&o->constraint_list, g_array_unref);
 }
 
 gboolean
@@ -192,6 +234,7 @@ um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int promp
       opts->shape.gen_length = p->gen_length;
       opts->shape.block_length = p->block_length;
       opts->shape.cfg = p->cfg_scale > 0;
+      opts->shape.kv_cache = p->cache != UM_CACHE_NONE;
       /* Said, not enforced: the run is what the command line asks. */
       if (mode_from_profile
           && ((profile->limit_gen_length > 0 && p->gen_length > profile->limit_gen_length)
@@ -360,7 +403,8 @@ um_cli_generate (int argc, char **argv)
   g_autoptr(GOptionContext) ctx = g_option_context_new ("— generate with a LLaDA model");
   g_autofree char *model = NULL, *prompt = NULL, *ids_text = NULL;
   gboolean chat = FALSE, json = FALSE, no_live = FALSE;
-  UmCliGenOptions go;
+  /* Cleared on return: the params' constraints point into it. */
+  g_auto(UmCliGenOptions) go = { 0 };
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model, "Model folder or .gguf file", "PATH" },
     { "prompt", 'p', 0, G_OPTION_ARG_STRING, &prompt, "Prompt text", "TEXT" },
@@ -412,7 +456,6 @@ um_cli_generate (int argc, char **argv)
     if (um_cli_engine_options (&go, &req.params, ids ? (int) ids->len : 64, &opts, &error))
       engine = um_cli_load_engine_with (model, &opts, &error);
   }
-  um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);
 
@@ -442,7 +485,9 @@ um_cli_generate (int argc, char **argv)
       json_builder_set_member_name (b, "seconds");
       json_builder_add_double_value (b, result->seconds);
       json_builder_set_member_name (b, "steps");
-      json_builder_add_int_value (b, result->steps);
+      /* One event per step run: right with threshold/factor too, where
+       * the step count is only known at the end. */
+      json_builder_add_int_value (b, trace->len);
       json_builder_set_member_name (b, "tokens_per_second");
       json_builder_add_double_value (b, result->seconds > 0 ? result->ids->len / result->seconds : 0.0);
       {
@@ -465,7 +510,7 @@ um_cli_generate (int argc, char **argv)
       printf ("%s\n", result->text);
       if (isatty (STDERR_FILENO))
         fprintf (stderr, "\033[2m%u tokens, %d steps, %.2f s, %.2f tokens/s\033[0m\n",
-                 result->ids->len, result->steps, result->seconds,
+                 result->ids->len, (int) trace->len, result->seconds,
                  result->seconds > 0 ? result->ids->len / result->seconds : 0.0);
     }
   return 0;
@@ -479,7 +524,8 @@ um_cli_chat (int argc, char **argv)
 {
   g_autoptr(GOptionContext) ctx = g_option_context_new ("— chat with a LLaDA Instruct model");
   g_autofree char *model = NULL;
-  UmCliGenOptions go;
+  /* Cleared on return: the params' constraints point into it. */
+  g_auto(UmCliGenOptions) go = { 0 };
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model, "Model folder or .gguf file", "PATH" },
     { NULL }
@@ -504,7 +550,6 @@ um_cli_chat (int argc, char **argv)
     if (um_cli_engine_options (&go, &params, 64, &opts, &error))
       engine = um_cli_load_engine_with (model, &opts, &error);
   }
-  um_cli_gen_options_clear (&go);
   if (engine == NULL)
     return um_cli_fail (error);
 

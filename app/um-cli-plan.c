@@ -144,7 +144,7 @@ um_cli_plan (int argc, char **argv)
   g_autofree char *model_path = NULL;
   gboolean json = FALSE;
   int prompt_length = 64;
-  UmCliGenOptions go;
+  g_auto(UmCliGenOptions) go = { 0 };
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model_path, "Model folder or .gguf file", "PATH" },
     { "prompt-length", 0, 0, G_OPTION_ARG_INT, &prompt_length, "Prompt tokens to plan for (default 64)", "N" },
@@ -212,7 +212,6 @@ um_cli_plan (int argc, char **argv)
         return um_cli_fail (error);
       g_array_append_val (table, p);
     }
-  um_cli_gen_options_clear (&go);
 
   if (json)
     {

@@ -62,12 +62,21 @@ typedef struct {
   double   prune_ffn;
   int      row_chunk;
   char    *cache_dir;
+  /* fast decoding */
+  char    *kv_cache;
+  double   threshold;
+  double   factor;
+  char   **constraints;        /* "POS:WORD" as given */
+  /* The parsed constraints UmGenParams points into: they live until
+   * um_cli_gen_options_clear (), so clear only after generating. */
+  GArray  *constraint_list;    /* UmGenConstraint */
 } UmCliGenOptions;
 
 void     um_cli_gen_options_init (UmCliGenOptions *o, int gen_length, int steps, int block_length);
 void     um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o);
 gboolean um_cli_gen_options_to_params (const UmCliGenOptions *o, UmGenParams *p, GError **error);
 void     um_cli_gen_options_clear (UmCliGenOptions *o);
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (UmCliGenOptions, um_cli_gen_options_clear)
 /* products: how activations meet quantized weights; -1 keeps the default. */
 UmEngine *um_cli_load_engine (const char *model, int threads, const char *device, int products,
                               GError **error);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "um-chat-template.h"
+#include "um-window.h"
 #include "um-worker.h"
 
 #define MASK_GLYPH "░"
@@ -56,8 +57,13 @@ struct _UmChatPage {
   GtkButton          *mode_button;
   GtkRevealer        *limits_revealer;
   GtkLabel           *limits_label;
+  AdwExpanderRow     *fast_row;
+  AdwComboRow        *cache_row, *rule_row;
+  AdwActionRow       *threshold_row, *factor_row;
+  GtkAdjustment      *threshold_adjustment, *factor_adjustment;
 
   UmEngine           *engine;
+  UmSettings         *settings;      /* the Fast decoding controls are bound to it */
   UmGenParams         params;
   UmChatConversation *conv;
   char               *store_dir;     /* NULL: um_chat_store_default_dir () */
@@ -707,7 +713,7 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
   UmChatStoreMessage *last = last_message (self);
   g_autoptr(GArray) prompt = g_array_new (FALSE, FALSE, sizeof (gint32));
   g_autoptr(GError) error = NULL;
-  UmGenParams params = self->params;
+  UmGenParams params;
   UmGenRequest req;
   GArray *base = c->ids;
   gboolean discard = FALSE;
@@ -717,6 +723,7 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
   if (self->engine == NULL || self->run != NULL)
     return FALSE;
   model = um_engine_get_model (self->engine);
+  um_chat_page_get_params (self, &params);
 
   if (regenerate)
     {
@@ -851,6 +858,65 @@ on_limits_dismiss_clicked (UmChatPage *self)
   g_free (self->limits_dismissed);
   self->limits_dismissed = g_strdup (self->limits_warning);
   gtk_revealer_set_reveal_child (self->limits_revealer, FALSE);
+}
+
+/* The Fast decoding controls follow the window's settings once the page is
+ * in a window that has them (unless um_chat_page_set_settings came first). */
+static void
+ensure_settings (UmChatPage *self)
+{
+  GtkRoot *root;
+
+  if (self->settings != NULL)
+    return;
+  root = gtk_widget_get_root (GTK_WIDGET (self));
+  if (root != NULL && UM_IS_WINDOW (root) && um_window_get_settings (UM_WINDOW (root)) != NULL)
+    um_chat_page_set_settings (self, um_window_get_settings (UM_WINDOW (root)));
+}
+
+void
+um_chat_page_set_settings (UmChatPage *self, UmSettings *settings)
+{
+  g_return_if_fail (UM_IS_CHAT_PAGE (self));
+  g_return_if_fail (UM_IS_SETTINGS (settings));
+
+  if (self->settings == settings)
+    return;
+  g_set_object (&self->settings, settings);
+  um_settings_bind_fast_decoding (settings, G_OBJECT (self->fast_row), G_OBJECT (self->cache_row),
+                                  G_OBJECT (self->rule_row), G_OBJECT (self->threshold_adjustment),
+                                  G_OBJECT (self->factor_adjustment));
+}
+
+void
+um_chat_page_get_params (UmChatPage *self, UmGenParams *p)
+{
+  g_return_if_fail (UM_IS_CHAT_PAGE (self));
+
+  ensure_settings (self);
+  *p = self->params;
+  /* The page's Fast decoding controls decide; they mirror the settings. */
+  p->cache = UM_CACHE_NONE;
+  p->threshold = 0.0;
+  p->factor = 0.0;
+  p->constraints = NULL;
+  p->n_constraints = 0;
+  if (adw_expander_row_get_enable_expansion (self->fast_row))
+    {
+      p->cache = (UmCacheMode) MIN (adw_combo_row_get_selected (self->cache_row), UM_CACHE_DUAL);
+      if (adw_combo_row_get_selected (self->rule_row) == 1)
+        p->factor = gtk_adjustment_get_value (self->factor_adjustment);
+      else
+        p->threshold = gtk_adjustment_get_value (self->threshold_adjustment);
+    }
+}
+
+static void
+on_fast_rule_selected (UmChatPage *self)
+{
+  gboolean factor = adw_combo_row_get_selected (self->rule_row) == 1;
+  gtk_widget_set_visible (GTK_WIDGET (self->threshold_row), !factor);
+  gtk_widget_set_visible (GTK_WIDGET (self->factor_row), factor);
 }
 
 void
@@ -1398,6 +1464,7 @@ um_chat_page_dispose (GObject *object)
   self->engine = NULL;
   self->live_row = NULL;
   gtk_widget_dispose_template (GTK_WIDGET (self), UM_TYPE_CHAT_PAGE);
+  g_clear_object (&self->settings);
   G_OBJECT_CLASS (um_chat_page_parent_class)->dispose (object);
 }
 
@@ -1452,6 +1519,13 @@ um_chat_page_class_init (UmChatPageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, mode_button);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, limits_revealer);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, limits_label);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, fast_row);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, cache_row);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, rule_row);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, threshold_row);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, factor_row);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, threshold_adjustment);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, factor_adjustment);
   gtk_widget_class_bind_template_callback (widget_class, on_limits_dismiss_clicked);
 
   gtk_widget_class_install_action (widget_class, "chat.send", NULL, send_activated);
@@ -1499,6 +1573,10 @@ um_chat_page_init (UmChatPage *self)
   gtk_widget_set_margin_top (placeholder, 18);
   gtk_widget_set_margin_bottom (placeholder, 18);
   gtk_list_box_set_placeholder (self->chats_list, placeholder);
+
+  g_signal_connect_object (self->rule_row, "notify::selected", G_CALLBACK (on_fast_rule_selected),
+                           self, G_CONNECT_SWAPPED);
+  g_signal_connect (self, "map", G_CALLBACK (ensure_settings), NULL);
 
   update_state (self);
 }

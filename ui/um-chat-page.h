@@ -11,6 +11,7 @@
 #include "um-chat-store.h"
 #include "um-engine.h"
 #include "um-mode-limits.h"
+#include "um-settings.h"
 
 G_BEGIN_DECLS
 
@@ -24,6 +25,12 @@ GtkWidget *um_chat_page_new (void);
 void       um_chat_page_set_engine (UmChatPage *self, UmEngine *engine);
 /* Generation parameters for answers (copied). */
 void       um_chat_page_set_params (UmChatPage *self, const UmGenParams *params);
+/* Binds the page's Fast decoding controls to @settings (otherwise done on
+ * its own once the page is mapped in a UmWindow). */
+void       um_chat_page_set_settings (UmChatPage *self, UmSettings *settings);
+/* The parameters the next answer uses: the ones set, with the page's Fast
+ * decoding choice (no word constraints in a chat). */
+void       um_chat_page_get_params (UmChatPage *self, UmGenParams *params);
 
 /* The memory mode in use (a pill that opens the Optimizer) and its limits:
  * parameters beyond them show a warning with "Use Recommended"

@@ -16,6 +16,12 @@ struct _UmGeneratePage {
   GtkSwitch       *chat_switch;
   GtkSpinButton   *length_spin, *steps_spin, *block_spin, *temperature_spin, *cfg_spin;
   AdwComboRow     *remasking_row;
+  AdwExpanderRow  *fast_row;
+  AdwComboRow     *cache_row, *rule_row;
+  AdwActionRow    *threshold_row, *factor_row;
+  GtkAdjustment   *threshold_adjustment, *factor_adjustment;
+  AdwPreferencesGroup *constraints_group;
+  GPtrArray       *constraint_rows;    /* GtkWidget*, in order */
   GtkLabel        *problem_label;
   GtkButton       *generate_button, *stop_button, *copy_button;
   UmDiffusionView *view;
@@ -41,6 +47,12 @@ struct _UmGeneratePage {
   gboolean         have_mode;
   char            *limits_warning;
   char            *limits_dismissed;   /* the warning "Go On Anyway" hid */
+  /* What params.constraints points to: rebuilt by read_params (snapshot)
+   * and kept for the run in progress (run), which borrows it. */
+  GArray          *snap_constraints;   /* UmGenConstraint */
+  GPtrArray       *snap_words;         /* char* */
+  GArray          *run_constraints;
+  GPtrArray       *run_words;
 };
 
 G_DEFINE_FINAL_TYPE (UmGeneratePage, um_generate_page, ADW_TYPE_BIN)
@@ -50,6 +62,8 @@ static GParamSpec *props[N_PROPS];
 
 enum { FINISHED, N_SIGNALS };
 static guint signals[N_SIGNALS];
+
+static void update_problem (UmGeneratePage *self);
 
 static void
 read_params (UmGeneratePage *self, UmGenParams *p)
@@ -64,6 +78,169 @@ read_params (UmGeneratePage *self, UmGenParams *p)
   p->temperature = gtk_spin_button_get_value (self->temperature_spin);
   p->cfg_scale = gtk_spin_button_get_value (self->cfg_spin);
   p->remasking = adw_combo_row_get_selected (self->remasking_row) == 1 ? UM_REMASK_RANDOM : UM_REMASK_LOW_CONFIDENCE;
+
+  p->cache = UM_CACHE_NONE;
+  p->threshold = 0.0;
+  p->factor = 0.0;
+  if (adw_expander_row_get_enable_expansion (self->fast_row))
+    {
+      p->cache = (UmCacheMode) MIN (adw_combo_row_get_selected (self->cache_row), UM_CACHE_DUAL);
+      if (adw_combo_row_get_selected (self->rule_row) == 1)
+        p->factor = gtk_adjustment_get_value (self->factor_adjustment);
+      else
+        p->threshold = gtk_adjustment_get_value (self->threshold_adjustment);
+    }
+
+  /* The rows' words, copied: the entries may change while a run borrows them. */
+  g_array_set_size (self->snap_constraints, 0);
+  g_ptr_array_set_size (self->snap_words, 0);
+  for (guint i = 0; i < self->constraint_rows->len; i++)
+    {
+      GtkWidget *row = g_ptr_array_index (self->constraint_rows, i);
+      GtkSpinButton *spin = g_object_get_data (G_OBJECT (row), "um-spin");
+      GtkEditable *entry = g_object_get_data (G_OBJECT (row), "um-entry");
+      const char *word = gtk_editable_get_text (entry);
+      char *copy;
+      UmGenConstraint c;
+
+      if (word == NULL || word[0] == '\0')
+        continue;
+      copy = g_strdup (word);
+      g_ptr_array_add (self->snap_words, copy);
+      c.offset = gtk_spin_button_get_value_as_int (spin);
+      c.word = copy;
+      g_array_append_val (self->snap_constraints, c);
+    }
+  p->constraints = self->snap_constraints->len ? (const UmGenConstraint *) self->snap_constraints->data : NULL;
+  p->n_constraints = (int) self->snap_constraints->len;
+}
+
+/* ---- word constraints ---- */
+
+static void on_param_changed (UmGeneratePage *self);
+
+static void
+on_remove_constraint_clicked (GtkButton *button, UmGeneratePage *self)
+{
+  GtkWidget *row = gtk_widget_get_ancestor (GTK_WIDGET (button), GTK_TYPE_LIST_BOX_ROW);
+  guint index;
+
+  if (row == NULL || !g_ptr_array_find (self->constraint_rows, row, &index))
+    return;
+  g_ptr_array_remove_index (self->constraint_rows, index);
+  adw_preferences_group_remove (self->constraints_group, row);
+  /* Keep the focus in the list: on the next row, else the Add button. */
+  if (index < self->constraint_rows->len)
+    gtk_widget_grab_focus (g_object_get_data (g_ptr_array_index (self->constraint_rows, index), "um-entry"));
+  else if (self->constraint_rows->len > 0)
+    gtk_widget_grab_focus (g_object_get_data (g_ptr_array_index (self->constraint_rows, index - 1), "um-entry"));
+  update_problem (self);
+}
+
+void
+um_generate_page_add_constraint (UmGeneratePage *self, int offset, const char *word)
+{
+  GtkWidget *row, *box, *spin, *entry, *remove;
+  GtkAdjustment *adj;
+
+  g_return_if_fail (UM_IS_GENERATE_PAGE (self));
+
+  adj = gtk_adjustment_new (MAX (offset, 0), 0, 4095, 1, 8, 0);
+  spin = gtk_spin_button_new (adj, 1, 0);
+  gtk_spin_button_set_numeric (GTK_SPIN_BUTTON (spin), TRUE);
+  gtk_widget_set_valign (spin, GTK_ALIGN_CENTER);
+  gtk_widget_set_tooltip_text (spin, _("Token position in the answer, from 0"));
+  gtk_accessible_update_property (GTK_ACCESSIBLE (spin), GTK_ACCESSIBLE_PROPERTY_LABEL,
+                                  _("Position"), -1);
+
+  entry = gtk_entry_new ();
+  gtk_widget_set_hexpand (entry, TRUE);
+  gtk_widget_set_valign (entry, GTK_ALIGN_CENTER);
+  gtk_entry_set_placeholder_text (GTK_ENTRY (entry), _("Word"));
+  gtk_editable_set_width_chars (GTK_EDITABLE (entry), 8);
+  gtk_editable_set_text (GTK_EDITABLE (entry), word ? word : "");
+  gtk_accessible_update_property (GTK_ACCESSIBLE (entry), GTK_ACCESSIBLE_PROPERTY_LABEL,
+                                  _("Word"), -1);
+
+  remove = gtk_button_new_from_icon_name ("list-remove-symbolic");
+  gtk_widget_set_valign (remove, GTK_ALIGN_CENTER);
+  gtk_widget_add_css_class (remove, "flat");
+  gtk_widget_set_tooltip_text (remove, _("Remove this constraint"));
+  gtk_accessible_update_property (GTK_ACCESSIBLE (remove), GTK_ACCESSIBLE_PROPERTY_LABEL,
+                                  _("Remove Constraint"), -1);
+
+  box = gtk_box_new (GTK_ORIENTATION_HORIZONTAL, 6);
+  gtk_widget_set_margin_start (box, 12);
+  gtk_widget_set_margin_end (box, 6);
+  gtk_widget_set_margin_top (box, 6);
+  gtk_widget_set_margin_bottom (box, 6);
+  gtk_box_append (GTK_BOX (box), spin);
+  gtk_box_append (GTK_BOX (box), entry);
+  gtk_box_append (GTK_BOX (box), remove);
+
+  row = gtk_list_box_row_new ();
+  gtk_list_box_row_set_activatable (GTK_LIST_BOX_ROW (row), FALSE);
+  gtk_list_box_row_set_child (GTK_LIST_BOX_ROW (row), box);
+  gtk_widget_add_css_class (row, "constraint-row");
+  g_object_set_data (G_OBJECT (row), "um-spin", spin);
+  g_object_set_data (G_OBJECT (row), "um-entry", entry);
+  g_object_set_data (G_OBJECT (row), "um-remove", remove);
+
+  g_signal_connect_swapped (spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (entry, "changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect (remove, "clicked", G_CALLBACK (on_remove_constraint_clicked), self);
+
+  g_ptr_array_add (self->constraint_rows, row);
+  adw_preferences_group_add (self->constraints_group, row);
+  update_problem (self);
+}
+
+static void
+on_add_constraint_clicked (UmGeneratePage *self)
+{
+  int offset = 0;
+
+  /* After the last one, a guess at where the next word goes. */
+  if (self->constraint_rows->len > 0)
+    {
+      GtkWidget *last = g_ptr_array_index (self->constraint_rows, self->constraint_rows->len - 1);
+      offset = gtk_spin_button_get_value_as_int (g_object_get_data (G_OBJECT (last), "um-spin")) + 1;
+    }
+  um_generate_page_add_constraint (self, offset, NULL);
+  gtk_widget_grab_focus (g_object_get_data (g_ptr_array_index (self->constraint_rows,
+                                                               self->constraint_rows->len - 1),
+                                            "um-entry"));
+}
+
+void
+um_generate_page_remove_constraint (UmGeneratePage *self, guint index)
+{
+  g_return_if_fail (UM_IS_GENERATE_PAGE (self));
+  if (index >= self->constraint_rows->len)
+    return;
+  on_remove_constraint_clicked (g_object_get_data (g_ptr_array_index (self->constraint_rows, index), "um-remove"), self);
+}
+
+guint
+um_generate_page_get_n_constraints (UmGeneratePage *self)
+{
+  return self->constraint_rows->len;
+}
+
+void
+um_generate_page_get_params (UmGeneratePage *self, UmGenParams *params)
+{
+  g_return_if_fail (UM_IS_GENERATE_PAGE (self));
+  read_params (self, params);
+}
+
+static void
+on_rule_selected (UmGeneratePage *self)
+{
+  gboolean factor = adw_combo_row_get_selected (self->rule_row) == 1;
+  gtk_widget_set_visible (GTK_WIDGET (self->threshold_row), !factor);
+  gtk_widget_set_visible (GTK_WIDGET (self->factor_row), factor);
+  update_problem (self);
 }
 
 /* Warns when the parameters go beyond what the memory mode recommends. */
@@ -270,6 +447,17 @@ um_generate_page_generate (UmGeneratePage *self)
   req.prompt = NULL;
   req.prompt_ids = (const gint32 *) ids->data;
   req.n_prompt_ids = ids->len;
+  /* The run borrows the words: move the snapshot to the run's storage,
+   * which stays until the next run (never rebuilt while one is going). */
+  {
+    GArray *tmp_c = self->run_constraints;
+    GPtrArray *tmp_w = self->run_words;
+    self->run_constraints = self->snap_constraints;
+    self->run_words = self->snap_words;
+    self->snap_constraints = tmp_c;
+    self->snap_words = tmp_w;
+    req.params.constraints = self->run_constraints->len ? (const UmGenConstraint *) self->run_constraints->data : NULL;
+  }
   if (!um_gen_params_validate (&req.params, ids->len, model->cfg.max_seq_len, &error))
     {
       gtk_label_set_text (self->problem_label, error->message);
@@ -393,6 +581,9 @@ um_generate_page_set_settings (UmGeneratePage *self, UmSettings *settings)
     g_object_get (settings, "remasking", &remasking, NULL);
     adw_combo_row_set_selected (self->remasking_row, g_strcmp0 (remasking, "random") == 0 ? 1 : 0);
   }
+  um_settings_bind_fast_decoding (settings, G_OBJECT (self->fast_row), G_OBJECT (self->cache_row),
+                                  G_OBJECT (self->rule_row), G_OBJECT (self->threshold_adjustment),
+                                  G_OBJECT (self->factor_adjustment));
   update_problem (self);
 }
 
@@ -475,6 +666,11 @@ um_generate_page_finalize (GObject *object)
   g_free (self->limits_dismissed);
   g_clear_pointer (&self->last_ids, g_array_unref);
   g_clear_error (&self->last_error);
+  g_ptr_array_unref (self->constraint_rows);
+  g_array_unref (self->snap_constraints);
+  g_array_unref (self->run_constraints);
+  g_ptr_array_unref (self->snap_words);
+  g_ptr_array_unref (self->run_words);
   G_OBJECT_CLASS (um_generate_page_parent_class)->finalize (object);
 }
 
@@ -508,6 +704,14 @@ um_generate_page_class_init (UmGeneratePageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, temperature_spin);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, cfg_spin);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, remasking_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, fast_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, cache_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, rule_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, threshold_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, factor_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, threshold_adjustment);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, factor_adjustment);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, constraints_group);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, problem_label);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, generate_button);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, stop_button);
@@ -523,11 +727,17 @@ um_generate_page_class_init (UmGeneratePageClass *klass)
   gtk_widget_class_bind_template_callback (widget_class, um_generate_page_stop);
   gtk_widget_class_bind_template_callback (widget_class, on_copy_clicked);
   gtk_widget_class_bind_template_callback (widget_class, on_limits_dismiss_clicked);
+  gtk_widget_class_bind_template_callback (widget_class, on_add_constraint_clicked);
 }
 
 static void
 um_generate_page_init (UmGeneratePage *self)
 {
+  self->constraint_rows = g_ptr_array_new ();
+  self->snap_constraints = g_array_new (FALSE, FALSE, sizeof (UmGenConstraint));
+  self->run_constraints = g_array_new (FALSE, FALSE, sizeof (UmGenConstraint));
+  self->snap_words = g_ptr_array_new_with_free_func (g_free);
+  self->run_words = g_ptr_array_new_with_free_func (g_free);
   gtk_widget_init_template (GTK_WIDGET (self));
   /* The flap is the bin's child: not a bound template child, so that
    * disposing the template and the bin do not both unparent it. */
@@ -542,5 +752,10 @@ um_generate_page_init (UmGeneratePage *self)
   g_signal_connect_swapped (self->cfg_spin, "value-changed", G_CALLBACK (on_param_changed), self);
   g_signal_connect_swapped (self->remasking_row, "notify::selected", G_CALLBACK (on_remasking_selected), self);
   g_signal_connect (self->step_adjustment, "value-changed", G_CALLBACK (on_scale_changed), self);
+  g_signal_connect_swapped (self->fast_row, "notify::enable-expansion", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->cache_row, "notify::selected", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->rule_row, "notify::selected", G_CALLBACK (on_rule_selected), self);
+  g_signal_connect_swapped (self->threshold_adjustment, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->factor_adjustment, "value-changed", G_CALLBACK (on_param_changed), self);
   update_problem (self);
 }

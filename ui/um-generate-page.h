@@ -35,6 +35,15 @@ const char      *um_generate_page_get_limits_warning (UmGeneratePage *self);
 /* What the pill says, or NULL. */
 const char      *um_generate_page_get_mode_label (UmGeneratePage *self);
 
+/* Word constraints: a word placed at token @offset of the answer (what
+ * "Add Constraint" does, with an empty word); removal by row index. */
+void             um_generate_page_add_constraint (UmGeneratePage *self, int offset, const char *word);
+void             um_generate_page_remove_constraint (UmGeneratePage *self, guint index);
+guint            um_generate_page_get_n_constraints (UmGeneratePage *self);
+/* The parameters a run would use now, Fast decoding and constraints
+ * included; params->constraints stays valid until the next call. */
+void             um_generate_page_get_params (UmGeneratePage *self, UmGenParams *params);
+
 /* For tests and screenshots. */
 UmDiffusionView *um_generate_page_get_view (UmGeneratePage *self);
 GtkRange        *um_generate_page_get_step_scale (UmGeneratePage *self);

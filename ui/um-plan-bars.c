@@ -43,6 +43,7 @@ um_plan_component_label (UmPlanComponent c)
     case UM_PLAN_SAMPLER: return C_("plan component", "Sampler");
     case UM_PLAN_BACKEND: return C_("plan component", "Backend");
     case UM_PLAN_PROCESS: return C_("plan component", "Program");
+    case UM_PLAN_KV_CACHE: return C_("plan component", "KV cache");
     case UM_PLAN_N_COMPONENTS:
     default: return "?";
     }

@@ -23,6 +23,11 @@ struct _UmSettings {
   gboolean logits_eos_inf;
   gboolean confidence_eos_eot_inf;
   gint64   seed;
+  gboolean fast_decoding;
+  char    *cache;
+  char    *fast_rule;
+  double   threshold;
+  double   factor;
   GPtrArray *recent;       /* char*, NULL-terminated */
 };
 
@@ -32,6 +37,7 @@ enum {
   PROP_0,
   PROP_THREADS, PROP_GEN_LENGTH, PROP_STEPS, PROP_BLOCK_LENGTH, PROP_TEMPERATURE, PROP_CFG_SCALE,
   PROP_REMASKING, PROP_CHAT_TEMPLATE, PROP_LOGITS_EOS_INF, PROP_CONFIDENCE_EOS_EOT_INF, PROP_SEED,
+  PROP_FAST_DECODING, PROP_CACHE, PROP_FAST_RULE, PROP_THRESHOLD, PROP_FACTOR,
   N_PROPS
 };
 static GParamSpec *props[N_PROPS];
@@ -72,6 +78,11 @@ um_settings_get_property (GObject *object, guint id, GValue *value, GParamSpec *
     case PROP_LOGITS_EOS_INF: g_value_set_boolean (value, self->logits_eos_inf); break;
     case PROP_CONFIDENCE_EOS_EOT_INF: g_value_set_boolean (value, self->confidence_eos_eot_inf); break;
     case PROP_SEED: g_value_set_int64 (value, self->seed); break;
+    case PROP_FAST_DECODING: g_value_set_boolean (value, self->fast_decoding); break;
+    case PROP_CACHE: g_value_set_string (value, self->cache); break;
+    case PROP_FAST_RULE: g_value_set_string (value, self->fast_rule); break;
+    case PROP_THRESHOLD: g_value_set_double (value, self->threshold); break;
+    case PROP_FACTOR: g_value_set_double (value, self->factor); break;
     default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, id, pspec);
     }
 }
@@ -96,6 +107,17 @@ um_settings_set_property (GObject *object, guint id, const GValue *value, GParam
     case PROP_LOGITS_EOS_INF: self->logits_eos_inf = g_value_get_boolean (value); break;
     case PROP_CONFIDENCE_EOS_EOT_INF: self->confidence_eos_eot_inf = g_value_get_boolean (value); break;
     case PROP_SEED: self->seed = g_value_get_int64 (value); break;
+    case PROP_FAST_DECODING: self->fast_decoding = g_value_get_boolean (value); break;
+    case PROP_CACHE:
+      g_free (self->cache);
+      self->cache = g_value_dup_string (value);
+      break;
+    case PROP_FAST_RULE:
+      g_free (self->fast_rule);
+      self->fast_rule = g_value_dup_string (value);
+      break;
+    case PROP_THRESHOLD: self->threshold = g_value_get_double (value); break;
+    case PROP_FACTOR: self->factor = g_value_get_double (value); break;
     default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, id, pspec); return;
     }
   g_object_notify_by_pspec (object, pspec);
@@ -124,6 +146,8 @@ um_settings_finalize (GObject *object)
   g_free (self->path);
   g_free (self->load_warning);
   g_free (self->remasking);
+  g_free (self->cache);
+  g_free (self->fast_rule);
   g_ptr_array_unref (self->recent);
   G_OBJECT_CLASS (um_settings_parent_class)->finalize (object);
 }
@@ -151,6 +175,12 @@ um_settings_class_init (UmSettingsClass *klass)
   props[PROP_LOGITS_EOS_INF] = g_param_spec_boolean ("logits-eos-inf", NULL, NULL, FALSE, f);
   props[PROP_CONFIDENCE_EOS_EOT_INF] = g_param_spec_boolean ("confidence-eos-eot-inf", NULL, NULL, FALSE, f);
   props[PROP_SEED] = g_param_spec_int64 ("seed", NULL, NULL, 0, G_MAXINT64, 0, f);
+  /* Fast decoding (Fast-dLLM): off keeps the exact reference schedule. */
+  props[PROP_FAST_DECODING] = g_param_spec_boolean ("fast-decoding", NULL, NULL, FALSE, f);
+  props[PROP_CACHE] = g_param_spec_string ("cache", NULL, NULL, "dual", f);
+  props[PROP_FAST_RULE] = g_param_spec_string ("fast-rule", NULL, NULL, "threshold", f);
+  props[PROP_THRESHOLD] = g_param_spec_double ("threshold", NULL, NULL, 0.5, 1.0, 0.9, f);
+  props[PROP_FACTOR] = g_param_spec_double ("factor", NULL, NULL, 0.1, 10.0, 1.0, f);
   g_object_class_install_properties (object_class, N_PROPS, props);
 }
 
@@ -162,6 +192,10 @@ um_settings_init (UmSettings *self)
   self->block_length = 32;
   self->remasking = g_strdup ("low_confidence");
   self->chat_template = TRUE;
+  self->cache = g_strdup ("dual");
+  self->fast_rule = g_strdup ("threshold");
+  self->threshold = 0.9;
+  self->factor = 1.0;
   self->recent = g_ptr_array_new_with_free_func (g_free);
   g_ptr_array_add (self->recent, NULL);
 }
@@ -273,6 +307,69 @@ um_settings_get_params (UmSettings *self, UmGenParams *p)
   p->logits_eos_inf = self->logits_eos_inf;
   p->confidence_eos_eot_inf = self->confidence_eos_eot_inf;
   p->seed = (guint64) self->seed;
+  if (self->fast_decoding)
+    {
+      if (!um_cache_mode_from_string (self->cache, &p->cache))
+        p->cache = UM_CACHE_DUAL;
+      if (g_strcmp0 (self->fast_rule, "factor") == 0)
+        p->factor = self->factor;
+      else
+        p->threshold = self->threshold;
+    }
+}
+
+static const char * const cache_names[] = { "none", "prefix", "dual" };
+static const char * const rule_names[] = { "threshold", "factor" };
+
+static gboolean
+name_to_index (GBinding *binding G_GNUC_UNUSED, const GValue *from, GValue *to, gpointer user_data)
+{
+  const char * const *names = user_data;
+  const char *s = g_value_get_string (from);
+  guint n = names == cache_names ? G_N_ELEMENTS (cache_names) : G_N_ELEMENTS (rule_names);
+
+  for (guint i = 0; i < n; i++)
+    if (g_strcmp0 (s, names[i]) == 0)
+      {
+        g_value_set_uint (to, i);
+        return TRUE;
+      }
+  /* Unknown names read as the default (the last cache, the first rule). */
+  g_value_set_uint (to, names == cache_names ? G_N_ELEMENTS (cache_names) - 1 : 0);
+  return TRUE;
+}
+
+static gboolean
+index_to_name (GBinding *binding G_GNUC_UNUSED, const GValue *from, GValue *to, gpointer user_data)
+{
+  const char * const *names = user_data;
+  guint i = g_value_get_uint (from);
+  guint n = names == cache_names ? G_N_ELEMENTS (cache_names) : G_N_ELEMENTS (rule_names);
+
+  if (i >= n)
+    return FALSE;
+  g_value_set_string (to, names[i]);
+  return TRUE;
+}
+
+void
+um_settings_bind_fast_decoding (UmSettings *self,
+                                GObject    *expander,
+                                GObject    *cache_row,
+                                GObject    *rule_row,
+                                GObject    *threshold_adjustment,
+                                GObject    *factor_adjustment)
+{
+  const GBindingFlags flags = G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE;
+
+  g_return_if_fail (UM_IS_SETTINGS (self));
+  g_object_bind_property (self, "fast-decoding", expander, "enable-expansion", flags);
+  g_object_bind_property_full (self, "cache", cache_row, "selected", flags,
+                               name_to_index, index_to_name, (gpointer) cache_names, NULL);
+  g_object_bind_property_full (self, "fast-rule", rule_row, "selected", flags,
+                               name_to_index, index_to_name, (gpointer) rule_names, NULL);
+  g_object_bind_property (self, "threshold", threshold_adjustment, "value", flags);
+  g_object_bind_property (self, "factor", factor_adjustment, "value", flags);
 }
 
 int

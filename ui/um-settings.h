@@ -21,6 +21,17 @@ const char  *um_settings_get_load_warning (UmSettings *self);
 void         um_settings_get_params (UmSettings *self, UmGenParams *params);
 int          um_settings_get_threads (UmSettings *self);
 
+/* Binds the Fast decoding controls both ways (their state is then what
+ * um_settings_get_params fills in): the AdwExpanderRow's "enable-expansion",
+ * the cache and rule AdwComboRows' "selected" (None / Prefix / Dual and
+ * Confidence threshold / Factor) and the τ and f adjustments' "value". */
+void         um_settings_bind_fast_decoding (UmSettings *self,
+                                             GObject    *expander,
+                                             GObject    *cache_row,
+                                             GObject    *rule_row,
+                                             GObject    *threshold_adjustment,
+                                             GObject    *factor_adjustment);
+
 /* Most recent first, at most 10; returns a NULL-terminated borrowed vector. */
 const char * const *um_settings_get_recent_models (UmSettings *self);
 void         um_settings_add_recent_model (UmSettings *self, const char *path);

@@ -473,11 +473,11 @@ um_engine_generate (UmEngine           *engine,
     }
 
   t0 = g_get_monotonic_time ();
-  ok = ok && um_sampler_generate (engine->forward, (const gint32 *) result->prompt_ids->data,
-                                  result->prompt_ids->len, &request->params, step_cb, user_data,
-                                  cancellable, result->ids, error);
+  /* Steps actually run: with threshold decoding, params.steps is a maximum. */
+  ok = ok && um_sampler_generate_full (engine->forward, (const gint32 *) result->prompt_ids->data,
+                                       result->prompt_ids->len, &request->params, step_cb, user_data,
+                                       cancellable, result->ids, &result->steps, error);
   result->seconds = (g_get_monotonic_time () - t0) / 1e6;
-  result->steps = request->params.steps;
   if (ok)
     {
       result->text = um_engine_decode_answer (engine, (const gint32 *) result->ids->data,

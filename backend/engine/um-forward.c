@@ -48,6 +48,12 @@ struct _UmForward {
   StreamSlot     *stream;         /* opts.stream_slots of them */
   UmPrefetcher   *prefetcher;
   guint64         stream_seq;     /* layers streamed so far: picks the slot */
+  /* Block KV cache: every layer's K and V of the whole canvas, kept by a
+   * refreshing pass (um_forward_logits_cached). */
+  UmBuf          *kv;
+  size_t          kv_bytes;
+  UmBuf         **kv_views;       /* 2 per layer: K, V */
+  int             kv_rows;        /* canvas rows the cache holds (n_seq·seq_len) */
   UmForwardStats  stats;
 };
 
@@ -69,6 +75,20 @@ embed_on_host (const UmModel *model, const UmForwardOptions *o)
   return o != NULL && o->embed_on_host && !model->cfg.tied_embeddings;
 }
 
+static void
+free_kv (UmForward *fw)
+{
+  for (guint i = 0; fw->kv_views != NULL && i < 2 * fw->model->cfg.n_layers; i++)
+    if (fw->kv_views[i] != NULL)
+      fw->be->ops->buf_free (fw->be, fw->kv_views[i]);
+  g_clear_pointer (&fw->kv_views, g_free);
+  if (fw->kv != NULL)
+    fw->be->ops->buf_free (fw->be, fw->kv);
+  fw->kv = NULL;
+  fw->kv_bytes = 0;
+  fw->kv_rows = 0;
+}
+
 void
 um_forward_free (UmForward *fw)
 {
@@ -85,6 +105,7 @@ um_forward_free (UmForward *fw)
         fw->be->ops->buf_free (fw->be, fw->stream[s].buf);
     }
   g_free (fw->stream);
+  free_kv (fw);
   if (fw->arena != NULL)
     fw->be->ops->buf_free (fw->be, fw->arena);
   if (fw->dev_weights != NULL)
@@ -532,7 +553,7 @@ head_rows (UmForward *fw, UmBuf *xf, UmBuf *h, UmBuf *out, int n, float *logits,
 
 static gboolean
 forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, const gint32 *rows,
-              int n, float *logits, GCancellable *cancellable, GError **error)
+              int n, gboolean keep_kv, float *logits, GCancellable *cancellable, GError **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
   const UmBackendOps *ops = fw->be->ops;
@@ -576,6 +597,9 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
       UmBuf *xr = last ? b[SLOT_XS] : b[SLOT_X];
       DevLayer streamed;
       const DevLayer *L = &fw->layers[l];
+      /* A refreshing pass writes K and V straight into the cache. */
+      UmBuf *kb = keep_kv ? fw->kv_views[2 * l] : b[SLOT_K];
+      UmBuf *vb = keep_kv ? fw->kv_views[2 * l + 1] : b[SLOT_V];
 
       if (g_cancellable_set_error_if_cancelled (cancellable, error))
         return FALSE;
@@ -587,9 +611,9 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
         }
 
       if (!ops->rms_norm (be, b[SLOT_X], T, D, L->attn_norm, eps, b[SLOT_H], error)
-          || !matmul (fw, b[SLOT_H], T, L->wk, &W->wk, b[SLOT_K], error)
-          || !matmul (fw, b[SLOT_H], T, L->wv, &W->wv, b[SLOT_V], error)
-          || !ops->rope (be, b[SLOT_K], T, pos, Hkv, hd, c->rope_theta, c->rope_interleaved, error))
+          || !matmul (fw, b[SLOT_H], T, L->wk, &W->wk, kb, error)
+          || !matmul (fw, b[SLOT_H], T, L->wv, &W->wv, vb, error)
+          || !ops->rope (be, kb, T, pos, Hkv, hd, c->rope_theta, c->rope_interleaved, error))
         return FALSE;
       if (last)
         {
@@ -602,7 +626,7 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
       else if (!matmul (fw, b[SLOT_H], T, L->wq, &W->wq, b[SLOT_Q], error))
         return FALSE;
       if (!ops->rope (be, b[SLOT_Q], m, last ? sel_pos : pos, H, hd, c->rope_theta, c->rope_interleaved, error)
-          || !ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, b[SLOT_K], b[SLOT_V], seq_len, H, Hkv, hd,
+          || !ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, kb, vb, seq_len, H, Hkv, hd,
                               b[SLOT_ATT], error))
         return FALSE;
       fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
@@ -659,7 +683,7 @@ um_forward_logits (UmForward     *fw,
 
   arena_layout (fw->model, n_seq, seq_len, n, fw->opts.row_chunk, &a);
   ok = carve (fw, &a, views, error)
-       && forward_pass (fw, views, ids, n_seq, seq_len, rows, n, logits, cancellable, error);
+       && forward_pass (fw, views, ids, n_seq, seq_len, rows, n, FALSE, logits, cancellable, error);
   free_views (fw, views, N_SLOTS);
   if (!ok)
     return FALSE;
@@ -668,6 +692,125 @@ um_forward_logits (UmForward     *fw,
   fw->stats.logit_rows += n;
   fw->stats.seconds += (g_get_monotonic_time () - t_start) / 1e6;
   return TRUE;
+}
+
+/* The cache for @rows canvas rows: one buffer, a K and a V view per layer. */
+static gboolean
+ensure_kv (UmForward *fw, int rows, GError **error)
+{
+  const UmModelConfig *c = &fw->model->cfg;
+  const size_t per = (size_t) rows * c->n_kv_heads * c->head_dim * sizeof (float);
+  const UmBackendOps *ops = fw->be->ops;
+
+  if (fw->kv != NULL && fw->kv_rows == rows)
+    return TRUE;
+  free_kv (fw);
+  fw->kv = ops->buf_alloc (fw->be, 2 * per * c->n_layers, error);
+  if (fw->kv == NULL)
+    return FALSE;
+  fw->kv_bytes = 2 * per * c->n_layers;
+  fw->kv_views = g_new0 (UmBuf *, 2 * c->n_layers);
+  for (guint i = 0; i < 2 * c->n_layers; i++)
+    if ((fw->kv_views[i] = ops->buf_view (fw->be, fw->kv, i * per, per, error)) == NULL)
+      {
+        free_kv (fw);
+        return FALSE;
+      }
+  fw->kv_rows = rows;
+  return TRUE;
+}
+
+/* A step inside a block with the cache: only the rows [start, end) of each
+ * sequence run through the layers; their K and V replace the cached ones,
+ * and attention reads the whole cached canvas. */
+static gboolean
+cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, int start, int end,
+             const gint32 *rows, int n, float *logits, GCancellable *cancellable, GError **error)
+{
+  const UmModelConfig *c = &fw->model->cfg;
+  const UmBackendOps *ops = fw->be->ops;
+  UmBackend *be = fw->be;
+  const int len = end - start, m = n_seq * len;
+  const int D = c->d_model, hd = c->head_dim;
+  const size_t kvd_bytes = (size_t) c->n_kv_heads * hd * sizeof (float);
+  const float eps = (float) c->rms_eps;
+  g_autofree gint32 *sub_ids = g_new (gint32, m), *pos = g_new (gint32, m), *seq = g_new (gint32, m);
+  g_autofree gint32 *sel = g_new (gint32, n);
+  gboolean ok = TRUE;
+
+  for (int i = 0; i < m; i++)
+    {
+      int s = i / len, p = start + i % len;
+      sub_ids[i] = ids[s * seq_len + p];
+      pos[i] = p;
+      seq[i] = s;
+    }
+  /* Requested rows as indices into the computed rows. */
+  for (int i = 0; i < n; i++)
+    {
+      int s = rows[i] / seq_len, p = rows[i] % seq_len;
+      if (p < start || p >= end)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                       "forward: row %d is outside the rows this cached step computes", rows[i]);
+          return FALSE;
+        }
+      sel[i] = s * len + (p - start);
+    }
+
+  if (fw->opts.embed_on_host ? !embed_host (fw, sub_ids, m, b[SLOT_X], error)
+                             : !ops->embed (be, fw->tok_embd, sub_ids, m, b[SLOT_X], error))
+    return FALSE;
+
+  for (guint l = 0; l < c->n_layers && ok; l++)
+    {
+      const UmLayerWeights *W = &fw->model->layers[l];
+      const int H = W->n_heads, Hkv = W->n_kv_heads;
+      DevLayer streamed;
+      const DevLayer *L = &fw->layers[l];
+
+      if (g_cancellable_set_error_if_cancelled (cancellable, error))
+        return FALSE;
+      if (streaming (fw))
+        {
+          if (!stream_layer (fw, l, &streamed, error))
+            return FALSE;
+          L = &streamed;
+        }
+      if (!ops->rms_norm (be, b[SLOT_X], m, D, L->attn_norm, eps, b[SLOT_H], error)
+          || !matmul (fw, b[SLOT_H], m, L->wq, &W->wq, b[SLOT_Q], error)
+          || !ops->rope (be, b[SLOT_Q], m, pos, H, hd, c->rope_theta, c->rope_interleaved, error))
+        return FALSE;
+      /* Each sequence's rows are contiguous in the cache: their fresh K and
+       * V are computed straight into it. */
+      for (int s = 0; s < n_seq && ok; s++)
+        {
+          UmBuf *v[4] = { NULL, NULL, NULL, NULL };
+          size_t off = ((size_t) s * seq_len + start) * kvd_bytes;
+          v[0] = ops->buf_view (be, b[SLOT_H], (size_t) s * len * D * sizeof (float), (size_t) len * D * sizeof (float),
+                                error);
+          v[1] = v[0] ? ops->buf_view (be, fw->kv_views[2 * l], off, len * kvd_bytes, error) : NULL;
+          v[2] = v[1] ? ops->buf_view (be, fw->kv_views[2 * l + 1], off, len * kvd_bytes, error) : NULL;
+          ok = v[2] != NULL
+               && matmul (fw, v[0], len, L->wk, &W->wk, v[1], error)
+               && matmul (fw, v[0], len, L->wv, &W->wv, v[2], error)
+               && ops->rope (be, v[1], len, pos + s * len, Hkv, hd, c->rope_theta, c->rope_interleaved, error);
+          free_views (fw, v, 4);
+        }
+      ok = ok
+           && ops->attention (be, b[SLOT_Q], m, seq, fw->kv_views[2 * l], fw->kv_views[2 * l + 1], seq_len, H, Hkv,
+                              hd, b[SLOT_ATT], error)
+           && matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
+           && ops->add (be, b[SLOT_X], b[SLOT_H], (size_t) m * D, error)
+           && mlp_rows (fw, L, W, b[SLOT_X], b[SLOT_H], b[SLOT_GATE], b[SLOT_UP], m, error);
+      fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
+    }
+  if (!ok || g_cancellable_set_error_if_cancelled (cancellable, error))
+    return FALSE;
+  if (n == m)
+    return head_rows (fw, b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, logits, error);
+  return ops->get_rows (be, b[SLOT_X], D, sel, n, b[SLOT_XS], error)
+         && head_rows (fw, b[SLOT_XS], b[SLOT_H], b[SLOT_LOGITS], n, logits, error);
 }
 
 gboolean
@@ -685,9 +828,59 @@ um_forward_logits_cached (UmForward     *fw,
                           GCancellable  *cancellable,
                           GError       **error)
 {
-  /* Until the cache exists: the full pass (exact, which the cache
-   * approximates). */
-  return um_forward_logits (fw, ids, n_seq, seq_len, rows, n_rows, logits, cancellable, error);
+  const UmModelConfig *c = &fw->model->cfg;
+  const int T = n_seq * seq_len;
+  gint64 t_start = g_get_monotonic_time ();
+  UmBuf *views[N_SLOTS] = { NULL };
+  ArenaLayout a;
+  gboolean ok;
+  int end, m;
+
+  if (n_seq <= 0 || seq_len <= 0 || (guint) seq_len > c->max_seq_len || block_start < 0
+      || block_end <= block_start || block_end > seq_len || rows == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "forward: block [%d, %d) of a %d × %d canvas is not a block, or no rows were asked for",
+                   block_start, block_end, n_seq, seq_len);
+      return FALSE;
+    }
+  for (int i = 0; i < n_rows; i++)
+    if (rows[i] < 0 || rows[i] >= T || (i > 0 && rows[i] <= rows[i - 1]))
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                     "forward: requested rows must be ascending and inside the canvas (row %d)", rows[i]);
+        return FALSE;
+      }
+  if (n_rows == 0)
+    return TRUE;
+  if (!refresh && fw->kv_rows != T)
+    refresh = TRUE;   /* nothing cached for this canvas yet */
+
+  if (refresh)
+    {
+      if (!ensure_kv (fw, T, error))
+        return FALSE;
+      arena_layout (fw->model, n_seq, seq_len, n_rows, fw->opts.row_chunk, &a);
+      ok = carve (fw, &a, views, error)
+           && forward_pass (fw, views, ids, n_seq, seq_len, n_rows == T ? NULL : rows, n_rows, TRUE, logits,
+                            cancellable, error);
+    }
+  else
+    {
+      end = dual ? block_end : seq_len;
+      m = n_seq * (end - block_start);
+      arena_layout (fw->model, 1, m, n_rows, fw->opts.row_chunk, &a);
+      ok = carve (fw, &a, views, error)
+           && cached_pass (fw, views, ids, n_seq, seq_len, block_start, end, rows, n_rows, logits, cancellable,
+                           error);
+    }
+  free_views (fw, views, N_SLOTS);
+  if (!ok)
+    return FALSE;
+  fw->stats.n_passes++;
+  fw->stats.logit_rows += n_rows;
+  fw->stats.seconds += (g_get_monotonic_time () - t_start) / 1e6;
+  return TRUE;
 }
 
 const UmForwardStats *

@@ -81,6 +81,31 @@ um_gen_params_validate (const UmGenParams *p,
     FAIL ("cfg_scale must be a finite number ≥ 0 (got %g)", p->cfg_scale);
   if (p->remasking != UM_REMASK_LOW_CONFIDENCE && p->remasking != UM_REMASK_RANDOM)
     FAIL ("unknown remasking strategy %d", (int) p->remasking);
+  if (p->cache != UM_CACHE_NONE && p->cache != UM_CACHE_PREFIX && p->cache != UM_CACHE_DUAL)
+    FAIL ("unknown cache mode %d", (int) p->cache);
+  /* 0 is "off"; anything else must be a usable probability. */
+  if (p->threshold != 0.0 && !(p->threshold > 0.0 && p->threshold <= 1.0))
+    FAIL ("threshold must be in (0, 1] (got %g)", p->threshold);
+  if (p->factor != 0.0 && !(p->factor > 0.0 && isfinite (p->factor)))
+    FAIL ("factor must be a finite number > 0 (got %g)", p->factor);
+  if (p->threshold > 0.0 && p->factor > 0.0)
+    FAIL ("give a threshold or a factor, not both");
+  if (p->n_constraints < 0 || (p->n_constraints > 0 && p->constraints == NULL))
+    FAIL ("bad constraint list (%d constraints)", p->n_constraints);
+  for (int i = 0; i < p->n_constraints; i++)
+    {
+      const UmGenConstraint *ci = &p->constraints[i];
+      if (ci->offset < 0 || ci->offset >= p->gen_length)
+        FAIL ("constraint offset %d is outside the answer [0, %d)", ci->offset, p->gen_length);
+      if (ci->word == NULL || ci->word[0] == '\0')
+        FAIL ("the constraint at offset %d has an empty word", ci->offset);
+      if (!g_utf8_validate (ci->word, -1, NULL))
+        FAIL ("the constraint at offset %d is not valid UTF-8", ci->offset);
+      /* Token-level overlaps are checked once the words are tokenized. */
+      for (int j = 0; j < i; j++)
+        if (p->constraints[j].offset == ci->offset)
+          FAIL ("two constraints at offset %d", ci->offset);
+    }
   if (prompt_len < 0 || (gint64) prompt_len + p->gen_length > (gint64) max_seq_len)
     FAIL ("prompt (%d tokens) + gen_length (%d) exceeds the model's maximum sequence length (%u)",
           prompt_len, p->gen_length, max_seq_len);
@@ -203,24 +228,134 @@ choose_token (float             *row,
     }
 }
 
+/* Fast decoding order: most confident first, lower position first on ties
+ * (the reference top-k's tie rule). */
+static int
+candidate_confidence_compare (gconstpointer a, gconstpointer b)
+{
+  const Candidate *x = a, *y = b;
+  if (x->conf != y->conf)
+    return x->conf > y->conf ? -1 : 1;
+  return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* How many of the @n candidates, sorted by candidate_confidence_compare,
+ * the threshold or factor rule commits; always at least one. */
+static int
+fast_commit_count (const Candidate *cands, int n, const UmGenParams *p)
+{
+  int k = 0;
+
+  if (p->threshold > 0.0)
+    {
+      while (k < n && cands[k].conf >= p->threshold)
+        k++;
+    }
+  else
+    {
+      /* (n + 1)(1 − c(n)) grows with n, so the n that pass are a prefix. */
+      while (k < n && (k + 2) * (1.0 - cands[k].conf) < p->factor)
+        k++;
+    }
+  return MAX (k, 1);
+}
+
+/* Writes the constraints' tokens into the answer of @x. A leading space is
+ * added to a word that has none, as the official LLaDA demo does: a word
+ * inside an answer is a mid-sentence token of the byte-level BPE. */
+static gboolean
+place_constraints (UmModel           *model,
+                   const UmGenParams *p,
+                   gint32            *x,
+                   int                prompt_len,
+                   GError           **error)
+{
+  g_autofree gboolean *taken = NULL;
+
+  if (p->n_constraints == 0)
+    return TRUE;
+  if (model->tokenizer == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "word constraints need the model's tokenizer");
+      return FALSE;
+    }
+  taken = g_new0 (gboolean, p->gen_length);
+  for (int i = 0; i < p->n_constraints; i++)
+    {
+      const UmGenConstraint *ci = &p->constraints[i];
+      g_autoptr(GArray) ids = g_array_new (FALSE, FALSE, sizeof (gint32));
+      g_autofree char *text = g_ascii_isspace (ci->word[0]) ? g_strdup (ci->word) : g_strconcat (" ", ci->word, NULL);
+
+      if (!um_tokenizer_encode (model->tokenizer, text, -1, ids, error))
+        return FALSE;
+      if (ids->len == 0 || (gint64) ci->offset + ids->len > p->gen_length)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                       "the constraint “%s” at offset %d (%u tokens) does not fit in the answer (%d tokens)",
+                       ci->word, ci->offset, ids->len, p->gen_length);
+          return FALSE;
+        }
+      for (guint t = 0; t < ids->len; t++)
+        {
+          gint32 id = g_array_index (ids, gint32, t);
+          int at = ci->offset + (int) t;
+          if (id < 0 || (guint) id >= model->cfg.vocab_size || id == model->cfg.mask_id)
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                           "the constraint “%s” tokenizes to %d, which the model cannot take", ci->word, id);
+              return FALSE;
+            }
+          if (taken[at])
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                           "the constraint “%s” at offset %d overlaps another one at answer position %d",
+                           ci->word, ci->offset, at);
+              return FALSE;
+            }
+          taken[at] = TRUE;
+          x[prompt_len + at] = id;
+        }
+    }
+  return TRUE;
+}
+
 gboolean
 um_sampler_generate (UmForward         *fw,
                      const gint32      *prompt,
                      int                prompt_len,
-                     const UmGenParams *p,
+                     const UmGenParams *params,
                      UmStepFunc         step_cb,
                      gpointer           user_data,
                      GCancellable      *cancellable,
                      GArray            *out_ids,
                      GError           **error)
 {
-  const UmModelConfig *c = &um_forward_get_model (fw)->cfg;
+  return um_sampler_generate_full (fw, prompt, prompt_len, params, step_cb, user_data, cancellable, out_ids,
+                                   NULL, error);
+}
+
+gboolean
+um_sampler_generate_full (UmForward         *fw,
+                          const gint32      *prompt,
+                          int                prompt_len,
+                          const UmGenParams *p,
+                          UmStepFunc         step_cb,
+                          gpointer           user_data,
+                          GCancellable      *cancellable,
+                          GArray            *out_ids,
+                          int               *out_n_steps,
+                          GError           **error)
+{
+  UmModel *model = um_forward_get_model (fw);
+  const UmModelConfig *c = &model->cfg;
   const int V = c->vocab_size;
   const gint32 mask = c->mask_id;
   const gboolean cfg = p->cfg_scale > 0.0;
+  const gboolean fast = p->threshold > 0.0 || p->factor > 0.0;
+  const gboolean cached = p->cache != UM_CACHE_NONE;
   const int n_seq = cfg ? 2 : 1;
-  int L, n_blocks, steps_per_block, global_step = 0, logits_rows = 0;
-  g_autofree gint32 *x = NULL, *canvas2 = NULL, *rows = NULL, *counts = NULL;
+  int L, n_blocks, steps_per_block, global_step = 0, logits_rows = 0, masks_left = 0;
+  g_autofree gint32 *x = NULL, *rows = NULL, *counts = NULL;
   g_autofree gint32 *commit_pos = NULL, *commit_ids = NULL;
   g_autofree float *commit_conf = NULL, *logits = NULL;
   g_autofree Candidate *cands = NULL;
@@ -228,6 +363,8 @@ um_sampler_generate (UmForward         *fw,
   g_autofree gint32 *chosen = NULL;
   gint64 t0 = g_get_monotonic_time ();
 
+  if (out_n_steps != NULL)
+    *out_n_steps = 0;
   if (!um_gen_params_validate (p, prompt_len, c->max_seq_len, error))
     return FALSE;
   for (int i = 0; i < prompt_len; i++)
@@ -246,6 +383,10 @@ um_sampler_generate (UmForward         *fw,
   memcpy (x, prompt, sizeof (gint32) * prompt_len);
   for (int i = prompt_len; i < L; i++)
     x[i] = mask;
+  if (!place_constraints (model, p, x, prompt_len, error))
+    return FALSE;
+  for (int i = prompt_len; i < L; i++)
+    masks_left += x[i] == mask;
   rows = g_new (gint32, (size_t) n_seq * L);
   counts = g_new (gint32, steps_per_block);
   cands = g_new (Candidate, L);
@@ -260,22 +401,27 @@ um_sampler_generate (UmForward         *fw,
       const int block_start = prompt_len + b * p->block_length;
       const int block_end = block_start + p->block_length;
       int n_masks = 0;
+      gboolean refreshed = FALSE;
 
       for (int i = block_start; i < block_end; i++)
         n_masks += x[i] == mask;
       um_sampler_split_steps (n_masks, steps_per_block, counts);
 
-      for (int s = 0; s < steps_per_block; s++, global_step++)
+      /* Exact: the block's fixed steps. Fast: until the block has no masks
+       * (each step commits at least one, so at most n_masks steps). */
+      for (int s = 0; fast ? n_masks > 0 : s < steps_per_block; s++, global_step++)
         {
-          int n_cand = 0, k = counts[s];
+          int n_cand = 0, k = fast ? 1 : counts[s];
           UmStepEvent ev = { 0 };
 
           if (g_cancellable_set_error_if_cancelled (cancellable, error))
             return FALSE;
 
-          /* Candidates: every mask before the end of the block (prompt masks
-           * included, as in the reference); later positions score −inf. */
-          for (int i = 0; i < block_end; i++)
+          /* Candidates. Exact schedule: every mask before the end of the
+           * block (prompt masks included, as in the reference); later
+           * positions score −inf. Fast decoding and the cache: the block's
+           * masks only (the cache computes no other rows). */
+          for (int i = fast || cached ? block_start : 0; i < block_end; i++)
             if (x[i] == mask)
               rows[n_cand++] = i;
           k = MIN (k, n_cand);
@@ -284,6 +430,7 @@ um_sampler_generate (UmForward         *fw,
           if (k > 0)
             {
               int n_rows = n_cand * n_seq;
+              gboolean ok;
               if (cfg)
                 {
                   /* Unconditional copy: the prompt replaced by masks. */
@@ -305,8 +452,15 @@ um_sampler_generate (UmForward         *fw,
                       return FALSE;
                     }
                 }
-              if (!um_forward_logits (fw, x, n_seq, L, rows, n_rows, logits, cancellable, error))
+              if (cached)
+                ok = um_forward_logits_cached (fw, x, n_seq, L, block_start, block_end, !refreshed,
+                                               p->cache == UM_CACHE_DUAL, rows, n_rows, logits, cancellable,
+                                               error);
+              else
+                ok = um_forward_logits (fw, x, n_seq, L, rows, n_rows, logits, cancellable, error);
+              if (!ok)
                 return FALSE;
+              refreshed = TRUE;
 
               /* Rows are independent (the noise is counter-based), so they
                * are chosen in parallel: a 126k-token softmax in double per
@@ -324,28 +478,42 @@ um_sampler_generate (UmForward         *fw,
                     }
                   choose_token (row, V, p, c->eos_id, c->eot_id, global_step, rows[i], &cands[i]);
                 }
-              /* Pick the k most confident as torch.topk over the whole
-               * canvas does, non-candidates at −inf (ties as the reference). */
-              for (int i = 0; i < L; i++)
-                scores[i] = -INFINITY;
-              for (int i = 0; i < n_cand; i++)
-                scores[cands[i].pos] = cands[i].conf;
-              um_topk_reference (scores, L, k, chosen);
-              for (int j = 0; j < k; j++)
-                for (int i = 0; i < n_cand; i++)
-                  if (cands[i].pos == chosen[j])
-                    {
-                      Candidate t = cands[j];
-                      cands[j] = cands[i];
-                      cands[i] = t;
-                      break;
-                    }
+              if (fast)
+                {
+                  /* Candidates are in position order, so a full sort with
+                   * the tie rule gives the reference's top-k order. */
+                  qsort (cands, n_cand, sizeof (Candidate), candidate_confidence_compare);
+                  k = fast_commit_count (cands, n_cand, p);
+                }
+              else
+                {
+                  /* Pick the k most confident as torch.topk over the whole
+                   * canvas does, non-candidates at −inf (ties as the reference). */
+                  for (int i = 0; i < L; i++)
+                    scores[i] = -INFINITY;
+                  for (int i = 0; i < n_cand; i++)
+                    scores[cands[i].pos] = cands[i].conf;
+                  um_topk_reference (scores, L, k, chosen);
+                  for (int j = 0; j < k; j++)
+                    for (int i = 0; i < n_cand; i++)
+                      if (cands[i].pos == chosen[j])
+                        {
+                          Candidate t = cands[j];
+                          cands[j] = cands[i];
+                          cands[i] = t;
+                          break;
+                        }
+                }
             }
 
           /* Commit the k best; report them in position order. */
           qsort (cands, k, sizeof (Candidate), candidate_position_compare);
           for (int j = 0; j < k; j++)
             {
+              if (cands[j].pos >= block_start && cands[j].pos < block_end)
+                n_masks--;
+              if (cands[j].pos >= prompt_len)
+                masks_left--;
               x[cands[j].pos] = cands[j].id;
               commit_pos[j] = cands[j].pos;
               commit_ids[j] = cands[j].id;
@@ -355,7 +523,9 @@ um_sampler_generate (UmForward         *fw,
           if (step_cb != NULL)
             {
               ev.step = global_step;
-              ev.n_steps = p->steps;
+              /* Fast decoding cannot know its step count in advance: the
+               * bound left (one step per remaining mask), exact at the end. */
+              ev.n_steps = fast ? global_step + 1 + masks_left : p->steps;
               ev.block = b;
               ev.n_blocks = n_blocks;
               ev.n_committed = k;
@@ -371,6 +541,8 @@ um_sampler_generate (UmForward         *fw,
         }
     }
 
+  if (out_n_steps != NULL)
+    *out_n_steps = global_step;
   g_array_append_vals (out_ids, x + prompt_len, p->gen_length);
   return TRUE;
 }

@@ -26,7 +26,11 @@ const char *um_cache_mode_to_string (UmCacheMode m);
 gboolean    um_cache_mode_from_string (const char *s, UmCacheMode *out);
 
 /* A word placed at @offset of the answer before the first step and never
- * remasked (as the official LLaDA demo does). */
+ * remasked (as the official LLaDA demo does). The word is tokenized with
+ * the model's tokenizer after a leading space (added unless it starts with
+ * whitespace, as the demo does); its tokens fill offset, offset + 1, … and
+ * count as committed: they are never candidates and the per-block step
+ * split counts only the real masks. */
 typedef struct {
   int         offset;
   const char *word;
@@ -42,7 +46,11 @@ typedef struct {
   gboolean    logits_eos_inf;
   gboolean    confidence_eos_eot_inf;
   guint64     seed;
-  /* Fast decoding, all off by default (the exact reference schedule). */
+  /* Fast decoding, all off by default (the exact reference schedule).
+   * With a threshold or factor, each step looks at the current block's
+   * masks only and the block ends when it has none: steps is then unused
+   * (still validated). With remasking random the rules apply to the random
+   * score, so they commit a random subset (at least one) per step. */
   UmCacheMode cache;
   double      threshold;     /* > 0: commit every masked position of the block with confidence ≥ it, at least one */
   double      factor;        /* > 0: Fast-dLLM's factor rule instead */
@@ -61,7 +69,7 @@ gboolean    um_remasking_from_string (const char *s, UmRemasking *out);
 
 typedef struct {
   int           step;         /* 0-based, over the whole generation */
-  int           n_steps;
+  int           n_steps;      /* params->steps; with threshold/factor an upper bound, exact at the last step */
   int           block;        /* 0-based */
   int           n_blocks;
   int           n_committed;
@@ -88,6 +96,20 @@ gboolean um_sampler_generate (UmForward         *fw,
                               GCancellable      *cancellable,
                               GArray            *out_ids,
                               GError           **error);
+
+/* um_sampler_generate () that also says how many steps ran (@out_n_steps,
+ * may be NULL): params->steps for the exact schedule, fewer or more with
+ * a threshold or factor (the steps until every block is filled). */
+gboolean um_sampler_generate_full (UmForward         *fw,
+                                   const gint32      *prompt,
+                                   int                prompt_len,
+                                   const UmGenParams *params,
+                                   UmStepFunc         step_cb,
+                                   gpointer           user_data,
+                                   GCancellable      *cancellable,
+                                   GArray            *out_ids,
+                                   int               *out_n_steps,
+                                   GError           **error);
 
 /* Tokens per step of one block: the first (n % steps) steps get one more. */
 void     um_sampler_split_steps (int n_masks, int steps, int *out_counts);

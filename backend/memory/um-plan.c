@@ -144,7 +144,7 @@ um_plan_component_name (UmPlanComponent c)
 {
   static const char *const names[UM_PLAN_N_COMPONENTS] = {
     "weights", "embedding", "stream_slots", "host_store", "activations", "logits", "sampler", "backend",
-    "process",
+    "process", "kv_cache",
   };
   return (guint) c < UM_PLAN_N_COMPONENTS ? names[c] : "unknown";
 }
@@ -512,6 +512,10 @@ um_plan_compute (const UmModel       *model,
   plan->device[UM_PLAN_WEIGHTS] = norms_bytes + (c->tied_embeddings ? 0 : weight_bytes (&sh.m.output));
   if (target->cuda)
     plan->device[UM_PLAN_BACKEND] = target->backend_overhead;
+  /* um_forward_logits_cached () keeps every layer's K and V of the canvas. */
+  if (shape->kv_cache)
+    plan->device[UM_PLAN_KV_CACHE] = (guint64) 2 * c->n_layers * T * sh.m.cfg.n_kv_heads * c->head_dim
+                                     * sizeof (float);
 
   /* Streaming: as many slots as the device holds beside everything else,
    * at least 2 (one computing, one filling); all of them means resident. */

@@ -55,6 +55,7 @@ typedef struct {
   int      gen_length;
   int      block_length;
   gboolean cfg;             /* classifier-free guidance doubles the canvas */
+  gboolean kv_cache;        /* fast decoding's block KV cache (prefix or dual) */
 } UmPlanShape;
 
 void um_plan_shape_init (UmPlanShape *shape);
@@ -87,6 +88,7 @@ typedef enum {
   UM_PLAN_SAMPLER,        /* canvas, candidates */
   UM_PLAN_BACKEND,        /* GPU context + cuBLAS, or the CPU's product scratch */
   UM_PLAN_PROCESS,        /* program, libraries, tokenizer */
+  UM_PLAN_KV_CACHE,       /* block KV cache of fast decoding: K and V of every layer */
   UM_PLAN_N_COMPONENTS
 } UmPlanComponent;
 
