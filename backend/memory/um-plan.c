@@ -133,6 +133,7 @@ um_mem_options_validate (const UmMemOptions *o, GError **error)
 void
 um_plan_shape_init (UmPlanShape *shape)
 {
+  memset (shape, 0, sizeof *shape);
   shape->prompt_length = 64;
   shape->gen_length = 128;
   shape->block_length = 32;
