@@ -164,7 +164,7 @@ um_cli_bench (int argc, char **argv)
   t0 = g_get_monotonic_time ();
   {
     UmEngineOptions opts;
-    if (um_cli_engine_options (&go, &params, canvas > 0 ? 0 : prompt_length, &opts, &error))
+    if (um_cli_engine_options (&go, &params, canvas > 0 ? 0 : prompt_length, model_path, &opts, &error))
       {
         if (canvas > 0)
           {

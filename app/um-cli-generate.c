@@ -163,8 +163,9 @@ um_cli_gen_options_clear (UmCliGenOptions *o)
 
 gboolean
 um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int prompt_length,
-                       UmEngineOptions *opts, GError **error)
+                       const char *model, UmEngineOptions *opts, GError **error)
 {
+  g_autofree char *model_id = model ? um_model_identity (model) : NULL;
   g_autoptr(UmProfile) profile = NULL;
   g_autoptr(GError) profile_error = NULL;
   g_autofree char *notice = NULL;
@@ -178,7 +179,7 @@ um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int promp
     fprintf (stderr, "unmask-cli: %s\n", notice);
   if (profile != NULL)
     {
-      um_profile_to_engine_options (profile, NULL, opts);
+      um_profile_to_engine_options (profile, model_id, opts);
       mode_from_profile = profile->written_by != UM_PROFILE_BY_DEFAULT;
     }
   else
@@ -453,7 +454,7 @@ um_cli_generate (int argc, char **argv)
 
   {
     UmEngineOptions opts;
-    if (um_cli_engine_options (&go, &req.params, ids ? (int) ids->len : 64, &opts, &error))
+    if (um_cli_engine_options (&go, &req.params, ids ? (int) ids->len : 64, model, &opts, &error))
       engine = um_cli_load_engine_with (model, &opts, &error);
   }
   if (engine == NULL)
@@ -547,7 +548,7 @@ um_cli_chat (int argc, char **argv)
     return um_cli_fail (error);
   {
     UmEngineOptions opts;
-    if (um_cli_engine_options (&go, &params, 64, &opts, &error))
+    if (um_cli_engine_options (&go, &params, 64, model, &opts, &error))
       engine = um_cli_load_engine_with (model, &opts, &error);
   }
   if (engine == NULL)

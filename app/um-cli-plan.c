@@ -167,7 +167,7 @@ um_cli_plan (int argc, char **argv)
   if (!um_cli_parse_options (ctx, &argc, &argv))
     return 2;
   if (!um_cli_gen_options_to_params (&go, &params, &error)
-      || !um_cli_engine_options (&go, &params, prompt_length, &opts, &error))
+      || !um_cli_engine_options (&go, &params, prompt_length, model_path, &opts, &error))
     return um_cli_fail (error);
   opts.shape.cfg = cfg || params.cfg_scale > 0;
   if (model_path == NULL)

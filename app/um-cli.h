@@ -83,8 +83,9 @@ UmEngine *um_cli_load_engine (const char *model, int threads, const char *device
 int       um_cli_products (gboolean exact, gboolean int8);
 /* Engine options from the command line: device, threads, products, memory
  * mode and budget, and the plan's shape from the generation parameters. */
+/* @model (may be NULL): the model path, for the profile's per-model override. */
 gboolean  um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int prompt_length,
-                                 UmEngineOptions *opts, GError **error);
+                                 const char *model, UmEngineOptions *opts, GError **error);
 UmEngine *um_cli_load_engine_with (const char *model, const UmEngineOptions *opts, GError **error);
 /* The plan's predictions beside the run's measured peaks, as JSON members
  * "plan" and "measured" of the object being built. */

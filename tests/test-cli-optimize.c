@@ -393,6 +393,34 @@ test_restore_removes_converted (void)
   um_test_rmtree (dir);
 }
 
+/* A per-model override in the profile applies to that model only. */
+static void
+test_override_applies (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autoptr(UmProfile) p = um_profile_new_default ();
+  g_autoptr(GError) error = NULL;
+  UmProfileOverride *ov = g_new0 (UmProfileOverride, 1);
+
+  ov->model_id = um_model_identity (model_path);
+  um_mem_options_init (&ov->mem, UM_MEM_EXTREME_MILD);
+  g_ptr_array_add (p->overrides, ov);
+  p->written_by = UM_PROFILE_BY_USER;
+  g_assert_true (um_profile_save (p, dir, &error));
+  g_assert_no_error (error);
+  {
+    const char *args[] = { "generate", "--model", model_path, "--ids", "1,2,3", "--gen-length", "8", "--steps", "8",
+                           "--block-length", "8", "--cache-dir", dir, "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (r.root);
+    g_assert_cmpstr (json_object_get_string_member (json_object_get_object_member (r.root, "plan"), "mode"), ==,
+                     "extreme-mild");
+  }
+  um_test_rmtree (dir);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -406,6 +434,7 @@ main (int argc, char **argv)
     }
   model_path = um_test_data_path ("tiny-llada");
   g_test_add_func ("/cli/optimize", test_optimize);
+  g_test_add_func ("/cli/override-applies", test_override_applies);
   g_test_add_func ("/cli/restore-removes-converted", test_restore_removes_converted);
   g_test_add_func ("/cli/notices", test_notices);
   g_test_add_func ("/cli/commands-use-profile", test_commands_use_profile);
