@@ -10,9 +10,6 @@
 #include "um-convert.h"
 #include "um-error.h"
 
-/* As in um-engine.c: a CUDA context with cuBLAS and its workspace. */
-#define CUDA_OVERHEAD_ESTIMATE (600ull << 20)
-
 static void
 add_components (JsonBuilder *b, const char *name, const guint64 *bytes)
 {
@@ -189,10 +186,7 @@ um_cli_plan (int argc, char **argv)
       if (report->devices->len > (guint) opts.gpu_index)
         {
           const UmGpuDevice *d = &g_array_index (report->devices, UmGpuDevice, opts.gpu_index);
-          t.cuda = TRUE;
-          t.device_total = d->total_bytes;
-          t.device_free = d->free_bytes;
-          t.backend_overhead = CUDA_OVERHEAD_ESTIMATE;
+          um_plan_target_set_gpu (&t, d->total_bytes, d->free_bytes);
         }
       else if (opts.device == UM_DEVICE_CUDA)
         {

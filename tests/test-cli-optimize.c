@@ -55,27 +55,6 @@ run_cli (Run *r, const char *config_dir, const char *const *args)
     r->root = json_node_get_object (json_parser_get_root (r->parser));
 }
 
-static char *
-read_text (const char *path)
-{
-  char *text = NULL;
-  g_autoptr(GError) error = NULL;
-  g_file_get_contents (path, &text, NULL, &error);
-  g_assert_no_error (error);
-  return text;
-}
-
-static guint
-count_prefix (const char *dir, const char *prefix)
-{
-  g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
-  const char *name;
-  guint n = 0;
-  while (d != NULL && (name = g_dir_read_name (d)) != NULL)
-    n += g_str_has_prefix (name, prefix);
-  return n;
-}
-
 /* The standard mode's device peak for the tiny model generating 48 tokens,
  * from a dry run. */
 static gint64
@@ -110,7 +89,7 @@ test_optimize (void)
   /* A dry run writes nothing. */
   peak = standard_peak (dir);
   g_assert_false (g_file_test (profile_path, G_FILE_TEST_EXISTS));
-  g_assert_cmpint (count_prefix (dir, "backups"), ==, 0);
+  g_assert_cmpint (um_test_count_prefix (dir, "backups"), ==, 0);
 
   /* A budget standard fills but without the 10 % headroom. */
   budget = g_strdup_printf ("%" G_GINT64_FORMAT, peak + peak / 20);
@@ -159,14 +138,14 @@ test_optimize (void)
     g_assert_cmpint (json_object_get_int_member (json_object_get_object_member (profile, "defaults"), "steps"), ==,
                      g_str_has_prefix (chosen, "extreme") ? 64 : 200);
 
-    text = read_text (profile_path);
+    text = um_test_read_file (profile_path);
     on_disk = um_profile_from_json (text, -1, &error);
     g_assert_no_error (error);
     g_assert_cmpstr (um_mem_mode_to_string (on_disk->mem.mode), ==, chosen);
   }
 
   /* --mode takes a mode even where it does not fit; --dry-run keeps the file. */
-  before_dry = read_text (profile_path);
+  before_dry = um_test_read_file (profile_path);
   {
     const char *args[] = { "optimize", "--model", model_path, "--budget", budget, "--mode", "standard",
                            "--dry-run", "--json", NULL };
@@ -180,7 +159,7 @@ test_optimize (void)
     g_assert_false (json_object_get_boolean_member (r.root, "written"));
     g_assert_true (json_object_get_boolean_member (r.root, "dry_run"));
   }
-  after_dry = read_text (profile_path);
+  after_dry = um_test_read_file (profile_path);
   g_assert_cmpstr (before_dry, ==, after_dry);
 
   /* Nothing fits a tiny budget: an error, and the answer says why. */
@@ -193,7 +172,7 @@ test_optimize (void)
     g_assert_nonnull (r.root);
     g_assert_true (JSON_NODE_HOLDS_NULL (json_object_get_member (r.root, "chosen_mode")));
     g_assert_nonnull (strstr (r.err, "no mode fits"));
-    unchanged = read_text (profile_path);
+    unchanged = um_test_read_file (profile_path);
     g_assert_cmpstr (unchanged, ==, before_dry);
   }
 
@@ -294,8 +273,8 @@ test_notices (void)
     g_assert_nonnull (strstr (r.err, "manifest.json.corrupt-"));
     /* Rebuilt from the copy that was there. */
     g_assert_cmpuint (json_array_get_length (json_object_get_array_member (r.root, "backups")), ==, 1);
-    g_assert_cmpuint (count_prefix (dir, "optimizer.json.corrupt-"), ==, 1);
-    g_assert_cmpuint (count_prefix (bdir, "manifest.json.corrupt-"), ==, 1);
+    g_assert_cmpuint (um_test_count_prefix (dir, "optimizer.json.corrupt-"), ==, 1);
+    g_assert_cmpuint (um_test_count_prefix (bdir, "manifest.json.corrupt-"), ==, 1);
     g_assert_false (g_file_test (profile_path, G_FILE_TEST_EXISTS));
   }
   /* Said once: the next run finds sound files. */
@@ -378,7 +357,7 @@ test_restore_removes_converted (void)
     g_auto(Run) r;
     run_cli (&r, dir, args);
     g_assert_cmpint (r.status, ==, 0);
-    g_assert_cmpuint (count_prefix (cache, "tiny-llada-Q8_0-"), ==, 1);
+    g_assert_cmpuint (um_test_count_prefix (cache, "tiny-llada-Q8_0-"), ==, 1);
   }
   {
     const char *args[] = { "restore", "original", "--remove-converted", "--cache-dir", cache, "--json", NULL };
@@ -388,7 +367,7 @@ test_restore_removes_converted (void)
     g_assert_nonnull (r.root);
     g_assert_cmpint (json_object_get_int_member (r.root, "converted_removed"), ==, 1);
     g_assert_cmpint (json_object_get_int_member (r.root, "converted_removed_bytes"), >, 0);
-    g_assert_cmpuint (count_prefix (cache, "tiny-llada-"), ==, 0);
+    g_assert_cmpuint (um_test_count_prefix (cache, "tiny-llada-"), ==, 0);
   }
   um_test_rmtree (dir);
 }

@@ -48,27 +48,6 @@ full_profile (void)
   return p;
 }
 
-static char *
-read_text (const char *path)
-{
-  char *text = NULL;
-  g_autoptr(GError) error = NULL;
-  g_file_get_contents (path, &text, NULL, &error);
-  g_assert_no_error (error);
-  return text;
-}
-
-static guint
-count_prefix (const char *dir, const char *prefix)
-{
-  g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
-  const char *name;
-  guint n = 0;
-  while (d != NULL && (name = g_dir_read_name (d)) != NULL)
-    n += g_str_has_prefix (name, prefix);
-  return n;
-}
-
 /* ---- the profile ---- */
 
 static void
@@ -254,7 +233,7 @@ test_load_bad (void)
         if (g_str_has_prefix (name, "optimizer.json.corrupt-"))
           {
             g_autofree char *moved = g_build_filename (dir, name, NULL);
-            g_autofree char *text = read_text (moved);
+            g_autofree char *text = um_test_read_file (moved);
             g_assert_cmpstr (text, ==, kinds[i]);
             g_assert_nonnull (strstr (notice, name));
             found = TRUE;
@@ -327,7 +306,7 @@ test_atomic_write (void)
 
   g_assert_true (um_atomic_write (path, "first", 5, &error));
   g_assert_no_error (error);
-  t1 = read_text (path);
+  t1 = um_test_read_file (path);
   g_assert_cmpstr (t1, ==, "first");
   /* A killed writer's temporary files: the old one is cleaned up, a
    * recent one (maybe another writer's) is left alone. */
@@ -336,12 +315,12 @@ test_atomic_write (void)
   g_assert_cmpint (utime (stale, &old), ==, 0);
   g_assert_true (um_atomic_write (path, "second, longer", 14, &error));
   g_assert_no_error (error);
-  t2 = read_text (path);
+  t2 = um_test_read_file (path);
   g_assert_cmpstr (t2, ==, "second, longer");
   g_assert_false (g_file_test (stale, G_FILE_TEST_EXISTS));
   g_assert_true (g_file_test (fresh, G_FILE_TEST_EXISTS));
   /* Nothing else is left behind. */
-  g_assert_cmpuint (count_prefix (dir, "."), ==, 1);
+  g_assert_cmpuint (um_test_count_prefix (dir, "."), ==, 1);
 
   /* Failing is an error, not a crash, and the old file stays. */
   g_assert_false (um_atomic_write (blocked, "z", 1, &error));
@@ -492,7 +471,7 @@ test_backups_limit (void)
   g_assert_cmpstr (((UmBackup *) g_ptr_array_index (list, 0))->id, ==, "original");
   g_assert_cmpstr (((UmBackup *) g_ptr_array_index (list, 0))->summary, ==, "standard, auto");
   /* Dropped backups' copies are gone: 51 copies and the manifest. */
-  g_assert_cmpuint (count_prefix (bdir, ""), ==, UM_BACKUPS_KEEP + 2);
+  g_assert_cmpuint (um_test_count_prefix (bdir, ""), ==, UM_BACKUPS_KEEP + 2);
 
   original = um_backups_load (dir, "original", &error);
   g_assert_no_error (error);
@@ -594,7 +573,7 @@ test_backups_problems (void)
   {
     g_autofree char *gone = g_build_filename (bdir, ((UmBackup *) g_ptr_array_index (list, 3))->file, NULL);
     g_autofree char *edited = g_build_filename (bdir, ((UmBackup *) g_ptr_array_index (list, 2))->file, NULL);
-    g_autofree char *text = read_text (edited);
+    g_autofree char *text = um_test_read_file (edited);
     char *n = strstr (text, "\"threads\" : 2");
     g_assert_nonnull (n);
     n[12] = '9';   /* still a valid profile, but not the one backed up */
@@ -677,7 +656,7 @@ test_manifest_corrupt (void)
       g_assert_nonnull (notice);
       g_test_message ("%s", notice);
       g_assert_nonnull (strstr (notice, "manifest.json.corrupt-"));
-      g_assert_cmpuint (count_prefix (bdir, "manifest.json.corrupt-"), ==, 1);
+      g_assert_cmpuint (um_test_count_prefix (bdir, "manifest.json.corrupt-"), ==, 1);
       /* Rebuilt from the copies: nothing lost, original still first. */
       g_assert_cmpuint (list->len, ==, 3);
       g_assert_cmpstr (((UmBackup *) g_ptr_array_index (list, 0))->id, ==, "original");

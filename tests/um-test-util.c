@@ -81,6 +81,27 @@ um_test_write_file (const char *path, const char *contents, gssize len)
   g_assert_no_error (error);
 }
 
+char *
+um_test_read_file (const char *path)
+{
+  char *text = NULL;
+  g_autoptr(GError) error = NULL;
+  g_file_get_contents (path, &text, NULL, &error);
+  g_assert_no_error (error);
+  return text;
+}
+
+guint
+um_test_count_prefix (const char *dir, const char *prefix)
+{
+  g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
+  const char *name;
+  guint n = 0;
+  while (d != NULL && (name = g_dir_read_name (d)) != NULL)
+    n += g_str_has_prefix (name, prefix);
+  return n;
+}
+
 void
 um_test_copy_dir (const char *from, const char *to)
 {

@@ -34,6 +34,10 @@ void        um_test_rmtree (const char *path);
 /* Copies a whole folder (not recursive). */
 void        um_test_copy_dir (const char *from, const char *to);
 void        um_test_write_file (const char *path, const char *contents, gssize len);
+/* The file's contents (fails the test if unreadable). */
+char       *um_test_read_file (const char *path);
+/* Entries of @dir whose names start with @prefix (0 if @dir is missing). */
+guint       um_test_count_prefix (const char *dir, const char *prefix);
 
 typedef struct {
   guint    n_layers;

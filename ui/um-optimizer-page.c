@@ -394,26 +394,8 @@ apply_device_choice (UmHardware *hw)
 static void
 make_target (UmOptimizerPage *self, UmPlanTarget *t)
 {
-  const UmOptimizeResult *r = self->result;
-
-  memset (t, 0, sizeof *t);
-  t->host_total = self->hw->ram_total;
-  t->host_available = self->hw->ram_available;
-  t->device_total = t->host_total;
-  t->device_free = t->host_available;
-  t->device_budget = r->capacity;
-  t->process_rss = um_process_rss ();
-  t->n_threads = self->hw->cores > 0 ? self->hw->cores : (int) g_get_num_processors ();
-  t->products = UM_PRODUCTS_AUTO;
-  if (r->cuda && self->hw->gpus != NULL && self->hw->gpus->len > 0)
-    {
-      const UmGpuDevice *d = &g_array_index (self->hw->gpus, UmGpuDevice, 0);
-      const UmPlan *standard = &g_array_index (r->table, UmPlan, UM_MEM_STANDARD);
-      t->cuda = TRUE;
-      t->device_total = d->total_bytes;
-      t->device_free = d->free_bytes;
-      t->backend_overhead = standard->device[UM_PLAN_BACKEND];
-    }
+  /* The optimizer's own target, so the knobs' plan compares with its table. */
+  *t = self->result->target;
 }
 
 static void

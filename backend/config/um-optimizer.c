@@ -6,16 +6,6 @@
 #include "um-backups.h"
 #include "um-error.h"
 
-/* As in um-engine.c: a CUDA context with cuBLAS and its workspace. */
-#define CUDA_OVERHEAD_ESTIMATE (600ull << 20)
-
-static guint64
-meminfo_bytes (const char *text, const char *key)
-{
-  const char *p = text ? strstr (text, key) : NULL;
-  return p ? g_ascii_strtoull (p + strlen (key), NULL, 10) * 1024 : 0;
-}
-
 static char *
 cpu_name (void)
 {
@@ -45,15 +35,9 @@ um_hardware_probe (void)
 {
   UmHardware *hw = g_new0 (UmHardware, 1);
   g_autoptr(UmGpuReport) report = um_gpu_report_new ();
-  g_autofree char *meminfo = NULL;
-
   hw->gpus = g_array_ref (report->devices);
   hw->why_no_gpu = hw->gpus->len == 0 ? g_strdup (report->why_none ? report->why_none : "no usable GPU") : NULL;
-  if (g_file_get_contents ("/proc/meminfo", &meminfo, NULL, NULL))
-    {
-      hw->ram_total = meminfo_bytes (meminfo, "MemTotal:");
-      hw->ram_available = meminfo_bytes (meminfo, "MemAvailable:");
-    }
+  um_host_memory (&hw->ram_total, &hw->ram_available);
   hw->cores = (int) g_get_num_processors ();
   hw->cpu_name = cpu_name ();
   return hw;
@@ -155,10 +139,7 @@ um_optimizer_plan (const UmModel      *model,
     {
       const UmGpuDevice *d = &g_array_index (hw->gpus, UmGpuDevice, 0);
       r->cuda = TRUE;
-      t.cuda = TRUE;
-      t.device_total = d->total_bytes;
-      t.device_free = d->free_bytes;
-      t.backend_overhead = CUDA_OVERHEAD_ESTIMATE;
+      um_plan_target_set_gpu (&t, d->total_bytes, d->free_bytes);
       r->capacity = budget ? budget : d->free_bytes;
     }
   else
@@ -170,6 +151,7 @@ um_optimizer_plan (const UmModel      *model,
   /* Planned against the capacity itself, so the table shows what fits at
    * all; the pick then asks for the headroom on top. */
   t.device_budget = r->capacity;
+  r->target = t;
 
   r->table = g_array_new (FALSE, TRUE, sizeof (UmPlan));
   for (int m = 0; m < UM_MEM_N_MODES; m++)

@@ -34,6 +34,7 @@ typedef struct {
   char     *reason;         /* "extreme-moderate: the fastest mode that fits 7.2 of 8.0 GiB" */
   guint64   budget;         /* the budget asked for (0: none), written to the profile */
   UmPlanShape shape;        /* what was planned for */
+  UmPlanTarget target;      /* where: plan other knobs against it to compare with the table */
 } UmOptimizeResult;
 
 void              um_optimize_result_free (UmOptimizeResult *r);

@@ -29,10 +29,6 @@ struct _UmEngine {
   GMutex        busy;
 };
 
-/* Until a GPU backend exists to measure it: a CUDA context with cuBLAS and
- * its workspace takes about this much device memory (H100, CUDA 12/13). */
-#define CUDA_OVERHEAD_ESTIMATE (600ull << 20)
-
 void
 um_engine_options_init (UmEngineOptions *options)
 {
@@ -167,10 +163,7 @@ choose_device (UmEngine *engine, const UmEngineOptions *o, UmPlanTarget *target,
           const UmGpuDevice *d = &g_array_index (report->devices, UmGpuDevice, o->gpu_index);
           UmPlanTarget t;
           um_plan_target_cpu (&t, o->memory_budget, o->n_threads);
-          t.cuda = TRUE;
-          t.device_total = d->total_bytes;
-          t.device_free = d->free_bytes;
-          t.backend_overhead = CUDA_OVERHEAD_ESTIMATE;
+          um_plan_target_set_gpu (&t, d->total_bytes, d->free_bytes);
           t.cache_dir = o->cache_dir;
           if (!um_plan_compute (engine->model, &o->mem, &o->shape, &t, &engine->plan, error))
             return FALSE;

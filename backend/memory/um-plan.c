@@ -150,37 +150,46 @@ um_plan_component_name (UmPlanComponent c)
   return (guint) c < UM_PLAN_N_COMPONENTS ? names[c] : "unknown";
 }
 
-static guint64
-read_proc_kib (const char *key)
+/* "Key:   123 kB" lines of /proc files, in bytes (0 if absent). */
+static void
+proc_kib (const char *path, const char *const *keys, guint64 *const *out, guint n)
 {
-  g_autofree char *status = NULL;
-  const char *p;
+  g_autofree char *text = NULL;
+  gboolean ok = g_file_get_contents (path, &text, NULL, NULL);
 
-  if (!g_file_get_contents ("/proc/self/status", &status, NULL, NULL) || (p = strstr (status, key)) == NULL)
-    return 0;
-  return g_ascii_strtoull (p + strlen (key), NULL, 10) * 1024;
+  for (guint i = 0; i < n; i++)
+    {
+      const char *p = ok ? strstr (text, keys[i]) : NULL;
+      *out[i] = p ? g_ascii_strtoull (p + strlen (keys[i]), NULL, 10) * 1024 : 0;
+    }
 }
 
 guint64
 um_process_rss (void)
 {
-  return read_proc_kib ("VmRSS:");
+  const char *const keys[] = { "VmRSS:" };
+  guint64 v;
+  guint64 *const out[] = { &v };
+  proc_kib ("/proc/self/status", keys, out, 1);
+  return v;
 }
 
 guint64
 um_process_peak_rss (void)
 {
-  return read_proc_kib ("VmHWM:");
+  const char *const keys[] = { "VmHWM:" };
+  guint64 v;
+  guint64 *const out[] = { &v };
+  proc_kib ("/proc/self/status", keys, out, 1);
+  return v;
 }
 
-static guint64
-meminfo_kib (const char *key)
+void
+um_host_memory (guint64 *total, guint64 *available)
 {
-  g_autofree char *text = NULL;
-  const char *p;
-  if (!g_file_get_contents ("/proc/meminfo", &text, NULL, NULL) || (p = strstr (text, key)) == NULL)
-    return 0;
-  return g_ascii_strtoull (p + strlen (key), NULL, 10) * 1024;
+  const char *const keys[] = { "MemTotal:", "MemAvailable:" };
+  guint64 *const out[] = { total, available };
+  proc_kib ("/proc/meminfo", keys, out, 2);
 }
 
 void
@@ -189,14 +198,26 @@ um_plan_target_cpu (UmPlanTarget *t, guint64 budget, int n_threads)
   memset (t, 0, sizeof *t);
   t->cuda = FALSE;
   t->device_budget = budget;
-  t->host_total = meminfo_kib ("MemTotal:");
-  t->host_available = meminfo_kib ("MemAvailable:");
+  um_host_memory (&t->host_total, &t->host_available);
   t->device_total = t->host_total;
   t->device_free = t->host_available;
   um_cpu_warm_up ();
   t->process_rss = um_process_rss ();
   t->n_threads = n_threads > 0 ? n_threads : (int) g_get_num_processors ();
   t->products = UM_PRODUCTS_AUTO;
+}
+
+/* Until a GPU backend exists to measure it: a CUDA context with cuBLAS and
+ * its workspace take about this much device memory (H100, CUDA 12/13). */
+#define CUDA_OVERHEAD_ESTIMATE (600ull << 20)
+
+void
+um_plan_target_set_gpu (UmPlanTarget *t, guint64 total, guint64 free_bytes)
+{
+  t->cuda = TRUE;
+  t->device_total = total;
+  t->device_free = free_bytes;
+  t->backend_overhead = CUDA_OVERHEAD_ESTIMATE;
 }
 
 gboolean

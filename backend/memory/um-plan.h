@@ -77,6 +77,12 @@ typedef struct {
 
 /* The CPU backend on this machine, under @budget (0: none). */
 void um_plan_target_cpu (UmPlanTarget *target, guint64 budget, int n_threads);
+/* Turns @target into a GPU with @total and @free_bytes of memory; its
+ * context and cuBLAS workspace take an estimated overhead until a backend
+ * measures them. */
+void um_plan_target_set_gpu (UmPlanTarget *target, guint64 total, guint64 free_bytes);
+/* RAM in all and available now (/proc/meminfo); 0 where unknown. */
+void um_host_memory (guint64 *total, guint64 *available);
 
 typedef enum {
   UM_PLAN_WEIGHTS,        /* resident matrices, norms and LM head */
