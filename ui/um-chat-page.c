@@ -74,8 +74,7 @@ struct _UmChatPage {
   gboolean            stick_to_bottom;
   UmModeInfo          mode_info;
   gboolean            have_mode;
-  char               *limits_warning;
-  char               *limits_dismissed;   /* the warning "Go On Anyway" hid */
+  UmLimitsWarning     limits;
 
   /* the answer being generated */
   ChatRun            *run;
@@ -842,21 +841,16 @@ static void
 update_limits (UmChatPage *self)
 {
   char *warning = self->have_mode ? um_mode_info_check (&self->mode_info, &self->params) : NULL;
+  gboolean show = um_limits_warning_set (&self->limits, warning);
 
-  if (warning == NULL)
-    g_clear_pointer (&self->limits_dismissed, g_free);
-  g_free (self->limits_warning);
-  self->limits_warning = warning;
   gtk_label_set_text (self->limits_label, warning ? warning : "");
-  gtk_revealer_set_reveal_child (self->limits_revealer,
-                                 warning != NULL && g_strcmp0 (warning, self->limits_dismissed) != 0);
+  gtk_revealer_set_reveal_child (self->limits_revealer, show);
 }
 
 static void
 on_limits_dismiss_clicked (UmChatPage *self)
 {
-  g_free (self->limits_dismissed);
-  self->limits_dismissed = g_strdup (self->limits_warning);
+  um_limits_warning_dismiss (&self->limits);
   gtk_revealer_set_reveal_child (self->limits_revealer, FALSE);
 }
 
@@ -944,7 +938,7 @@ um_chat_page_set_mode_info (UmChatPage *self, const UmModeInfo *info)
                                       accessible, -1);
     }
   gtk_widget_set_visible (GTK_WIDGET (self->mode_button), info != NULL);
-  g_clear_pointer (&self->limits_dismissed, g_free);
+  g_clear_pointer (&self->limits.dismissed, g_free);
   update_limits (self);
 }
 
@@ -953,7 +947,7 @@ um_chat_page_get_limits_warning (UmChatPage *self)
 {
   g_return_val_if_fail (UM_IS_CHAT_PAGE (self), NULL);
 
-  return self->limits_warning;
+  return self->limits.warning;
 }
 
 gboolean
@@ -1475,8 +1469,7 @@ um_chat_page_finalize (GObject *object)
 
   um_chat_conversation_free (self->conv);
   g_free (self->store_dir);
-  g_free (self->limits_warning);
-  g_free (self->limits_dismissed);
+  um_limits_warning_clear (&self->limits);
   g_ptr_array_unref (self->bubbles);
   g_ptr_array_unref (self->error_rows);
   g_hash_table_unref (self->pieces);

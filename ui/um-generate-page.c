@@ -45,8 +45,7 @@ struct _UmGeneratePage {
   gboolean         updating_scale;
   UmModeInfo       mode_info;
   gboolean         have_mode;
-  char            *limits_warning;
-  char            *limits_dismissed;   /* the warning "Go On Anyway" hid */
+  UmLimitsWarning     limits;
   /* What params.constraints points to: rebuilt by read_params (snapshot)
    * and kept for the run in progress (run), which borrows it. */
   GArray          *snap_constraints;   /* UmGenConstraint */
@@ -249,24 +248,20 @@ update_limits (UmGeneratePage *self)
 {
   UmGenParams p;
   char *warning = NULL;
+  gboolean show;
 
   read_params (self, &p);
   if (self->have_mode)
     warning = um_mode_info_check (&self->mode_info, &p);
-  if (warning == NULL)
-    g_clear_pointer (&self->limits_dismissed, g_free);
-  g_free (self->limits_warning);
-  self->limits_warning = warning;
+  show = um_limits_warning_set (&self->limits, warning);
   gtk_label_set_text (self->limits_label, warning ? warning : "");
-  gtk_revealer_set_reveal_child (self->limits_revealer,
-                                 warning != NULL && g_strcmp0 (warning, self->limits_dismissed) != 0);
+  gtk_revealer_set_reveal_child (self->limits_revealer, show);
 }
 
 static void
 on_limits_dismiss_clicked (UmGeneratePage *self)
 {
-  g_free (self->limits_dismissed);
-  self->limits_dismissed = g_strdup (self->limits_warning);
+  um_limits_warning_dismiss (&self->limits);
   gtk_revealer_set_reveal_child (self->limits_revealer, FALSE);
 }
 
@@ -285,14 +280,14 @@ um_generate_page_set_mode_info (UmGeneratePage *self, const UmModeInfo *info)
                                       accessible, -1);
     }
   gtk_widget_set_visible (GTK_WIDGET (self->mode_button), info != NULL);
-  g_clear_pointer (&self->limits_dismissed, g_free);
+  g_clear_pointer (&self->limits.dismissed, g_free);
   update_limits (self);
 }
 
 const char *
 um_generate_page_get_limits_warning (UmGeneratePage *self)
 {
-  return self->limits_warning;
+  return self->limits.warning;
 }
 
 const char *
@@ -662,8 +657,7 @@ um_generate_page_finalize (GObject *object)
   g_clear_object (&self->cancellable);
   g_free (self->problem);
   g_free (self->last_text);
-  g_free (self->limits_warning);
-  g_free (self->limits_dismissed);
+  um_limits_warning_clear (&self->limits);
   g_clear_pointer (&self->last_ids, g_array_unref);
   g_clear_error (&self->last_error);
   g_ptr_array_unref (self->constraint_rows);

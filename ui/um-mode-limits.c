@@ -86,3 +86,27 @@ um_mode_info_recommend (const UmModeInfo *info, UmGenParams *p)
   blocks = p->gen_length / p->block_length;
   p->steps = MAX (p->steps - p->steps % blocks, blocks);
 }
+
+gboolean
+um_limits_warning_set (UmLimitsWarning *w, char *warning)
+{
+  if (warning == NULL)
+    g_clear_pointer (&w->dismissed, g_free);
+  g_free (w->warning);
+  w->warning = warning;
+  return warning != NULL && g_strcmp0 (warning, w->dismissed) != 0;
+}
+
+void
+um_limits_warning_dismiss (UmLimitsWarning *w)
+{
+  g_free (w->dismissed);
+  w->dismissed = g_strdup (w->warning);
+}
+
+void
+um_limits_warning_clear (UmLimitsWarning *w)
+{
+  g_clear_pointer (&w->warning, g_free);
+  g_clear_pointer (&w->dismissed, g_free);
+}

@@ -31,4 +31,16 @@ char *um_mode_info_check (const UmModeInfo *info, const UmGenParams *params);
  * steps a multiple of the blocks. */
 void  um_mode_info_recommend (const UmModeInfo *info, UmGenParams *params);
 
+/* A page's limits warning and the one "Go On Anyway" hid. */
+typedef struct {
+  char *warning;
+  char *dismissed;
+} UmLimitsWarning;
+
+/* Takes @warning (may be NULL); TRUE when it should be shown: there is one
+ * and it is not the one dismissed. No warning forgets the dismissal. */
+gboolean um_limits_warning_set (UmLimitsWarning *w, char *warning);
+void     um_limits_warning_dismiss (UmLimitsWarning *w);
+void     um_limits_warning_clear (UmLimitsWarning *w);
+
 G_END_DECLS
