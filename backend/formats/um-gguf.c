@@ -1086,44 +1086,10 @@ um_gguf_get_array_data (UmGguf *g, const char *key, UmGgufType *elem_type,
   return kv->value;
 }
 
-gboolean
-um_gguf_get_int32_array (UmGguf *g, const char *key, gint32 **out_copy,
-                         guint64 *count, GError **error)
-{
-  Kv *kv = lookup_array (g, key, error);
-  g_autofree gint32 *copy = NULL;
-  gsize size;
-
-  if (kv == NULL)
-    return FALSE;
-  if (!type_is_integer (kv->elem_type))
-    return wrong_type (g, kv, "an array of integers", error);
-  size = type_sizes[kv->elem_type];
-  /* count * size <= file size, so this is bounded by the file. */
-  copy = kv->count ? g_new (gint32, kv->count) : NULL;
-  for (guint64 i = 0; i < kv->count; i++)
-    {
-      gboolean neg;
-      gint64 sv = 0;
-      guint64 uv = 0;
-
-      load_int (kv->elem_type, kv->value + i * size, &neg, &sv, &uv);
-      if (neg ? sv < G_MININT32 : uv > G_MAXINT32)
-        {
-          g_autofree char *what = g_strdup_printf ("%s[%" G_GUINT64_FORMAT "]", key, i);
-          return does_not_fit (g, what, neg, sv, uv, "int32", error);
-        }
-      copy[i] = neg ? (gint32) sv : (gint32) uv;
-    }
-  *out_copy = g_steal_pointer (&copy);
-  if (count)
-    *count = kv->count;
-  return TRUE;
-}
-
-gboolean
-um_gguf_get_u32_array (UmGguf *g, const char *key, guint32 **out_copy,
-                       guint64 *count, GError **error)
+/* An integer array as int32 (@is_signed) or uint32 values, each checked
+ * to fit: one loop for both getters. */
+static gboolean
+get_int_array (UmGguf *g, const char *key, gboolean is_signed, void **out_copy, guint64 *count, GError **error)
 {
   Kv *kv = lookup_array (g, key, error);
   g_autofree guint32 *copy = NULL;
@@ -1143,17 +1109,34 @@ um_gguf_get_u32_array (UmGguf *g, const char *key, guint32 **out_copy,
       guint64 uv = 0;
 
       load_int (kv->elem_type, kv->value + i * size, &neg, &sv, &uv);
-      if (neg || uv > G_MAXUINT32)
+      if (is_signed ? (neg ? sv < G_MININT32 : uv > G_MAXINT32) : (neg || uv > G_MAXUINT32))
         {
           g_autofree char *what = g_strdup_printf ("%s[%" G_GUINT64_FORMAT "]", key, i);
-          return does_not_fit (g, what, neg, sv, uv, "uint32", error);
+          return does_not_fit (g, what, neg, sv, uv, is_signed ? "int32" : "uint32", error);
         }
-      copy[i] = (guint32) uv;
+      if (is_signed)
+        ((gint32 *) copy)[i] = neg ? (gint32) sv : (gint32) uv;
+      else
+        copy[i] = (guint32) uv;
     }
   *out_copy = g_steal_pointer (&copy);
   if (count)
     *count = kv->count;
   return TRUE;
+}
+
+gboolean
+um_gguf_get_int32_array (UmGguf *g, const char *key, gint32 **out_copy,
+                         guint64 *count, GError **error)
+{
+  return get_int_array (g, key, TRUE, (void **) out_copy, count, error);
+}
+
+gboolean
+um_gguf_get_u32_array (UmGguf *g, const char *key, guint32 **out_copy,
+                       guint64 *count, GError **error)
+{
+  return get_int_array (g, key, FALSE, (void **) out_copy, count, error);
 }
 
 gboolean
