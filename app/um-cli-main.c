@@ -20,6 +20,7 @@ static const struct {
   { "detokenize", um_cli_detokenize, "token ids to text" },
   { "inspect",    um_cli_inspect,    "architecture, parameters, dtypes and special ids of a model" },
   { "compare",    um_cli_compare,    "KL divergence and arg-max agreement of a model against a reference" },
+  { "score",      um_cli_score,      "log-likelihood of answers under the full model (to judge fast decoding)" },
   { "bench",      um_cli_bench,      "measure forward passes, GFLOP/s and memory" },
   { "plan",       um_cli_plan,       "predict memory of every mode for a model on this machine, before loading" },
   { "cache",      um_cli_cache,      "list or remove converted weights (list | remove FILE | clear)" },

@@ -22,6 +22,7 @@ int um_cli_bench (int argc, char **argv);
 int um_cli_quantize (int argc, char **argv);
 int um_cli_devices (int argc, char **argv);
 int um_cli_compare (int argc, char **argv);
+int um_cli_score (int argc, char **argv);
 
 /* Parses "1,2,3" (spaces allowed). */
 GArray  *um_cli_parse_ids (const char *text, GError **error);

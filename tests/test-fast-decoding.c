@@ -6,6 +6,7 @@
 
 #include "um-engine.h"
 #include "um-error.h"
+#include "um-score.h"
 #include "um-test-util.h"
 
 typedef struct {
@@ -375,6 +376,77 @@ test_cache_modes (void)
           }
 }
 
+/* The quality measure of the fast schedules: um_score_answer () against a
+ * log-softmax written out here, its determinism and its errors. */
+static void
+test_score (void)
+{
+  g_autoptr(UmEngine) engine = load_tiny ();
+  g_autoptr(GError) error = NULL;
+  UmForward *fw = um_engine_get_forward (engine);
+  const UmModelConfig *cfg = &um_engine_get_model (engine)->cfg;
+  const int np = G_N_ELEMENTS (prompt_ids);
+  const gint32 answer[] = { 5, 300, 12, 77, 501, 3, 64, 9 };
+  const int na = G_N_ELEMENTS (answer);
+  gint32 canvas[G_N_ELEMENTS (prompt_ids) + 1];
+  gint32 row = np;
+  g_autofree float *logits = g_new (float, cfg->vocab_size);
+  double mx = -INFINITY, sum = 0, expect;
+  UmScoreParams sp;
+  UmScore a, b, c;
+
+  /* One answer token: every sample masks it, so the estimate is exactly
+   * log softmax(logits)[token] at that position, with no spread. */
+  memcpy (canvas, prompt_ids, sizeof prompt_ids);
+  canvas[np] = cfg->mask_id;
+  g_assert_true (um_forward_logits (fw, canvas, 1, np + 1, &row, 1, logits, NULL, &error));
+  g_assert_no_error (error);
+  for (guint v = 0; v < cfg->vocab_size; v++)
+    mx = MAX (mx, logits[v]);
+  for (guint v = 0; v < cfg->vocab_size; v++)
+    sum += exp ((double) logits[v] - mx);
+  expect = (double) logits[answer[0]] - mx - log (sum);
+  um_score_params_init (&sp);
+  sp.mc_samples = 5;
+  sp.batch = 1;       /* the same one-sequence pass as above, so the same floats */
+  g_assert_true (um_score_answer (fw, prompt_ids, np, answer, 1, &sp, &a, NULL, &error));
+  g_assert_no_error (error);
+  g_assert_cmpfloat_with_epsilon (a.log_likelihood, expect, 1e-9 * fabs (expect) + 1e-12);
+  g_assert_cmpfloat (a.std_error, ==, 0.0);
+  g_assert_cmpint (a.n_tokens, ==, 1);
+
+  /* Several tokens: the same seed gives the same masks whatever the batch
+   * (rows are independent in the forward; 1e-5 relative allows for the
+   * products' blocking changing with the number of rows). */
+  sp.mc_samples = 12;
+  sp.batch = 12;
+  g_assert_true (um_score_answer (fw, prompt_ids, np, answer, na, &sp, &a, NULL, &error));
+  sp.batch = 5;
+  g_assert_true (um_score_answer (fw, prompt_ids, np, answer, na, &sp, &b, NULL, &error));
+  g_assert_no_error (error);
+  g_assert_cmpfloat (a.log_likelihood, <, 0.0);
+  g_assert_cmpfloat_with_epsilon (a.log_likelihood, b.log_likelihood, 1e-5 * fabs (a.log_likelihood));
+  g_assert_cmpfloat (a.std_error, >, 0.0);
+  g_assert_cmpfloat_with_epsilon (a.per_token * na, a.log_likelihood, 1e-9 * fabs (a.log_likelihood));
+  sp.seed = 99;
+  g_assert_true (um_score_answer (fw, prompt_ids, np, answer, na, &sp, &c, NULL, &error));
+  g_assert_cmpfloat (c.log_likelihood, !=, a.log_likelihood);
+
+  /* Bad input: an error, never a crash. */
+  g_assert_false (um_score_answer (fw, prompt_ids, np, answer, 0, &sp, &a, NULL, &error));
+  g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
+  g_clear_error (&error);
+  {
+    gint32 bad[] = { 4, (gint32) cfg->vocab_size };
+    g_assert_false (um_score_answer (fw, prompt_ids, np, bad, 2, &sp, &a, NULL, &error));
+    g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
+    g_clear_error (&error);
+  }
+  sp.mc_samples = 0;
+  g_assert_false (um_score_answer (fw, prompt_ids, np, answer, na, &sp, &a, NULL, &error));
+  g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -385,5 +457,6 @@ main (int argc, char **argv)
   g_test_add_func ("/fast-decoding/constraints", test_constraints);
   g_test_add_func ("/fast-decoding/bad-params", test_bad_params);
   g_test_add_func ("/fast-decoding/cache-modes", test_cache_modes);
+  g_test_add_func ("/fast-decoding/score", test_score);
   return g_test_run ();
 }

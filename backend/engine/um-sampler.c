@@ -1,4 +1,5 @@
 #include "um-sampler.h"
+#include "um-rng.h"
 
 #include <math.h>
 #include <string.h>
@@ -120,28 +121,8 @@ um_sampler_split_steps (int n_masks, int steps, int *out_counts)
     out_counts[i] = n_masks / steps + (i < n_masks % steps ? 1 : 0);
 }
 
-/* Counter-based uniform noise: the same (seed, step, position, token) always
- * gives the same number, whatever rows are computed or in which order, so
- * runs are reproducible on any backend and thread count. */
-static inline guint64
-mix64 (guint64 z)
-{
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1), never 0 so −log(u) is finite. */
-static inline double
-uniform (guint64 seed, guint64 stream, guint64 a, guint64 b)
-{
-  guint64 z = mix64 (mix64 (mix64 (seed ^ stream) ^ a) ^ b);
-  return ((double) (z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-#define STREAM_GUMBEL 0x67756d62656cull
-#define STREAM_RANDOM 0x72616e646f6dull
+/* Noise comes from um-rng.h: counter-based, so the same (seed, step,
+ * position, token) gives the same draw on every backend. */
 
 typedef struct {
   gint32 pos;
@@ -187,7 +168,7 @@ choose_token (float             *row,
       guint64 key = (step << 32) ^ (guint32) position;
       for (int v = 0; v < V; v++)
         {
-          double u = uniform (p->seed, STREAM_GUMBEL, key, (guint64) v);
+          double u = um_rng_uniform (p->seed, UM_RNG_STREAM_GUMBEL, key, (guint64) v);
           double score = exp ((double) row[v]) / pow (-log (u), p->temperature);
           if (!have || score > best_score)
             {
@@ -211,7 +192,7 @@ choose_token (float             *row,
     }
 
   if (p->remasking == UM_REMASK_RANDOM)
-    cand->conf = uniform (p->seed, STREAM_RANDOM, step, (guint64) position);
+    cand->conf = um_rng_uniform (p->seed, UM_RNG_STREAM_RANDOM, step, (guint64) position);
   else
     {
       double mx = -INFINITY, sum = 0.0;
