@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "um-cuda-launch.h"
 #include "um-quant.h"
 
 /* ---- limits and launch helpers ------------------------------------------- */
@@ -292,8 +293,8 @@ launch_dequant_t (const void *src, int64_t row_bytes, int64_t n_rows, int64_t co
   const int64_t gy = n_rows < UM_CUDA_MAX_GRID_Y ? n_rows : UM_CUDA_MAX_GRID_Y;
   const dim3 grid ((unsigned int) gx_cap, (unsigned int) gy);
 
-  dequant_rows_kernel<T, ALIGNED, OutT><<<grid, UM_CUDA_THREADS, 0, stream>>> (
-    (const uint8_t *) src, row_bytes, n_rows, cols, ids, (OutT *) dst);
+  UM_LAUNCH ((dequant_rows_kernel<T, ALIGNED, OutT>), grid, UM_CUDA_THREADS, 0, stream,
+              (const uint8_t *) src, row_bytes, n_rows, cols, ids, (OutT *) dst);
 }
 
 template <typename OutT>
@@ -415,8 +416,8 @@ um_cuda_get_rows (const float *src, int dim, const int32_t *rows, int n, float *
     return cudaSuccess;
   if (src == NULL || rows == NULL || out == NULL)
     return cudaErrorInvalidValue;
-  get_rows_kernel<<<grid_1d ((int64_t) n * dim, UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream>>> (
-    src, dim, rows, n, out);
+  UM_LAUNCH ((get_rows_kernel), grid_1d ((int64_t) n * dim, UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream,
+              src, dim, rows, n, out);
   return launch_status ();
 }
 
@@ -483,7 +484,7 @@ um_cuda_rms_norm (const float *x, int rows, int dim, const float *w, float eps, 
     return cudaSuccess;
   if (x == NULL || w == NULL || out == NULL)
     return cudaErrorInvalidValue;
-  rms_norm_kernel<<<rows, RMS_THREADS, 0, stream>>> (x, dim, w, eps, out);
+  UM_LAUNCH ((rms_norm_kernel), rows, RMS_THREADS, 0, stream, x, dim, w, eps, out);
   return launch_status ();
 }
 
@@ -529,8 +530,8 @@ um_cuda_rope (float *x, int rows, const int32_t *pos, int n_heads, int head_dim,
     return cudaErrorInvalidValue;
   if (head_dim < 2)
     return cudaSuccess;   /* no pairs: the reference leaves x as it is */
-  rope_kernel<<<grid_1d ((int64_t) rows * (head_dim / 2), UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream>>> (
-    x, rows, pos, n_heads, head_dim, theta, interleaved);
+  UM_LAUNCH ((rope_kernel), grid_1d ((int64_t) rows * (head_dim / 2), UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream,
+              x, rows, pos, n_heads, head_dim, theta, interleaved);
   return launch_status ();
 }
 
@@ -562,7 +563,7 @@ attention_kernel (const float *q, int nq, const int32_t *q_seq, const float *k, 
   static_assert (BK % ATT_TPR == 0, "key tile must be a multiple of 16");
   constexpr int JPT = BK / ATT_TPR;   /* scores per thread and tile */
 
-  extern __shared__ float smem[];
+  UM_DYNAMIC_SHARED (float, smem);
   __shared__ int32_t seq[ATT_BQ];
 
   const int ld = head_dim + 1;
@@ -723,8 +724,8 @@ launch_attention (const float *q, int nq, const int32_t *q_seq, const float *k, 
   const dim3 grid ((unsigned int) ((nq + ATT_BQ - 1) / ATT_BQ), (unsigned int) n_heads);
   const float scale = 1.0f / sqrtf ((float) head_dim);
 
-  attention_kernel<BK, KPT><<<grid, ATT_THREADS, attention_smem (BK, head_dim), stream>>> (
-    q, nq, q_seq, k, v, seq_len, n_heads, n_kv_heads, head_dim, scale, out);
+  UM_LAUNCH ((attention_kernel<BK, KPT>), grid, ATT_THREADS, attention_smem (BK, head_dim), stream,
+              q, nq, q_seq, k, v, seq_len, n_heads, n_kv_heads, head_dim, scale, out);
 }
 
 extern "C" cudaError_t
@@ -771,7 +772,8 @@ um_cuda_swiglu (const float *gate, const float *up, size_t n, float *out, cudaSt
     return cudaSuccess;
   if (gate == NULL || up == NULL || out == NULL || n > (size_t) UM_CUDA_MAX_ELEMS)
     return cudaErrorInvalidValue;
-  swiglu_kernel<<<grid_1d ((int64_t) n, UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream>>> (gate, up, n, out);
+  UM_LAUNCH ((swiglu_kernel), grid_1d ((int64_t) n, UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream,
+              gate, up, n, out);
   return launch_status ();
 }
 
@@ -789,7 +791,7 @@ um_cuda_add (float *x, const float *y, size_t n, cudaStream_t stream)
     return cudaSuccess;
   if (x == NULL || y == NULL || n > (size_t) UM_CUDA_MAX_ELEMS)
     return cudaErrorInvalidValue;
-  add_kernel<<<grid_1d ((int64_t) n, UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream>>> (x, y, n);
+  UM_LAUNCH ((add_kernel), grid_1d ((int64_t) n, UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream, x, y, n);
   return launch_status ();
 }
 
@@ -814,13 +816,14 @@ um_cuda_convert_f32 (const float *src, size_t n, void *dst, UmCudaOutType to, cu
   switch (to)
     {
     case UM_CUDA_OUT_F32:
-      convert_kernel<float><<<grid, UM_CUDA_THREADS, 0, stream>>> (src, n, (float *) dst);
+      UM_LAUNCH ((convert_kernel<float>), grid, UM_CUDA_THREADS, 0, stream, src, n, (float *) dst);
       break;
     case UM_CUDA_OUT_F16:
-      convert_kernel<__half><<<grid, UM_CUDA_THREADS, 0, stream>>> (src, n, (__half *) dst);
+      UM_LAUNCH ((convert_kernel<__half>), grid, UM_CUDA_THREADS, 0, stream, src, n, (__half *) dst);
       break;
     case UM_CUDA_OUT_BF16:
-      convert_kernel<__nv_bfloat16><<<grid, UM_CUDA_THREADS, 0, stream>>> (src, n, (__nv_bfloat16 *) dst);
+      UM_LAUNCH ((convert_kernel<__nv_bfloat16>), grid, UM_CUDA_THREADS, 0, stream,
+                  src, n, (__nv_bfloat16 *) dst);
       break;
     default:
       return cudaErrorInvalidValue;
@@ -933,6 +936,6 @@ um_cuda_argmax_confidence (const float *logits, int rows, int vocab, int32_t *ou
     return cudaSuccess;
   if (logits == NULL || out_ids == NULL || out_conf == NULL)
     return cudaErrorInvalidValue;
-  argmax_confidence_kernel<<<rows, ARGMAX_THREADS, 0, stream>>> (logits, vocab, out_ids, out_conf);
+  UM_LAUNCH ((argmax_confidence_kernel), rows, ARGMAX_THREADS, 0, stream, logits, vocab, out_ids, out_conf);
   return launch_status ();
 }

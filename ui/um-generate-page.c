@@ -42,6 +42,7 @@ struct _UmGeneratePage {
   char            *last_text;
   gint64           started;
   int              committed;
+  gboolean         variable_steps;   /* threshold or factor: steps is only a bound */
   gboolean         updating_scale;
   UmModeInfo       mode_info;
   gboolean         have_mode;
@@ -342,12 +343,22 @@ token_text (gint32 id, gpointer user_data)
   return um_tokenizer_decode (um_engine_get_model (self->engine)->tokenizer, &id, 1, FALSE, NULL);
 }
 
+/* @n_this: tokens committed by this step, or -1 before the first. With a
+ * threshold or factor the step count is only a bound and steps commit
+ * varying numbers of tokens: say both. */
 static void
-update_stats (UmGeneratePage *self, int step, int n_steps, double elapsed)
+update_stats (UmGeneratePage *self, int step, int n_steps, int n_this, double elapsed)
 {
   g_autofree char *text = NULL;
   double tps = elapsed > 0 ? self->committed / elapsed : 0.0;
-  text = g_strdup_printf (_("Step %d of %d · %.1f tokens/s · %.1f s"), step, n_steps, tps, elapsed);
+  if (self->variable_steps && n_this >= 0)
+    text = g_strdup_printf (g_dngettext (GETTEXT_PACKAGE, "Step %d (at most %d) · %d token this step · %.1f tokens/s · %.1f s",
+                                         "Step %d (at most %d) · %d tokens this step · %.1f tokens/s · %.1f s", n_this),
+                            step, n_steps, n_this, tps, elapsed);
+  else if (self->variable_steps)
+    text = g_strdup_printf (_("Step %d (at most %d) · %.1f tokens/s · %.1f s"), step, n_steps, tps, elapsed);
+  else
+    text = g_strdup_printf (_("Step %d of %d · %.1f tokens/s · %.1f s"), step, n_steps, tps, elapsed);
   gtk_label_set_text (self->stats_label, text);
 }
 
@@ -366,7 +377,7 @@ on_step (const UmStepEvent *ev, gpointer user_data)
   if (um_diffusion_view_get_following (self->view))
     gtk_adjustment_set_value (self->step_adjustment, ev->step + 1);
   self->updating_scale = FALSE;
-  update_stats (self, ev->step + 1, ev->n_steps, ev->elapsed);
+  update_stats (self, ev->step + 1, ev->n_steps, ev->n_committed, ev->elapsed);
 }
 
 static void
@@ -470,7 +481,8 @@ um_generate_page_generate (UmGeneratePage *self)
   gtk_widget_set_sensitive (GTK_WIDGET (self->copy_button), FALSE);
   self->committed = 0;
   self->started = g_get_monotonic_time ();
-  update_stats (self, 0, req.params.steps, 0.0);
+  self->variable_steps = req.params.threshold > 0 || req.params.factor > 0;
+  update_stats (self, 0, req.params.steps, -1, 0.0);
 
   self->cancellable = g_cancellable_new ();
   /* On a narrow window the parameters cover the canvas: get out of the way. */

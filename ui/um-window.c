@@ -298,6 +298,8 @@ build_engine_options (UmWindow *self, const char *path, UmEngineOptions *options
   options->shape.gen_length = params.gen_length;
   options->shape.block_length = params.block_length;
   options->shape.cfg = params.cfg_scale > 0;
+  /* Fast decoding's KV cache is memory too: plan for it when it is on. */
+  options->shape.kv_cache = params.cache != UM_CACHE_NONE;
 }
 
 void
