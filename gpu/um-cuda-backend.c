@@ -24,7 +24,10 @@
 #define DEFAULT_MARGIN (768ull << 20)
 /* Dequantized weight tile: enough rows for tensor-core efficiency, bounded
  * memory whatever the weight. */
-#define TILE_ELEMS (32ull << 20)
+#ifndef UM_CUDA_TILE_ELEMS
+#define UM_CUDA_TILE_ELEMS (32ull << 20)
+#endif
+#define TILE_ELEMS UM_CUDA_TILE_ELEMS
 
 /* ---- cuBLAS, opened at run time ---- */
 
@@ -54,8 +57,14 @@ static struct {
 static gpointer
 load_cublas_once (gpointer data)
 {
+#ifdef UM_CUDA_EMU
+  /* The host emulation (tests/cuda-emu) links its cuBLAS into the program. */
+  const char *name = "the emulated cuBLAS";
+  GModule *m = g_module_open (NULL, G_MODULE_BIND_LAZY);
+#else
   g_autofree char *name = g_strdup_printf ("libcublas.so.%d", CUBLAS_VER_MAJOR);
   GModule *m = g_module_open (name, G_MODULE_BIND_LAZY | G_MODULE_BIND_LOCAL);
+#endif
 
   if (m == NULL)
     {
