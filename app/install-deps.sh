@@ -4,7 +4,7 @@
 # unless already root.
 set -euo pipefail
 
-packages=(meson ninja-build gcc pkg-config libglib2.0-dev libjson-glib-dev libzstd-dev
+packages=(meson ninja-build gcc g++ pkg-config libglib2.0-dev libjson-glib-dev libzstd-dev
           libopenblas-openmp-dev libgtk-4-dev libadwaita-1-dev gettext desktop-file-utils appstream)
 if [ "${1:-}" = "--tests" ]; then
   packages+=(clang libclang-rt-14-dev xvfb xauth dbus)

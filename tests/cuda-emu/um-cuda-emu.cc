@@ -1,0 +1,547 @@
+/* um-cuda-emu.cc — the host emulation of the CUDA runtime, kernel launches
+ * and cuBLAS that tests/cuda-emu's tests run gpu/ on (see um-cuda-emu.h).
+ * Logic only: no timing, no real device, no memory-ordering effects. */
+#include "cuda_runtime_api.h"
+#include "cublas_v2.h"
+#include "um-cuda-emu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <setjmp.h>
+#include <ucontext.h>
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+/* ---- errors ---- */
+
+static thread_local cudaError_t last_error = cudaSuccess;
+
+static cudaError_t
+fail (cudaError_t e)
+{
+  last_error = e;
+  return e;
+}
+
+extern "C" const char *
+cudaGetErrorString (cudaError_t e)
+{
+  switch (e)
+    {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    default: return "unknown error";
+    }
+}
+
+extern "C" const char *cudaGetErrorName (cudaError_t e) { return cudaGetErrorString (e); }
+
+extern "C" cudaError_t
+cudaGetLastError (void)
+{
+  cudaError_t e = last_error;
+  last_error = cudaSuccess;
+  return e;
+}
+
+extern "C" cudaError_t cudaPeekAtLastError (void) { return last_error; }
+
+/* ---- the device ---- */
+
+static std::mutex mem_lock;
+static std::map<const char *, size_t> device_blocks, host_blocks;
+static size_t device_total = (size_t) 16 << 30, device_used;
+
+extern "C" void um_emu_set_device_memory (size_t total) { std::lock_guard<std::mutex> g (mem_lock); device_total = total; }
+extern "C" size_t um_emu_device_bytes_in_use (void) { std::lock_guard<std::mutex> g (mem_lock); return device_used; }
+
+extern "C" cudaError_t cudaGetDeviceCount (int *n) { *n = 1; return cudaSuccess; }
+extern "C" cudaError_t cudaSetDevice (int d) { return d == 0 ? cudaSuccess : fail (cudaErrorInvalidDevice); }
+extern "C" cudaError_t cudaGetDevice (int *d) { *d = 0; return cudaSuccess; }
+extern "C" cudaError_t cudaDeviceSynchronize (void) { return cudaSuccess; }
+extern "C" cudaError_t cudaDriverGetVersion (int *v) { *v = 13000; return cudaSuccess; }
+extern "C" cudaError_t cudaRuntimeGetVersion (int *v) { *v = 13000; return cudaSuccess; }
+
+extern "C" cudaError_t
+cudaGetDeviceProperties (struct cudaDeviceProp *p, int device)
+{
+  if (device != 0)
+    return fail (cudaErrorInvalidDevice);
+  memset (p, 0, sizeof *p);
+  snprintf (p->name, sizeof p->name, "Unmask host emulation");
+  p->totalGlobalMem = device_total;
+  p->sharedMemPerBlock = 48 << 10;
+  p->sharedMemPerBlockOptin = 227 << 10;
+  p->sharedMemPerMultiprocessor = 228 << 10;
+  p->warpSize = 32;
+  p->maxThreadsPerBlock = 1024;
+  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+  p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 0x7fffffff;
+  p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+  p->major = 9;
+  p->minor = 0;
+  p->multiProcessorCount = 132;
+  p->maxThreadsPerMultiProcessor = 2048;
+  p->memoryBusWidth = 5120;
+  p->l2CacheSize = 50 << 20;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaDeviceGetLimit (size_t *v, cudaLimit l)
+{
+  *v = l == cudaLimitStackSize ? 1024 : l == cudaLimitPrintfFifoSize ? (1 << 20) : (8 << 20);
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaMemGetInfo (size_t *free_b, size_t *total_b)
+{
+  std::lock_guard<std::mutex> g (mem_lock);
+  *free_b = device_total - device_used;
+  *total_b = device_total;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaMalloc (void **ptr, size_t bytes)
+{
+  std::lock_guard<std::mutex> g (mem_lock);
+  char *p;
+  *ptr = NULL;
+  if (bytes > device_total - device_used)
+    return fail (cudaErrorMemoryAllocation);
+  /* 256-byte aligned like cudaMalloc, so alignment-dependent paths run. */
+  if ((p = (char *) aligned_alloc (256, (bytes + 255) & ~(size_t) 255)) == NULL)
+    return fail (cudaErrorMemoryAllocation);
+  device_blocks[p] = bytes;
+  device_used += bytes;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaFree (void *ptr)
+{
+  std::lock_guard<std::mutex> g (mem_lock);
+  if (ptr == NULL)
+    return cudaSuccess;
+  auto it = device_blocks.find ((const char *) ptr);
+  if (it == device_blocks.end ())
+    return fail (cudaErrorInvalidValue);
+  device_used -= it->second;
+  device_blocks.erase (it);
+  free (ptr);
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaHostAlloc (void **ptr, size_t bytes, unsigned int)
+{
+  std::lock_guard<std::mutex> g (mem_lock);
+  char *p = (char *) aligned_alloc (4096, (bytes + 4095) & ~(size_t) 4095);
+  *ptr = p;
+  if (p == NULL)
+    return fail (cudaErrorMemoryAllocation);
+  host_blocks[p] = bytes;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaMallocHost (void **ptr, size_t bytes) { return cudaHostAlloc (ptr, bytes, 0); }
+
+extern "C" cudaError_t
+cudaFreeHost (void *ptr)
+{
+  std::lock_guard<std::mutex> g (mem_lock);
+  if (ptr == NULL)
+    return cudaSuccess;
+  auto it = host_blocks.find ((const char *) ptr);
+  if (it == host_blocks.end ())
+    return fail (cudaErrorInvalidValue);
+  host_blocks.erase (it);
+  free (ptr);
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaHostRegister (void *, size_t, unsigned int) { return cudaSuccess; }
+extern "C" cudaError_t cudaHostUnregister (void *) { return cudaSuccess; }
+
+/* Which allocation holds @ptr, if any. */
+static bool
+find_block (const std::map<const char *, size_t> &m, const void *ptr)
+{
+  auto it = m.upper_bound ((const char *) ptr);
+  if (it == m.begin ())
+    return false;
+  --it;
+  return (const char *) ptr < it->first + (it->second ? it->second : 1);
+}
+
+extern "C" cudaError_t
+cudaPointerGetAttributes (struct cudaPointerAttributes *a, const void *ptr)
+{
+  std::lock_guard<std::mutex> g (mem_lock);
+  memset (a, 0, sizeof *a);
+  a->type = find_block (device_blocks, ptr) ? cudaMemoryTypeDevice
+          : find_block (host_blocks, ptr)   ? cudaMemoryTypeHost
+                                            : cudaMemoryTypeUnregistered;
+  a->devicePointer = a->type == cudaMemoryTypeDevice ? (void *) ptr : NULL;
+  a->hostPointer = a->type == cudaMemoryTypeHost ? (void *) ptr : NULL;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaMemcpy (void *dst, const void *src, size_t bytes, cudaMemcpyKind)
+{
+  if (bytes && (dst == NULL || src == NULL))
+    return fail (cudaErrorInvalidValue);
+  memmove (dst, src, bytes);
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaMemcpyAsync (void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t)
+{
+  return cudaMemcpy (dst, src, bytes, kind);
+}
+
+extern "C" cudaError_t
+cudaMemset (void *dst, int value, size_t bytes)
+{
+  if (bytes && dst == NULL)
+    return fail (cudaErrorInvalidValue);
+  memset (dst, value, bytes);
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaMemsetAsync (void *d, int v, size_t b, cudaStream_t) { return cudaMemset (d, v, b); }
+
+/* ---- streams and events: work runs when queued, so both are markers ---- */
+
+struct UmEmuStream { int unused; };
+struct UmEmuEvent { double t; bool recorded; };
+
+static double
+now_ms (void)
+{
+  struct timespec ts;
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+extern "C" cudaError_t cudaStreamCreate (cudaStream_t *s) { *s = new UmEmuStream (); return cudaSuccess; }
+extern "C" cudaError_t cudaStreamCreateWithFlags (cudaStream_t *s, unsigned int) { return cudaStreamCreate (s); }
+extern "C" cudaError_t cudaStreamDestroy (cudaStream_t s) { delete s; return cudaSuccess; }
+extern "C" cudaError_t cudaStreamSynchronize (cudaStream_t) { return cudaSuccess; }
+extern "C" cudaError_t cudaStreamWaitEvent (cudaStream_t, cudaEvent_t e, unsigned int) { return e ? cudaSuccess : fail (cudaErrorInvalidValue); }
+extern "C" cudaError_t cudaEventCreate (cudaEvent_t *e) { *e = new UmEmuEvent (); return cudaSuccess; }
+extern "C" cudaError_t cudaEventCreateWithFlags (cudaEvent_t *e, unsigned int) { return cudaEventCreate (e); }
+extern "C" cudaError_t cudaEventDestroy (cudaEvent_t e) { delete e; return cudaSuccess; }
+extern "C" cudaError_t cudaEventRecord (cudaEvent_t e, cudaStream_t) { e->t = now_ms (); e->recorded = true; return cudaSuccess; }
+extern "C" cudaError_t cudaEventSynchronize (cudaEvent_t) { return cudaSuccess; }
+extern "C" cudaError_t cudaEventQuery (cudaEvent_t) { return cudaSuccess; }
+
+extern "C" cudaError_t
+cudaEventElapsedTime (float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+  if (!a->recorded || !b->recorded)
+    return fail (cudaErrorInvalidValue);
+  *ms = (float) (b->t - a->t);
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaFuncGetAttributes (struct cudaFuncAttributes *a, const void *func)
+{
+  if (func == NULL)
+    return fail (cudaErrorInvalidValue);
+  memset (a, 0, sizeof *a);
+  a->maxThreadsPerBlock = 1024;
+  a->ptxVersion = a->binaryVersion = 90;
+  return cudaSuccess;
+}
+
+/* ---- kernel launches: blocks in order, threads as fibers ---- */
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+namespace {
+
+enum { RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
+constexpr size_t STACK_BYTES = 256 << 10;
+
+/* A fiber is started once per launch (makecontext) and then runs the kernel
+ * once per block, switching with _setjmp/_longjmp: swapcontext would make
+ * two system calls per switch. */
+struct Fiber {
+  ucontext_t ctx;
+  jmp_buf jb;
+  bool started;
+  int state;
+  uint3 idx;
+  uint64_t slot;      /* warp exchange: the value this lane offers */
+  int src;            /* ... and the lane it reads */
+  int reduce;         /* __syncthreads_or/and/count: the predicate */
+};
+
+struct Launch {
+  std::vector<Fiber> fibers;
+  ucontext_t start_ctx;
+  jmp_buf sched;
+  int current;
+  const std::function<void ()> *body;
+  std::vector<char> shared;
+  bool failed;
+  int reduce_result;
+};
+
+Launch *active;
+
+/* Stacks are kept for the next launch. */
+std::vector<char *> stack_pool;
+
+void
+yield_to_scheduler (int state)
+{
+  Launch *L = active;
+  Fiber &f = L->fibers[L->current];
+  f.state = state;
+  if (_setjmp (f.jb) == 0)
+    _longjmp (L->sched, 1);
+}
+
+void
+fiber_main (void)
+{
+  for (;;)
+    {
+      Launch *L = active;
+      (*L->body) ();
+      yield_to_scheduler (DONE);
+    }
+}
+
+/* Runs fiber @i until it yields. */
+void
+resume (Launch *L, int i)
+{
+  Fiber &f = L->fibers[i];
+  L->current = i;
+  threadIdx = f.idx;
+  if (_setjmp (L->sched) == 0)
+    {
+      if (!f.started)
+        {
+          f.started = true;
+          swapcontext (&L->start_ctx, &f.ctx);
+        }
+      else
+        _longjmp (f.jb, 1);
+    }
+}
+
+} // namespace
+
+void *
+um_emu_dynamic_shared (void)
+{
+  return active->shared.data ();
+}
+
+void
+um_emu_syncthreads (void)
+{
+  yield_to_scheduler (AT_BLOCK_BARRIER);
+}
+
+int
+um_emu_syncthreads_reduce (int pred, int op)
+{
+  active->fibers[active->current].reduce = pred ? 1 : 0;
+  active->fibers[active->current].src = 1000 + op;   /* marks a reducing barrier */
+  yield_to_scheduler (AT_BLOCK_BARRIER);
+  return active->reduce_result;
+}
+
+uint64_t
+um_emu_warp_exchange (uint64_t value, int src_lane, int width)
+{
+  Launch *L = active;
+  int me = L->current;
+  int warp0 = me - me % 32;
+  uint64_t v;
+  (void) width;
+  L->fibers[me].slot = value;
+  L->fibers[me].src = src_lane;
+  yield_to_scheduler (AT_WARP_BARRIER);
+  /* Every live lane of the warp has offered its value; a lane that exited
+   * offers nothing, and reading it is a kernel bug. */
+  if (warp0 + src_lane >= (int) L->fibers.size () || L->fibers[warp0 + src_lane].state == DONE)
+    {
+      fprintf (stderr, "cuda-emu: warp shuffle reads lane %d, which has exited or does not exist\n", src_lane);
+      L->failed = true;
+      return 0;
+    }
+  v = L->fibers[warp0 + src_lane].slot;
+  /* A second meeting, so no lane overwrites its slot before all have read. */
+  yield_to_scheduler (AT_WARP_BARRIER);
+  return v;
+}
+
+unsigned
+um_emu_warp_ballot (int pred)
+{
+  Launch *L = active;
+  int me = L->current, warp0 = me - me % 32;
+  unsigned bits = 0;
+  L->fibers[me].slot = pred ? 1 : 0;
+  yield_to_scheduler (AT_WARP_BARRIER);
+  for (int i = warp0; i < warp0 + 32 && i < (int) L->fibers.size (); i++)
+    if (L->fibers[i].state != DONE && L->fibers[i].slot)
+      bits |= 1u << (i - warp0);
+  yield_to_scheduler (AT_WARP_BARRIER);
+  return bits;
+}
+
+static void
+run_block (Launch *L)
+{
+  const int n = (int) L->fibers.size ();
+
+  for (int i = 0; i < n; i++)
+    {
+      L->fibers[i].state = RUNNING;
+      L->fibers[i].src = 0;
+    }
+  for (;;)
+    {
+      bool progressed = false, all_done = true;
+      for (int i = 0; i < n; i++)
+        if (L->fibers[i].state == RUNNING)
+          {
+            resume (L, i);
+            progressed = true;
+          }
+      /* Release warps whose live lanes all wait at a warp barrier. */
+      for (int w = 0; w < n; w += 32)
+        {
+          int waiting = 0, live = 0;
+          for (int i = w; i < w + 32 && i < n; i++)
+            if (L->fibers[i].state != DONE)
+              {
+                live++;
+                waiting += L->fibers[i].state == AT_WARP_BARRIER;
+              }
+          if (live > 0 && waiting == live)
+            {
+              for (int i = w; i < w + 32 && i < n; i++)
+                if (L->fibers[i].state == AT_WARP_BARRIER)
+                  L->fibers[i].state = RUNNING;
+              progressed = true;
+            }
+        }
+      /* Release the block when every live thread waits at __syncthreads. */
+      {
+        int waiting = 0, live = 0, op = -1, acc_or = 0, acc_and = 1, acc_count = 0;
+        for (int i = 0; i < n; i++)
+          if (L->fibers[i].state != DONE)
+            {
+              live++;
+              if (L->fibers[i].state == AT_BLOCK_BARRIER)
+                {
+                  waiting++;
+                  if (L->fibers[i].src >= 1000)
+                    {
+                      op = L->fibers[i].src - 1000;
+                      acc_or |= L->fibers[i].reduce;
+                      acc_and &= L->fibers[i].reduce;
+                      acc_count += L->fibers[i].reduce;
+                    }
+                }
+            }
+        if (live > 0 && waiting == live)
+          {
+            L->reduce_result = op == 0 ? acc_or : op == 1 ? acc_and : acc_count;
+            for (int i = 0; i < n; i++)
+              if (L->fibers[i].state == AT_BLOCK_BARRIER)
+                {
+                  L->fibers[i].state = RUNNING;
+                  L->fibers[i].src = 0;
+                }
+            progressed = true;
+          }
+        for (int i = 0; i < n; i++)
+          all_done = all_done && L->fibers[i].state == DONE;
+      }
+      if (all_done)
+        return;
+      if (!progressed)
+        {
+          fprintf (stderr, "cuda-emu: block (%u,%u,%u) is stuck: threads wait at barriers others never reach\n",
+                   blockIdx.x, blockIdx.y, blockIdx.z);
+          L->failed = true;
+          return;
+        }
+    }
+}
+
+void
+um_emu_run (dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t, std::function<void ()> body)
+{
+  static std::mutex one_launch;   /* `__shared__` is static: one block at a time, process-wide */
+  std::lock_guard<std::mutex> g (one_launch);
+  const unsigned nthreads = block.x * block.y * block.z;
+  Launch L;
+
+  if (nthreads == 0 || nthreads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535
+      || grid.z > 65535 || block.z > 64 || shared_bytes > (227u << 10))
+    {
+      fail (cudaErrorInvalidConfiguration);
+      return;
+    }
+  L.fibers.resize (nthreads);
+  L.body = &body;
+  L.failed = false;
+  L.shared.assign (shared_bytes + 16, 0);
+  while (stack_pool.size () < nthreads)
+    stack_pool.push_back ((char *) malloc (STACK_BYTES));
+  for (unsigned i = 0; i < nthreads; i++)
+    {
+      Fiber &f = L.fibers[i];
+      f.idx = { i % block.x, (i / block.x) % block.y, i / (block.x * block.y) };
+      f.started = false;
+      getcontext (&f.ctx);
+      f.ctx.uc_stack.ss_sp = stack_pool[i];
+      f.ctx.uc_stack.ss_size = STACK_BYTES;
+      f.ctx.uc_link = NULL;
+      makecontext (&f.ctx, fiber_main, 0);
+    }
+  active = &L;
+  blockDim = block;
+  gridDim = grid;
+  for (unsigned z = 0; z < grid.z && !L.failed; z++)
+    for (unsigned y = 0; y < grid.y && !L.failed; y++)
+      for (unsigned x = 0; x < grid.x && !L.failed; x++)
+        {
+          blockIdx = { x, y, z };
+          /* Fresh shared memory per block: garbage, like the GPU's. */
+          memset (L.shared.data (), 0xa5, L.shared.size ());
+          run_block (&L);
+        }
+  active = NULL;
+  if (L.failed)
+    fail (cudaErrorLaunchFailure);
+}
