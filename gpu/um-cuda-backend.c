@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "um-cuda-kernels.h"
+#include "um-cuda-tiles.h"
 #include "um-error.h"
 
 /* Leave this much device memory to the driver, other programs, kernels
@@ -688,7 +689,7 @@ cuda_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *dw, UmBuf *ou
     return gemm (c, dw->dev, htype, n, k, c->act_half.ptr, htype, rows, out->ptr, n, error);
 
   /* Quantized: dequantize a tile of rows to f16 and multiply it. */
-  tile_rows = MAX (1, MIN ((int64_t) n, (int64_t) (TILE_ELEMS / (guint64) k)));
+  tile_rows = um_cuda_tile_rows (n, k, TILE_ELEMS);
   if (!scratch_ensure (c, &c->tile, (size_t) tile_rows * k * 2, error))
     return FALSE;
   for (int64_t r0 = 0; r0 < n; r0 += tile_rows)

@@ -8,6 +8,7 @@
 #include "um-engine.h"
 #include "um-error.h"
 #include "um-backend-cuda.h"
+#include "um-cuda-tiles.h"
 #include "um-quant.h"
 #include "um-test-util.h"
 
@@ -808,6 +809,25 @@ test_out_of_memory (void)
   g_assert_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY);
 }
 
+/* Tile heights: multiples of 128 (aligned tile outputs), never 0, never
+ * more than the weight; LLaDA-8B's shapes with the default 32 Mi elements. */
+static void
+test_tile_rows (void)
+{
+  const guint64 tile = 32ull << 20;
+  g_assert_cmpint (um_cuda_tile_rows (4096, 12288, tile), ==, 2688);   /* was 2730 */
+  g_assert_cmpint (um_cuda_tile_rows (12288, 4096, tile), ==, 8192);
+  g_assert_cmpint (um_cuda_tile_rows (126464, 4096, tile), ==, 8192);
+  g_assert_cmpint (um_cuda_tile_rows (100, 4096, tile), ==, 100);
+  g_assert_cmpint (um_cuda_tile_rows (100000, 1 << 20, 65536), ==, 128);
+  for (int k = 1; k < 40000; k += 997)
+    {
+      int64_t t = um_cuda_tile_rows (1 << 20, k, tile);
+      g_assert_cmpint (t % 128, ==, 0);
+      g_assert_cmpint ((guint64) t * k, <=, MAX (tile, 128ull * k));
+    }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -829,6 +849,7 @@ main (int argc, char **argv)
     }
   cpu = um_backend_cpu_new (0, 0, NULL);
   rng = g_rand_new_with_seed (99);
+  g_test_add_func ("/backend-ops/tile-rows", test_tile_rows);
   g_test_add_func ("/backend-ops/matmul", test_matmul);
   g_test_add_func ("/backend-ops/embed", test_embed);
   g_test_add_func ("/backend-ops/rms-norm", test_rms_norm);
