@@ -743,8 +743,16 @@ probe_devices (int *count)
   (void) cudaGetLastError ();
   cudaDriverGetVersion (&driver);
   *count = 0;
-  if (e == cudaErrorInsufficientDriver || driver == 0)
-    return g_strdup ("no NVIDIA driver is installed (or it is too old for this CUDA runtime)");
+  if (driver == 0)
+    return g_strdup ("no NVIDIA driver is installed");
+  if (e == cudaErrorInsufficientDriver)
+    {
+      int runtime = 0;
+      cudaRuntimeGetVersion (&runtime);
+      return g_strdup_printf ("the NVIDIA driver supports CUDA up to %d.%d, but Unmask was built with CUDA %d.%d: "
+                              "update the driver", driver / 1000, driver % 1000 / 10, runtime / 1000,
+                              runtime % 1000 / 10);
+    }
   if (e == cudaErrorNoDevice || e == cudaSuccess)
     return g_strdup ("the NVIDIA driver found no CUDA device");
   return g_strdup_printf ("CUDA is not usable: %s", cudaGetErrorString (e));
@@ -768,6 +776,15 @@ um_gpu_report_new (void)
       size_t free_b = 0, total_b = 0;
       if (cudaGetDeviceProperties (&prop, i) != cudaSuccess)
         continue;
+      /* The kernels are built for sm_80 and newer: an older GPU is not
+       * usable, and saying so here keeps `auto` and the optimizer off it. */
+      if (prop.major < 8)
+        {
+          g_autofree char *old = r->why_none;
+          r->why_none = g_strdup_printf ("%s%s%s has compute capability %d.%d; Unmask needs 8.0 or newer",
+                                         old ? old : "", old ? "; " : "", prop.name, prop.major, prop.minor);
+          continue;
+        }
       d.index = i;
       g_strlcpy (d.name, prop.name, sizeof d.name);
       d.cc_major = prop.major;
@@ -779,8 +796,10 @@ um_gpu_report_new (void)
       g_array_append_val (r->devices, d);
     }
   (void) cudaGetLastError ();
-  if (count > 0 && r->devices->len == 0)
+  if (count > 0 && r->devices->len == 0 && r->why_none == NULL)
     r->why_none = g_strdup ("no CUDA device could be queried");
+  else if (r->devices->len > 0)
+    g_clear_pointer (&r->why_none, g_free);   /* one usable GPU is enough */
   return r;
 }
 
@@ -836,8 +855,21 @@ um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
    * below differs from this one only by what this function allocates. */
   if (!load_cublas (error)
       || !cuda_ok (cudaSetDevice (device), "selecting the device", error)
-      || !cuda_ok (cudaFree (NULL), "creating the CUDA context", error)
-      || !cuda_ok (cudaMemGetInfo (&free_ctx, &total_b), "querying memory", error))
+      || !cuda_ok (cudaFree (NULL), "creating the CUDA context", error))
+    return NULL;
+  /* A GPU newer than the build's code (or a driver too old for its PTX)
+   * fails only at the first launch; ask now, so `auto` can still choose
+   * the CPU. */
+  if (um_cuda_probe_kernels () != cudaSuccess)
+    {
+      (void) cudaGetLastError ();
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                   "cuda: this build of Unmask has no kernels for %s (compute capability %d.%d): "
+                   "it was built for 8.0–9.0 and PTX 9.0; update the NVIDIA driver or rebuild Unmask",
+                   prop.name, prop.major, prop.minor);
+      return NULL;
+    }
+  if (!cuda_ok (cudaMemGetInfo (&free_ctx, &total_b), "querying memory", error))
     return NULL;
 
   c = g_new0 (CudaCtx, 1);

@@ -939,3 +939,12 @@ um_cuda_argmax_confidence (const float *logits, int rows, int vocab, int32_t *ou
   UM_LAUNCH ((argmax_confidence_kernel), rows, ARGMAX_THREADS, 0, stream, logits, vocab, out_ids, out_conf);
   return launch_status ();
 }
+
+cudaError_t
+um_cuda_probe_kernels (void)
+{
+  struct cudaFuncAttributes attr;
+  /* Fails with cudaErrorNoKernelImageForDevice (or a PTX JIT error) when
+   * nothing in the fat binary fits the current device. */
+  return cudaFuncGetAttributes (&attr, (const void *) add_kernel);
+}
