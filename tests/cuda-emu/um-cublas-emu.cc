@@ -10,10 +10,39 @@
 
 struct UmEmuBlas { cudaStream_t stream; cublasMath_t math; };
 
+/* Products per A type (each batch entry counts), and calls per (A, C,
+ * compute) combination, so tests can tell which path the backend took. */
 static long counts[32];
+static long calls[32][32][4];
 
-extern "C" void um_emu_blas_reset_counts (void) { memset (counts, 0, sizeof counts); }
+static int
+compute_slot (cublasComputeType_t c)
+{
+  return c == CUBLAS_COMPUTE_32F_FAST_TF32 ? 1 : c == CUBLAS_COMPUTE_32F_FAST_16F ? 2
+       : c == CUBLAS_COMPUTE_32F_FAST_16BF ? 3 : 0;
+}
+
+static void
+count_call (cudaDataType a, cudaDataType ct, cublasComputeType_t c)
+{
+  if ((unsigned) a < 32 && (unsigned) ct < 32)
+    calls[a][ct][compute_slot (c)]++;
+}
+
+extern "C" void
+um_emu_blas_reset_counts (void)
+{
+  memset (counts, 0, sizeof counts);
+  memset (calls, 0, sizeof calls);
+}
+
 extern "C" long um_emu_blas_count (cudaDataType t) { return (unsigned) t < 32 ? counts[t] : 0; }
+
+extern "C" long
+um_emu_blas_calls (cudaDataType a, cudaDataType ct, cublasComputeType_t c)
+{
+  return (unsigned) a < 32 && (unsigned) ct < 32 ? calls[a][ct][compute_slot (c)] : 0;
+}
 
 extern "C" cublasStatus_t
 cublasCreate_v2 (cublasHandle_t *h)
@@ -141,6 +170,7 @@ cublasGemmEx (cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int 
   if ((s = check (ta, tb, m, n, k, lda, ldb, ldc, at, bt, ct, c)) != CUBLAS_STATUS_SUCCESS)
     return s;
   gemm (ta, tb, m, n, k, *(const float *) alpha, A, at, lda, B, bt, ldb, *(const float *) beta, C, ct, ldc, c);
+  count_call (at, ct, c);
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -167,6 +197,7 @@ cublasGemmStridedBatchedEx (cublasHandle_t h, cublasOperation_t ta, cublasOperat
     gemm (ta, tb, m, n, k, *(const float *) alpha, (const char *) A + b * sa * (long long) type_size (at), at, lda,
           (const char *) B + b * sb * (long long) type_size (bt), bt, ldb, *(const float *) beta,
           (char *) C + b * sc * (long long) type_size (ct), ct, ldc, c);
+  count_call (at, ct, c);
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -186,5 +217,6 @@ cublasGemmBatchedEx (cublasHandle_t h, cublasOperation_t ta, cublasOperation_t t
   for (int b = 0; b < batch; b++)
     gemm (ta, tb, m, n, k, *(const float *) alpha, A[b], at, lda, B[b], bt, ldb, *(const float *) beta, C[b], ct,
           ldc, c);
+  count_call (at, ct, c);
   return CUBLAS_STATUS_SUCCESS;
 }

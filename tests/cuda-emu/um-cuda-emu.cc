@@ -295,6 +295,8 @@ struct Fiber {
   uint64_t slot;      /* warp exchange: the value this lane offers */
   int src;            /* ... and the lane it reads */
   int reduce;         /* __syncthreads_or/and/count: the predicate */
+  const char *file;   /* the __syncthreads waited at */
+  int line;
 };
 
 struct Launch {
@@ -361,15 +363,24 @@ um_emu_dynamic_shared (void)
   return active->shared.data ();
 }
 
-void
-um_emu_syncthreads (void)
+static void
+barrier_site (const char *file, int line)
 {
+  active->fibers[active->current].file = file;
+  active->fibers[active->current].line = line;
+}
+
+void
+um_emu_syncthreads (const char *file, int line)
+{
+  barrier_site (file, line);
   yield_to_scheduler (AT_BLOCK_BARRIER);
 }
 
 int
-um_emu_syncthreads_reduce (int pred, int op)
+um_emu_syncthreads_reduce (int pred, int op, const char *file, int line)
 {
+  barrier_site (file, line);
   active->fibers[active->current].reduce = pred ? 1 : 0;
   active->fibers[active->current].src = 1000 + op;   /* marks a reducing barrier */
   yield_to_scheduler (AT_BLOCK_BARRIER);
@@ -391,7 +402,9 @@ um_emu_warp_exchange (uint64_t value, int src_lane, int width)
    * offers nothing, and reading it is a kernel bug. */
   if (warp0 + src_lane >= (int) L->fibers.size () || L->fibers[warp0 + src_lane].state == DONE)
     {
-      fprintf (stderr, "cuda-emu: warp shuffle reads lane %d, which has exited or does not exist\n", src_lane);
+      if (!L->failed)   /* once per launch, not once per lane */
+        fprintf (stderr, "cuda-emu: block (%u,%u,%u): a warp shuffle reads lane %d, which has exited or does not "
+                 "exist\n", blockIdx.x, blockIdx.y, blockIdx.z, src_lane);
       L->failed = true;
       return 0;
     }
@@ -474,6 +487,22 @@ run_block (Launch *L)
             }
         if (live > 0 && waiting == live)
           {
+            const Fiber *first = NULL;
+            for (int i = 0; i < n; i++)
+              if (L->fibers[i].state == AT_BLOCK_BARRIER)
+                {
+                  const Fiber &f = L->fibers[i];
+                  if (first == NULL)
+                    first = &f;
+                  else if (f.line != first->line || strcmp (f.file, first->file) != 0)
+                    {
+                      fprintf (stderr, "cuda-emu: block (%u,%u,%u): threads wait at different __syncthreads "
+                               "(%s:%d and %s:%d)\n", blockIdx.x, blockIdx.y, blockIdx.z, first->file,
+                               first->line, f.file, f.line);
+                      L->failed = true;
+                      return;
+                    }
+                }
             L->reduce_result = op == 0 ? acc_or : op == 1 ? acc_and : acc_count;
             for (int i = 0; i < n; i++)
               if (L->fibers[i].state == AT_BLOCK_BARRIER)

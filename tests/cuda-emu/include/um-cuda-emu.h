@@ -6,8 +6,9 @@
  * is `static` here, is private to the running block); a block's threads are
  * fibers on the calling thread, each running the kernel until it reaches a
  * barrier (__syncthreads, a warp shuffle) or returns. A barrier releases
- * when every live thread of the block (or warp) has reached it; a barrier
- * that can never release (divergent __syncthreads) fails the launch. This
+ * when every live thread of the block (or warp) has reached it; threads
+ * waiting at different __syncthreads (divergence), or a barrier that can
+ * never release, fail the launch. This
  * checks the kernels' logic, indexing and synchronisation against the C
  * references, not timing, memory ordering on real hardware, or the CUDA
  * runtime. */
@@ -46,17 +47,20 @@ extern dim3 blockDim, gridDim;
 static const int warpSize = 32;
 
 /* ---- barriers and warps (um-cuda-emu.cc) ---- */
-void     um_emu_syncthreads (void);
-int      um_emu_syncthreads_reduce (int pred, int op);   /* 0 or, 1 and, 2 count */
+/* @file and @line name the barrier: threads of a block waiting at two
+ * different __syncthreads is divergence, a kernel bug the launch reports. */
+void     um_emu_syncthreads (const char *file, int line);
+int      um_emu_syncthreads_reduce (int pred, int op, const char *file, int line);   /* 0 or, 1 and, 2 count */
 uint64_t um_emu_warp_exchange (uint64_t value, int src_lane, int width);
 unsigned um_emu_warp_ballot (int pred);
 void    *um_emu_dynamic_shared (void);
 void     um_emu_run (dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, std::function<void ()> body);
 
-static inline void __syncthreads (void) { um_emu_syncthreads (); }
-static inline int __syncthreads_or (int p) { return um_emu_syncthreads_reduce (p, 0); }
-static inline int __syncthreads_and (int p) { return um_emu_syncthreads_reduce (p, 1); }
-static inline int __syncthreads_count (int p) { return um_emu_syncthreads_reduce (p, 2); }
+/* Macros, so each barrier is known by its place in the source. */
+#define __syncthreads() um_emu_syncthreads (__FILE__, __LINE__)
+#define __syncthreads_or(p) um_emu_syncthreads_reduce ((p), 0, __FILE__, __LINE__)
+#define __syncthreads_and(p) um_emu_syncthreads_reduce ((p), 1, __FILE__, __LINE__)
+#define __syncthreads_count(p) um_emu_syncthreads_reduce ((p), 2, __FILE__, __LINE__)
 static inline void __syncwarp (unsigned = 0xffffffffu) { (void) um_emu_warp_exchange (0, 0, 32); }
 
 static inline unsigned
@@ -147,6 +151,61 @@ static inline int __float_as_int (float f) { int u; memcpy (&u, &f, 4); return u
 static inline double __longlong_as_double (long long u) { double d; memcpy (&d, &u, 8); return d; }
 static inline long long __double_as_longlong (double d) { long long u; memcpy (&u, &d, 8); return u; }
 template <typename T> static inline T __ldg (const T *p) { return *p; }
+static inline float __frcp_rn (float x) { return 1.0f / x; }
+static inline float __fsqrt_rn (float x) { return sqrtf (x); }
+static inline float __frsqrt_rn (float x) { return 1.0f / sqrtf (x); }
+static inline float um_emu_powf (float a, float b) { return powf (a, b); }
+static inline float um_emu_log2f (float x) { return log2f (x); }
+static inline float um_emu_sinf (float x) { return sinf (x); }
+static inline float um_emu_cosf (float x) { return cosf (x); }
+#define __powf um_emu_powf
+#define __log2f um_emu_log2f
+#define __sinf um_emu_sinf
+#define __cosf um_emu_cosf
+static inline int __float2int_rn (float x) { return (int) nearbyintf (x); }
+static inline int __float2int_rz (float x) { return (int) x; }
+static inline int __float2int_rd (float x) { return (int) floorf (x); }
+static inline float __int2float_rn (int x) { return (float) x; }
+static inline float __uint2float_rn (unsigned x) { return (float) x; }
+static inline int __popc (unsigned x) { return __builtin_popcount (x); }
+static inline int __popcll (unsigned long long x) { return __builtin_popcountll (x); }
+static inline int __clz (int x) { return x == 0 ? 32 : __builtin_clz ((unsigned) x); }
+static inline int __ffs (int x) { return __builtin_ffs (x); }
+static inline unsigned __brev (unsigned x)
+{
+  unsigned r = 0;
+  for (int i = 0; i < 32; i++, x >>= 1)
+    r = (r << 1) | (x & 1u);
+  return r;
+}
+static inline unsigned __umulhi (unsigned a, unsigned b) { return (unsigned) (((unsigned long long) a * b) >> 32); }
+/* CUDA's overloaded device min/max (g++ has only std::min/max). */
+static inline int min (int a, int b) { return a < b ? a : b; }
+static inline int max (int a, int b) { return a > b ? a : b; }
+static inline unsigned min (unsigned a, unsigned b) { return a < b ? a : b; }
+static inline unsigned max (unsigned a, unsigned b) { return a > b ? a : b; }
+static inline long long min (long long a, long long b) { return a < b ? a : b; }
+static inline long long max (long long a, long long b) { return a > b ? a : b; }
+static inline float min (float a, float b) { return fminf (a, b); }
+static inline float max (float a, float b) { return fmaxf (a, b); }
+/* Blocks run one at a time and fibers switch only at barriers, so every
+ * write is already visible: fences are no-ops here. */
+static inline void __threadfence (void) {}
+static inline void __threadfence_block (void) {}
+
+/* ---- vector types ---- */
+struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+struct int2 { int x, y; };
+struct int4 { int x, y, z, w; };
+struct uint2 { unsigned x, y; };
+struct uint4 { unsigned x, y, z, w; };
+static inline float2 make_float2 (float x, float y) { return { x, y }; }
+static inline float4 make_float4 (float x, float y, float z, float w) { return { x, y, z, w }; }
+static inline int2 make_int2 (int x, int y) { return { x, y }; }
+static inline int4 make_int4 (int x, int y, int z, int w) { return { x, y, z, w }; }
+static inline uint2 make_uint2 (unsigned x, unsigned y) { return { x, y }; }
+static inline uint4 make_uint4 (unsigned x, unsigned y, unsigned z, unsigned w) { return { x, y, z, w }; }
 
 /* ---- half types ---- */
 struct __half { unsigned short x; };
@@ -160,6 +219,26 @@ static inline float __bfloat162float (__nv_bfloat16 h) { return um_bf16_to_f32 (
 static inline __nv_bfloat16 __float2bfloat16_rn (float f) { __nv_bfloat16 h; h.x = um_f32_to_bf16 (f); return h; }
 static inline __nv_bfloat16 __float2bfloat16 (float f) { return __float2bfloat16_rn (f); }
 static inline __nv_bfloat16 __ushort_as_bfloat16 (unsigned short u) { __nv_bfloat16 h; h.x = u; return h; }
+static inline unsigned short __bfloat16_as_ushort (__nv_bfloat16 h) { return h.x; }
+/* Half arithmetic as the GPU does it: in float, rounded once to half. */
+static inline __half __hadd (__half a, __half b) { return __float2half_rn (__half2float (a) + __half2float (b)); }
+static inline __half __hmul (__half a, __half b) { return __float2half_rn (__half2float (a) * __half2float (b)); }
+static inline __half __hfma (__half a, __half b, __half c)
+{
+  return __float2half_rn (fmaf (__half2float (a), __half2float (b), __half2float (c)));
+}
+struct __half2 { __half x, y; };
+struct __nv_bfloat162 { __nv_bfloat16 x, y; };
+static inline __half2 __floats2half2_rn (float a, float b) { return { __float2half_rn (a), __float2half_rn (b) }; }
+static inline __half2 __float22half2_rn (float2 f) { return __floats2half2_rn (f.x, f.y); }
+static inline float2 __half22float2 (__half2 h) { return { __half2float (h.x), __half2float (h.y) }; }
+static inline float __low2float (__half2 h) { return __half2float (h.x); }
+static inline float __high2float (__half2 h) { return __half2float (h.y); }
+static inline __nv_bfloat162 __floats2bfloat162_rn (float a, float b)
+{
+  return { __float2bfloat16_rn (a), __float2bfloat16_rn (b) };
+}
+static inline float2 __bfloat1622float2 (__nv_bfloat162 h) { return { __bfloat162float (h.x), __bfloat162float (h.y) }; }
 
 /* ---- launches ---- */
 static inline dim3 um_emu_dim3 (dim3 d) { return d; }

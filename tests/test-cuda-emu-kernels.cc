@@ -1,0 +1,521 @@
+/* test-cuda-emu-kernels.cc — the host emulation of CUDA (tests/cuda-emu)
+ * checked against itself, and gpu/'s kernels on cases the kernel self-test
+ * (gpu/um-cuda-selftest.cu) leaves out.
+ *
+ * This runs on the CPU in every CI run, with no GPU and no CUDA toolkit: it
+ * checks kernel LOGIC (indexing, tile and warp edges, synchronisation as the
+ * emulation models it), NOT timing, and NOT the real CUDA runtime, driver or
+ * cuBLAS. Exits 0 when every check passes, 1 otherwise. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "cublas_v2.h"
+#include "cuda_runtime_api.h"
+#include "um-cuda-kernels.h"
+#include "um-cuda-launch.h"
+#include "um-quant.h"
+
+static int n_checks, n_fail;
+
+static void
+expect (bool ok, const char *what)
+{
+  n_checks++;
+  if (!ok)
+    {
+      n_fail++;
+      fprintf (stderr, "FAIL: %s\n", what);
+    }
+}
+
+static uint32_t rng_state = 12345;
+
+static float
+rng_float (float lo, float hi)
+{
+  rng_state = rng_state * 1664525u + 1013904223u;
+  return lo + (hi - lo) * (float) (rng_state >> 8) / (float) (1u << 24);
+}
+
+template <typename T>
+static T *
+to_device (const std::vector<T> &h)
+{
+  void *d = NULL;
+  if (cudaMalloc (&d, h.size () * sizeof (T) + 1) != cudaSuccess)
+    abort ();
+  cudaMemcpy (d, h.data (), h.size () * sizeof (T), cudaMemcpyHostToDevice);
+  return (T *) d;
+}
+
+template <typename T>
+static std::vector<T>
+from_device (const T *d, size_t n)
+{
+  std::vector<T> h (n);
+  cudaMemcpy (h.data (), d, n * sizeof (T), cudaMemcpyDeviceToHost);
+  return h;
+}
+
+/* ---- the emulation's own semantics, on small kernels ---- */
+
+static __global__ void
+k_shuffles (int *out)
+{
+  const int lane = (int) (threadIdx.x % 32), t = (int) threadIdx.x;
+  out[t * 8 + 0] = __shfl_xor_sync (0xffffffffu, t, 1);
+  out[t * 8 + 1] = __shfl_xor_sync (0xffffffffu, t, 16, 16);   /* earlier group read, later not */
+  out[t * 8 + 2] = __shfl_down_sync (0xffffffffu, t, 3, 8);
+  out[t * 8 + 3] = __shfl_up_sync (0xffffffffu, t, 2);
+  out[t * 8 + 4] = __shfl_sync (0xffffffffu, t, 5, 16);
+  out[t * 8 + 5] = (int) __ballot_sync (0xffffffffu, lane % 3 == 0);
+  out[t * 8 + 6] = __any_sync (0xffffffffu, lane == 31) * 2 + __all_sync (0xffffffffu, lane < 31);
+  out[t * 8 + 7] = __syncthreads_count (t % 5 == 0) * 4 + __syncthreads_or (t == 40) * 2
+                   + __syncthreads_and (t < 64);
+}
+
+static void
+test_shuffles (void)
+{
+  const int n = 64;
+  int *d = NULL;
+  cudaMalloc ((void **) &d, n * 8 * sizeof (int));
+  UM_LAUNCH (k_shuffles, 1, n, 0, 0, d);
+  expect (cudaGetLastError () == cudaSuccess, "emu: shuffle kernel runs");
+  std::vector<int> o = from_device (d, n * 8);
+  bool ok[8] = { true, true, true, true, true, true, true, true };
+  unsigned ballot = 0;
+  for (int l = 0; l < 32; l += 3)
+    ballot |= 1u << l;
+  for (int t = 0; t < n; t++)
+    {
+      int lane = t % 32, w0 = t - lane;
+      int seg8 = lane & ~7, seg16 = lane & ~15;
+      ok[0] &= o[t * 8 + 0] == (t ^ 1);
+      ok[1] &= o[t * 8 + 1] == (lane < 16 ? t : t - 16);
+      ok[2] &= o[t * 8 + 2] == (lane + 3 < seg8 + 8 ? t + 3 : t);
+      ok[3] &= o[t * 8 + 3] == (lane >= 2 ? t - 2 : t);
+      ok[4] &= o[t * 8 + 4] == w0 + seg16 + 5;
+      ok[5] &= (unsigned) o[t * 8 + 5] == ballot;
+      ok[6] &= o[t * 8 + 6] == 2;
+      ok[7] &= o[t * 8 + 7] == 13 * 4 + 2 + 1;
+    }
+  const char *names[8] = { "emu: shfl_xor", "emu: shfl_xor width 16 (earlier groups only)", "emu: shfl_down width 8",
+                           "emu: shfl_up", "emu: shfl width 16", "emu: ballot", "emu: any/all",
+                           "emu: syncthreads_count/or/and" };
+  for (int i = 0; i < 8; i++)
+    expect (ok[i], names[i]);
+  cudaFree (d);
+}
+
+/* 2-D blocks and grid, dynamic shared memory, early return, atomics. */
+static __global__ void
+k_indices (int n, int *seen, int *sum)
+{
+  UM_DYNAMIC_SHARED (int, tile);
+  const int tid = (int) (threadIdx.x + blockDim.x * threadIdx.y);
+  const int block = (int) (blockIdx.x + gridDim.x * blockIdx.y);
+  const int i = block * (int) (blockDim.x * blockDim.y) + tid;
+  if (i >= n)
+    return;   /* must drop out of the barrier below */
+  tile[tid] = i;
+  __syncthreads ();
+  /* Reads a neighbour's write: only right after the barrier. */
+  const int nb = (tid + 1) % (int) (blockDim.x * blockDim.y);
+  const int other = block * (int) (blockDim.x * blockDim.y) + nb < n ? tile[nb] : -1;
+  seen[i] = other;
+  atomicAdd (sum, 1);
+}
+
+static void
+test_indices (void)
+{
+  const int n = 1000;   /* 6 blocks of 7×24 = 168 threads, ragged: partial warps, early exits */
+  int *d_seen = NULL, *d_sum = NULL;
+  cudaMalloc ((void **) &d_seen, n * sizeof (int));
+  cudaMalloc ((void **) &d_sum, sizeof (int));
+  cudaMemset (d_sum, 0, sizeof (int));
+  UM_LAUNCH (k_indices, dim3 (3, 2), dim3 (7, 24), 168 * sizeof (int), 0, n, d_seen, d_sum);
+  expect (cudaGetLastError () == cudaSuccess, "emu: 2-D launch with early returns runs");
+  std::vector<int> seen = from_device (d_seen, n), sum = from_device (d_sum, 1);
+  bool ok = true;
+  for (int i = 0; i < n; i++)
+    {
+      int block = i / 168, tid = i % 168, nb = (tid + 1) % 168, j = block * 168 + nb;
+      ok &= seen[i] == (j < n ? j : -1);
+    }
+  expect (ok, "emu: 2-D indices and shared memory after a barrier");
+  expect (sum[0] == n, "emu: atomicAdd from every live thread");
+  cudaFree (d_seen);
+  cudaFree (d_sum);
+}
+
+static __global__ void
+k_divergent (int *out)
+{
+  if (threadIdx.x < 16)
+    __syncthreads ();   /* half the block never arrives: a kernel bug */
+  out[threadIdx.x] = 1;
+  __syncthreads ();
+}
+
+static __global__ void
+k_partial_warp_shuffle (int *out)
+{
+  /* 48 threads: warp 1 has 16 lanes; xor 16 reads a lane that does not exist. */
+  out[threadIdx.x] = __shfl_xor_sync (0xffffffffu, (int) threadIdx.x, 16);
+}
+
+static void
+test_failures (void)
+{
+  int *d = NULL;
+  cudaMalloc ((void **) &d, 64 * sizeof (int));
+  UM_LAUNCH (k_divergent, 1, 64, 0, 0, d);
+  expect (cudaGetLastError () == cudaErrorLaunchFailure, "emu: a barrier only some threads reach fails the launch");
+  UM_LAUNCH (k_partial_warp_shuffle, 1, 48, 0, 0, d);
+  expect (cudaGetLastError () == cudaErrorLaunchFailure, "emu: a shuffle from a missing lane fails the launch");
+  UM_LAUNCH (k_partial_warp_shuffle, 1, 1025, 0, 0, d);
+  expect (cudaGetLastError () == cudaErrorInvalidConfiguration, "emu: 1025 threads per block refused");
+  expect (cudaGetLastError () == cudaSuccess, "emu: cudaGetLastError clears the error");
+  cudaFree (d);
+}
+
+static void
+test_runtime (void)
+{
+  size_t free_b = 0, total_b = 0, free2 = 0;
+  void *p = NULL, *h = NULL;
+  cudaDeviceProp prop;
+  cudaPointerAttributes attr;
+  cudaEvent_t e0, e1;
+  float ms = -1;
+  int n = 0;
+
+  expect (cudaGetDeviceCount (&n) == cudaSuccess && n == 1, "rt: one device");
+  expect (cudaGetDeviceProperties (&prop, 0) == cudaSuccess && strcmp (prop.name, "Unmask host emulation") == 0
+          && prop.major == 9 && prop.minor == 0, "rt: device properties");
+  cudaMemGetInfo (&free_b, &total_b);
+  expect (total_b == (size_t) 16 << 30, "rt: a 16 GiB device");
+  cudaMalloc (&p, 3 << 20);
+  cudaMemGetInfo (&free2, &total_b);
+  expect (free_b - free2 == (size_t) 3 << 20, "rt: cudaMemGetInfo counts allocations");
+  expect (cudaPointerGetAttributes (&attr, (char *) p + 100) == cudaSuccess && attr.type == cudaMemoryTypeDevice,
+          "rt: device pointer attributes");
+  cudaHostAlloc (&h, 1000, cudaHostAllocPortable);
+  expect (cudaPointerGetAttributes (&attr, h) == cudaSuccess && attr.type == cudaMemoryTypeHost,
+          "rt: pinned host pointer attributes");
+  expect (cudaPointerGetAttributes (&attr, &n) == cudaSuccess && attr.type == cudaMemoryTypeUnregistered,
+          "rt: pageable pointer attributes");
+  cudaFreeHost (h);
+  cudaFree (p);
+
+  /* A small device: the out-of-memory path, then the default again. */
+  um_emu_set_device_memory ((size_t) 1 << 20);
+  p = (void *) 1;
+  expect (cudaMalloc (&p, (size_t) 2 << 20) == cudaErrorMemoryAllocation && p == NULL, "rt: out of device memory");
+  expect (cudaGetLastError () == cudaErrorMemoryAllocation, "rt: out of memory is the last error");
+  um_emu_set_device_memory ((size_t) 16 << 30);
+
+  cudaEventCreate (&e0);
+  cudaEventCreateWithFlags (&e1, cudaEventDefault);
+  cudaEventRecord (e0, 0);
+  cudaEventRecord (e1, 0);
+  cudaEventSynchronize (e1);
+  expect (cudaEventElapsedTime (&ms, e0, e1) == cudaSuccess && ms >= 0, "rt: event timing");
+  cudaEventDestroy (e0);
+  cudaEventDestroy (e1);
+}
+
+/* ---- cuBLAS against a naive column-major product ---- */
+
+static float
+tf32 (float x)
+{
+  uint32_t u;
+  memcpy (&u, &x, 4);
+  u = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+  memcpy (&x, &u, 4);
+  return x;
+}
+
+static void
+test_blas (void)
+{
+  cublasHandle_t h;
+  const int m = 37, n = 5, k = 70, pad = 3;
+  const float alpha = 0.75f, beta = -0.5f;
+  const cudaDataType types[] = { CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF };
+
+  cublasCreate_v2 (&h);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++)
+      for (cudaDataType in : types)
+        for (cudaDataType ct : types)
+          {
+            const int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+            const int lda = ar + pad, ldb = br + pad, ldc = m + pad;
+            std::vector<float> A ((size_t) lda * ac), B ((size_t) ldb * bc), C ((size_t) ldc * n);
+            std::vector<uint16_t> A16 (A.size ()), B16 (B.size ()), C16 (C.size ());
+            for (auto &x : A)
+              x = rng_float (-1, 1);
+            for (auto &x : B)
+              x = rng_float (-1, 1);
+            for (auto &x : C)
+              x = rng_float (-1, 1);
+            /* The inputs as the product reads them. */
+            for (size_t i = 0; i < A.size (); i++)
+              {
+                A16[i] = in == CUDA_R_16F ? um_f32_to_f16 (A[i]) : um_f32_to_bf16 (A[i]);
+                if (in != CUDA_R_32F)
+                  A[i] = in == CUDA_R_16F ? um_f16_to_f32 (A16[i]) : um_bf16_to_f32 (A16[i]);
+              }
+            for (size_t i = 0; i < B.size (); i++)
+              {
+                B16[i] = in == CUDA_R_16F ? um_f32_to_f16 (B[i]) : um_f32_to_bf16 (B[i]);
+                if (in != CUDA_R_32F)
+                  B[i] = in == CUDA_R_16F ? um_f16_to_f32 (B16[i]) : um_bf16_to_f32 (B16[i]);
+              }
+            for (size_t i = 0; i < C.size (); i++)
+              {
+                C16[i] = ct == CUDA_R_16F ? um_f32_to_f16 (C[i]) : um_f32_to_bf16 (C[i]);
+                if (ct != CUDA_R_32F)
+                  C[i] = ct == CUDA_R_16F ? um_f16_to_f32 (C16[i]) : um_bf16_to_f32 (C16[i]);
+              }
+            void *dA = in == CUDA_R_32F ? (void *) to_device (A) : (void *) to_device (A16);
+            void *dB = in == CUDA_R_32F ? (void *) to_device (B) : (void *) to_device (B16);
+            void *dC = ct == CUDA_R_32F ? (void *) to_device (C) : (void *) to_device (C16);
+            um_emu_blas_reset_counts ();
+            cublasStatus_t s = cublasGemmEx (h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
+                                             &alpha, dA, in, lda, dB, in, ldb, &beta, dC, ct, ldc, CUBLAS_COMPUTE_32F,
+                                             CUBLAS_GEMM_DEFAULT);
+            bool ok = s == CUBLAS_STATUS_SUCCESS && um_emu_blas_calls (in, ct, CUBLAS_COMPUTE_32F) == 1;
+            std::vector<float> got (C.size ());
+            if (ct == CUDA_R_32F)
+              got = from_device ((float *) dC, C.size ());
+            else
+              {
+                std::vector<uint16_t> g = from_device ((uint16_t *) dC, C.size ());
+                for (size_t i = 0; i < g.size (); i++)
+                  got[i] = ct == CUDA_R_16F ? um_f16_to_f32 (g[i]) : um_bf16_to_f32 (g[i]);
+              }
+            const double tol = ct == CUDA_R_32F ? 1e-5 : ct == CUDA_R_16F ? 2e-3 : 1e-2;
+            for (int j = 0; j < n; j++)
+              for (int i = 0; i < ldc; i++)
+                {
+                  if (i >= m)
+                    {
+                      ok = ok && got[i + (size_t) j * ldc] == C[i + (size_t) j * ldc];   /* padding untouched */
+                      continue;
+                    }
+                  double sum = 0;
+                  for (int l = 0; l < k; l++)
+                    sum += (double) A[ta ? l + (size_t) i * lda : i + (size_t) l * lda]
+                           * B[tb ? j + (size_t) l * ldb : l + (size_t) j * ldb];
+                  double want = alpha * sum + beta * C[i + (size_t) j * ldc];
+                  ok = ok && fabs (got[i + (size_t) j * ldc] - want) <= tol * (1 + fabs (want));
+                }
+            char what[96];
+            snprintf (what, sizeof what, "blas: GemmEx op %c%c in %d out %d", ta ? 'T' : 'N', tb ? 'T' : 'N', in, ct);
+            expect (ok, what);
+            cudaFree (dA);
+            cudaFree (dB);
+            cudaFree (dC);
+          }
+
+  /* TF32: 1 + 2^-12 is 1 to a tensor core, not to fp32 compute. */
+  {
+    std::vector<float> a = { 1.0f + 1.0f / 4096 }, b = { 1.0f }, c = { 0 };
+    float *da = to_device (a), *db = to_device (b), *dc = to_device (c);
+    const float one = 1, zero = 0;
+    cublasGemmEx (h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, da, CUDA_R_32F, 1, db, CUDA_R_32F, 1, &zero, dc,
+                  CUDA_R_32F, 1, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
+    expect (from_device (dc, 1)[0] == 1.0f && tf32 (a[0]) == 1.0f, "blas: TF32 rounds the inputs");
+    cublasGemmEx (h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, da, CUDA_R_32F, 1, db, CUDA_R_32F, 1, &zero, dc,
+                  CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    expect (from_device (dc, 1)[0] == a[0], "blas: fp32 compute keeps them");
+    expect (um_emu_blas_calls (CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32) == 1,
+            "blas: the TF32 call is counted as such");
+    /* cuBLAS's argument checks. */
+    expect (cublasGemmEx (h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 1, 1, &one, da, CUDA_R_32F, 3, db, CUDA_R_32F, 1, &zero, dc,
+                          CUDA_R_32F, 4, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE,
+            "blas: lda < m refused");
+    expect (cublasGemmEx (h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, -1, &one, da, CUDA_R_32F, 1, db, CUDA_R_32F, 1, &zero,
+                          dc, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE,
+            "blas: k < 0 refused");
+    cudaFree (da);
+    cudaFree (db);
+    cudaFree (dc);
+  }
+
+  /* Batched, strided and by pointers: batch b = A_b · B_b. */
+  {
+    const int bm = 3, bn = 2, bk = 4, batch = 3;
+    std::vector<float> A ((size_t) bm * bk * batch), B ((size_t) bk * bn * batch), C ((size_t) bm * bn * batch, 0);
+    for (auto &x : A)
+      x = rng_float (-1, 1);
+    for (auto &x : B)
+      x = rng_float (-1, 1);
+    float *dA = to_device (A), *dB = to_device (B), *dC = to_device (C), *dC2 = to_device (C);
+    const float one = 1, zero = 0;
+    expect (cublasGemmStridedBatchedEx (h, CUBLAS_OP_N, CUBLAS_OP_N, bm, bn, bk, &one, dA, CUDA_R_32F, bm, bm * bk,
+                                        dB, CUDA_R_32F, bk, bk * bn, &zero, dC, CUDA_R_32F, bm, bm * bn, batch,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS,
+            "blas: strided batched runs");
+    std::vector<const void *> pa, pb;
+    std::vector<void *> pc;
+    for (int b = 0; b < batch; b++)
+      {
+        pa.push_back (dA + b * bm * bk);
+        pb.push_back (dB + b * bk * bn);
+        pc.push_back (dC2 + b * bm * bn);
+      }
+    expect (cublasGemmBatchedEx (h, CUBLAS_OP_N, CUBLAS_OP_N, bm, bn, bk, &one, pa.data (), CUDA_R_32F, bm,
+                                 pb.data (), CUDA_R_32F, bk, &zero, pc.data (), CUDA_R_32F, bm, batch,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS,
+            "blas: batched runs");
+    std::vector<float> g1 = from_device (dC, C.size ()), g2 = from_device (dC2, C.size ());
+    bool ok = true;
+    for (int b = 0; b < batch; b++)
+      for (int j = 0; j < bn; j++)
+        for (int i = 0; i < bm; i++)
+          {
+            double s = 0;
+            for (int l = 0; l < bk; l++)
+              s += (double) A[b * bm * bk + i + l * bm] * B[b * bk * bn + l + j * bk];
+            ok = ok && fabs (g1[b * bm * bn + i + j * bm] - s) < 1e-6 && g1[b * bm * bn + i + j * bm] == g2[b * bm * bn + i + j * bm];
+          }
+    expect (ok, "blas: batched products");
+    cudaFree (dA);
+    cudaFree (dB);
+    cudaFree (dC);
+    cudaFree (dC2);
+  }
+  cublasDestroy_v2 (h);
+}
+
+/* ---- kernels: embed for every stored type, attention with GQA ---- */
+
+static void
+test_embed_all_types (void)
+{
+  const UmDType types[] = { UM_DTYPE_F32, UM_DTYPE_F16, UM_DTYPE_BF16, UM_DTYPE_Q8_0, UM_DTYPE_Q4_0, UM_DTYPE_Q4_1,
+                            UM_DTYPE_Q5_0, UM_DTYPE_Q5_1, UM_DTYPE_Q4_K, UM_DTYPE_Q5_K, UM_DTYPE_Q6_K };
+  const int64_t table_rows = 40, cols = 256 * 3;
+  const std::vector<int32_t> ids = { 39, 0, 7, 7, 21, 38 };
+
+  for (UmDType t : types)
+    {
+      uint64_t rb = 0;
+      um_dtype_bytes (t, (uint64_t) cols, &rb);
+      const int64_t row_bytes = (int64_t) rb + 6;   /* padded rows, not the packed size */
+      std::vector<float> x ((size_t) cols);
+      std::vector<uint8_t> tab ((size_t) (table_rows * row_bytes), 0);
+      for (int64_t r = 0; r < table_rows; r++)
+        {
+          for (auto &v : x)
+            v = rng_float (-3, 3);
+          um_quant_quantize_row_ref (t, x.data (), tab.data () + r * row_bytes, cols);
+        }
+      uint8_t *d_tab = to_device (tab);
+      int32_t *d_ids = to_device (ids);
+      float *d_out = NULL;
+      cudaMalloc ((void **) &d_out, ids.size () * cols * 4);
+      char what[80];
+      snprintf (what, sizeof what, "embed %s (bit-exact)", um_dtype_name (t));
+      bool ok = um_cuda_embed (t, d_tab, row_bytes, cols, d_ids, (int) ids.size (), d_out, 0) == cudaSuccess;
+      std::vector<float> got = from_device (d_out, ids.size () * cols), want ((size_t) cols);
+      for (size_t i = 0; i < ids.size (); i++)
+        {
+          um_quant_dequantize_row_ref (t, tab.data () + ids[i] * row_bytes, want.data (), cols);
+          ok = ok && memcmp (got.data () + i * cols, want.data (), (size_t) cols * 4) == 0;
+        }
+      expect (ok, what);
+      cudaFree (d_tab);
+      cudaFree (d_ids);
+      cudaFree (d_out);
+    }
+}
+
+static void
+attention_case (int n_seq, int L, int H, int Hkv, int hd, const std::vector<int32_t> &q_seq)
+{
+  const int nq = (int) q_seq.size (), group = H / Hkv;
+  std::vector<float> q ((size_t) nq * H * hd), k ((size_t) n_seq * L * Hkv * hd), v (k.size ());
+  for (auto &x : q)
+    x = rng_float (-2, 2);
+  for (auto &x : k)
+    x = rng_float (-2, 2);
+  for (auto &x : v)
+    x = rng_float (-1, 1);
+  float *d_q = to_device (q), *d_k = to_device (k), *d_v = to_device (v), *d_out = NULL;
+  int32_t *d_seq = to_device (q_seq);
+  cudaMalloc ((void **) &d_out, q.size () * 4);
+  cudaMemset (d_out, 0xff, q.size () * 4);
+  bool ok = um_cuda_attention (d_q, nq, d_seq, d_k, d_v, L, H, Hkv, hd, d_out, 0) == cudaSuccess;
+  std::vector<float> got = from_device (d_out, q.size ());
+  std::vector<double> p ((size_t) L);
+  for (int i = 0; i < nq; i++)
+    for (int h = 0; h < H; h++)
+      {
+        const int kvh = h / group;
+        const float *qi = &q[((size_t) i * H + h) * hd];
+        double mx = -INFINITY, den = 0;
+        for (int j = 0; j < L; j++)
+          {
+            const float *kj = &k[(((size_t) q_seq[i] * L + j) * Hkv + kvh) * hd];
+            double s = 0;
+            for (int d = 0; d < hd; d++)
+              s += (double) qi[d] * kj[d];
+            p[j] = s / sqrt ((double) hd);
+            mx = p[j] > mx ? p[j] : mx;
+          }
+        for (int j = 0; j < L; j++)
+          den += (p[j] = exp (p[j] - mx));
+        for (int d = 0; d < hd; d++)
+          {
+            double o = 0;
+            for (int j = 0; j < L; j++)
+              o += p[j] * v[(((size_t) q_seq[i] * L + j) * Hkv + kvh) * hd + d];
+            o /= den;
+            ok = ok && fabs (got[((size_t) i * H + h) * hd + d] - o) <= 1e-4 * (1 + fabs (o));
+          }
+      }
+  char what[120];
+  snprintf (what, sizeof what, "attention GQA H %d Hkv %d hd %d L %d nq %d of %d sequences", H, Hkv, hd, L, nq,
+            n_seq);
+  expect (ok, what);
+  cudaFree (d_q);
+  cudaFree (d_k);
+  cudaFree (d_v);
+  cudaFree (d_seq);
+  cudaFree (d_out);
+}
+
+static void
+test_attention_gqa (void)
+{
+  /* Rows from several sequences, out of order, fewer than the rows there are. */
+  const std::vector<int32_t> subset = { 2, 0, 0, 1, 2, 2, 0 };
+  attention_case (3, 37, 8, 2, 40, subset);    /* group 4, hd not a multiple of 32 */
+  attention_case (3, 33, 6, 3, 64, subset);    /* group 2 */
+  attention_case (2, 70, 6, 1, 96, { 1, 0 });  /* one KV head for all */
+}
+
+int
+main (void)
+{
+  test_shuffles ();
+  test_indices ();
+  test_failures ();
+  test_runtime ();
+  test_blas ();
+  test_embed_all_types ();
+  test_attention_gqa ();
+  printf ("%d of %d checks passed\n", n_checks - n_fail, n_checks);
+  return n_fail == 0 ? 0 : 1;
+}
