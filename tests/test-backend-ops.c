@@ -178,6 +178,57 @@ test_matmul (void)
       }
 }
 
+#ifdef UM_TEST_CUDA_EMU
+/* The host emulation's cuBLAS counters (tests/cuda-emu/include/cublas_v2.h;
+ * enums passed as int: 2 CUDA_R_16F, 0 CUDA_R_32F, 68 CUBLAS_COMPUTE_32F). */
+void um_emu_blas_reset_counts (void);
+long um_emu_blas_calls (int a_type, int c_type, int compute);
+#endif
+
+/* Weights of several dequantization tiles with a ragged last one (the tiled
+ * loop writing at out + r0): meant for builds with a small tile, such as the
+ * host emulation's 64 Ki elements, where k = 12288 gives 128-row tiles and
+ * k = 256 gives 256-row tiles; F16 and BF16 go to cuBLAS whole. */
+static void
+test_matmul_tiles (void)
+{
+  const struct { UmDType t; int n, k, m; } cases[] = {
+    { UM_DTYPE_Q4_K, 421, 12288, 3 }, { UM_DTYPE_Q8_0, 421, 12288, 2 }, { UM_DTYPE_Q4_K, 868, 256, 5 },
+    { UM_DTYPE_Q8_0, 300, 4160, 1 },  { UM_DTYPE_F16, 421, 12288, 2 },  { UM_DTYPE_BF16, 421, 12288, 2 },
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      const int n = cases[i].n, k = cases[i].k, m = cases[i].m;
+      Args a = { 0 };
+      g_autofree float *wstore = NULL;
+      g_autofree float *x = g_new (float, (size_t) m * k);
+      float *in[1] = { x };
+      size_t sizes[1] = { (size_t) m * k };
+      double e;
+      make_weight (&a, cases[i].t, n, k, &wstore);
+      load_weight (&a);
+      a.rows = m;
+      fill (x, sizes[0], 1.0);
+#ifdef UM_TEST_CUDA_EMU
+      um_emu_blas_reset_counts ();
+#endif
+      e = run_both (op_matmul, in, sizes, 1, (size_t) m * n, &a);
+      g_test_message ("matmul %s %dx%d m=%d: normalised error %.2g", um_dtype_name (cases[i].t), n, k, m, e);
+      g_assert_cmpfloat (e, <, 5e-3);
+#ifdef UM_TEST_CUDA_EMU
+      if (um_dtype_info (cases[i].t)->quantized)
+        {
+          /* One f16 product per tile, and at least 3 of them, the last ragged. */
+          int64_t tile = um_cuda_tile_rows (n, k, UM_CUDA_TILE_ELEMS);
+          g_assert_cmpint (n % tile, !=, 0);
+          g_assert_cmpint ((n + tile - 1) / tile, >=, 3);
+          g_assert_cmpint (um_emu_blas_calls (2, 0, 68), ==, (n + tile - 1) / tile);
+        }
+#endif
+      free_weight (&a);
+    }
+}
+
 static void
 op_embed (UmBackend *be, UmBuf **in, UmBuf *out, gpointer data)
 {
@@ -851,6 +902,7 @@ main (int argc, char **argv)
   rng = g_rand_new_with_seed (99);
   g_test_add_func ("/backend-ops/tile-rows", test_tile_rows);
   g_test_add_func ("/backend-ops/matmul", test_matmul);
+  g_test_add_func ("/backend-ops/matmul-tiles", test_matmul_tiles);
   g_test_add_func ("/backend-ops/embed", test_embed);
   g_test_add_func ("/backend-ops/rms-norm", test_rms_norm);
   g_test_add_func ("/backend-ops/rope", test_rope);
