@@ -170,6 +170,16 @@ k_partial_warp_shuffle (int *out)
   out[threadIdx.x] = __shfl_xor_sync (0xffffffffu, (int) threadIdx.x, 16);
 }
 
+static __global__ void
+k_missing_barrier (int *out)
+{
+  UM_DYNAMIC_SHARED (int, tile);
+  const int t = (int) threadIdx.x, n = (int) blockDim.x;
+  tile[t] = t;
+  /* No __syncthreads here: a race. */
+  out[blockIdx.x * n + t] = tile[(t + 1) % n] + tile[(t + n - 1) % n];
+}
+
 static void
 test_failures (void)
 {
@@ -182,6 +192,17 @@ test_failures (void)
   UM_LAUNCH (k_partial_warp_shuffle, 1, 1025, 0, 0, d);
   expect (cudaGetLastError () == cudaErrorInvalidConfiguration, "emu: 1025 threads per block refused");
   expect (cudaGetLastError () == cudaSuccess, "emu: cudaGetLastError clears the error");
+  /* Odd blocks run their threads in the other order, so one of two blocks
+   * reads a neighbour's slot before it is written. */
+  UM_LAUNCH (k_missing_barrier, 2, 32, 32 * sizeof (int), 0, d);
+  {
+    std::vector<int> o = from_device (d, 64);
+    bool stale = false;
+    for (int b = 0; b < 2; b++)
+      for (int t = 0; t < 32; t++)
+        stale = stale || o[b * 32 + t] != (t + 1) % 32 + (t + 31) % 32;
+    expect (stale, "emu: a missing __syncthreads gives wrong values");
+  }
   cudaFree (d);
 }
 

@@ -429,8 +429,11 @@ um_emu_warp_ballot (int pred)
   return bits;
 }
 
+/* Odd blocks run their threads last to first: a thread that reads shared
+ * memory another wrote without a barrier between then sees garbage in one
+ * order or the other, so a missing __syncthreads shows. */
 static void
-run_block (Launch *L)
+run_block (Launch *L, bool reverse)
 {
   const int n = (int) L->fibers.size ();
 
@@ -442,12 +445,15 @@ run_block (Launch *L)
   for (;;)
     {
       bool progressed = false, all_done = true;
-      for (int i = 0; i < n; i++)
-        if (L->fibers[i].state == RUNNING)
-          {
-            resume (L, i);
-            progressed = true;
-          }
+      for (int j = 0; j < n; j++)
+        {
+          const int i = reverse ? n - 1 - j : j;
+          if (L->fibers[i].state == RUNNING)
+            {
+              resume (L, i);
+              progressed = true;
+            }
+        }
       /* Release warps whose live lanes all wait at a warp barrier. */
       for (int w = 0; w < n; w += 32)
         {
@@ -568,7 +574,7 @@ um_emu_run (dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t, std::funct
           blockIdx = { x, y, z };
           /* Fresh shared memory per block: garbage, like the GPU's. */
           memset (L.shared.data (), 0xa5, L.shared.size ());
-          run_block (&L);
+          run_block (&L, ((x + y + z) & 1) != 0);
         }
   active = NULL;
   if (L.failed)
