@@ -8,7 +8,10 @@
  * barrier (__syncthreads, a warp shuffle) or returns. A barrier releases
  * when every live thread of the block (or warp) has reached it; threads
  * waiting at different __syncthreads (divergence), or a barrier that can
- * never release, fail the launch. This
+ * never release, fail the launch; odd blocks run their threads last to
+ * first, so a missing barrier shows as wrong values. Fibers rather than
+ * host threads: deterministic, a launch costs microseconds on CI's 2 cores,
+ * and no atomics or fences are needed (so those are plain operations). This
  * checks the kernels' logic, indexing and synchronisation against the C
  * references, not timing, memory ordering on real hardware, or the CUDA
  * runtime. */
