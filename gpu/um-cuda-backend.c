@@ -704,6 +704,39 @@ cuda_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *dw, UmBuf *ou
   return TRUE;
 }
 
+/* The device sampler (gpu/um-cuda-sample.cu): only an id and a confidence
+ * per row cross the bus, not the row's logits. */
+#include "um-cuda-sample.h"
+
+/* The positions in and the ids and confidences out share the index
+ * scratch: [positions | ids | confidences, 8-byte aligned]. */
+static gboolean
+cuda_choose (UmBackend *be, UmBuf *logits, int rows, int vocab, const UmChooseRule *rule, const gint32 *positions,
+             gint32 *out_ids, double *out_conf, GError **error)
+{
+  CudaCtx *c = CTX (be);
+  const size_t ids_bytes = (size_t) MAX (rows, 0) * sizeof (int32_t);
+  const size_t conf_at = (2 * ids_bytes + 7) / 8 * 8;
+  const size_t in_rows = (size_t) MAX (rows, 0) * (rule->cfg_scale > 0.0 ? 2 : 1);
+  char *d;
+
+  if (rows <= 0)
+    return TRUE;
+  if (!um_backend_check_copy ("cuda", logits->bytes, 0, in_rows * vocab * sizeof (float), error)
+      || !scratch_ensure (c, &c->index, conf_at + (size_t) rows * sizeof (double), error)
+      || !cuda_ok (cudaMemcpyAsync (c->index.ptr, positions, ids_bytes, cudaMemcpyHostToDevice, c->stream),
+                   "copying positions", error))
+    return FALSE;
+  d = c->index.ptr;
+  return cuda_ok (um_cuda_choose (logits->ptr, rows, vocab, rule, (const int32_t *) d, (int32_t *) (d + ids_bytes),
+                                  (double *) (d + conf_at), c->stream), "choosing tokens", error)
+         && cuda_ok (cudaMemcpyAsync (out_ids, d + ids_bytes, ids_bytes, cudaMemcpyDeviceToHost, c->stream),
+                     "downloading tokens", error)
+         && cuda_ok (cudaMemcpyAsync (out_conf, d + conf_at, (size_t) rows * sizeof (double), cudaMemcpyDeviceToHost,
+                                      c->stream), "downloading confidences", error)
+         && cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error);
+}
+
 static const UmBackendOps cuda_ops = {
   .name = "cuda",
   .weights_in_place = FALSE,
@@ -729,6 +762,7 @@ static const UmBackendOps cuda_ops = {
   .attention = cuda_attention,
   .swiglu = cuda_swiglu,
   .add = cuda_add,
+  .choose = cuda_choose,
 };
 
 /* Why no device is usable, or NULL: the same words for report and backend. */

@@ -19,6 +19,7 @@ G_BEGIN_DECLS
 typedef struct _UmBackend   UmBackend;
 typedef struct _UmBuf       UmBuf;        /* device memory, backend specific */
 typedef struct _UmDevWeight UmDevWeight;  /* a weight as the backend holds it */
+typedef struct _UmChooseRule UmChooseRule; /* engine/um-choose.h */
 
 typedef struct {
   uint64_t budget;      /* hard limit on buffer + weight bytes */
@@ -92,6 +93,16 @@ typedef struct {
   gboolean (*swiglu)    (UmBackend *be, UmBuf *gate, UmBuf *up, size_t n, UmBuf *out, GError **error);
   /* x += y over n floats. */
   gboolean (*add)       (UmBackend *be, UmBuf *x, UmBuf *y, size_t n, GError **error);
+
+  /* Optional (NULL: the engine downloads the logits and chooses on the
+   * host). For each of @rows rows of @logits (2·rows with rule->cfg_scale
+   * > 0: the conditional rows, then the unconditional ones; @vocab floats
+   * each), the token and confidence of um_choose_row () (engine/
+   * um-choose.h) for the row at positions[i] (host); ids equal, the
+   * confidence's sum in another order. @out_ids, @out_conf: host arrays of
+   * @rows. Returns once they are written. */
+  gboolean (*choose)    (UmBackend *be, UmBuf *logits, int rows, int vocab, const UmChooseRule *rule,
+                         const gint32 *positions, gint32 *out_ids, double *out_conf, GError **error);
 } UmBackendOps;
 
 struct _UmBackend {

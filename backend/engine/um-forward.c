@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "um-choose.h"
 #include "um-error.h"
 #include "um-layer-store.h"
 #include "um-prefetch.h"
@@ -44,6 +45,8 @@ struct _UmForward {
   UmBuf          *arena;
   size_t          arena_bytes;
   float          *host_rows;      /* embedding rows decoded on the host */
+  float          *host_logits;    /* um_forward_choose without the backend's choose op */
+  size_t          host_logits_floats;
   size_t          host_rows_floats;
   StreamSlot     *stream;         /* opts.stream_slots of them */
   UmPrefetcher   *prefetcher;
@@ -113,6 +116,7 @@ um_forward_free (UmForward *fw)
       fw->be->ops->weight_free (fw->be, g_ptr_array_index (fw->dev_weights, i));
   g_clear_pointer (&fw->dev_weights, g_ptr_array_unref);
   g_free (fw->host_rows);
+  g_free (fw->host_logits);
   g_free (fw->layers);
   g_free (fw);
 }
@@ -521,10 +525,21 @@ mlp_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, 
   return TRUE;
 }
 
+/* Where the LM head's rows go: downloaded into @logits, or chosen on the
+ * backend (its choose op) with only ids and confidences downloaded. */
+typedef struct {
+  float              *logits;
+  const UmChooseRule *rule;
+  const gint32       *positions;
+  gint32             *ids;
+  double             *conf;
+} HeadOut;
+
 /* Final norm and LM head on @n rows of @xf, @chunk rows at a time, each
- * chunk's logits downloaded into @logits. */
+ * chunk's logits downloaded or chosen from as @dst says. Guided choice
+ * needs a row's two halves in one chunk: the caller sees to it. */
 static gboolean
-head_rows (UmForward *fw, UmBuf *xf, UmBuf *h, UmBuf *out, int n, float *logits, GError **error)
+head_rows (UmForward *fw, UmBuf *xf, UmBuf *h, UmBuf *out, int n, const HeadOut *dst, GError **error)
 {
   const UmBackendOps *ops = fw->be->ops;
   UmBackend *be = fw->be;
@@ -542,8 +557,15 @@ head_rows (UmForward *fw, UmBuf *xf, UmBuf *h, UmBuf *out, int n, float *logits,
       if (c < n && (hv = ops->buf_view (be, h, (size_t) r0 * D * sizeof (float), (size_t) c * D * sizeof (float),
                                         error)) == NULL)
         return FALSE;
-      ok = matmul (fw, hv ? hv : h, c, fw->output, &fw->model->output, out, error)
-           && ops->buf_download (be, out, 0, logits + (size_t) r0 * V, (size_t) c * V * sizeof (float), error);
+      ok = matmul (fw, hv ? hv : h, c, fw->output, &fw->model->output, out, error);
+      if (ok && dst->logits != NULL)
+        ok = ops->buf_download (be, out, 0, dst->logits + (size_t) r0 * V, (size_t) c * V * sizeof (float), error);
+      else if (ok)
+        {
+          const int guided = dst->rule->cfg_scale > 0.0;
+          ok = ops->choose (be, out, guided ? c / 2 : c, V, dst->rule, dst->positions + r0, dst->ids + r0,
+                            dst->conf + r0, error);
+        }
       free_views (fw, &hv, 1);
       if (!ok)
         return FALSE;
@@ -553,7 +575,7 @@ head_rows (UmForward *fw, UmBuf *xf, UmBuf *h, UmBuf *out, int n, float *logits,
 
 static gboolean
 forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, const gint32 *rows,
-              int n, gboolean keep_kv, float *logits, GCancellable *cancellable, GError **error)
+              int n, gboolean keep_kv, const HeadOut *dst, GCancellable *cancellable, GError **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
   const UmBackendOps *ops = fw->be->ops;
@@ -638,19 +660,19 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
 
   if (g_cancellable_set_error_if_cancelled (cancellable, error))
     return FALSE;
-  return head_rows (fw, subset ? b[SLOT_XS] : b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, logits, error);
+  return head_rows (fw, subset ? b[SLOT_XS] : b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
 }
 
-gboolean
-um_forward_logits (UmForward     *fw,
-                   const gint32  *ids,
-                   int            n_seq,
-                   int            seq_len,
-                   const gint32  *rows,
-                   int            n_rows,
-                   float         *logits,
-                   GCancellable  *cancellable,
-                   GError       **error)
+static gboolean
+logits_pass (UmForward     *fw,
+             const gint32  *ids,
+             int            n_seq,
+             int            seq_len,
+             const gint32  *rows,
+             int            n_rows,
+             const HeadOut *dst,
+             GCancellable  *cancellable,
+             GError       **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
   const int T = n_seq * seq_len;
@@ -683,7 +705,7 @@ um_forward_logits (UmForward     *fw,
 
   arena_layout (fw->model, n_seq, seq_len, n, fw->opts.row_chunk, &a);
   ok = carve (fw, &a, views, error)
-       && forward_pass (fw, views, ids, n_seq, seq_len, rows, n, FALSE, logits, cancellable, error);
+       && forward_pass (fw, views, ids, n_seq, seq_len, rows, n, FALSE, dst, cancellable, error);
   free_views (fw, views, N_SLOTS);
   if (!ok)
     return FALSE;
@@ -692,6 +714,21 @@ um_forward_logits (UmForward     *fw,
   fw->stats.logit_rows += n;
   fw->stats.seconds += (g_get_monotonic_time () - t_start) / 1e6;
   return TRUE;
+}
+
+gboolean
+um_forward_logits (UmForward     *fw,
+                   const gint32  *ids,
+                   int            n_seq,
+                   int            seq_len,
+                   const gint32  *rows,
+                   int            n_rows,
+                   float         *logits,
+                   GCancellable  *cancellable,
+                   GError       **error)
+{
+  const HeadOut dst = { .logits = logits };
+  return logits_pass (fw, ids, n_seq, seq_len, rows, n_rows, &dst, cancellable, error);
 }
 
 /* The cache for @rows canvas rows: one buffer, a K and a V view per layer. */
@@ -725,7 +762,7 @@ ensure_kv (UmForward *fw, int rows, GError **error)
  * and attention reads the whole cached canvas. */
 static gboolean
 cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, int start, int end,
-             const gint32 *rows, int n, float *logits, GCancellable *cancellable, GError **error)
+             const gint32 *rows, int n, const HeadOut *dst, GCancellable *cancellable, GError **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
   const UmBackendOps *ops = fw->be->ops;
@@ -808,25 +845,25 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
   if (!ok || g_cancellable_set_error_if_cancelled (cancellable, error))
     return FALSE;
   if (n == m)
-    return head_rows (fw, b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, logits, error);
+    return head_rows (fw, b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
   return ops->get_rows (be, b[SLOT_X], D, sel, n, b[SLOT_XS], error)
-         && head_rows (fw, b[SLOT_XS], b[SLOT_H], b[SLOT_LOGITS], n, logits, error);
+         && head_rows (fw, b[SLOT_XS], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
 }
 
-gboolean
-um_forward_logits_cached (UmForward     *fw,
-                          const gint32  *ids,
-                          int            n_seq,
-                          int            seq_len,
-                          int            block_start,
-                          int            block_end,
-                          gboolean       refresh,
-                          gboolean       dual,
-                          const gint32  *rows,
-                          int            n_rows,
-                          float         *logits,
-                          GCancellable  *cancellable,
-                          GError       **error)
+static gboolean
+logits_pass_cached (UmForward     *fw,
+                    const gint32  *ids,
+                    int            n_seq,
+                    int            seq_len,
+                    int            block_start,
+                    int            block_end,
+                    gboolean       refresh,
+                    gboolean       dual,
+                    const gint32  *rows,
+                    int            n_rows,
+                    const HeadOut *dst,
+                    GCancellable  *cancellable,
+                    GError       **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
   const int T = n_seq * seq_len;
@@ -862,7 +899,7 @@ um_forward_logits_cached (UmForward     *fw,
         return FALSE;
       arena_layout (fw->model, n_seq, seq_len, n_rows, fw->opts.row_chunk, &a);
       ok = carve (fw, &a, views, error)
-           && forward_pass (fw, views, ids, n_seq, seq_len, n_rows == T ? NULL : rows, n_rows, TRUE, logits,
+           && forward_pass (fw, views, ids, n_seq, seq_len, n_rows == T ? NULL : rows, n_rows, TRUE, dst,
                             cancellable, error);
     }
   else
@@ -871,7 +908,7 @@ um_forward_logits_cached (UmForward     *fw,
       m = n_seq * (end - block_start);
       arena_layout (fw->model, 1, m, n_rows, fw->opts.row_chunk, &a);
       ok = carve (fw, &a, views, error)
-           && cached_pass (fw, views, ids, n_seq, seq_len, block_start, end, rows, n_rows, logits, cancellable,
+           && cached_pass (fw, views, ids, n_seq, seq_len, block_start, end, rows, n_rows, dst, cancellable,
                            error);
     }
   free_views (fw, views, N_SLOTS);
@@ -880,6 +917,125 @@ um_forward_logits_cached (UmForward     *fw,
   fw->stats.n_passes++;
   fw->stats.logit_rows += n_rows;
   fw->stats.seconds += (g_get_monotonic_time () - t_start) / 1e6;
+  return TRUE;
+}
+
+gboolean
+um_forward_logits_cached (UmForward     *fw,
+                          const gint32  *ids,
+                          int            n_seq,
+                          int            seq_len,
+                          int            block_start,
+                          int            block_end,
+                          gboolean       refresh,
+                          gboolean       dual,
+                          const gint32  *rows,
+                          int            n_rows,
+                          float         *logits,
+                          GCancellable  *cancellable,
+                          GError       **error)
+{
+  const HeadOut dst = { .logits = logits };
+  return logits_pass_cached (fw, ids, n_seq, seq_len, block_start, block_end, refresh, dual, rows, n_rows, &dst,
+                             cancellable, error);
+}
+
+/* Whether @rule's choice over @n_rows rows runs on the backend: it needs
+ * the op and, with guidance, both halves in one LM-head chunk (the host
+ * combines them otherwise). Sets the HeadOut to fill either way. */
+static gboolean
+choose_setup (UmForward *fw, int n_rows, const UmChooseRule *rule, const gint32 *positions, gint32 *out_ids,
+              double *out_conf, HeadOut *dst, GError **error)
+{
+  const gboolean guided = rule->cfg_scale > 0.0;
+  const size_t V = fw->model->cfg.vocab_size;
+
+  if (guided && n_rows % 2 != 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "forward: guidance needs as many unconditional rows as conditional ones (%d rows)", n_rows);
+      return FALSE;
+    }
+  memset (dst, 0, sizeof *dst);
+  dst->rule = rule;
+  dst->positions = positions;
+  dst->ids = out_ids;
+  dst->conf = out_conf;
+  if (fw->be->ops->choose != NULL && (!guided || chunk_rows (n_rows, fw->opts.row_chunk) == n_rows))
+    return TRUE;
+  if ((size_t) n_rows * V > fw->host_logits_floats)
+    {
+      g_free (fw->host_logits);
+      fw->host_logits = g_try_malloc ((size_t) n_rows * V * sizeof (float));
+      fw->host_logits_floats = fw->host_logits != NULL ? (size_t) n_rows * V : 0;
+      if (fw->host_logits == NULL)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of memory for %d × %zu logits", n_rows, V);
+          return FALSE;
+        }
+    }
+  dst->logits = fw->host_logits;
+  return TRUE;
+}
+
+static void
+choose_on_host (UmForward *fw, int n_rows, const HeadOut *dst)
+{
+  if (dst->logits != NULL && n_rows > 0)
+    um_choose_rows (dst->logits, dst->rule->cfg_scale > 0.0 ? n_rows / 2 : n_rows,
+                    (int) fw->model->cfg.vocab_size, dst->rule, dst->positions, dst->ids, dst->conf);
+}
+
+gboolean
+um_forward_choose (UmForward          *fw,
+                   const gint32       *ids,
+                   int                 n_seq,
+                   int                 seq_len,
+                   const gint32       *rows,
+                   int                 n_rows,
+                   const UmChooseRule *rule,
+                   const gint32       *positions,
+                   gint32             *out_ids,
+                   double             *out_conf,
+                   GCancellable       *cancellable,
+                   GError            **error)
+{
+  HeadOut dst;
+
+  if (rows == NULL)
+    n_rows = n_seq * seq_len;
+  if (!choose_setup (fw, n_rows, rule, positions, out_ids, out_conf, &dst, error)
+      || !logits_pass (fw, ids, n_seq, seq_len, rows, n_rows, &dst, cancellable, error))
+    return FALSE;
+  choose_on_host (fw, n_rows, &dst);
+  return TRUE;
+}
+
+gboolean
+um_forward_choose_cached (UmForward          *fw,
+                          const gint32       *ids,
+                          int                 n_seq,
+                          int                 seq_len,
+                          int                 block_start,
+                          int                 block_end,
+                          gboolean            refresh,
+                          gboolean            dual,
+                          const gint32       *rows,
+                          int                 n_rows,
+                          const UmChooseRule *rule,
+                          const gint32       *positions,
+                          gint32             *out_ids,
+                          double             *out_conf,
+                          GCancellable       *cancellable,
+                          GError            **error)
+{
+  HeadOut dst;
+
+  if (!choose_setup (fw, n_rows, rule, positions, out_ids, out_conf, &dst, error)
+      || !logits_pass_cached (fw, ids, n_seq, seq_len, block_start, block_end, refresh, dual, rows, n_rows, &dst,
+                              cancellable, error))
+    return FALSE;
+  choose_on_host (fw, n_rows, &dst);
   return TRUE;
 }
 

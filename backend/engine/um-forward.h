@@ -112,6 +112,44 @@ gboolean   um_forward_logits_cached (UmForward     *fw,
                                      GCancellable  *cancellable,
                                      GError       **error);
 
+/* um_forward_logits () and the choice of each row's token and confidence
+ * (engine/um-choose.h): on the backend when it has the choose op, so only
+ * an id and a confidence per row come back, else on the host. With
+ * rule->cfg_scale > 0 the @n_rows rows are the conditional ones then as
+ * many unconditional ones, and n_rows / 2 are chosen; the backend combines
+ * them when both halves fit one LM-head chunk (UmForwardOptions.row_chunk),
+ * the host otherwise. @positions, @out_ids, @out_conf: one per choice. */
+gboolean   um_forward_choose (UmForward          *fw,
+                              const gint32       *ids,
+                              int                 n_seq,
+                              int                 seq_len,
+                              const gint32       *rows,
+                              int                 n_rows,
+                              const UmChooseRule *rule,
+                              const gint32       *positions,
+                              gint32             *out_ids,
+                              double             *out_conf,
+                              GCancellable       *cancellable,
+                              GError            **error);
+
+/* um_forward_choose () with the block KV cache of um_forward_logits_cached (). */
+gboolean   um_forward_choose_cached (UmForward          *fw,
+                                     const gint32       *ids,
+                                     int                 n_seq,
+                                     int                 seq_len,
+                                     int                 block_start,
+                                     int                 block_end,
+                                     gboolean            refresh,
+                                     gboolean            dual,
+                                     const gint32       *rows,
+                                     int                 n_rows,
+                                     const UmChooseRule *rule,
+                                     const gint32       *positions,
+                                     gint32             *out_ids,
+                                     double             *out_conf,
+                                     GCancellable       *cancellable,
+                                     GError            **error);
+
 const UmForwardStats *um_forward_get_stats (UmForward *fw);
 void                  um_forward_reset_stats (UmForward *fw);
 UmModel              *um_forward_get_model (UmForward *fw);

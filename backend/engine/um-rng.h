@@ -2,20 +2,22 @@
  * uses. The same (seed, stream, a, b) always gives the same number,
  * whatever rows are computed, in which order, or on which backend, so runs
  * are reproducible on any thread count; the CUDA sampler uses these same
- * functions (they are plain integer and double arithmetic). */
+ * functions (they are plain integer and double arithmetic; stdint only, so
+ * nvcc needs no GLib). */
 #pragma once
 
-#include <glib.h>
+#include <stdint.h>
 
-#ifdef __CUDACC__
+/* The host emulation (tests/cuda-emu) defines __CUDACC__ for g++. */
+#if defined (__CUDACC__) && !defined (UM_CUDA_EMU)
 #define UM_RNG_FN static inline __host__ __device__
 #else
 #define UM_RNG_FN static inline
 #endif
 
 /* splitmix64's finaliser. */
-UM_RNG_FN guint64
-um_rng_mix64 (guint64 z)
+UM_RNG_FN uint64_t
+um_rng_mix64 (uint64_t z)
 {
   z += 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -25,9 +27,9 @@ um_rng_mix64 (guint64 z)
 
 /* Uniform in (0, 1), never 0 so −log(u) is finite. */
 UM_RNG_FN double
-um_rng_uniform (guint64 seed, guint64 stream, guint64 a, guint64 b)
+um_rng_uniform (uint64_t seed, uint64_t stream, uint64_t a, uint64_t b)
 {
-  guint64 z = um_rng_mix64 (um_rng_mix64 (um_rng_mix64 (seed ^ stream) ^ a) ^ b);
+  uint64_t z = um_rng_mix64 (um_rng_mix64 (um_rng_mix64 (seed ^ stream) ^ a) ^ b);
   return ((double) (z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 

@@ -1,5 +1,5 @@
 #include "um-sampler.h"
-#include "um-rng.h"
+#include "um-choose.h"
 
 #include <math.h>
 #include <string.h>
@@ -122,7 +122,8 @@ um_sampler_split_steps (int n_masks, int steps, int *out_counts)
 }
 
 /* Noise comes from um-rng.h: counter-based, so the same (seed, step,
- * position, token) gives the same draw on every backend. */
+ * position, token) gives the same draw on every backend; each row's token
+ * and confidence follow um-choose.h, on the backend when it can. */
 
 typedef struct {
   gint32 pos;
@@ -135,78 +136,6 @@ candidate_position_compare (gconstpointer a, gconstpointer b)
 {
   const Candidate *x = a, *y = b;
   return (x->pos > y->pos) - (x->pos < y->pos);
-}
-
-/* Chooses x0 and its confidence for one row of logits (modified in place),
- * following generate.py of the reference step by step. */
-static void
-choose_token (float             *row,
-              int                V,
-              const UmGenParams *p,
-              gint32             eos,
-              gint32             eot,
-              guint64            step,
-              gint32             position,
-              Candidate         *cand)
-{
-  gint32 best = 0;
-
-  if (p->logits_eos_inf && eos >= 0)
-    row[eos] = -INFINITY;
-
-  if (p->temperature == 0.0)
-    {
-      for (int v = 1; v < V; v++)
-        if (row[v] > row[best])
-          best = v;
-    }
-  else
-    {
-      /* exp(logits) / (−log u)^T in float64, as add_gumbel_noise does. */
-      double best_score = -INFINITY;
-      gboolean have = FALSE;
-      guint64 key = (step << 32) ^ (guint32) position;
-      for (int v = 0; v < V; v++)
-        {
-          double u = um_rng_uniform (p->seed, UM_RNG_STREAM_GUMBEL, key, (guint64) v);
-          double score = exp ((double) row[v]) / pow (-log (u), p->temperature);
-          if (!have || score > best_score)
-            {
-              best = v;
-              best_score = score;
-              have = TRUE;
-            }
-        }
-    }
-  cand->id = best;
-  cand->pos = position;
-
-  /* The reference writes −inf into the noisy logits for EOS and into the
-   * logits for EOT; at temperature 0 both are the same tensor. */
-  if (p->confidence_eos_eot_inf)
-    {
-      if (eot >= 0)
-        row[eot] = -INFINITY;
-      if (p->temperature == 0.0 && eos >= 0)
-        row[eos] = -INFINITY;
-    }
-
-  if (p->remasking == UM_REMASK_RANDOM)
-    cand->conf = um_rng_uniform (p->seed, UM_RNG_STREAM_RANDOM, step, (guint64) position);
-  else
-    {
-      double mx = -INFINITY, sum = 0.0;
-      for (int v = 0; v < V; v++)
-        mx = MAX (mx, (double) row[v]);
-      if (!isfinite (mx))
-        {
-          cand->conf = 0.0;
-          return;
-        }
-      for (int v = 0; v < V; v++)
-        sum += exp ((double) row[v] - mx);
-      cand->conf = exp ((double) row[best] - mx) / sum;
-    }
 }
 
 /* Fast decoding order: most confident first, lower position first on ties
@@ -335,10 +264,13 @@ um_sampler_generate_full (UmForward         *fw,
   const gboolean fast = p->threshold > 0.0 || p->factor > 0.0;
   const gboolean cached = p->cache != UM_CACHE_NONE;
   const int n_seq = cfg ? 2 : 1;
-  int L, n_blocks, steps_per_block, global_step = 0, logits_rows = 0, masks_left = 0;
+  int L, n_blocks, steps_per_block, global_step = 0, masks_left = 0;
   g_autofree gint32 *x = NULL, *rows = NULL, *counts = NULL;
   g_autofree gint32 *commit_pos = NULL, *commit_ids = NULL;
-  g_autofree float *commit_conf = NULL, *logits = NULL;
+  g_autofree float *commit_conf = NULL;
+  g_autofree gint32 *pick_ids = NULL;
+  g_autofree double *pick_conf = NULL;
+  UmChooseRule rule = { 0 };
   g_autofree Candidate *cands = NULL;
   g_autofree double *scores = NULL;
   g_autofree gint32 *chosen = NULL;
@@ -376,6 +308,16 @@ um_sampler_generate_full (UmForward         *fw,
   commit_pos = g_new (gint32, L);
   commit_ids = g_new (gint32, L);
   commit_conf = g_new (float, L);
+  pick_ids = g_new (gint32, L);
+  pick_conf = g_new (double, L);
+  rule.seed = p->seed;
+  rule.temperature = p->temperature;
+  rule.cfg_scale = p->cfg_scale;
+  rule.eos_id = c->eos_id;
+  rule.eot_id = c->eot_id;
+  rule.logits_eos_inf = p->logits_eos_inf;
+  rule.confidence_eos_eot_inf = p->confidence_eos_eot_inf;
+  rule.remask_random = p->remasking == UM_REMASK_RANDOM;
 
   for (int b = 0; b < n_blocks; b++)
     {
@@ -421,43 +363,25 @@ um_sampler_generate_full (UmForward         *fw,
                   for (int i = 0; i < n_cand; i++)
                     rows[n_cand + i] = rows[i] + L;
                 }
-              if (n_rows > logits_rows)
-                {
-                  g_free (logits);
-                  logits = g_try_malloc ((size_t) n_rows * V * sizeof (float));
-                  logits_rows = logits ? n_rows : 0;
-                  if (logits == NULL)
-                    {
-                      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
-                                   "out of memory for %d × %d logits", n_rows, V);
-                      return FALSE;
-                    }
-                }
+              /* Only an id and a confidence per row come back from the
+               * backend (the guided combination included, see
+               * um_forward_choose). */
+              rule.step = (guint64) global_step;
               if (cached)
-                ok = um_forward_logits_cached (fw, x, n_seq, L, block_start, block_end, !refreshed,
-                                               p->cache == UM_CACHE_DUAL, rows, n_rows, logits, cancellable,
-                                               error);
+                ok = um_forward_choose_cached (fw, x, n_seq, L, block_start, block_end, !refreshed,
+                                               p->cache == UM_CACHE_DUAL, rows, n_rows, &rule, rows, pick_ids,
+                                               pick_conf, cancellable, error);
               else
-                ok = um_forward_logits (fw, x, n_seq, L, rows, n_rows, logits, cancellable, error);
+                ok = um_forward_choose (fw, x, n_seq, L, rows, n_rows, &rule, rows, pick_ids, pick_conf,
+                                        cancellable, error);
               if (!ok)
                 return FALSE;
               refreshed = TRUE;
-
-              /* Rows are independent (the noise is counter-based), so they
-               * are chosen in parallel: a 126k-token softmax in double per
-               * row is not free. */
-#pragma omp parallel for schedule(dynamic, 1) if (n_cand > 1 && V >= 4096)
               for (int i = 0; i < n_cand; i++)
                 {
-                  float *row = logits + (size_t) i * V;
-                  if (cfg)
-                    {
-                      const float *un = logits + (size_t) (n_cand + i) * V;
-                      const float scale = (float) (p->cfg_scale + 1.0);
-                      for (int v = 0; v < V; v++)
-                        row[v] = un[v] + scale * (row[v] - un[v]);
-                    }
-                  choose_token (row, V, p, c->eos_id, c->eot_id, global_step, rows[i], &cands[i]);
+                  cands[i].pos = rows[i];
+                  cands[i].id = pick_ids[i];
+                  cands[i].conf = pick_conf[i];
                 }
               if (fast)
                 {
