@@ -7,7 +7,8 @@
  * without the toolkit, the driver or a GPU. Every CUDA or cuBLAS failure
  * becomes a GError. Ops queue on one compute stream; layer streaming's copy
  * thread uploads on a second one (copy_upload) into slots that weight_view
- * reads in place. */
+ * reads in place; quantized weights are dequantized on a third, a tile
+ * ahead of the product. */
 #include "um-backend-cuda.h"
 
 #include <cublas_v2.h>
@@ -18,6 +19,7 @@
 #include "um-cuda-kernels.h"
 #include "um-cuda-tiles.h"
 #include "um-error.h"
+#include "um-half.h"
 
 /* Leave this much device memory to the driver, other programs, kernels
  * loaded on first use and the product scratch (which, as on the CPU, is
@@ -29,6 +31,11 @@
 #define UM_CUDA_TILE_ELEMS (32ull << 20)
 #endif
 #define TILE_ELEMS UM_CUDA_TILE_ELEMS
+/* Weights go to the device through two pinned buffers of this size in
+ * turn: one is filled while the other is copied. */
+#define STAGE_BYTES (32u << 20)
+/* Products timed but not yet read back: beyond this many, reading waits. */
+#define MAX_PENDING_TIMERS 4096
 
 /* ---- cuBLAS, opened at run time ---- */
 
@@ -62,16 +69,42 @@ load_cublas_once (gpointer data)
   /* The host emulation (tests/cuda-emu) links its cuBLAS into the program. */
   const char *name = "the emulated cuBLAS";
   GModule *m = g_module_open (NULL, G_MODULE_BIND_LAZY);
-#else
-  g_autofree char *name = g_strdup_printf ("libcublas.so.%d", CUBLAS_VER_MAJOR);
-  GModule *m = g_module_open (name, G_MODULE_BIND_LAZY | G_MODULE_BIND_LOCAL);
-#endif
 
   if (m == NULL)
     {
       blas.error = g_strdup_printf ("cuBLAS (%s) is not installed: %s", name, g_module_error ());
       return NULL;
     }
+#else
+  /* In order: the user's choice, the loader's path, then the toolkit the
+   * build found (often not on the loader's path: /usr/local/cuda). */
+  g_autofree char *soname = g_strdup_printf ("libcublas.so.%d", CUBLAS_VER_MAJOR);
+  g_autoptr(GPtrArray) paths = g_ptr_array_new_with_free_func (g_free);
+  g_autoptr(GString) tried = g_string_new (NULL);
+  const char *name = NULL;
+  GModule *m = NULL;
+
+  if (g_getenv ("UNMASK_CUBLAS_LIBRARY") != NULL && *g_getenv ("UNMASK_CUBLAS_LIBRARY") != '\0')
+    g_ptr_array_add (paths, g_strdup (g_getenv ("UNMASK_CUBLAS_LIBRARY")));
+  g_ptr_array_add (paths, g_strdup (soname));
+#ifdef UM_CUDA_ROOT
+  g_ptr_array_add (paths, g_build_filename (UM_CUDA_ROOT, "lib64", soname, NULL));
+  g_ptr_array_add (paths, g_build_filename (UM_CUDA_ROOT, "targets", "x86_64-linux", "lib", soname, NULL));
+#endif
+  for (guint i = 0; i < paths->len && m == NULL; i++)
+    {
+      name = paths->pdata[i];
+      m = g_module_open (name, G_MODULE_BIND_LAZY | G_MODULE_BIND_LOCAL);
+      if (m == NULL)
+        g_string_append_printf (tried, "%s%s (%s)", tried->len ? "; " : "", name, g_module_error ());
+    }
+  if (m == NULL)
+    {
+      blas.error = g_strdup_printf ("cuBLAS is not installed (tried %s); install it or set UNMASK_CUBLAS_LIBRARY",
+                                    tried->str);
+      return NULL;
+    }
+#endif
   if (!g_module_symbol (m, "cublasCreate_v2", (gpointer *) &blas.create)
       || !g_module_symbol (m, "cublasDestroy_v2", (gpointer *) &blas.destroy)
       || !g_module_symbol (m, "cublasSetStream_v2", (gpointer *) &blas.set_stream)
@@ -102,6 +135,8 @@ load_cublas (GError **error)
 }
 
 /* ---- errors ---- */
+
+static const UmBackendOps cuda_ops;
 
 static gboolean
 cuda_ok (cudaError_t e, const char *what, GError **error)
@@ -146,6 +181,11 @@ typedef struct {
   size_t  bytes;
 } Scratch;
 
+typedef struct {
+  cudaEvent_t start;
+  cudaEvent_t end;
+} Timer;
+
 /* Accounting, as on the CPU: in_use is buffers plus resident weights, under
  * the budget; overhead is what the backend holds for itself outside it (the
  * context, cuBLAS's handle and workspace, measured at creation, and the
@@ -165,9 +205,38 @@ typedef struct {
   guint64        n_allocs;
   guint64        fixed_overhead;
   guint64        scratch_bytes;
-  Scratch        act_half;      /* activations in f16/bf16 for cuBLAS */
-  Scratch        tile;          /* dequantized weight tiles */
+  Scratch        act_half;      /* activations in f16 for cuBLAS */
   Scratch        index;         /* uploaded index arrays */
+
+  /* Dequantized weight tiles, two in turn: the dequant stream fills one
+   * while the compute stream multiplies the other. tile_ready[b]: tiles[b]
+   * is filled (dequant stream); tile_free[b]: the product that last read it
+   * is done (compute stream); product_start orders a product's
+   * dequantization after the ops queued before it. */
+  cudaStream_t   dequant_stream;
+  Scratch        tiles[2];
+  cudaEvent_t    tile_ready[2];
+  cudaEvent_t    tile_free[2];
+  cudaEvent_t    product_start;
+
+  /* The activations' range check: set on the device by the f16
+   * conversion, read back through a pinned int once the conversion is
+   * done (range_done). */
+  int           *range_flag;
+  int           *range_flag_host;
+  cudaEvent_t    range_done;
+
+  /* Device time of the products: events around each, read back at the
+   * next full sync of the compute stream. */
+  GArray        *timers;        /* Timer, recorded and not yet read */
+  GArray        *spare_events;  /* cudaEvent_t, for reuse */
+  double         matmul_seconds;
+
+  /* Weight uploads: two pinned staging buffers in turn (NULL if pinning
+   * failed: pageable copies then). */
+  GMutex         stage_lock;
+  void          *stage[2];
+  cudaEvent_t    stage_done[2];
   GMutex         host_lock;     /* host_alloc/host_free come from any thread */
   GHashTable    *pinned;        /* host_alloc blocks cudaHostAlloc pinned; the others are malloc's */
 } CudaCtx;
@@ -237,8 +306,10 @@ scratch_ensure (CudaCtx *c, Scratch *s, size_t bytes, GError **error)
   void *p = NULL;
   if (s->bytes >= bytes)
     return TRUE;
-  /* The stream may still use the old buffer. */
-  if (!cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error))
+  /* The streams may still use the old buffer. */
+  if (!cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error)
+      || (c->dequant_stream != NULL
+          && !cuda_ok (cudaStreamSynchronize (c->dequant_stream), "waiting for the GPU", error)))
     return FALSE;
   scratch_release (c, s);
   if (!cuda_ok (cudaMalloc (&p, MAX (bytes, 1)), "allocating scratch memory", error))
@@ -260,6 +331,75 @@ upload_index (CudaCtx *c, const gint32 *host, int n, GError **error)
   return c->index.ptr;
 }
 
+/* ---- device time of the products ---- */
+
+static gboolean
+timer_event (CudaCtx *c, cudaEvent_t *ev, GError **error)
+{
+  if (c->spare_events->len > 0)
+    {
+      *ev = g_array_index (c->spare_events, cudaEvent_t, c->spare_events->len - 1);
+      g_array_set_size (c->spare_events, c->spare_events->len - 1);
+      return TRUE;
+    }
+  return cuda_ok (cudaEventCreate (ev), "creating an event", error);
+}
+
+/* Adds the time of every timed product to matmul_seconds; waits for those
+ * not finished (none right after a sync of the compute stream). */
+static void
+timers_collect (CudaCtx *c)
+{
+  for (guint i = 0; i < c->timers->len; i++)
+    {
+      Timer *t = &g_array_index (c->timers, Timer, i);
+      float ms = 0;
+      if (cudaEventSynchronize (t->end) == cudaSuccess && cudaEventElapsedTime (&ms, t->start, t->end) == cudaSuccess)
+        c->matmul_seconds += ms / 1e3;
+      else
+        (void) cudaGetLastError ();
+      g_array_append_val (c->spare_events, t->start);
+      g_array_append_val (c->spare_events, t->end);
+    }
+  g_array_set_size (c->timers, 0);
+}
+
+static gboolean
+timer_start (CudaCtx *c, Timer *t, GError **error)
+{
+  /* Bounded, for callers that never sync (a long run of products). */
+  if (c->timers->len >= MAX_PENDING_TIMERS)
+    timers_collect (c);
+  if (!timer_event (c, &t->start, error))
+    return FALSE;
+  if (!timer_event (c, &t->end, error))
+    {
+      g_array_append_val (c->spare_events, t->start);
+      return FALSE;
+    }
+  if (!cuda_ok (cudaEventRecord (t->start, c->stream), "timing a product", error))
+    {
+      g_array_append_val (c->spare_events, t->start);
+      g_array_append_val (c->spare_events, t->end);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/* A failed product is not counted. */
+static void
+timer_end (CudaCtx *c, Timer *t, gboolean ok)
+{
+  if (ok && cudaEventRecord (t->end, c->stream) == cudaSuccess)
+    {
+      g_array_append_val (c->timers, *t);
+      return;
+    }
+  (void) cudaGetLastError ();
+  g_array_append_val (c->spare_events, t->start);
+  g_array_append_val (c->spare_events, t->end);
+}
+
 /* Host blocks still registered here when the backend goes are the owner's
  * leak; they stay valid (the primary context outlives this backend). */
 static void
@@ -270,9 +410,42 @@ cuda_destroy (UmBackend *be)
     cudaStreamSynchronize (c->stream);
   if (c->copy_stream)
     cudaStreamSynchronize (c->copy_stream);
+  if (c->dequant_stream)
+    cudaStreamSynchronize (c->dequant_stream);
   scratch_release (c, &c->act_half);
-  scratch_release (c, &c->tile);
+  scratch_release (c, &c->tiles[0]);
+  scratch_release (c, &c->tiles[1]);
   scratch_release (c, &c->index);
+  for (int b = 0; b < 2; b++)
+    {
+      if (c->tile_ready[b])
+        cudaEventDestroy (c->tile_ready[b]);
+      if (c->tile_free[b])
+        cudaEventDestroy (c->tile_free[b]);
+      if (c->stage_done[b])
+        cudaEventDestroy (c->stage_done[b]);
+      if (c->stage[b])
+        cudaFreeHost (c->stage[b]);
+    }
+  if (c->product_start)
+    cudaEventDestroy (c->product_start);
+  if (c->range_done)
+    cudaEventDestroy (c->range_done);
+  if (c->range_flag)
+    cudaFree (c->range_flag);
+  if (c->range_flag_host)
+    cudaFreeHost (c->range_flag_host);
+  for (guint i = 0; c->timers != NULL && i < c->timers->len; i++)
+    {
+      cudaEventDestroy (g_array_index (c->timers, Timer, i).start);
+      cudaEventDestroy (g_array_index (c->timers, Timer, i).end);
+    }
+  for (guint i = 0; c->spare_events != NULL && i < c->spare_events->len; i++)
+    cudaEventDestroy (g_array_index (c->spare_events, cudaEvent_t, i));
+  g_clear_pointer (&c->timers, g_array_unref);
+  g_clear_pointer (&c->spare_events, g_array_unref);
+  if (c->dequant_stream)
+    cudaStreamDestroy (c->dequant_stream);
   if (c->handle)
     blas.destroy (c->handle);
   if (c->workspace)
@@ -284,6 +457,7 @@ cuda_destroy (UmBackend *be)
   (void) cudaGetLastError ();
   g_clear_pointer (&c->pinned, g_hash_table_unref);
   g_mutex_clear (&c->host_lock);
+  g_mutex_clear (&c->stage_lock);
   g_free (c);
   g_free (be);
 }
@@ -393,9 +567,12 @@ cuda_buf_download (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t b
     return FALSE;
   if (bytes == 0)
     return TRUE;
-  return cuda_ok (cudaMemcpyAsync (dst, (char *) src->ptr + offset, bytes, cudaMemcpyDeviceToHost, c->stream),
-                  "downloading", error)
-         && cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error);
+  if (!cuda_ok (cudaMemcpyAsync (dst, (char *) src->ptr + offset, bytes, cudaMemcpyDeviceToHost, c->stream),
+                "downloading", error)
+      || !cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error))
+    return FALSE;
+  timers_collect (c);
+  return TRUE;
 }
 
 /* Runs in the copy thread while the compute thread issues ops: only the
@@ -414,10 +591,31 @@ cuda_copy_upload (UmBackend *be, UmBuf *dst, size_t offset, const void *src, siz
          && cuda_ok (cudaStreamSynchronize (c->copy_stream), "uploading a weight slot", error);
 }
 
+/* The dequant stream's work is followed by products that wait for it, but
+ * not after a failure in between: wait for it too (idle, it costs nothing). */
 static gboolean
 cuda_sync (UmBackend *be, GError **error)
 {
-  return cuda_ok (cudaStreamSynchronize (CTX (be)->stream), "waiting for the GPU", error);
+  CudaCtx *c = CTX (be);
+  if (!cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error)
+      || !cuda_ok (cudaStreamSynchronize (c->dequant_stream), "waiting for the GPU", error))
+    return FALSE;
+  timers_collect (c);
+  return TRUE;
+}
+
+gboolean
+um_backend_cuda_matmul_seconds (UmBackend *be, double *seconds)
+{
+  CudaCtx *c;
+  if (be == NULL || be->ops != &cuda_ops)
+    return FALSE;
+  c = CTX (be);
+  if (cudaStreamSynchronize (c->stream) != cudaSuccess)
+    (void) cudaGetLastError ();
+  timers_collect (c);
+  *seconds = c->matmul_seconds;
+  return TRUE;
 }
 
 /* Page-locked, so that copy_upload is a real asynchronous DMA that overlaps
@@ -471,28 +669,153 @@ cuda_host_free (UmBackend *be, void *ptr, size_t bytes)
     free (ptr);
 }
 
-/* Weights are uploaded as stored: quantized blocks stay quantized. */
+/* ---- weight uploads ---- */
+
+/* BF16 → F16: bf16_f16[b] is b's f16 bits, bf16_exact[b] whether that is
+ * b's value (bf16 → f32 → f16 → f32 round-trips bit for bit, subnormals
+ * included). */
+static guint16 bf16_f16[65536];
+static guint8 bf16_exact[65536];
+
+static gpointer
+bf16_tables_once (gpointer data)
+{
+  for (guint32 b = 0; b < 65536; b++)
+    {
+      float f = um_bf16_to_f32 ((uint16_t) b);
+      uint16_t h = um_f32_to_f16 (f);
+      bf16_f16[b] = h;
+      bf16_exact[b] = um_f32_to_bits (um_f16_to_f32 (h)) == um_f32_to_bits (f);
+    }
+  return GINT_TO_POINTER (1);
+}
+
+/* @n values at @data (possibly unaligned: a mapped file). */
+static gboolean
+bf16_exact_in_f16 (const void *data, size_t n)
+{
+  static GOnce once = G_ONCE_INIT;
+  const guint8 *p = data;
+
+  g_once (&once, bf16_tables_once, NULL);
+  for (size_t i = 0; i < n; i++)
+    {
+      guint16 b;
+      memcpy (&b, p + 2 * i, 2);
+      if (!bf16_exact[b])
+        return FALSE;
+    }
+  return TRUE;
+}
+
+static void
+bf16_to_f16 (void *dst, const void *src, size_t n)
+{
+  const guint8 *s = src;
+  guint8 *d = dst;
+  for (size_t i = 0; i < n; i++)
+    {
+      guint16 b;
+      memcpy (&b, s + 2 * i, 2);
+      memcpy (d + 2 * i, &bf16_f16[b], 2);
+    }
+}
+
+/* Copies @bytes of @src (pageable host memory) to @dst through the two
+ * staging buffers in turn, converting BF16 to F16 on the way if @to_f16:
+ * filling one overlaps the copy from the other. Pinned, the copies are DMA
+ * straight from them; if pinning failed they are plain memory and each
+ * copy returns once the driver has staged it, which is still correct. */
+static gboolean
+upload_staged (CudaCtx *c, void *dst, const void *src, size_t bytes, gboolean to_f16, GError **error)
+{
+  gboolean used[2] = { FALSE, FALSE };
+  gboolean ok = TRUE;
+  size_t off = 0;
+  int b = 0;
+
+  g_mutex_lock (&c->stage_lock);
+  for (int i = 0; i < 2; i++)
+    if (c->stage[i] == NULL && cudaHostAlloc (&c->stage[i], STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess)
+      {
+        (void) cudaGetLastError ();
+        c->stage[i] = NULL;
+      }
+  if (c->stage[0] == NULL || c->stage[1] == NULL)
+    {
+      /* Without pinned buffers only a conversion needs staging. */
+      g_mutex_unlock (&c->stage_lock);
+      if (!to_f16)
+        return cuda_ok (cudaMemcpyAsync (dst, src, bytes, cudaMemcpyHostToDevice, c->copy_stream),
+                        "uploading a weight", error)
+               && cuda_ok (cudaStreamSynchronize (c->copy_stream), "uploading a weight", error);
+      else
+        {
+          g_autofree void *tmp = g_try_malloc (MIN (bytes, (size_t) STAGE_BYTES));
+          if (tmp == NULL)
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "cuda: out of host memory to upload a weight");
+              return FALSE;
+            }
+          for (off = 0; ok && off < bytes; off += STAGE_BYTES)
+            {
+              size_t len = MIN ((size_t) STAGE_BYTES, bytes - off);
+              bf16_to_f16 (tmp, (const char *) src + off, len / 2);
+              ok = cuda_ok (cudaMemcpy ((char *) dst + off, tmp, len, cudaMemcpyHostToDevice), "uploading a weight",
+                            error);
+            }
+          return ok;
+        }
+    }
+  while (ok && off < bytes)
+    {
+      size_t len = MIN ((size_t) STAGE_BYTES, bytes - off);
+      /* The copy that last read this buffer. */
+      ok = !used[b] || cuda_ok (cudaEventSynchronize (c->stage_done[b]), "uploading a weight", error);
+      if (!ok)
+        break;
+      if (to_f16)
+        bf16_to_f16 (c->stage[b], (const char *) src + off, len / 2);
+      else
+        memcpy (c->stage[b], (const char *) src + off, len);
+      ok = cuda_ok (cudaMemcpyAsync ((char *) dst + off, c->stage[b], len, cudaMemcpyHostToDevice, c->copy_stream),
+                    "uploading a weight", error)
+           && cuda_ok (cudaEventRecord (c->stage_done[b], c->copy_stream), "uploading a weight", error);
+      used[b] = TRUE;
+      off += len;
+      b ^= 1;
+    }
+  /* Also after a failure: no copy may still read the buffers. */
+  if (cudaStreamSynchronize (c->copy_stream) != cudaSuccess)
+    ok = ok && cuda_ok (cudaGetLastError (), "uploading a weight", error);
+  g_mutex_unlock (&c->stage_lock);
+  return ok;
+}
+
+/* Weights are uploaded as stored (quantized blocks stay quantized), except
+ * BF16 whose every value is exact in F16: uploaded as F16, so the products
+ * take f16 activations (8× finer than bf16) on tensor cores. */
 static UmDevWeight *
 cuda_weight_load (UmBackend *be, const UmWeight *w, GError **error)
 {
   CudaCtx *c = CTX (be);
   size_t bytes = w->rows * w->row_bytes;
   g_autofree char *what = g_strdup_printf ("weight “%s”", w->name);
+  gboolean to_f16 = w->dtype == UM_DTYPE_BF16 && bf16_exact_in_f16 (w->data, bytes / 2);
   UmDevWeight *dw;
   void *p = dev_alloc (c, bytes, what, error);
 
   if (p == NULL)
     return NULL;
-  if (bytes > 0
-      && (!cuda_ok (cudaMemcpyAsync (p, w->data, bytes, cudaMemcpyHostToDevice, c->copy_stream),
-                    "uploading a weight", error)
-          || !cuda_ok (cudaStreamSynchronize (c->copy_stream), "uploading a weight", error)))
+  if (bytes > 0 && !upload_staged (c, p, w->data, bytes, to_f16, error))
     {
       dev_free (c, p, bytes);
       return NULL;
     }
   dw = g_new0 (UmDevWeight, 1);
   dw->w = *w;
+  if (to_f16)
+    dw->w.dtype = UM_DTYPE_F16;
   dw->w.data = p;
   dw->dev = p;
   dw->bytes = bytes;
@@ -658,50 +981,118 @@ gemm (CudaCtx *c, const void *w, cudaDataType wtype, int n, int k, const void *x
                   "matrix product", error);
 }
 
+/* out[rows, n] = x · Wᵀ for a weight cuBLAS cannot take as stored: tiles
+ * of rows dequantized to @tt (F16, or F32 for fp32 activations) on the
+ * dequant stream into the two tile buffers in turn, each multiplied on the
+ * compute stream once ready, so dequantizing tile i+1 overlaps the product
+ * of tile i. The same tiles and products as one buffer in series: the
+ * same results. */
+static gboolean
+matmul_tiles (CudaCtx *c, const UmDevWeight *dw, const void *x, UmCudaOutType tt, int rows, float *out,
+              GError **error)
+{
+  const UmWeight *w = &dw->w;
+  const int n = w->rows, k = w->cols;
+  const size_t elt = tt == UM_CUDA_OUT_F32 ? 4 : 2;
+  const cudaDataType type = tt == UM_CUDA_OUT_F32 ? CUDA_R_32F : CUDA_R_16F;
+  /* F32 tiles have half the rows: the same memory either way. */
+  const int64_t tile_rows = um_cuda_tile_rows (n, k, TILE_ELEMS * 2 / elt);
+  const size_t tile_bytes = (size_t) tile_rows * k * elt;
+  int64_t i = 0;
+
+  if (!scratch_ensure (c, &c->tiles[0], tile_bytes, error) || !scratch_ensure (c, &c->tiles[1], tile_bytes, error)
+      /* What the ops before wrote (a weight uploaded into a buffer on the
+       * compute stream) and read (the tiles, by the last product) first. */
+      || !cuda_ok (cudaEventRecord (c->product_start, c->stream), "ordering the GPU streams", error)
+      || !cuda_ok (cudaStreamWaitEvent (c->dequant_stream, c->product_start, 0), "ordering the GPU streams", error))
+    return FALSE;
+  for (int64_t r0 = 0; r0 < n; r0 += tile_rows, i++)
+    {
+      const int b = (int) (i & 1);
+      const int64_t nr = MIN (tile_rows, n - r0);
+      /* tiles[b] was last read by the product of tile i − 2. */
+      if ((i >= 2 && !cuda_ok (cudaStreamWaitEvent (c->dequant_stream, c->tile_free[b], 0),
+                               "ordering the GPU streams", error))
+          || !cuda_ok (um_cuda_dequant_rows (w->dtype, (const char *) dw->dev + r0 * w->row_bytes, w->row_bytes, nr,
+                                             k, c->tiles[b].ptr, tt, c->dequant_stream), "dequantizing", error)
+          || !cuda_ok (cudaEventRecord (c->tile_ready[b], c->dequant_stream), "ordering the GPU streams", error)
+          || !cuda_ok (cudaStreamWaitEvent (c->stream, c->tile_ready[b], 0), "ordering the GPU streams", error)
+          || !gemm (c, c->tiles[b].ptr, type, (int) nr, k, x, type, rows, out + r0, n, error)
+          || !cuda_ok (cudaEventRecord (c->tile_free[b], c->stream), "ordering the GPU streams", error))
+        return FALSE;
+    }
+  return TRUE;
+}
+
+/* Converts x to f16 in act_half and says whether every value fit: one wait
+ * for the GPU per product (the conversion, not the products queued before
+ * it, is what the host waits for last), since whether the product may run
+ * on f16 must be known before it is queued. */
+static gboolean
+activations_to_f16 (CudaCtx *c, const float *x, size_t n, gboolean *fits, GError **error)
+{
+  if (!scratch_ensure (c, &c->act_half, n * 2, error)
+      || !cuda_ok (cudaMemsetAsync (c->range_flag, 0, sizeof (int), c->stream), "converting activations", error)
+      || !cuda_ok (um_cuda_convert_f32_checked (x, n, c->act_half.ptr, UM_CUDA_OUT_F16, c->range_flag, c->stream),
+                   "converting activations", error)
+      || !cuda_ok (cudaMemcpyAsync (c->range_flag_host, c->range_flag, sizeof (int), cudaMemcpyDeviceToHost,
+                                    c->stream), "converting activations", error)
+      || !cuda_ok (cudaEventRecord (c->range_done, c->stream), "converting activations", error)
+      || !cuda_ok (cudaEventSynchronize (c->range_done), "waiting for the GPU", error))
+    return FALSE;
+  *fits = *(volatile int *) c->range_flag_host == 0;
+  return TRUE;
+}
+
+/* F32 weights: exact fp32. F16 weights (and BF16 ones uploaded as F16,
+ * every value being exact there): f16 activations, fp32 accumulation.
+ * Quantized: f16 tiles × f16 activations. Whenever an activation does not
+ * fit f16 (|x| > 65504, or not finite) the product is done with fp32
+ * activations and the weight dequantized to f32 instead, like the CPU,
+ * rather than giving inf or NaN rows; BF16 weights not exact in f16 always
+ * take that path (bf16 activations would round 8× coarser than f16). */
+static gboolean
+matmul_product (CudaCtx *c, const float *x, int rows, const UmDevWeight *dw, float *out, GError **error)
+{
+  const UmWeight *w = &dw->w;
+  const int n = w->rows, k = w->cols;
+  gboolean fits = FALSE;
+
+  if (w->dtype == UM_DTYPE_F32)
+    return gemm (c, dw->dev, CUDA_R_32F, n, k, x, CUDA_R_32F, rows, out, n, error);
+  if (w->dtype != UM_DTYPE_BF16 && !activations_to_f16 (c, x, (size_t) rows * k, &fits, error))
+    return FALSE;
+  if (!fits)
+    {
+      if (w->dtype != UM_DTYPE_BF16)
+        g_debug ("cuda: “%s”: an activation does not fit f16; product in fp32", w->name);
+      return matmul_tiles (c, dw, x, UM_CUDA_OUT_F32, rows, out, error);
+    }
+  if (w->dtype == UM_DTYPE_F16)
+    return gemm (c, dw->dev, CUDA_R_16F, n, k, c->act_half.ptr, CUDA_R_16F, rows, out, n, error);
+  return matmul_tiles (c, dw, c->act_half.ptr, UM_CUDA_OUT_F16, rows, out, error);
+}
+
 static gboolean
 cuda_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *dw, UmBuf *out, GError **error)
 {
   CudaCtx *c = CTX (be);
-  const UmWeight *w = &dw->w;
-  const int n = w->rows, k = w->cols;
-  gboolean bf16 = w->dtype == UM_DTYPE_BF16;
-  UmCudaOutType half = bf16 ? UM_CUDA_OUT_BF16 : UM_CUDA_OUT_F16;
-  cudaDataType htype = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  int64_t tile_rows;
+  Timer t;
+  gboolean ok;
 
   if (rows == 0)
     return TRUE;
-  if (w->rows > G_MAXINT || w->cols > G_MAXINT)
+  if (dw->w.rows > G_MAXINT || dw->w.cols > G_MAXINT)
     {
-      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cuda: weight “%s” is too large for one product", w->name);
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cuda: weight “%s” is too large for one product",
+                   dw->w.name);
       return FALSE;
     }
-  /* Exact fp32 for F32 weights, like the CPU backend. */
-  if (w->dtype == UM_DTYPE_F32)
-    return gemm (c, dw->dev, CUDA_R_32F, n, k, x->ptr, CUDA_R_32F, rows, out->ptr, n, error);
-
-  /* Half-precision inputs, fp32 accumulation: activations converted once. */
-  if (!scratch_ensure (c, &c->act_half, (size_t) rows * k * 2, error)
-      || !cuda_ok (um_cuda_convert_f32 (x->ptr, (size_t) rows * k, c->act_half.ptr, half, c->stream),
-                   "converting activations", error))
+  if (!timer_start (c, &t, error))
     return FALSE;
-  if (w->dtype == UM_DTYPE_F16 || w->dtype == UM_DTYPE_BF16)
-    return gemm (c, dw->dev, htype, n, k, c->act_half.ptr, htype, rows, out->ptr, n, error);
-
-  /* Quantized: dequantize a tile of rows to f16 and multiply it. */
-  tile_rows = um_cuda_tile_rows (n, k, TILE_ELEMS);
-  if (!scratch_ensure (c, &c->tile, (size_t) tile_rows * k * 2, error))
-    return FALSE;
-  for (int64_t r0 = 0; r0 < n; r0 += tile_rows)
-    {
-      int64_t nr = MIN (tile_rows, n - r0);
-      if (!cuda_ok (um_cuda_dequant_rows (w->dtype, (const char *) dw->dev + r0 * w->row_bytes, w->row_bytes, nr, k,
-                                          c->tile.ptr, UM_CUDA_OUT_F16, c->stream), "dequantizing", error)
-          || !gemm (c, c->tile.ptr, CUDA_R_16F, nr, k, c->act_half.ptr, CUDA_R_16F, rows,
-                    (float *) out->ptr + r0, n, error))
-        return FALSE;
-    }
-  return TRUE;
+  ok = matmul_product (c, x->ptr, rows, dw, out->ptr, error);
+  timer_end (c, &t, ok);
+  return ok;
 }
 
 /* The device sampler (gpu/um-cuda-sample.cu): only an id and a confidence
@@ -910,7 +1301,10 @@ um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
   c->device = device;
   c->total = total_b;
   g_mutex_init (&c->host_lock);
+  g_mutex_init (&c->stage_lock);
   c->pinned = g_hash_table_new (NULL, NULL);
+  c->timers = g_array_new (FALSE, FALSE, sizeof (Timer));
+  c->spare_events = g_array_new (FALSE, FALSE, sizeof (cudaEvent_t));
   /* cuBLAS's recommended workspace: 32 MiB from Hopper on, 4 MiB before. */
   c->workspace_bytes = blas.set_workspace != NULL ? (prop.major >= 9 ? 32u << 20 : 4u << 20) : 0;
   be = g_new0 (UmBackend, 1);
@@ -918,6 +1312,18 @@ um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
   be->ctx = c;
   if (!cuda_ok (cudaStreamCreateWithFlags (&c->stream, cudaStreamNonBlocking), "creating a stream", error)
       || !cuda_ok (cudaStreamCreateWithFlags (&c->copy_stream, cudaStreamNonBlocking), "creating a stream", error)
+      || !cuda_ok (cudaStreamCreateWithFlags (&c->dequant_stream, cudaStreamNonBlocking), "creating a stream", error)
+      || !cuda_ok (cudaEventCreateWithFlags (&c->tile_ready[0], cudaEventDisableTiming), "creating an event", error)
+      || !cuda_ok (cudaEventCreateWithFlags (&c->tile_ready[1], cudaEventDisableTiming), "creating an event", error)
+      || !cuda_ok (cudaEventCreateWithFlags (&c->tile_free[0], cudaEventDisableTiming), "creating an event", error)
+      || !cuda_ok (cudaEventCreateWithFlags (&c->tile_free[1], cudaEventDisableTiming), "creating an event", error)
+      || !cuda_ok (cudaEventCreateWithFlags (&c->product_start, cudaEventDisableTiming), "creating an event", error)
+      || !cuda_ok (cudaEventCreateWithFlags (&c->range_done, cudaEventDisableTiming), "creating an event", error)
+      || !cuda_ok (cudaEventCreateWithFlags (&c->stage_done[0], cudaEventDisableTiming), "creating an event", error)
+      || !cuda_ok (cudaEventCreateWithFlags (&c->stage_done[1], cudaEventDisableTiming), "creating an event", error)
+      || !cuda_ok (cudaMalloc ((void **) &c->range_flag, sizeof (int)), "allocating the range flag", error)
+      || !cuda_ok (cudaHostAlloc ((void **) &c->range_flag_host, sizeof (int), cudaHostAllocDefault),
+                   "allocating the range flag", error)
       || !blas_ok (blas.create (&c->handle), "creating a handle", error)
       /* Before the workspace: setting the stream resets it to cuBLAS's pool. */
       || !blas_ok (blas.set_stream (c->handle, c->stream), "setting the stream", error)

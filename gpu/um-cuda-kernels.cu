@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -824,6 +825,54 @@ um_cuda_convert_f32 (const float *src, size_t n, void *dst, UmCudaOutType to, cu
     case UM_CUDA_OUT_BF16:
       UM_LAUNCH ((convert_kernel<__nv_bfloat16>), grid, UM_CUDA_THREADS, 0, stream,
                   src, n, (__nv_bfloat16 *) dst);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+    }
+  return launch_status ();
+}
+
+/* As convert_kernel, and *flag = 1 when a value does not fit @OutT
+ * (|x| > 65504 for half) or is not finite: those rows would come out of the
+ * product as inf or NaN, so the caller redoes it with fp32 activations. */
+template <typename OutT>
+static __global__ void
+convert_checked_kernel (const float *src, size_t n, OutT *dst, float limit, int *flag)
+{
+  int bad = 0;
+  for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) blockDim.x * gridDim.x)
+    {
+      float v = src[i];
+      /* Written so that NaN fails the test too. */
+      if (!(fabsf (v) <= limit))
+        bad = 1;
+      store_out (dst, (int64_t) i, v);
+    }
+  /* Every writer stores the same value: no atomic needed. */
+  if (bad)
+    *flag = 1;
+}
+
+extern "C" cudaError_t
+um_cuda_convert_f32_checked (const float *src, size_t n, void *dst, UmCudaOutType to, int *flag,
+                             cudaStream_t stream)
+{
+  unsigned int grid;
+
+  if (n == 0)
+    return cudaSuccess;
+  if (src == NULL || dst == NULL || flag == NULL || n > (size_t) UM_CUDA_MAX_ELEMS)
+    return cudaErrorInvalidValue;
+  grid = grid_1d ((int64_t) n, UM_CUDA_THREADS);
+  switch (to)
+    {
+    case UM_CUDA_OUT_F16:
+      UM_LAUNCH ((convert_checked_kernel<__half>), grid, UM_CUDA_THREADS, 0, stream, src, n, (__half *) dst,
+                 65504.0f, flag);
+      break;
+    case UM_CUDA_OUT_BF16:
+      UM_LAUNCH ((convert_checked_kernel<__nv_bfloat16>), grid, UM_CUDA_THREADS, 0, stream,
+                 src, n, (__nv_bfloat16 *) dst, FLT_MAX, flag);
       break;
     default:
       return cudaErrorInvalidValue;

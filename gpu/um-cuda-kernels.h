@@ -68,6 +68,12 @@ cudaError_t um_cuda_add (float *x, const float *y, size_t n, cudaStream_t stream
 /* dst = (half or bfloat16) src, round to nearest even. */
 cudaError_t um_cuda_convert_f32 (const float *src, size_t n, void *dst, UmCudaOutType to, cudaStream_t stream);
 
+/* um_cuda_convert_f32 to F16 or BF16 that also sets *flag (a device int,
+ * left alone otherwise) to 1 when a value is not finite or beyond the
+ * type's range (|x| > 65504 for F16). */
+cudaError_t um_cuda_convert_f32_checked (const float *src, size_t n, void *dst, UmCudaOutType to, int *flag,
+                                         cudaStream_t stream);
+
 /* For each of @rows rows of @vocab logits: the index of the first maximum and
  * its softmax probability (fp32, max-subtracted), both to the device. */
 cudaError_t um_cuda_argmax_confidence (const float *logits, int rows, int vocab, int32_t *out_ids,

@@ -48,6 +48,11 @@ um_gpu_report_free (UmGpuReport *report)
  * device, no cuBLAS, out of memory), never aborts. */
 UmBackend   *um_backend_cuda_new (int device, guint64 budget_bytes, GError **error);
 
+/* The device time of @be's matrix products so far, measured on the GPU
+ * with events (the host's clock around the calls sees only their queueing);
+ * waits for the queued work. FALSE when @be is not a CUDA backend. */
+gboolean     um_backend_cuda_matmul_seconds (UmBackend *be, double *seconds);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmGpuReport, um_gpu_report_free)
 
 G_END_DECLS
