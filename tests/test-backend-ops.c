@@ -8,6 +8,7 @@
 #include "um-engine.h"
 #include "um-error.h"
 #include "um-backend-cuda.h"
+#include "um-choose.h"
 #include "um-cuda-tiles.h"
 #include "um-quant.h"
 #include "um-test-util.h"
@@ -799,52 +800,171 @@ test_mem_info (void)
     }
 }
 
-/* The whole pipeline: the fixture's generation, same ids and trace. */
+/* The device sampler: the backend's choose op against the CPU rule (the
+ * CPU backend has none; its engine chooses on the host, um_choose_rows).
+ * Ids equal; confidences within 1e-12 relative, as the softmax's sum is a
+ * tree on the device and left to right on the host (~1e-14 at most in practice,
+ * vocab·2⁻⁵³ at worst). */
+static void
+choose_on (UmBackend *be, const float *x, int n, int V, const UmChooseRule *r, const gint32 *pos, gint32 *ids,
+           double *conf)
+{
+  g_autoptr(GError) error = NULL;
+  UmBuf *b;
+
+  if (be->ops->choose == NULL)
+    {
+      um_choose_rows (x, n, V, r, pos, ids, conf);
+      return;
+    }
+  b = upload (be, x, (size_t) (r->cfg_scale > 0.0 ? 2 : 1) * n * V);
+  g_assert_true (be->ops->choose (be, b, n, V, r, pos, ids, conf, &error));
+  g_assert_no_error (error);
+  be->ops->buf_free (be, b);
+}
+
+static void
+test_choose (void)
+{
+  const int n = 12, V = 3001, eos = 5, eot = 7;
+  g_autofree float *x = g_new (float, (size_t) 2 * n * V);
+  const double temps[] = { 0.0, 0.8 };
+  gint32 pos[12], ids[2][12];
+  double conf[2][12], worst = 0.0;
+
+  g_assert_nonnull (gpu->ops->choose);
+  fill (x, (size_t) 2 * n * V, 6.0);
+  /* Crafted rows: NaN first, last, in the middle; −inf everywhere; ties;
+   * +inf twice; EOS and EOT the maximum. */
+  x[0 * V] = NAN;
+  x[1 * V + V - 1] = NAN;
+  x[2 * V + 1234] = NAN;
+  for (int v = 0; v < V; v++)
+    {
+      x[3 * V + v] = -INFINITY;
+      x[4 * V + v] = 0.5f;
+    }
+  x[5 * V + 100] = x[5 * V + 2000] = INFINITY;
+  x[6 * V + eos] = 40.0f;
+  x[7 * V + eot] = 40.0f;
+  x[8 * V + 2999] = x[8 * V + 300] = 40.0f;
+  for (int i = 0; i < n; i++)
+    pos[i] = 40 + 2 * i;
+  for (guint ti = 0; ti < G_N_ELEMENTS (temps); ti++)
+    for (int flags = 0; flags < 16; flags++)
+      {
+        UmChooseRule r = { 0 };
+        UmBackend *bes[2] = { cpu, gpu };
+
+        r.seed = 1000 + flags;
+        r.step = 11;
+        r.temperature = temps[ti];
+        r.cfg_scale = flags & 8 ? 1.5 : 0.0;
+        r.eos_id = eos;
+        r.eot_id = eot;
+        r.logits_eos_inf = (flags & 1) != 0;
+        r.confidence_eos_eot_inf = (flags & 2) != 0;
+        r.remask_random = (flags & 4) != 0;
+        for (int k = 0; k < 2; k++)
+          choose_on (bes[k], x, n, V, &r, pos, ids[k], conf[k]);
+        g_assert_cmpmem (ids[0], sizeof ids[0], ids[1], sizeof ids[1]);
+        for (int i = 0; i < n; i++)
+          if (isnan (conf[0][i]))
+            g_assert_true (isnan (conf[1][i]));
+          else
+            {
+              double rel = conf[0][i] == conf[1][i] ? 0.0 : fabs (conf[1][i] - conf[0][i]) / fabs (conf[0][i]);
+              g_assert_cmpfloat (rel, <=, 1e-12);
+              worst = MAX (worst, rel);
+            }
+      }
+  g_test_message ("largest relative confidence difference %.3g", worst);
+}
+
+/* The whole pipeline: the fixture's generation, same ids and trace, with
+ * the token choice on the device (the CUDA backend's choose op) on every
+ * sampler path: exact, Gumbel noise with guidance and the EOS/EOT rules,
+ * random remasking, both caches with the threshold and factor rules. */
 static void
 record (const UmStepEvent *ev, gpointer data)
 {
   g_array_append_vals (data, ev->positions, ev->n_committed);
 }
 
+typedef struct {
+  double      temperature, cfg_scale, threshold, factor;
+  UmRemasking remasking;
+  UmCacheMode cache;
+  gboolean    eos_rules;
+} GenCase;
+
 static void
 test_generate_same_as_cpu (void)
 {
   g_autofree char *path = um_test_data_path ("tiny-llada");
+  const GenCase cases[] = {
+    { 0 },
+    { .temperature = 0.7, .cfg_scale = 1.0, .eos_rules = TRUE },
+    { .temperature = 0.5, .remasking = UM_REMASK_RANDOM },
+    { .cache = UM_CACHE_DUAL, .threshold = 0.9 },
+    { .cache = UM_CACHE_PREFIX, .factor = 1.0, .cfg_scale = 0.5 },
+  };
   UmEngineOptions opts;
-  GArray *ids[2], *trace[2];
+  UmEngine *engines[2] = { NULL, NULL };
 
   for (int k = 0; k < 2; k++)
     {
       g_autoptr(GError) error = NULL;
-      g_autoptr(UmEngine) engine = NULL;
-      g_autoptr(UmGenResult) result = NULL;
-      const gint32 prompt[] = { 506, 509, 84, 460, 510, 299, 54, 71, 267, 338, 284, 453, 406, 443, 30, 511, 509,
-                                64, 82, 82, 276, 83, 380, 510, 299 };
-      UmGenRequest req;
-
       um_engine_options_init (&opts);
       opts.device = k ? UM_DEVICE_CUDA : UM_DEVICE_CPU;
-      engine = um_engine_load (path, &opts, NULL, NULL, NULL, &error);
+      engines[k] = um_engine_load (path, &opts, NULL, NULL, NULL, &error);
       g_assert_no_error (error);
-      g_assert_cmpstr (um_backend_name (um_engine_get_backend (engine)), ==, k ? "cuda" : "cpu");
-      um_gen_request_init (&req);
-      req.params.gen_length = 32;
-      req.params.steps = 32;
-      req.params.block_length = 8;
-      req.prompt_ids = prompt;
-      req.n_prompt_ids = G_N_ELEMENTS (prompt);
-      trace[k] = g_array_new (FALSE, FALSE, sizeof (gint32));
-      result = um_engine_generate (engine, &req, record, trace[k], NULL, &error);
-      g_assert_no_error (error);
-      ids[k] = g_array_ref (result->ids);
+      g_assert_cmpstr (um_backend_name (um_engine_get_backend (engines[k])), ==, k ? "cuda" : "cpu");
     }
-  g_assert_cmpmem (ids[0]->data, ids[0]->len * 4, ids[1]->data, ids[1]->len * 4);
-  g_assert_cmpmem (trace[0]->data, trace[0]->len * 4, trace[1]->data, trace[1]->len * 4);
-  for (int k = 0; k < 2; k++)
+  g_assert_nonnull (um_engine_get_backend (engines[1])->ops->choose);
+
+  for (guint c = 0; c < G_N_ELEMENTS (cases); c++)
     {
-      g_array_unref (ids[k]);
-      g_array_unref (trace[k]);
+      GArray *ids[2], *trace[2];
+
+      for (int k = 0; k < 2; k++)
+        {
+          g_autoptr(GError) error = NULL;
+          g_autoptr(UmGenResult) result = NULL;
+          const gint32 prompt[] = { 506, 509, 84, 460, 510, 299, 54, 71, 267, 338, 284, 453, 406, 443, 30, 511, 509,
+                                    64, 82, 82, 276, 83, 380, 510, 299 };
+          UmGenRequest req;
+
+          um_gen_request_init (&req);
+          req.params.gen_length = 32;
+          req.params.steps = 32;
+          req.params.block_length = 8;
+          req.params.temperature = cases[c].temperature;
+          req.params.cfg_scale = cases[c].cfg_scale;
+          req.params.threshold = cases[c].threshold;
+          req.params.factor = cases[c].factor;
+          req.params.remasking = cases[c].remasking;
+          req.params.cache = cases[c].cache;
+          req.params.logits_eos_inf = cases[c].eos_rules;
+          req.params.confidence_eos_eot_inf = cases[c].eos_rules;
+          req.params.seed = 5;
+          req.prompt_ids = prompt;
+          req.n_prompt_ids = G_N_ELEMENTS (prompt);
+          trace[k] = g_array_new (FALSE, FALSE, sizeof (gint32));
+          result = um_engine_generate (engines[k], &req, record, trace[k], NULL, &error);
+          g_assert_no_error (error);
+          ids[k] = g_array_ref (result->ids);
+        }
+      g_assert_cmpmem (ids[0]->data, ids[0]->len * 4, ids[1]->data, ids[1]->len * 4);
+      g_assert_cmpmem (trace[0]->data, trace[0]->len * 4, trace[1]->data, trace[1]->len * 4);
+      for (int k = 0; k < 2; k++)
+        {
+          g_array_unref (ids[k]);
+          g_array_unref (trace[k]);
+        }
     }
+  for (int k = 0; k < 2; k++)
+    um_engine_free (engines[k]);
 }
 
 static void
@@ -914,6 +1034,7 @@ main (int argc, char **argv)
   g_test_add_func ("/backend-ops/copy-upload-concurrent", test_copy_upload_concurrent);
   g_test_add_func ("/backend-ops/host-alloc", test_host_alloc);
   g_test_add_func ("/backend-ops/mem-info", test_mem_info);
+  g_test_add_func ("/backend-ops/choose", test_choose);
   g_test_add_func ("/backend-ops/generate", test_generate_same_as_cpu);
   g_test_add_func ("/backend-ops/out-of-memory", test_out_of_memory);
   rc = g_test_run ();
