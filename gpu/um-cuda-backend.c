@@ -225,6 +225,17 @@ typedef struct {
   int           *range_flag;
   int           *range_flag_host;
   cudaEvent_t    range_done;
+  /* act_half holds act_src's @act_n values converted by the product whose
+   * op_serial was act_serial (act_fits: the range check passed). A product
+   * right after it (no op between: op_serial one more) on the same input,
+   * like k and v after q, or up after gate, reuses the conversion and
+   * skips the check's wait. */
+  gint           op_serial;
+  gint           act_serial;
+  gboolean       act_valid;
+  const void    *act_src;
+  size_t         act_n;
+  gboolean       act_fits;
 
   /* Device time of the products: events around each, read back at the
    * next full sync of the compute stream. */
@@ -242,11 +253,14 @@ typedef struct {
 } CudaCtx;
 
 /* The runtime's current device is per thread, and the engine runs in
- * worker threads while the UI samples memory from the main thread. */
+ * worker threads while the UI samples memory from the main thread. Every
+ * op that may write device memory comes through here (copy_upload, which
+ * writes only weight slots, aside), which counts it: see act_serial. */
 static inline CudaCtx *
 ctx_for_thread (UmBackend *be)
 {
   CudaCtx *c = be->ctx;
+  g_atomic_int_inc (&c->op_serial);
   cudaSetDevice (c->device);
   return c;
 }
@@ -1071,6 +1085,15 @@ matmul_f32_tiles (CudaCtx *c, const UmDevWeight *dw, const float *x, int rows, f
 static gboolean
 activations_to_f16 (CudaCtx *c, const float *x, size_t n, gboolean *fits, GError **error)
 {
+  const gint serial = g_atomic_int_get (&c->op_serial);
+
+  if (c->act_valid && c->act_src == x && c->act_n == n && serial == c->act_serial + 1)
+    {
+      c->act_serial = serial;
+      *fits = c->act_fits;
+      return TRUE;
+    }
+  c->act_valid = FALSE;
   if (!scratch_ensure (c, &c->act_half, n * 2, error)
       || !cuda_ok (cudaMemsetAsync (c->range_flag, 0, sizeof (int), c->stream), "converting activations", error)
       || !cuda_ok (um_cuda_convert_f32_checked (x, n, c->act_half.ptr, UM_CUDA_OUT_F16, c->range_flag, c->stream),
@@ -1081,6 +1104,11 @@ activations_to_f16 (CudaCtx *c, const float *x, size_t n, gboolean *fits, GError
       || !cuda_ok (cudaEventSynchronize (c->range_done), "waiting for the GPU", error))
     return FALSE;
   *fits = *(volatile int *) c->range_flag_host == 0;
+  c->act_valid = TRUE;
+  c->act_src = x;
+  c->act_n = n;
+  c->act_serial = serial;
+  c->act_fits = *fits;
   return TRUE;
 }
 
@@ -1142,6 +1170,10 @@ cuda_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *dw, UmBuf *ou
     return FALSE;
   ok = matmul_product (c, x->ptr, rows, dw, out->ptr, error);
   timer_end (c, &t, ok);
+  /* An output over the converted input makes its conversion stale. */
+  if (!ok || ((const char *) out->ptr < (const char *) x->ptr + x->bytes
+              && (const char *) x->ptr < (const char *) out->ptr + out->bytes))
+    c->act_valid = FALSE;
   return ok;
 }
 
