@@ -69,6 +69,11 @@ um_cli_devices (int argc, char **argv)
           json_builder_set_member_name (b, "why_none");
           json_builder_add_string_value (b, r->why_none);
         }
+      if (r->not_usable)
+        {
+          json_builder_set_member_name (b, "not_usable");
+          json_builder_add_string_value (b, r->not_usable);
+        }
       json_builder_end_object (b);
       root = json_builder_get_root (b);
       um_cli_print_json (root, TRUE);
@@ -84,6 +89,8 @@ um_cli_devices (int argc, char **argv)
               d->cc_major, d->cc_minor, d->multiprocessors, d->total_bytes / 1073741824.0,
               d->free_bytes / 1073741824.0);
     }
+  if (r->not_usable != NULL && r->devices->len > 0)
+    printf ("Not usable: %s.\n", r->not_usable);
   if (r->devices->len == 0)
     printf ("No usable GPU: %s. Unmask runs on the CPU.\n", r->why_none ? r->why_none : "unknown reason");
   return 0;

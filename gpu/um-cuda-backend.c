@@ -1287,9 +1287,9 @@ um_gpu_report_new (void)
        * usable, and saying so here keeps `auto` and the optimizer off it. */
       if (prop.major < 8)
         {
-          g_autofree char *old = r->why_none;
-          r->why_none = g_strdup_printf ("%s%s%s has compute capability %d.%d; Unmask needs 8.0 or newer",
-                                         old ? old : "", old ? "; " : "", prop.name, prop.major, prop.minor);
+          g_autofree char *old = r->not_usable;
+          r->not_usable = g_strdup_printf ("%s%s[%d] %s has compute capability %d.%d; Unmask needs 8.0 or newer",
+                                           old ? old : "", old ? "; " : "", i, prop.name, prop.major, prop.minor);
           continue;
         }
       d.index = i;
@@ -1304,7 +1304,7 @@ um_gpu_report_new (void)
     }
   (void) cudaGetLastError ();
   if (count > 0 && r->devices->len == 0 && r->why_none == NULL)
-    r->why_none = g_strdup ("no CUDA device could be queried");
+    r->why_none = g_strdup (r->not_usable ? r->not_usable : "no CUDA device could be queried");
   else if (r->devices->len > 0)
     g_clear_pointer (&r->why_none, g_free);   /* one usable GPU is enough */
   return r;

@@ -27,6 +27,7 @@ typedef struct {
   int      runtime_version;  /* the CUDA runtime Unmask was built with */
   GArray  *devices;          /* UmGpuDevice; empty if none usable */
   char    *why_none;         /* set when no device is usable */
+  char    *not_usable;       /* GPUs found but not usable, each with the reason ("; " between); NULL if none */
 } UmGpuReport;
 
 /* What GPUs this build can use on this machine, and why none if so. Never
@@ -40,6 +41,7 @@ um_gpu_report_free (UmGpuReport *report)
     return;
   g_array_unref (report->devices);
   g_free (report->why_none);
+  g_free (report->not_usable);
   g_free (report);
 }
 
