@@ -1243,7 +1243,7 @@ static char *
 probe_devices (int *count)
 {
   cudaError_t e = cudaGetDeviceCount (count);
-  int driver = 0;
+  int driver = 0, runtime = 0;
 
   if (e == cudaSuccess && *count > 0)
     return NULL;
@@ -1252,14 +1252,12 @@ probe_devices (int *count)
   *count = 0;
   if (driver == 0)
     return g_strdup ("no NVIDIA driver is installed");
-  if (e == cudaErrorInsufficientDriver)
-    {
-      int runtime = 0;
-      cudaRuntimeGetVersion (&runtime);
-      return g_strdup_printf ("the NVIDIA driver supports CUDA up to %d.%d, but Unmask was built with CUDA %d.%d: "
-                              "update the driver", driver / 1000, driver % 1000 / 10, runtime / 1000,
-                              runtime % 1000 / 10);
-    }
+  cudaRuntimeGetVersion (&runtime);
+  /* Any failure with a driver older than the runtime is most likely that. */
+  if (e == cudaErrorInsufficientDriver || (e != cudaErrorNoDevice && e != cudaSuccess && driver < runtime))
+    return g_strdup_printf ("the NVIDIA driver supports CUDA up to %d.%d, but Unmask was built with CUDA %d.%d: "
+                            "update the driver", driver / 1000, driver % 1000 / 10, runtime / 1000,
+                            runtime % 1000 / 10);
   if (e == cudaErrorNoDevice || e == cudaSuccess)
     return g_strdup ("the NVIDIA driver found no CUDA device");
   return g_strdup_printf ("CUDA is not usable: %s", cudaGetErrorString (e));
