@@ -525,7 +525,10 @@ cuda_buf_free (UmBackend *be, UmBuf *buf)
   if (!buf->view)
     {
       c = CTX (be);
+      /* The dequant stream too: after a failed product it may still read
+       * a weight in this buffer (a streaming slot). */
       cudaStreamSynchronize (c->stream);
+      cudaStreamSynchronize (c->dequant_stream);
       dev_free (c, buf->ptr, buf->bytes);
     }
   g_free (buf);
@@ -899,6 +902,7 @@ cuda_weight_free (UmBackend *be, UmDevWeight *w)
     {
       c = CTX (be);
       cudaStreamSynchronize (c->stream);
+      cudaStreamSynchronize (c->dequant_stream);
       dev_free (c, w->dev, w->bytes);
       c->weight_bytes -= w->bytes;
     }
