@@ -16,6 +16,7 @@
 #include <gmodule.h>
 #include <string.h>
 
+#include "um-cuda-attention.h"
 #include "um-cuda-kernels.h"
 #include "um-cuda-tiles.h"
 #include "um-error.h"
@@ -59,6 +60,7 @@ static struct {
   SetWorkspaceFn set_workspace;   /* optional: without it cuBLAS keeps its own pool */
   GemmExFn       gemm_ex;
   StatusStringFn status_string;
+  UmCublasGemmStridedBatchedExFn gemm_strided_batched_ex;   /* attention on tensor cores */
   char          *error;
 } blas;
 
@@ -110,6 +112,7 @@ load_cublas_once (gpointer data)
       || !g_module_symbol (m, "cublasSetStream_v2", (gpointer *) &blas.set_stream)
       || !g_module_symbol (m, "cublasSetMathMode", (gpointer *) &blas.set_math_mode)
       || !g_module_symbol (m, "cublasGemmEx", (gpointer *) &blas.gemm_ex)
+      || !g_module_symbol (m, "cublasGemmStridedBatchedEx", (gpointer *) &blas.gemm_strided_batched_ex)
       || !g_module_symbol (m, "cublasGetStatusString", (gpointer *) &blas.status_string))
     {
       blas.error = g_strdup_printf ("%s lacks a function Unmask needs: %s", name, g_module_error ());
@@ -207,6 +210,8 @@ typedef struct {
   guint64        scratch_bytes;
   Scratch        act_half;      /* activations in f16 for cuBLAS */
   Scratch        index;         /* uploaded index arrays */
+  Scratch        att_scores;    /* attention scores of a tile of queries */
+  gboolean       exact_attention;   /* UNMASK_CUDA_EXACT_ATTENTION: the fp32 kernel */
 
   /* Dequantized weight tiles, two in turn: the dequant stream fills one
    * while the compute stream multiplies the other. tile_ready[b]: tiles[b]
@@ -430,6 +435,7 @@ cuda_destroy (UmBackend *be)
   scratch_release (c, &c->tiles[0]);
   scratch_release (c, &c->tiles[1]);
   scratch_release (c, &c->index);
+  scratch_release (c, &c->att_scores);
   for (int b = 0; b < 2; b++)
     {
       if (c->tile_ready[b])
@@ -968,10 +974,24 @@ cuda_attention (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, UmBuf *k, 
                 int n_heads, int n_kv_heads, int head_dim, UmBuf *out, GError **error)
 {
   CudaCtx *c = CTX (be);
-  const int32_t *d_seq = upload_index (c, q_seq, nq, error);
-  return d_seq != NULL
-         && cuda_ok (um_cuda_attention (q->ptr, nq, d_seq, k->ptr, v->ptr, seq_len, n_heads, n_kv_heads, head_dim,
-                                        out->ptr, c->stream), "attention", error);
+  UmCudaAttnBlas ab = { blas.set_stream, blas.gemm_strided_batched_ex, blas.status_string };
+  size_t bytes;
+
+  if (c->exact_attention)
+    {
+      const int32_t *d_seq = upload_index (c, q_seq, nq, error);
+      return d_seq != NULL
+             && cuda_ok (um_cuda_attention (q->ptr, nq, d_seq, k->ptr, v->ptr, seq_len, n_heads, n_kv_heads,
+                                            head_dim, out->ptr, c->stream), "attention", error);
+    }
+  /* Tensor cores: TF32 products over tiles of queries with our softmax
+   * between (gpu/um-cuda-attention-tc.c); the score buffer is bounded
+   * (64 MiB) whatever the canvas. */
+  bytes = um_cuda_attention_tc_scratch_bytes (nq, seq_len, n_heads, n_kv_heads, head_dim);
+  if (!scratch_ensure (c, &c->att_scores, bytes, error))
+    return FALSE;
+  return um_cuda_attention_tc (&ab, c->handle, c->stream, q->ptr, nq, q_seq, k->ptr, v->ptr, seq_len, n_heads,
+                               n_kv_heads, head_dim, out->ptr, c->att_scores.ptr, bytes, error);
 }
 
 static gboolean
@@ -1383,6 +1403,7 @@ um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
 
   c = g_new0 (CudaCtx, 1);
   c->device = device;
+  c->exact_attention = g_getenv ("UNMASK_CUDA_EXACT_ATTENTION") != NULL;
   c->total = total_b;
   g_mutex_init (&c->host_lock);
   g_mutex_init (&c->stage_lock);

@@ -340,7 +340,14 @@ test_attention (void)
       fill (q, qn, 1.0);
       fill (k, kn, 1.0);
       fill (v, kn, 1.0);
-      g_assert_cmpfloat (run_both (op_attention, in, sizes, 3, qn, &a), <, 1e-5);
+      /* The GPU's attention multiplies on tensor cores in TF32 (inputs
+       * rounded to 2^-11 relative, fp32 sums), like the half-precision
+       * products above: 5e-3; the fp32 kernel (UNMASK_CUDA_EXACT_ATTENTION)
+       * is held to 1e-5. */
+      double tol = g_getenv ("UNMASK_CUDA_EXACT_ATTENTION") ? 1e-5 : 5e-3;
+      double e = run_both (op_attention, in, sizes, 3, qn, &a);
+      g_test_message ("attention L %d H %d Hkv %d hd %d: normalised error %.2g", L, H, Hkv, hd, e);
+      g_assert_cmpfloat (e, <, tol);
     }
 }
 
