@@ -10,6 +10,7 @@
 #include "um-backend-cuda.h"
 #include "um-choose.h"
 #include "um-cuda-tiles.h"
+#include "um-half.h"
 #include "um-quant.h"
 #include "um-test-util.h"
 
@@ -485,6 +486,11 @@ test_weight_view_matmul (void)
           from_loaded = matmul_on (gpu, x, ms[i], 512, loaded.dw[1], 300);
           if (is_quantized (types[t]))
             g_assert_cmpmem (from_view, ms[i] * 300 * sizeof (float), from_loaded, ms[i] * 300 * sizeof (float));
+          else if (types[t] == UM_DTYPE_BF16)
+            /* A loaded BF16 weight that f16 holds runs as F16 (f16
+             * activations); a view cannot be checked at upload and keeps
+             * fp32 products: the two differ by f16 rounding. */
+            g_assert_cmpfloat (nerr (from_view, from_loaded, (size_t) ms[i] * 300), <, 5e-3);
           else
             g_assert_cmpfloat (nerr (from_view, from_loaded, (size_t) ms[i] * 300), <, 1e-5);
         }
@@ -1006,6 +1012,89 @@ test_tile_rows (void)
     }
 }
 
+/* Half-precision activations with a range guard: an activation beyond f16's
+ * range (SwiGLU outliers) makes the GPU redo that product in fp32, so the
+ * result equals the CPU's instead of inf/NaN; BF16 weights that f16 holds
+ * (tiny values to within 2^-25) run as F16, others take fp32 products. */
+static void
+guard_case (UmDType t, int n, int k, float outlier, float tiny, double tol, int expect_bf16_gemms)
+{
+  g_autofree float *wf = g_new (float, (size_t) n * k), *x = g_new (float, (size_t) 3 * k);
+  g_autofree float *a = NULL, *b = NULL;
+  guint64 rb = 0;
+  g_autofree char *wd = NULL;
+  g_autoptr(GError) error = NULL;
+  UmBackend *bes[2] = { cpu, gpu };
+  float *outs[2];
+
+  g_assert_true (um_dtype_bytes (t, (guint64) k, &rb));
+  wd = g_malloc ((size_t) n * rb);
+  fill (wf, (size_t) n * k, 0.05);
+  if (tiny != 0)
+    for (int i = 0; i < n; i += 7)
+      wf[(size_t) i * k + i % k] = tiny;
+  fill (x, (size_t) 3 * k, 1.0);
+  x[k + 5] = outlier;
+  for (int i = 0; i < n; i++)
+    {
+      if (t == UM_DTYPE_BF16)
+        for (int j = 0; j < k; j++)
+          {
+            guint16 h = um_f32_to_bf16 (wf[(size_t) i * k + j]);
+            memcpy (wd + i * rb + 2 * j, &h, 2);
+          }
+      else
+        g_assert_true (um_quant_quantize_row_ref (t, wf + (size_t) i * k, wd + i * rb, k));
+    }
+  UmWeight w = { "w", t, n, k, rb, wd };
+#ifdef UM_TEST_CUDA_EMU
+  um_emu_blas_reset_counts ();
+#endif
+  for (int s = 0; s < 2; s++)
+    {
+      UmBackend *be = bes[s];
+      UmDevWeight *dw = be->ops->weight_load (be, &w, &error);
+      UmBuf *bx = upload (be, x, (size_t) 3 * k), *bo = upload (be, NULL, (size_t) 3 * n);
+      g_assert_no_error (error);
+      g_assert_true (be->ops->matmul (be, bx, 3, dw, bo, &error));
+      g_assert_no_error (error);
+      outs[s] = download (be, bo, (size_t) 3 * n);
+      be->ops->buf_free (be, bx);
+      be->ops->buf_free (be, bo);
+      be->ops->weight_free (be, dw);
+    }
+  a = outs[0];
+  b = outs[1];
+  for (size_t i = 0; i < (size_t) 3 * n; i++)
+    g_assert_true (isfinite (b[i]) == isfinite (a[i]));
+  g_test_message ("guard %s outlier %g tiny %g: normalised error %.2g", um_dtype_name (t), outlier, tiny,
+                  nerr (b, a, (size_t) 3 * n));
+  g_assert_cmpfloat (nerr (b, a, (size_t) 3 * n), <, tol);
+#ifdef UM_TEST_CUDA_EMU
+  /* 14: CUDA_R_16BF. */
+  if (expect_bf16_gemms >= 0)
+    g_assert_cmpint (um_emu_blas_calls (14, 0, 68), ==, expect_bf16_gemms);
+#else
+  (void) expect_bf16_gemms;
+#endif
+}
+
+static void
+test_range_guard (void)
+{
+  /* Outliers: without the guard these rows were inf (F16) or NaN (quantized);
+   * the fp32 redo is held to the fp32 tolerance. */
+  guard_case (UM_DTYPE_F16, 384, 256, 70000.0f, 0, 1e-5, -1);
+  guard_case (UM_DTYPE_Q8_0, 1000, 256, 70000.0f, 0, 1e-5, -1);
+  guard_case (UM_DTYPE_Q4_K, 700, 512, 1e6f, 0, 1e-5, -1);
+  /* In range: f16 activations, the half-precision tolerance. */
+  guard_case (UM_DTYPE_Q8_0, 1000, 256, 3.0f, 0, 5e-3, -1);
+  /* BF16 weights f16 holds, tiny ones included: f16 products, none in BF16. */
+  guard_case (UM_DTYPE_BF16, 600, 256, 3.0f, 3e-7f, 5e-3, 0);
+  /* BF16 weights beyond f16's range: fp32 products, fp32 tolerance. */
+  guard_case (UM_DTYPE_BF16, 600, 256, 3.0f, 1e5f, 1e-5, 0);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1029,6 +1118,7 @@ main (int argc, char **argv)
   rng = g_rand_new_with_seed (99);
   g_test_add_func ("/backend-ops/tile-rows", test_tile_rows);
   g_test_add_func ("/backend-ops/matmul", test_matmul);
+  g_test_add_func ("/backend-ops/range-guard", test_range_guard);
   g_test_add_func ("/backend-ops/matmul-tiles", test_matmul_tiles);
   g_test_add_func ("/backend-ops/embed", test_embed);
   g_test_add_func ("/backend-ops/rms-norm", test_rms_norm);
