@@ -74,11 +74,6 @@ cudaError_t um_cuda_convert_f32 (const float *src, size_t n, void *dst, UmCudaOu
 cudaError_t um_cuda_convert_f32_checked (const float *src, size_t n, void *dst, UmCudaOutType to, int *flag,
                                          cudaStream_t stream);
 
-/* For each of @rows rows of @vocab logits: the index of the first maximum and
- * its softmax probability (fp32, max-subtracted), both to the device. */
-cudaError_t um_cuda_argmax_confidence (const float *logits, int rows, int vocab, int32_t *out_ids,
-                                       float *out_conf, cudaStream_t stream);
-
 /* cudaSuccess when this device can run the kernels (their code was built
  * for it or its driver can compile their PTX); asked when the backend is
  * created, so a missing kernel image is an error there, not at the first op. */

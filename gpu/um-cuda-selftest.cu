@@ -676,70 +676,6 @@ test_elementwise (void)
   CHECK_CUDA (cudaFree (d_out));
 }
 
-static void
-test_argmax (void)
-{
-  const int vocab = 126464, rows = 7;
-  std::vector<float> x ((size_t) rows * vocab);
-
-  for (auto &v : x)
-    v = rng_float (-10, 10);
-  /* Row 1: a tie at two places; the first wins. */
-  x[1 * (size_t) vocab + 90000] = 30.0f;
-  x[1 * (size_t) vocab + 500] = 30.0f;
-  /* Row 2: -inf entries, maximum at the very end. */
-  for (int i = 0; i < vocab; i += 3)
-    x[2 * (size_t) vocab + i] = -INFINITY;
-  x[2 * (size_t) vocab + vocab - 1] = 25.0f;
-  /* Row 3: all -inf → (0, 0). */
-  for (int i = 0; i < vocab; i++)
-    x[3 * (size_t) vocab + i] = -INFINITY;
-  /* Row 4: a NaN → (0, 0). */
-  x[4 * (size_t) vocab + 1234] = NAN;
-  /* Row 5: +inf at two places → the first, confidence 0. */
-  x[5 * (size_t) vocab + 77] = INFINITY;
-  x[5 * (size_t) vocab + 78] = INFINITY;
-  /* Row 6: maximum at index 0. */
-  x[6 * (size_t) vocab + 0] = 40.0f;
-
-  float *d_x = to_device (x), *d_conf = NULL;
-  int32_t *d_ids = NULL;
-  CHECK_CUDA (cudaMalloc ((void **) &d_conf, rows * 4));
-  CHECK_CUDA (cudaMalloc ((void **) &d_ids, rows * 4));
-  expect (um_cuda_argmax_confidence (d_x, rows, vocab, d_ids, d_conf, 0) == cudaSuccess, "argmax launch");
-  std::vector<int32_t> ids = from_device (d_ids, rows);
-  std::vector<float> conf = from_device (d_conf, rows);
-
-  for (int r = 0; r < rows; r++)
-    {
-      const float *row = x.data () + (size_t) r * vocab;
-      int best = 0;
-      bool nan = false;
-      for (int v = 0; v < vocab; v++)
-        nan = nan || isnan (row[v]);
-      for (int v = 1; v < vocab; v++)
-        if (row[v] > row[best])
-          best = v;
-      double want_conf = 0;
-      if (nan)
-        best = 0;
-      else if (isfinite (row[best]))
-        {
-          double sum = 0;
-          for (int v = 0; v < vocab; v++)
-            sum += exp ((double) row[v] - row[best]);
-          want_conf = 1.0 / sum;
-        }
-      char what[96];
-      snprintf (what, sizeof what, "argmax row %d: id %d (want %d) conf %g (want %g)", r, ids[r], best,
-                conf[r], want_conf);
-      expect (ids[r] == best && close_to (conf[r], want_conf, 1e-4, 1e-7), what);
-    }
-  CHECK_CUDA (cudaFree (d_x));
-  CHECK_CUDA (cudaFree (d_conf));
-  CHECK_CUDA (cudaFree (d_ids));
-}
-
 /* 126464×4096 Q4_0 → f16: 2^29 elements, 1 GiB out, offsets past 2^31 bytes. */
 static void
 test_big (void)
@@ -787,7 +723,6 @@ main (int argc, char **argv)
   test_rope ();
   test_attention ();
   test_elementwise ();
-  test_argmax ();
   if (argc > 1 && strcmp (argv[1], "--big") == 0)
     test_big ();
   CHECK_CUDA (cudaDeviceSynchronize ());
