@@ -1093,6 +1093,10 @@ test_range_guard (void)
   guard_case (UM_DTYPE_BF16, 600, 256, 3.0f, 3e-7f, 5e-3, 0);
   /* BF16 weights beyond f16's range: fp32 products, fp32 tolerance. */
   guard_case (UM_DTYPE_BF16, 600, 256, 3.0f, 1e5f, 1e-5, 0);
+  /* Weights over the 32 MiB pinned staging buffer: uploaded in two chunks
+   * (BF16 converted to F16 on the way). */
+  guard_case (UM_DTYPE_F32, 9000, 1024, 3.0f, 0, 1e-5, -1);
+  guard_case (UM_DTYPE_BF16, 20000, 1024, 3.0f, 3e-7f, 5e-3, 0);
 }
 
 int
