@@ -10,9 +10,8 @@
 
 struct UmEmuBlas { cudaStream_t stream; cublasMath_t math; };
 
-/* Products per A type (each batch entry counts), and calls per (A, C,
- * compute) combination, so tests can tell which path the backend took. */
-static long counts[32];
+/* Calls per (A, C, compute) combination, so tests can tell which path the
+ * backend took. */
 static long calls[32][32][4];
 
 static int
@@ -32,11 +31,8 @@ count_call (cudaDataType a, cudaDataType ct, cublasComputeType_t c)
 extern "C" void
 um_emu_blas_reset_counts (void)
 {
-  memset (counts, 0, sizeof counts);
   memset (calls, 0, sizeof calls);
 }
-
-extern "C" long um_emu_blas_count (cudaDataType t) { return (unsigned) t < 32 ? counts[t] : 0; }
 
 extern "C" long
 um_emu_blas_calls (cudaDataType a, cudaDataType ct, cublasComputeType_t c)
@@ -156,7 +152,6 @@ gemm (cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alp
         double prev = beta != 0.0f ? load (C, ct, ic, CUBLAS_COMPUTE_32F) : 0.0;
         store (C, ct, ic, (double) alpha * s + (double) beta * prev);
       }
-  counts[at]++;
 }
 
 extern "C" cublasStatus_t

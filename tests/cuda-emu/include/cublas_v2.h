@@ -76,12 +76,10 @@ cublasStatus_t cublasGemmBatchedEx (cublasHandle_t handle, cublasOperation_t tra
                                     int ldb, const void *beta, void *const C[], cudaDataType Ctype, int ldc,
                                     int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo);
 
-/* Emulation counters for tests, since the last reset: products run per input
- * type (the cudaDataType of A; each batch entry counts), and GEMM calls per
+/* Emulation counters for tests, since the last reset: GEMM calls per
  * (A type, C type, compute type) (a batched call counts once; the 32F
  * compute types other than the FAST ones count as CUBLAS_COMPUTE_32F). */
 void um_emu_blas_reset_counts (void);
-long um_emu_blas_count (cudaDataType a_type);
 long um_emu_blas_calls (cudaDataType a_type, cudaDataType c_type, cublasComputeType_t compute);
 
 #ifdef __cplusplus
