@@ -40,6 +40,29 @@ ids_member (JsonObject *o, const char *name, guint line, GError **error)
   return ids;
 }
 
+/* Appends entry @n's prompt_ids and ids to @pairs (@where names it in errors). */
+static gboolean
+add_pair (JsonNode *n, const char *where, guint index, GPtrArray *pairs, GError **error)
+{
+  GArray *p, *q;
+
+  if (n == NULL || JSON_NODE_TYPE (n) != JSON_NODE_OBJECT)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s, entry %u: not a JSON object", where, index);
+      return FALSE;
+    }
+  if ((p = ids_member (json_node_get_object (n), "prompt_ids", index, error)) == NULL)
+    return FALSE;
+  if ((q = ids_member (json_node_get_object (n), "ids", index, error)) == NULL)
+    {
+      g_array_unref (p);
+      return FALSE;
+    }
+  g_ptr_array_add (pairs, p);
+  g_ptr_array_add (pairs, q);
+  return TRUE;
+}
+
 /* @path: one JSON object per line (what `generate --json` prints) or a
  * JSON list of them; each gives prompt_ids and ids. Appends pairs of
  * arrays to @pairs. */
@@ -60,54 +83,25 @@ read_generations (const char *path, GPtrArray *pairs, GError **error)
     {
       JsonArray *a = json_node_get_array (root);
       for (guint i = 0; i < json_array_get_length (a); i++)
-        {
-          JsonNode *n = json_array_get_element (a, i);
-          GArray *p, *q;
-          if (JSON_NODE_TYPE (n) != JSON_NODE_OBJECT)
-            {
-              g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: entry %u is not an object", path, i + 1);
-              return FALSE;
-            }
-          if ((p = ids_member (json_node_get_object (n), "prompt_ids", i + 1, error)) == NULL)
-            return FALSE;
-          if ((q = ids_member (json_node_get_object (n), "ids", i + 1, error)) == NULL)
-            {
-              g_array_unref (p);
-              return FALSE;
-            }
-          g_ptr_array_add (pairs, p);
-          g_ptr_array_add (pairs, q);
-        }
-      return TRUE;
+        if (!add_pair (json_array_get_element (a, i), path, i + 1, pairs, error))
+          return FALSE;
     }
-  lines = g_strsplit (text, "\n", -1);
-  for (guint i = 0; lines[i] != NULL; i++)
+  else
     {
-      g_autoptr(JsonParser) lp = json_parser_new ();
-      GArray *p, *q;
-      JsonNode *n;
-      if (g_strstrip (lines[i])[0] == '\0')
-        continue;
-      if (!json_parser_load_from_data (lp, lines[i], -1, error))
+      lines = g_strsplit (text, "\n", -1);
+      for (guint i = 0; lines[i] != NULL; i++)
         {
-          g_prefix_error (error, "%s, line %u: ", path, i + 1);
-          return FALSE;
+          g_autoptr(JsonParser) lp = json_parser_new ();
+          if (g_strstrip (lines[i])[0] == '\0')
+            continue;
+          if (!json_parser_load_from_data (lp, lines[i], -1, error))
+            {
+              g_prefix_error (error, "%s, line %u: ", path, i + 1);
+              return FALSE;
+            }
+          if (!add_pair (json_parser_get_root (lp), path, i + 1, pairs, error))
+            return FALSE;
         }
-      n = json_parser_get_root (lp);
-      if (n == NULL || JSON_NODE_TYPE (n) != JSON_NODE_OBJECT)
-        {
-          g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s, line %u: not a JSON object", path, i + 1);
-          return FALSE;
-        }
-      if ((p = ids_member (json_node_get_object (n), "prompt_ids", i + 1, error)) == NULL)
-        return FALSE;
-      if ((q = ids_member (json_node_get_object (n), "ids", i + 1, error)) == NULL)
-        {
-          g_array_unref (p);
-          return FALSE;
-        }
-      g_ptr_array_add (pairs, p);
-      g_ptr_array_add (pairs, q);
     }
   if (pairs->len == 0)
     {
