@@ -663,6 +663,16 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
   return head_rows (fw, subset ? b[SLOT_XS] : b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
 }
 
+/* A finished pass in the stats: @n_rows rows of logits, started at @t_start. */
+static gboolean
+count_pass (UmForward *fw, int n_rows, gint64 t_start)
+{
+  fw->stats.n_passes++;
+  fw->stats.logit_rows += n_rows;
+  fw->stats.seconds += (g_get_monotonic_time () - t_start) / 1e6;
+  return TRUE;
+}
+
 static gboolean
 logits_pass (UmForward     *fw,
              const gint32  *ids,
@@ -707,13 +717,7 @@ logits_pass (UmForward     *fw,
   ok = carve (fw, &a, views, error)
        && forward_pass (fw, views, ids, n_seq, seq_len, rows, n, FALSE, dst, cancellable, error);
   free_views (fw, views, N_SLOTS);
-  if (!ok)
-    return FALSE;
-
-  fw->stats.n_passes++;
-  fw->stats.logit_rows += n;
-  fw->stats.seconds += (g_get_monotonic_time () - t_start) / 1e6;
-  return TRUE;
+  return ok && count_pass (fw, n, t_start);
 }
 
 gboolean
@@ -912,12 +916,7 @@ logits_pass_cached (UmForward     *fw,
                            error);
     }
   free_views (fw, views, N_SLOTS);
-  if (!ok)
-    return FALSE;
-  fw->stats.n_passes++;
-  fw->stats.logit_rows += n_rows;
-  fw->stats.seconds += (g_get_monotonic_time () - t_start) / 1e6;
-  return TRUE;
+  return ok && count_pass (fw, n_rows, t_start);
 }
 
 gboolean
