@@ -874,11 +874,9 @@ splice_layers (const char *pruned, const char *full, const char *out)
 }
 
 /* The engine's forward on a pruned model against the reference forward of
- * the same weights. NOTE: the mixed case (layers with different counts)
- * depends on the engine forward (backend/engine/um-forward.c) using each
- * layer's own counts (W->n_heads, n_kv_heads, ffn); see the TODO below.
- * Uniformly pruned layers also work with the configuration's counts, which
- * are the maxima over the layers. */
+ * the same weights. The mixed case (layers with different counts) checks
+ * that the forward uses each layer's own counts (W->n_heads, n_kv_heads,
+ * ffn), not the configuration's, which are the maxima over the layers. */
 static void
 check_pruned_forward (gboolean mixed)
 {
