@@ -20,6 +20,7 @@ typedef enum {
   UM_ERROR_INVALID_PARAM,   /* caller passed impossible parameters */
   UM_ERROR_OUT_OF_MEMORY,   /* an allocation beyond the budget or the machine */
   UM_ERROR_CANCELLED,       /* kept for callers that do not use GIO; GCancellable gives G_IO_ERROR_CANCELLED */
+  UM_ERROR_CONFLICT,        /* a file changed since the caller read it (another process wrote it) */
 } UmError;
 
 GQuark um_error_quark (void);

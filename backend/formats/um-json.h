@@ -1,0 +1,57 @@
+/* um-json.h — the one way JSON enters Unmask.
+ *
+ * json-glib's parser recurses once per nesting level, so a file of a few
+ * hundred thousand '[' overflows the stack before it can report anything.
+ * Every JSON text the project reads (profile, manifest, settings, chats,
+ * config.json, tokenizer.json, tokenizer_config.json,
+ * generation_config.json, safetensors headers, cache metadata, request
+ * bodies) goes through um_json_parse () or um_json_parse_file (), which
+ * first scan the text without recursion and refuse, with an error naming
+ * the line and column:
+ *   - more bytes than the limit, or more nesting than the limit;
+ *   - invalid UTF-8 and NUL bytes;
+ *   - a number that overflows a double, or an integer beyond 64 bits;
+ *   - a key repeated in one object (compared as written), where json-glib
+ *     would silently keep the last one;
+ * and only then hand the text to json-glib. */
+#pragma once
+
+#include <json-glib/json-glib.h>
+
+G_BEGIN_DECLS
+
+/* Far above any real file of ours or of a model's (tokenizer.json nests
+ * about 6 deep), far below what exhausts a thread's stack. */
+#define UM_JSON_MAX_DEPTH_DEFAULT 64
+#define UM_JSON_MAX_BYTES_DEFAULT ((gsize) 16 << 20)
+
+typedef struct {
+  gsize    max_bytes;        /* 0: UM_JSON_MAX_BYTES_DEFAULT */
+  guint    max_depth;        /* 0: UM_JSON_MAX_DEPTH_DEFAULT */
+  gboolean allow_duplicate_keys;
+} UmJsonLimits;
+
+/* Limits for the big files models ship (tokenizer.json: up to 256 MiB). */
+extern const UmJsonLimits um_json_limits_model_file;
+
+/* Checks @text (@len bytes; -1: up to its NUL) against @limits (NULL: the
+ * defaults) without building anything. @what names the text in errors
+ * ("config.json"). */
+gboolean  um_json_check (const char *text, gssize len, const char *what, const UmJsonLimits *limits,
+                         GError **error);
+
+/* Checks, then parses; returns the root (json_node_unref it), or NULL and
+ * an UM_ERROR_FORMAT error that starts with @what. */
+JsonNode *um_json_parse (const char *text, gssize len, const char *what, const UmJsonLimits *limits,
+                         GError **error);
+
+/* The same for a file, mapped; its size is checked before it is read. A
+ * missing file is UM_ERROR_IO with G_FILE_ERROR_NOENT's message; use
+ * um_json_error_is_missing () to tell it apart. */
+JsonNode *um_json_parse_file (const char *path, const char *what, const UmJsonLimits *limits, GError **error);
+gboolean  um_json_error_is_missing (const GError *error);
+
+/* The root as an object, or NULL and an error "WHAT: not a JSON object". */
+JsonObject *um_json_root_object (JsonNode *root, const char *what, GError **error);
+
+G_END_DECLS
