@@ -10,6 +10,7 @@
 #include "um-cli.h"
 #include "um-convert.h"
 #include "um-error.h"
+#include "um-json.h"
 #include "um-optimizer.h"
 
 #define HEADROOM 0.10
@@ -36,7 +37,42 @@ static JsonNode *
 profile_node (const UmProfile *p)
 {
   g_autofree char *text = um_profile_to_json (p);
-  return json_from_string (text, NULL);
+  return um_json_parse (text, -1, "the profile", NULL, NULL);
+}
+
+/* What optimize writes: the optimizer's profile on the current one, with
+ * the settings planned for as its defaults, within what the mode
+ * recommends. */
+typedef struct {
+  const UmOptimizeResult *r;
+  int gen_length, block_length, steps;
+} OptimizeEdit;
+
+static gboolean
+optimize_edit (UmProfile *p, gpointer user_data, GError **error)
+{
+  const OptimizeEdit *e = user_data;
+  g_autoptr(UmProfile) next = um_optimizer_profile (e->r, p);
+  UmProfile tmp;
+
+  if (next == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "%s", e->r->reason);
+      return FALSE;
+    }
+#define CLAMP_TO(v, limit) ((limit) > 0 ? MIN ((v), (limit)) : (v))
+  if (e->gen_length > 0)
+    next->default_gen_length = CLAMP_TO (e->gen_length, next->limit_gen_length);
+  if (e->block_length > 0)
+    next->default_block_length = CLAMP_TO (e->block_length, next->limit_block_length);
+  if (e->steps > 0)
+    next->default_steps = CLAMP_TO (e->steps, next->limit_steps);
+#undef CLAMP_TO
+  /* Swapped, so the old contents go with @next. */
+  tmp = *p;
+  *p = *next;
+  *next = tmp;
+  return TRUE;
 }
 
 #define SET_INT(b, k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_int_value (b, v); } G_STMT_END
@@ -130,7 +166,8 @@ um_cli_optimize (int argc, char **argv)
   g_autoptr(UmModel) model = NULL;
   g_autoptr(UmHardware) hw = NULL;
   g_autoptr(UmOptimizeResult) r = NULL;
-  g_autofree char *backup_id = NULL;
+  g_auto(UmCommit) commit = { 0 };
+  const char *backup_id = NULL;
   g_autofree char *profile_path = NULL;
   g_autofree char *model_id = NULL;
   UmDeviceKind kind = UM_DEVICE_AUTO;
@@ -206,26 +243,28 @@ um_cli_optimize (int argc, char **argv)
   if (mode != NULL)
     um_optimize_result_choose (r, asked);
 
-  profile = um_optimizer_profile (r, current);
-  if (profile != NULL)
-    {
-      /* The settings planned for become the profile's defaults, within
-       * what the mode recommends. */
-#define CLAMP_TO(v, limit) ((limit) > 0 ? MIN ((v), (limit)) : (v))
-      if (gen_length > 0)
-        profile->default_gen_length = CLAMP_TO (gen_length, profile->limit_gen_length);
-      if (block_length > 0)
-        profile->default_block_length = CLAMP_TO (block_length, profile->limit_block_length);
-      if (steps > 0)
-        profile->default_steps = CLAMP_TO (steps, profile->limit_steps);
-#undef CLAMP_TO
-    }
   profile_path = um_profile_path (config_dir);
-  if (profile != NULL && !dry_run)
+  if (r->chosen >= 0)
     {
-      g_autofree char *reason = g_strdup_printf ("before optimize → %s", um_mem_mode_to_string (profile->mem.mode));
-      if (!um_backups_commit (profile, config_dir, reason, &backup_id, &error))
-        return um_cli_fail (error);
+      OptimizeEdit e = { r, gen_length, block_length, steps };
+      if (dry_run)
+        {
+          /* What it would write, on the profile as read above. */
+          profile = um_profile_copy (current);
+          if (!optimize_edit (profile, &e, &error))
+            return um_cli_fail (error);
+        }
+      else
+        {
+          g_autofree char *reason = g_strdup_printf ("before optimize → %s",
+                                                     um_mem_mode_to_string ((UmMemMode) r->chosen));
+          /* Read, changed and written under one lock, so a change the app
+           * made since the load above is built on, not reverted. */
+          if (!um_backups_update (config_dir, reason, optimize_edit, &e, &commit, &error))
+            return um_cli_fail (error);
+          profile = um_profile_copy (commit.profile);
+          backup_id = commit.backup_id;
+        }
     }
 
   if (json)
@@ -277,6 +316,7 @@ um_cli_optimize (int argc, char **argv)
         json_builder_add_null_value (b);
       SET_STR (b, "profile_path", profile_path);
       SET_BOOL (b, "written", backup_id != NULL);
+      SET_BOOL (b, "unchanged", commit.unchanged);
       json_builder_set_member_name (b, "profile");
       if (profile != NULL)
         json_builder_add_value (b, profile_node (profile));
@@ -293,6 +333,9 @@ um_cli_optimize (int argc, char **argv)
       if (backup_id != NULL)
         printf ("Wrote %s; the settings before are backup “%s” (unmask-cli restore %s undoes this).\n",
                 profile_path, backup_id, backup_id);
+      else if (commit.unchanged)
+        printf ("Nothing changed: %s already says this, so nothing was written and no backup made.\n",
+                profile_path);
       else if (profile != NULL)
         printf ("Dry run: nothing written.\n");
     }
@@ -322,10 +365,12 @@ um_cli_restore (int argc, char **argv)
   };
   g_autoptr(GError) error = NULL;
   g_autoptr(UmProfile) current = NULL;
-  g_autoptr(UmProfile) restored = NULL;
-  guint removed = 0;
+  g_auto(UmCommit) commit = { 0 };
+  g_autoptr(GPtrArray) skipped = NULL;
+  g_autoptr(GPtrArray) warnings = g_ptr_array_new_with_free_func (g_free);
+  guint removed = 0, kept = 0;
   guint64 removed_bytes = 0;
-  g_autofree char *id = NULL, *undo_id = NULL, *path = NULL;
+  g_autofree char *path = NULL;
   const char *which;
 
   g_option_context_add_main_entries (ctx, entries, NULL);
@@ -347,27 +392,44 @@ um_cli_restore (int argc, char **argv)
     if (list == NULL)
       return um_cli_fail (error);
   }
-  id = um_backups_resolve (config_dir, which, &error);
-  if (id == NULL || !um_backups_restore (config_dir, which, &undo_id, &error))
-    return um_cli_fail (error);
-  restored = load_profile (config_dir, &error);
-  if (restored == NULL)
+  if (!um_backups_restore (config_dir, which, &commit, &skipped, &error))
     return um_cli_fail (error);
   path = um_profile_path (config_dir);
+  /* The restore has happened: from here on a failure is a warning, and the
+   * undo id is printed whatever else goes wrong. */
   if (remove_converted)
     {
-      g_autoptr(GPtrArray) cached = um_convert_cache_list (cache_dir, &error);
-      for (guint i = 0; cached != NULL && i < cached->len && error == NULL; i++)
+      g_autoptr(GError) lerr = NULL;
+      g_autoptr(GPtrArray) cached = um_convert_cache_list (cache_dir, &lerr);
+      if (cached == NULL)
+        g_ptr_array_add (warnings, g_strdup_printf ("converted weights were not removed: %s", lerr->message));
+      for (guint i = 0; cached != NULL && i < cached->len; i++)
         {
           const UmConvertedEntry *e = g_ptr_array_index (cached, i);
-          if (um_convert_cache_remove (cache_dir, e->path, &error))
+          g_autoptr(GError) rerr = NULL;
+          /* Still needed by the restored settings (for its model, through
+           * an override or the mode for all): removing it would only cost
+           * a conversion on the next load. */
+          if (e->in_progress || um_profile_uses_converted (commit.profile, e))
+            {
+              kept++;
+              continue;
+            }
+          if (um_convert_cache_remove (cache_dir, e->path, &rerr))
             {
               removed++;
               removed_bytes += e->bytes;
             }
+          else
+            g_ptr_array_add (warnings, g_strdup_printf ("could not remove %s: %s", e->path, rerr->message));
         }
-      if (error != NULL)
-        return um_cli_fail (error);
+    }
+  for (guint i = 0; i < warnings->len; i++)
+    fprintf (stderr, "unmask-cli: warning: %s\n", (char *) g_ptr_array_index (warnings, i));
+  for (guint i = 0; skipped != NULL && i < skipped->len; i++)
+    {
+      const UmBackup *b = g_ptr_array_index (skipped, i);
+      fprintf (stderr, "unmask-cli: skipped the newer backup “%s”: %s\n", b->id, b->problem);
     }
 
   if (json)
@@ -380,24 +442,52 @@ um_cli_restore (int argc, char **argv)
       json_builder_add_int_value (b, removed);
       json_builder_set_member_name (b, "converted_removed_bytes");
       json_builder_add_int_value (b, removed_bytes);
-      SET_STR (b, "restored", id);
-      SET_STR (b, "undo_id", undo_id);
+      json_builder_set_member_name (b, "converted_kept");
+      json_builder_add_int_value (b, kept);
+      SET_STR (b, "restored", commit.restored_id);
+      SET_BOOL (b, "unchanged", commit.unchanged);
+      json_builder_set_member_name (b, "undo_id");
+      if (commit.backup_id != NULL)
+        json_builder_add_string_value (b, commit.backup_id);
+      else
+        json_builder_add_null_value (b);
+      json_builder_set_member_name (b, "skipped");
+      json_builder_begin_array (b);
+      for (guint i = 0; skipped != NULL && i < skipped->len; i++)
+        {
+          const UmBackup *s = g_ptr_array_index (skipped, i);
+          json_builder_begin_object (b);
+          SET_STR (b, "id", s->id);
+          SET_STR (b, "problem", s->problem);
+          json_builder_end_object (b);
+        }
+      json_builder_end_array (b);
+      json_builder_set_member_name (b, "warnings");
+      json_builder_begin_array (b);
+      for (guint i = 0; i < warnings->len; i++)
+        json_builder_add_string_value (b, g_ptr_array_index (warnings, i));
+      json_builder_end_array (b);
       SET_STR (b, "profile_path", path);
       json_builder_set_member_name (b, "profile");
-      json_builder_add_value (b, profile_node (restored));
+      json_builder_add_value (b, profile_node (commit.profile));
       json_builder_end_object (b);
       root = json_builder_get_root (b);
       um_cli_print_json (root, TRUE);
     }
   else
     {
-      g_autofree char *summary = um_profile_summary (restored);
-      printf ("Restored backup “%s”: %s.\nThe settings before are backup “%s” (unmask-cli restore %s undoes this).\n",
-              id, summary, undo_id, undo_id);
+      g_autofree char *summary = um_profile_summary (commit.profile);
+      if (commit.unchanged)
+        printf ("Backup “%s” holds the settings already in use (%s); nothing was written.\n", commit.restored_id,
+                summary);
+      else
+        printf ("Restored backup “%s”: %s.\nThe settings before are backup “%s” (unmask-cli restore %s undoes "
+                "this).\n", commit.restored_id, summary, commit.backup_id, commit.backup_id);
       if (remove_converted)
         {
           g_autofree char *size = g_format_size (removed_bytes);
-          printf ("Removed %u file(s) of converted weights (%s).\n", removed, size);
+          printf ("Removed %u file(s) of converted weights (%s); kept %u the settings still use.\n", removed, size,
+                  kept);
         }
     }
   return 0;

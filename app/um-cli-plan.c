@@ -274,8 +274,8 @@ um_cli_cache (int argc, char **argv)
   if (!um_cli_parse_options (ctx, &argc, &argv))
     return 2;
   what = argc > 1 ? argv[1] : "list";
-  if (dir == NULL)
-    dir = um_convert_cache_dir ();
+  /* No --cache-dir: the default folder and the temporary one it falls
+   * back to, both (NULL). */
   if (g_str_equal (what, "remove"))
     {
       if (argc < 3)
@@ -290,12 +290,23 @@ um_cli_cache (int argc, char **argv)
     return um_cli_fail (error);
   if (g_str_equal (what, "clear"))
     {
+      guint busy = 0;
       for (guint i = 0; i < entries_list->len; i++)
         {
           const UmConvertedEntry *e = g_ptr_array_index (entries_list, i);
+          /* A conversion running now keeps its file; it is finished or
+           * removed by its own process. */
+          if (e->in_progress)
+            {
+              busy++;
+              continue;
+            }
           if (!um_convert_cache_remove (dir, e->path, &error))
             return um_cli_fail (error);
         }
+      if (busy > 0)
+        fprintf (stderr, "unmask-cli: %u conversion%s still running; %s left.\n", busy, busy == 1 ? " is" : "s are",
+                 busy == 1 ? "its file is" : "their files are");
       return 0;
     }
   if (!g_str_equal (what, "list"))
@@ -324,6 +335,10 @@ um_cli_cache (int argc, char **argv)
           json_builder_add_double_value (b, e->prune_heads);
           json_builder_set_member_name (b, "prune_ffn");
           json_builder_add_double_value (b, e->prune_ffn);
+          json_builder_set_member_name (b, "partial");
+          json_builder_add_boolean_value (b, e->partial);
+          json_builder_set_member_name (b, "in_progress");
+          json_builder_add_boolean_value (b, e->in_progress);
           json_builder_end_object (b);
         }
       json_builder_end_array (b);
@@ -335,8 +350,12 @@ um_cli_cache (int argc, char **argv)
     {
       const UmConvertedEntry *e = g_ptr_array_index (entries_list, i);
       g_autofree char *size = g_format_size_full (e->bytes, G_FORMAT_SIZE_IEC_UNITS);
-      printf ("%10s  %-8s %s\n            from %s\n", size, e->type ? e->type : "?", e->path,
-              e->source ? e->source : "?");
+      if (e->partial)
+        printf ("%10s  %-8s %s\n            %s\n", size, "partial", e->path,
+                e->in_progress ? "a conversion running now" : "left by a conversion that was stopped; cache clear removes it");
+      else
+        printf ("%10s  %-8s %s\n            from %s\n", size, e->type ? e->type : "?", e->path,
+                e->source ? e->source : "?");
     }
   return 0;
 }

@@ -5,9 +5,11 @@
  * permutes Q/K within the kept heads and gives the same function as the
  * source with those units zeroed; per-layer counts in GGUF metadata are
  * validated. */
+#include <fcntl.h>
 #include <glib/gstdio.h>
 #include <math.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -184,9 +186,11 @@ test_cache_list_remove (void)
   um_test_write_file (part, "in progress", -1);
   um_test_write_file (other, "outside", -1);
 
+  /* The .part of a conversion that was stopped is listed too (it can be
+   * gigabytes), as partial and not in progress: nothing holds it. */
   list = um_convert_cache_list (dir, &error);
   g_assert_no_error (error);
-  g_assert_cmpuint (list->len, ==, 3);
+  g_assert_cmpuint (list->len, ==, 4);
   abs = g_canonicalize_filename (src, NULL);
   for (guint i = 0; i < list->len; i++)
     {
@@ -194,7 +198,9 @@ test_cache_list_remove (void)
       GStatBuf st = stat_of (e->path);
       g_assert_cmpuint (e->bytes, ==, st.st_size);
       g_assert_cmpint (e->mtime, ==, st.st_mtime);
-      if (strcmp (e->path, junk) == 0)
+      g_assert_cmpint (e->partial, ==, strcmp (e->path, part) == 0);
+      g_assert_false (e->in_progress);
+      if (strcmp (e->path, junk) == 0 || strcmp (e->path, part) == 0)
         {
           g_assert_null (e->type);
           g_assert_null (e->source);
@@ -224,9 +230,6 @@ test_cache_list_remove (void)
   g_assert_false (um_convert_cache_remove (dir, sneaky, &error));
   g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
   g_clear_error (&error);
-  g_assert_false (um_convert_cache_remove (dir, part, &error));
-  g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
-  g_clear_error (&error);
   g_assert_false (um_convert_cache_remove (dir, dir, &error));
   g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
   g_clear_error (&error);
@@ -241,10 +244,77 @@ test_cache_list_remove (void)
   g_assert_false (um_convert_cache_remove (dir, p4, &error));
   g_assert_error (error, UM_ERROR, UM_ERROR_IO);
   g_clear_error (&error);
+  g_assert_true (um_convert_cache_remove (dir, part, &error));
+  g_assert_no_error (error);
   list = um_convert_cache_list (dir, &error);
   g_assert_no_error (error);
   g_assert_cmpuint (list->len, ==, 1);
   g_assert_cmpstr (((UmConvertedEntry *) g_ptr_array_index (list, 0))->path, ==, p8);
+  um_test_rmtree (tmp);
+}
+
+/* A killed conversion leaves NAME.gguf.XXXXXX.part behind: listed, removed
+ * by the next conversion once stale, never while a writer holds it. */
+static void
+test_cache_partial (void)
+{
+  g_autofree char *src = um_test_data_path ("tiny-llada");
+  g_autofree char *tmp = um_test_mkdtemp ();
+  g_autofree char *dir = g_build_filename (tmp, "converted", NULL);
+  g_autofree char *stale = g_build_filename (dir, "m-Q8_0-0123.gguf.AbC123.part", NULL);
+  g_autofree char *fresh = g_build_filename (dir, "m-Q8_0-0123.gguf.XyZ789.part", NULL);
+  g_autofree char *busy = g_build_filename (dir, "m-Q4_0-4567.gguf.QqQ000.part", NULL);
+  g_autofree char *path = NULL;
+  g_autoptr(UmModel) model = load_model (src);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GPtrArray) list = NULL;
+  const UmQuantizeOptions q8 = { "Q8_0", 0, 0 };
+  struct timeval old[2] = { { 1000000000, 0 }, { 1000000000, 0 } };
+  int held;
+
+  g_assert_cmpint (g_mkdir_with_parents (dir, 0700), ==, 0);
+  um_test_write_file (stale, "killed", -1);
+  um_test_write_file (fresh, "just created", -1);
+  um_test_write_file (busy, "being written", -1);
+  g_assert_cmpint (utimes (stale, old), ==, 0);
+  g_assert_cmpint (utimes (busy, old), ==, 0);
+  /* A writer holds its file as um_gguf_writer does. */
+  held = open (busy, O_RDWR | O_CLOEXEC);
+  g_assert_cmpint (held, >=, 0);
+  g_assert_cmpint (flock (held, LOCK_EX | LOCK_NB), ==, 0);
+
+  list = um_convert_cache_list (dir, &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (list->len, ==, 3);
+  for (guint i = 0; i < list->len; i++)
+    {
+      const UmConvertedEntry *e = g_ptr_array_index (list, i);
+      g_assert_true (e->partial);
+      g_assert_cmpint (e->in_progress, ==, strcmp (e->path, busy) == 0);
+    }
+  g_clear_pointer (&list, g_ptr_array_unref);
+  /* Never removed while written. */
+  g_assert_false (um_convert_cache_remove (dir, busy, &error));
+  g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
+  g_clear_error (&error);
+
+  /* A load that converts cleans up: the stale one goes, the one just
+   * created (its writer may not have locked it yet) and the held one stay. */
+  path = um_convert_model (model, &q8, dir, NULL, NULL, NULL, NULL, &error);
+  g_assert_no_error (error);
+  g_assert_false (g_file_test (stale, G_FILE_TEST_EXISTS));
+  g_assert_true (g_file_test (fresh, G_FILE_TEST_EXISTS));
+  g_assert_true (g_file_test (busy, G_FILE_TEST_EXISTS));
+
+  /* Released: now it is stale too. */
+  close (held);
+  g_assert_cmpuint (um_convert_cache_clean_partial (dir, 60), ==, 1);
+  g_assert_false (g_file_test (busy, G_FILE_TEST_EXISTS));
+  g_assert_true (g_file_test (fresh, G_FILE_TEST_EXISTS));
+  g_assert_cmpuint (um_convert_cache_clean_partial (dir, 0), ==, 1);
+  list = um_convert_cache_list (dir, &error);
+  g_assert_cmpuint (list->len, ==, 1);
+  g_assert_cmpstr (((UmConvertedEntry *) g_ptr_array_index (list, 0))->path, ==, path);
   um_test_rmtree (tmp);
 }
 
@@ -1118,6 +1188,7 @@ main (int argc, char **argv)
   g_test_add_func ("/convert/cache-hit", test_cache_hit);
   g_test_add_func ("/convert/cache-key", test_cache_key);
   g_test_add_func ("/convert/cache-list-remove", test_cache_list_remove);
+  g_test_add_func ("/convert/cache-partial", test_cache_partial);
   g_test_add_func ("/convert/cache-broken-file", test_cache_broken_file);
   g_test_add_func ("/convert/cache-fallback", test_cache_fallback);
   g_test_add_func ("/convert/plan-matches-written", test_plan_matches_written);

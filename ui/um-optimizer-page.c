@@ -653,7 +653,7 @@ check_idle (UmOptimizerPage *self, GError **error)
 static gboolean
 write_user_profile (UmOptimizerPage *self, UmProfile *p, GError **error)
 {
-  g_autofree char *id = NULL;
+  g_auto(UmCommit) commit = { 0 };
   g_autofree char *reason = NULL;
   const char *mode = um_mem_mode_to_string (p->mem.mode);
 
@@ -665,10 +665,12 @@ write_user_profile (UmOptimizerPage *self, UmProfile *p, GError **error)
   /* The reasons are the backend's record, in English like its own. */
   p->reason = g_strdup_printf ("user → %s", mode);
   reason = g_strdup_printf ("before user → %s", mode);
-  if (!um_backups_commit (p, config_dir (self), reason, &id, error))
+  if (!um_backups_commit (p, config_dir (self), reason, NULL, &commit, error))
     return FALSE;
+  if (commit.unchanged)
+    return TRUE;
   g_free (self->undo_id);
-  self->undo_id = g_steal_pointer (&id);
+  self->undo_id = g_steal_pointer (&commit.backup_id);
   profile_written (self);
   return TRUE;
 }
@@ -823,12 +825,12 @@ um_optimizer_page_apply_mode (UmOptimizerPage *self, UmMemMode mode, GError **er
 static gboolean
 do_restore_full (UmOptimizerPage *self, const char *which, GError **error)
 {
-  g_autofree char *undo = NULL;
+  g_auto(UmCommit) commit = { 0 };
 
-  if (!check_idle (self, error) || !um_backups_restore (config_dir (self), which, &undo, error))
+  if (!check_idle (self, error) || !um_backups_restore (config_dir (self), which, &commit, NULL, error))
     return FALSE;
   g_free (self->undo_id);
-  self->undo_id = g_steal_pointer (&undo);
+  self->undo_id = g_steal_pointer (&commit.backup_id);
   if (g_strcmp0 (which, "original") == 0)
     set_status (self, _("The original settings are back; what was in use is in the history."));
   else
@@ -995,9 +997,9 @@ do_optimize (UmOptimizerPage *self, const char *path)
 {
   UmWindow *win = get_window (self);
   g_autoptr(UmOptimizeResult) r = NULL;
-  g_autoptr(UmProfile) applied = NULL;
+  g_auto(UmCommit) commit = { 0 };
+  const UmProfile *applied = NULL;
   g_autoptr(GError) error = NULL;
-  g_autofree char *backup_id = NULL;
   UmPlanShape shape;
   guint64 budget = 0;
 
@@ -1039,13 +1041,14 @@ do_optimize (UmOptimizerPage *self, const char *path)
         return;
       }
   }
-  if (!um_optimizer_apply (r, config_dir (self), &applied, &backup_id, &error))
+  if (!um_optimizer_apply (r, config_dir (self), &commit, &error))
     {
       set_status_error (self, _("Could not save the optimized settings"), error);
       return;
     }
+  applied = commit.profile;
   g_free (self->undo_id);
-  self->undo_id = g_steal_pointer (&backup_id);
+  self->undo_id = g_steal_pointer (&commit.backup_id);
   {
     /* Translators: %s is a memory mode, e.g. "extreme-moderate" */
     g_autofree char *text = g_strdup_printf (_("Optimized: now %s, and the model is loaded again. The settings before are in the history."),

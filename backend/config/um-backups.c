@@ -1,20 +1,40 @@
-/* um-backups.c — backups of the optimizer profile, their manifest, restore. */
+/* um-backups.c — backups of the optimizer profile, their manifest, commits and restore. */
 #include "um-backups.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "um-error.h"
+#include "um-json.h"
 
 #define MANIFEST_FILE "manifest.json"
-#define MANIFEST_VERSION 1
+/* 2: entries may carry "next", the revision their commit wrote. */
+#define MANIFEST_VERSION 2
 #define ORIGINAL_ID "original"
+
+static UmBackupsStageHook stage_hook;
+static gpointer stage_hook_data;
+
+void
+um_backups_set_stage_hook (UmBackupsStageHook hook, gpointer user_data)
+{
+  stage_hook = hook;
+  stage_hook_data = user_data;
+}
+
+static void
+stage (const char *what)
+{
+  if (stage_hook != NULL)
+    stage_hook (what, stage_hook_data);
+}
 
 void
 um_backup_free (UmBackup *b)
@@ -27,7 +47,34 @@ um_backup_free (UmBackup *b)
   g_free (b->sha256);
   g_free (b->file);
   g_free (b->problem);
+  g_free (b->next);
   g_free (b);
+}
+
+UmBackup *
+um_backup_copy (const UmBackup *b)
+{
+  UmBackup *c = g_new0 (UmBackup, 1);
+
+  *c = *b;
+  c->id = g_strdup (b->id);
+  c->reason = g_strdup (b->reason);
+  c->summary = g_strdup (b->summary);
+  c->sha256 = g_strdup (b->sha256);
+  c->file = g_strdup (b->file);
+  c->problem = g_strdup (b->problem);
+  c->next = g_strdup (b->next);
+  return c;
+}
+
+void
+um_commit_clear (UmCommit *c)
+{
+  g_clear_pointer (&c->backup_id, g_free);
+  g_clear_pointer (&c->revision, g_free);
+  g_clear_pointer (&c->profile, um_profile_free);
+  g_clear_pointer (&c->restored_id, g_free);
+  c->unchanged = FALSE;
 }
 
 static char *
@@ -78,6 +125,20 @@ safe_file_name (const char *name)
 {
   return name != NULL && name[0] != '\0' && name[0] != '.' && strchr (name, '/') == NULL
          && g_str_has_suffix (name, ".json") && !g_str_equal (name, MANIFEST_FILE);
+}
+
+/* "YYYYMMDD-HHMMSS-N….json": a name new_id () makes. */
+static gboolean
+is_dated_name (const char *name)
+{
+  gsize n = strlen (name);
+
+  if (n < 22 || !g_str_has_suffix (name, ".json") || name[8] != '-' || name[15] != '-')
+    return FALSE;
+  for (gsize i = 0; i < n - 5; i++)
+    if (i != 8 && i != 15 && !g_ascii_isdigit (name[i]))
+      return FALSE;
+  return TRUE;
 }
 
 static char *
@@ -160,27 +221,17 @@ static GPtrArray *
 manifest_from_json (const char *text, gsize len, GError **error)
 {
   static const char *const top_keys[] = { "version", "backups", NULL };
-  static const char *const entry_keys[] = { "id", "time", "reason", "summary", "sha256", "file", NULL };
-  g_autoptr(JsonParser) parser = json_parser_new_immutable ();
+  static const char *const entry_keys[] = { "id", "time", "reason", "summary", "sha256", "file", "next", NULL };
   g_autoptr(GPtrArray) entries = entries_new ();
   g_autoptr(GHashTable) ids = g_hash_table_new (g_str_hash, g_str_equal);
-  g_autoptr(GError) perr = NULL;
-  JsonNode *root, *n;
+  g_autoptr(JsonNode) root = NULL;
+  JsonNode *n;
   JsonObject *obj;
   JsonArray *arr;
 
-  if (!json_parser_load_from_data (parser, text, (gssize) len, &perr))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "not valid JSON: %s", perr->message);
-      return NULL;
-    }
-  root = json_parser_get_root (parser);
-  if (root == NULL || !JSON_NODE_HOLDS_OBJECT (root))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "not a JSON object");
-      return NULL;
-    }
-  obj = json_node_get_object (root);
+  root = um_json_parse (text, (gssize) len, "manifest.json", NULL, error);
+  if (root == NULL || (obj = um_json_root_object (root, "manifest.json", error)) == NULL)
+    return NULL;
   if (!check_keys (obj, top_keys, "the manifest", error))
     return NULL;
   n = json_object_get_member (obj, "version");
@@ -229,6 +280,8 @@ manifest_from_json (const char *text, gsize len, GError **error)
       STR (summary, "summary");
       STR (sha256, "sha256");
       STR (file, "file");
+      if (json_object_has_member (e, "next"))
+        STR (next, "next");
 #undef STR
       t = json_object_get_member (e, "time");
       if (t == NULL || !JSON_NODE_HOLDS_VALUE (t) || json_node_get_value_type (t) != G_TYPE_INT64)
@@ -277,6 +330,11 @@ manifest_to_json (GPtrArray *entries)
       json_builder_add_string_value (b, e->sha256);
       json_builder_set_member_name (b, "file");
       json_builder_add_string_value (b, e->file);
+      if (e->next != NULL)
+        {
+          json_builder_set_member_name (b, "next");
+          json_builder_add_string_value (b, e->next);
+        }
       json_builder_end_object (b);
     }
   json_builder_end_array (b);
@@ -309,8 +367,47 @@ compare_entries (gconstpointer a, gconstpointer b)
   return strcmp (x->id, y->id);
 }
 
-/* After a damaged manifest: an entry for every copy in the folder that
- * reads as a profile, so no backup is lost with the manifest. */
+/* The time new_id () put in @id, or -1. */
+static gint64
+id_time (const char *id)
+{
+  int Y, M, D, h, m, sec;
+  g_autoptr(GDateTime) dt = NULL;
+
+  if (sscanf (id, "%4d%2d%2d-%2d%2d%2d-", &Y, &M, &D, &h, &m, &sec) != 6)
+    return -1;
+  dt = g_date_time_new_utc (Y, M, D, h, m, sec);
+  return dt ? g_date_time_to_unix (dt) : -1;
+}
+
+/* An entry for the copy @name in @bdir, if it reads as a profile. */
+static UmBackup *
+recover_entry (const char *bdir, const char *name, const char *why)
+{
+  g_autofree char *path = g_build_filename (bdir, name, NULL);
+  g_autofree char *text = NULL;
+  g_autoptr(UmProfile) p = NULL;
+  UmBackup *b;
+  GStatBuf st;
+  gsize len;
+
+  if (!safe_file_name (name) || !g_file_get_contents (path, &text, &len, NULL)
+      || (p = um_profile_from_json (text, (gssize) len, NULL)) == NULL)
+    return NULL;
+  b = g_new0 (UmBackup, 1);
+  b->id = g_strndup (name, strlen (name) - strlen (".json"));
+  b->time = id_time (b->id);
+  if (b->time < 0)
+    b->time = g_stat (path, &st) == 0 ? (gint64) st.st_mtime : 0;
+  b->reason = g_strdup (why);
+  b->summary = um_profile_summary (p);
+  b->sha256 = sha256_of (text, len);
+  b->file = g_strdup (name);
+  return b;
+}
+
+/* After a damaged or missing manifest: an entry for every copy in the
+ * folder that reads as a profile, so no backup is lost with the manifest. */
 static GPtrArray *
 rebuild_entries (const char *bdir)
 {
@@ -320,88 +417,11 @@ rebuild_entries (const char *bdir)
 
   while (d != NULL && (name = g_dir_read_name (d)) != NULL)
     {
-      g_autofree char *path = NULL;
-      g_autofree char *text = NULL;
-      g_autoptr(UmProfile) p = NULL;
-      UmBackup *b;
-      GStatBuf st;
-      gsize len;
-
-      if (!safe_file_name (name))
-        continue;
-      path = g_build_filename (bdir, name, NULL);
-      if (!g_file_get_contents (path, &text, &len, NULL)
-          || (p = um_profile_from_json (text, (gssize) len, NULL)) == NULL)
-        continue;
-      b = g_new0 (UmBackup, 1);
-      b->id = g_strndup (name, strlen (name) - strlen (".json"));
-      b->time = g_stat (path, &st) == 0 ? (gint64) st.st_mtime : 0;
-      b->reason = g_strdup ("recovered after the list of backups was damaged");
-      b->summary = um_profile_summary (p);
-      b->sha256 = sha256_of (text, len);
-      b->file = g_strdup (name);
-      g_ptr_array_add (entries, b);
+      UmBackup *b = recover_entry (bdir, name, "recovered after the list of backups was lost or damaged");
+      if (b != NULL)
+        g_ptr_array_add (entries, b);
     }
   g_ptr_array_sort (entries, compare_entries);
-  return entries;
-}
-
-/* The manifest's entries, checked; a damaged manifest is moved aside and
- * rebuilt from the copies (then *@notice says so). NULL only when it
- * cannot be read at all. */
-static GPtrArray *
-read_manifest (const char *bdir, char **notice, GError **error)
-{
-  g_autofree char *path = g_build_filename (bdir, MANIFEST_FILE, NULL);
-  g_autofree char *text = NULL;
-  g_autoptr(GError) err = NULL;
-  GPtrArray *entries;
-  gsize len = 0;
-
-  if (!g_file_get_contents (path, &text, &len, &err))
-    {
-      if (!g_error_matches (err, G_FILE_ERROR, G_FILE_ERROR_NOENT))
-        {
-          g_set_error (error, UM_ERROR, UM_ERROR_IO, "cannot read the list of backups: %s", err->message);
-          return NULL;
-        }
-      entries = entries_new ();
-    }
-  else if ((entries = manifest_from_json (text, len, &err)) == NULL)
-    {
-      g_autofree char *moved = um_config_move_aside (path);
-      g_autoptr(GError) werr = NULL;
-      g_autofree char *msg = NULL;
-
-      entries = rebuild_entries (bdir);
-      /* Written back so the next change starts from a sound list. */
-      if (!write_manifest (bdir, entries, &werr))
-        g_message ("cannot rewrite the list of backups: %s", werr->message);
-      msg = g_strdup_printf ("The list of optimizer backups could not be read (%s). It was %s%s and rebuilt from "
-                             "the %u backup%s found.", err->message, moved ? "moved aside to " : "left in place",
-                             moved ? moved : "", entries->len, entries->len == 1 ? "" : "s");
-      if (notice != NULL)
-        *notice = g_steal_pointer (&msg);
-      else
-        g_message ("%s", msg);
-    }
-  for (guint i = 0; i < entries->len; i++)
-    check_entry (bdir, g_ptr_array_index (entries, i));
-  return entries;
-}
-
-GPtrArray *
-um_backups_list (const char *config_dir, char **notice, GError **error)
-{
-  g_autofree char *bdir = backups_dir (config_dir);
-  int lock;
-  GPtrArray *entries;
-
-  if (notice != NULL)
-    *notice = NULL;
-  lock = lock_config (config_dir, FALSE);
-  entries = read_manifest (bdir, notice, error);
-  unlock_config (lock);
   return entries;
 }
 
@@ -415,6 +435,148 @@ find_entry (GPtrArray *entries, const char *id)
         return b;
     }
   return NULL;
+}
+
+static gboolean
+names_file (GPtrArray *entries, const char *file)
+{
+  for (guint i = 0; i < entries->len; i++)
+    if (g_strcmp0 (((UmBackup *) g_ptr_array_index (entries, i))->file, file) == 0)
+      return TRUE;
+  return FALSE;
+}
+
+typedef struct {
+  GPtrArray *entries;   /* UmBackup*, oldest first, checked */
+  GPtrArray *garbage;   /* file names: copies of commits that never happened */
+  gboolean   rewrite;   /* the manifest on disk differs from entries */
+} Manifest;
+
+static void
+manifest_clear (Manifest *m)
+{
+  g_clear_pointer (&m->entries, g_ptr_array_unref);
+  g_clear_pointer (&m->garbage, g_ptr_array_unref);
+}
+
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (Manifest, manifest_clear)
+
+/* The manifest's entries as they stand for @revision (the profile's now):
+ *  - a missing manifest beside copies, or a damaged one (moved aside), is
+ *    rebuilt from the copies (*@notice says so);
+ *  - "original" is taken back if the manifest lost it but the copy is there;
+ *  - the newest entry is dropped if its commit never wrote its profile (its
+ *    copy is the current file and "next" never arrived);
+ *  - dated copies no entry names are garbage: a commit killed before its
+ *    manifest (or after it, before deleting what it pruned). */
+static gboolean
+read_manifest (const char *bdir, const char *revision, Manifest *m, char **notice, GError **error)
+{
+  g_autofree char *path = g_build_filename (bdir, MANIFEST_FILE, NULL);
+  g_autofree char *text = NULL;
+  g_autofree char *msg = NULL;
+  g_autoptr(GError) err = NULL;
+  gboolean rebuilt = FALSE;
+  gsize len = 0;
+
+  m->entries = NULL;
+  m->garbage = g_ptr_array_new_with_free_func (g_free);
+  m->rewrite = FALSE;
+  if (!g_file_get_contents (path, &text, &len, &err))
+    {
+      if (!g_error_matches (err, G_FILE_ERROR, G_FILE_ERROR_NOENT))
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_IO, "cannot read the list of backups: %s", err->message);
+          return FALSE;
+        }
+      /* Lost (a kill after moving a damaged one aside, a failed rewrite, a
+       * user's rm): the copies are the history. */
+      m->entries = rebuild_entries (bdir);
+      rebuilt = TRUE;
+      if (m->entries->len > 0)
+        msg = g_strdup_printf ("The list of optimizer backups was missing. It was rebuilt from the %u backup%s found.",
+                               m->entries->len, m->entries->len == 1 ? "" : "s");
+    }
+  else if ((m->entries = manifest_from_json (text, len, &err)) == NULL)
+    {
+      g_autofree char *moved = um_config_move_aside (path);
+
+      m->entries = rebuild_entries (bdir);
+      rebuilt = TRUE;
+      msg = g_strdup_printf ("The list of optimizer backups could not be read (%s). It was %s%s and rebuilt from "
+                             "the %u backup%s found.", err->message, moved ? "moved aside to " : "left in place",
+                             moved ? moved : "", m->entries->len, m->entries->len == 1 ? "" : "s");
+    }
+  m->rewrite = rebuilt && m->entries->len > 0;
+
+  if (!rebuilt && find_entry (m->entries, ORIGINAL_ID) == NULL)
+    {
+      UmBackup *b = recover_entry (bdir, ORIGINAL_ID ".json", "recovered: the list of backups had lost it");
+      if (b != NULL)
+        {
+          g_ptr_array_insert (m->entries, 0, b);
+          m->rewrite = TRUE;
+        }
+    }
+
+  if (revision != NULL && m->entries->len > 0)
+    {
+      UmBackup *newest = g_ptr_array_index (m->entries, m->entries->len - 1);
+      if (!g_str_equal (newest->id, ORIGINAL_ID) && newest->next != NULL
+          && g_ascii_strcasecmp (newest->sha256, revision) == 0 && g_ascii_strcasecmp (newest->next, revision) != 0)
+        {
+          if (safe_file_name (newest->file))
+            g_ptr_array_add (m->garbage, g_strdup (newest->file));
+          g_ptr_array_remove_index (m->entries, m->entries->len - 1);
+          m->rewrite = TRUE;
+        }
+    }
+
+  if (!rebuilt)
+    {
+      g_autoptr(GDir) d = g_dir_open (bdir, 0, NULL);
+      const char *name;
+      while (d != NULL && (name = g_dir_read_name (d)) != NULL)
+        if (is_dated_name (name) && !names_file (m->entries, name) && !g_ptr_array_find_with_equal_func (
+                                                                            m->garbage, name, g_str_equal, NULL))
+          g_ptr_array_add (m->garbage, g_strdup (name));
+    }
+
+  for (guint i = 0; i < m->entries->len; i++)
+    check_entry (bdir, g_ptr_array_index (m->entries, i));
+  if (msg != NULL)
+    {
+      if (notice != NULL)
+        *notice = g_steal_pointer (&msg);
+      else
+        g_message ("%s", msg);
+    }
+  return TRUE;
+}
+
+GPtrArray *
+um_backups_list (const char *config_dir, char **notice, GError **error)
+{
+  g_autofree char *bdir = backups_dir (config_dir);
+  g_autofree char *revision = NULL;
+  g_auto(Manifest) m = { 0 };
+  int lock;
+  gboolean ok;
+
+  if (notice != NULL)
+    *notice = NULL;
+  lock = lock_config (config_dir, FALSE);
+  revision = um_profile_current_revision (config_dir, NULL);
+  ok = read_manifest (bdir, revision, &m, notice, error);
+  /* A rebuilt list is written back, so the notice is given once. */
+  if (ok && m.rewrite)
+    {
+      g_autoptr(GError) werr = NULL;
+      if (!write_manifest (bdir, m.entries, &werr))
+        g_message ("cannot rewrite the list of backups: %s", werr->message);
+    }
+  unlock_config (lock);
+  return ok ? g_steal_pointer (&m.entries) : NULL;
 }
 
 /* "YYYYMMDD-HHMMSS-NNN": the time, then a counter unique in @entries and in
@@ -435,78 +597,121 @@ new_id (const char *bdir, GPtrArray *entries, gint64 now)
     }
 }
 
+/* Copies @current (its file's @bytes, or its JSON when there is no file)
+ * into a new backup and lists it, with @next the revision about to be
+ * written (NULL: none). */
 static gboolean
-save_locked (const char *config_dir, const char *reason, char **id_out, GError **error)
+add_backup (const char *bdir, Manifest *m, const UmProfile *current, GBytes *bytes, const char *reason,
+            const char *next, char **id_out, GError **error)
 {
-  g_autofree char *bdir = backups_dir (config_dir);
-  g_autoptr(GPtrArray) entries = NULL;
-  g_autoptr(GPtrArray) dropped = g_ptr_array_new_with_free_func (g_free);
-  g_autoptr(UmProfile) current = NULL;
-  g_autofree char *text = NULL;
-  g_autofree char *copy_path = NULL;
   g_autoptr(UmBackup) b = g_new0 (UmBackup, 1);
+  g_autofree char *json = NULL;
+  g_autofree char *copy_path = NULL;
+  g_autofree char *original_path = g_build_filename (bdir, ORIGINAL_ID ".json", NULL);
+  const char *text;
+  gsize len;
   gint64 now = g_get_real_time () / G_USEC_PER_SEC;
-  guint others = 0;
 
-  if (id_out != NULL)
-    *id_out = NULL;
-  entries = read_manifest (bdir, NULL, error);
-  if (entries == NULL)
-    return FALSE;
-  current = um_profile_load (config_dir, NULL, error);
-  if (current == NULL)
-    return FALSE;
-  text = um_profile_to_json (current);
-
-  b->id = find_entry (entries, ORIGINAL_ID) == NULL ? g_strdup (ORIGINAL_ID) : new_id (bdir, entries, now);
+  /* The user's bytes as they were, not our rewriting of them. */
+  if (bytes != NULL)
+    text = g_bytes_get_data (bytes, &len);
+  else
+    {
+      json = um_profile_to_json (current);
+      text = json;
+      len = strlen (json);
+    }
+  /* "original" once, and never over a file of that name, listed or not. */
+  b->id = find_entry (m->entries, ORIGINAL_ID) == NULL && !g_file_test (original_path, G_FILE_TEST_EXISTS)
+            ? g_strdup (ORIGINAL_ID)
+            : new_id (bdir, m->entries, now);
   b->time = now;
   b->reason = g_strdup (reason ? reason : "before a change");
   b->summary = um_profile_summary (current);
-  b->sha256 = sha256_of (text, strlen (text));
+  b->sha256 = sha256_of (text, len);
   b->file = g_strconcat (b->id, ".json", NULL);
+  b->next = g_strdup (next);
   b->valid = TRUE;
   /* The copy first: the manifest never names a file that is not there. */
   copy_path = g_build_filename (bdir, b->file, NULL);
-  if (!um_atomic_write (copy_path, text, strlen (text), error))
+  if (!um_atomic_write (copy_path, text, len, error))
     return FALSE;
+  stage ("copy");
   if (id_out != NULL)
     *id_out = g_strdup (b->id);
-  g_ptr_array_add (entries, g_steal_pointer (&b));
-
-  for (guint i = 0; i < entries->len; i++)
-    others += !g_str_equal (((UmBackup *) g_ptr_array_index (entries, i))->id, ORIGINAL_ID);
-  for (guint i = 0; i < entries->len && others > UM_BACKUPS_KEEP;)
+  g_ptr_array_add (m->entries, g_steal_pointer (&b));
+  if (!write_manifest (bdir, m->entries, error))
     {
-      UmBackup *e = g_ptr_array_index (entries, i);
+      if (id_out != NULL)
+        g_clear_pointer (id_out, g_free);
+      return FALSE;
+    }
+  m->rewrite = FALSE;
+  stage ("manifest");
+  return TRUE;
+}
+
+/* After the profile is written: drops the oldest entries beyond
+ * UM_BACKUPS_KEEP and deletes their copies and the garbage. Only once no
+ * entry names them: a kill before this leaves stray files that the next
+ * commit deletes, never a listed backup without its copy. A failure here
+ * loses nothing and is only reported. */
+static void
+prune (const char *bdir, Manifest *m)
+{
+  g_autoptr(GPtrArray) dropped = g_ptr_array_new_with_free_func (g_free);
+  g_autoptr(GError) err = NULL;
+  guint others = 0;
+
+  for (guint i = 0; i < m->entries->len; i++)
+    others += !g_str_equal (((UmBackup *) g_ptr_array_index (m->entries, i))->id, ORIGINAL_ID);
+  for (guint i = 0; i < m->entries->len && others > UM_BACKUPS_KEEP;)
+    {
+      UmBackup *e = g_ptr_array_index (m->entries, i);
       if (g_str_equal (e->id, ORIGINAL_ID))
         {
           i++;
           continue;
         }
       g_ptr_array_add (dropped, g_strdup (e->file));
-      g_ptr_array_remove_index (entries, i);
+      g_ptr_array_remove_index (m->entries, i);
       others--;
     }
-  if (!write_manifest (bdir, entries, error))
+  if ((dropped->len > 0 || m->rewrite) && !write_manifest (bdir, m->entries, &err))
     {
-      if (id_out != NULL)
-        g_clear_pointer (id_out, g_free);
-      return FALSE;
+      g_message ("cannot update the list of backups: %s", err->message);
+      return;
     }
-  /* Only once no entry names them: a kill before this leaves stray files,
-   * never a listed backup without its copy. */
+  g_ptr_array_extend_and_steal (dropped, g_steal_pointer (&m->garbage));
+  m->garbage = g_ptr_array_new_with_free_func (g_free);
   for (guint i = 0; i < dropped->len; i++)
     {
       const char *file = g_ptr_array_index (dropped, i);
-      gboolean still = FALSE;
-      for (guint j = 0; j < entries->len; j++)
-        still |= g_strcmp0 (((UmBackup *) g_ptr_array_index (entries, j))->file, file) == 0;
-      if (!still && safe_file_name (file))
+      if (safe_file_name (file) && !g_str_equal (file, ORIGINAL_ID ".json") && !names_file (m->entries, file))
         {
           g_autofree char *path = g_build_filename (bdir, file, NULL);
           g_unlink (path);
         }
     }
+  stage ("pruned");
+}
+
+static gboolean
+save_locked (const char *config_dir, const char *reason, char **id_out, GError **error)
+{
+  g_autofree char *bdir = backups_dir (config_dir);
+  g_autofree char *revision = NULL;
+  g_autoptr(GBytes) bytes = NULL;
+  g_autoptr(UmProfile) current = NULL;
+  g_auto(Manifest) m = { 0 };
+
+  if (id_out != NULL)
+    *id_out = NULL;
+  current = um_profile_load_full (config_dir, NULL, &revision, &bytes, error);
+  if (current == NULL || !read_manifest (bdir, revision, &m, NULL, error)
+      || !add_backup (bdir, &m, current, bytes, reason, NULL, id_out, error))
+    return FALSE;
+  prune (bdir, &m);
   return TRUE;
 }
 
@@ -519,8 +724,10 @@ um_backups_save (const char *config_dir, const char *reason, char **id_out, GErr
   return ok;
 }
 
+/* The entry @which names; for "latest", the damaged newer ones passed over
+ * go to @skipped. */
 static UmBackup *
-resolve (GPtrArray *entries, const char *which, GError **error)
+resolve (GPtrArray *entries, const char *which, GPtrArray *skipped, GError **error)
 {
   UmBackup *b = NULL;
 
@@ -533,6 +740,8 @@ resolve (GPtrArray *entries, const char *which, GError **error)
           UmBackup *e = g_ptr_array_index (entries, i - 1);
           if (e->valid)
             b = e;
+          else if (skipped != NULL)
+            g_ptr_array_add (skipped, um_backup_copy (e));
         }
       if (b == NULL)
         {
@@ -586,14 +795,15 @@ load_copy (const char *bdir, const UmBackup *b, GError **error)
 }
 
 static UmProfile *
-load_locked (const char *config_dir, const char *which, char **id_out, GError **error)
+load_locked (const char *config_dir, const char *which, char **id_out, GPtrArray *skipped, GError **error)
 {
   g_autofree char *bdir = backups_dir (config_dir);
-  g_autoptr(GPtrArray) entries = read_manifest (bdir, NULL, error);
+  g_autofree char *revision = um_profile_current_revision (config_dir, NULL);
+  g_auto(Manifest) m = { 0 };
   const UmBackup *b;
   UmProfile *p;
 
-  if (entries == NULL || (b = resolve (entries, which, error)) == NULL)
+  if (!read_manifest (bdir, revision, &m, NULL, error) || (b = resolve (m.entries, which, skipped, error)) == NULL)
     return NULL;
   p = load_copy (bdir, b, error);
   if (p != NULL && id_out != NULL)
@@ -605,69 +815,161 @@ UmProfile *
 um_backups_load (const char *config_dir, const char *which, GError **error)
 {
   int lock = lock_config (config_dir, FALSE);
-  UmProfile *p = load_locked (config_dir, which, NULL, error);
+  UmProfile *p = load_locked (config_dir, which, NULL, NULL, error);
   unlock_config (lock);
   return p;
 }
 
 char *
-um_backups_resolve (const char *config_dir, const char *which, GError **error)
+um_backups_resolve (const char *config_dir, const char *which, GPtrArray **skipped, GError **error)
 {
   g_autofree char *bdir = backups_dir (config_dir);
-  g_autoptr(GPtrArray) entries = NULL;
-  const UmBackup *b;
+  g_autofree char *revision = NULL;
+  g_auto(Manifest) m = { 0 };
+  g_autoptr(GPtrArray) passed = g_ptr_array_new_with_free_func ((GDestroyNotify) um_backup_free);
+  const UmBackup *b = NULL;
+  gboolean ok;
   int lock = lock_config (config_dir, FALSE);
 
-  entries = read_manifest (bdir, NULL, error);
+  if (skipped != NULL)
+    *skipped = NULL;
+  revision = um_profile_current_revision (config_dir, NULL);
+  ok = read_manifest (bdir, revision, &m, NULL, error);
   unlock_config (lock);
-  if (entries == NULL || (b = resolve (entries, which, error)) == NULL)
+  if (!ok || (b = resolve (m.entries, which, passed, error)) == NULL)
     return NULL;
+  if (skipped != NULL)
+    *skipped = g_steal_pointer (&passed);
   return g_strdup (b->id);
 }
 
-gboolean
-um_backups_restore (const char *config_dir, const char *which, char **undo_id, GError **error)
+/* The one commit: under the lock, against the file as it is now. @p is
+ * the new profile, or NULL and @edit makes it from the current one. */
+static gboolean
+commit_locked (const char *config_dir, const UmProfile *p, UmProfileEdit edit, gpointer user_data,
+               const char *reason, const char *base_revision, UmCommit *out, GError **error)
 {
-  g_autoptr(UmProfile) p = NULL;
-  g_autofree char *id = NULL;
-  g_autofree char *reason = NULL;
-  gboolean ok = FALSE;
-  int lock;
+  g_autofree char *bdir = backups_dir (config_dir);
+  g_autofree char *revision = NULL;
+  g_autofree char *next = NULL;
+  g_autofree char *text = NULL;
+  g_autofree char *path = um_profile_path (config_dir);
+  g_autoptr(GBytes) bytes = NULL;
+  g_autoptr(UmProfile) current = NULL;
+  g_autoptr(UmProfile) wanted = NULL;
+  g_auto(Manifest) m = { 0 };
+  g_autofree char *backup_id = NULL;
 
-  if (undo_id != NULL)
-    *undo_id = NULL;
-  if (which == NULL || which[0] == '\0')
-    which = "latest";
-  lock = lock_config (config_dir, TRUE);
-  /* Resolved before the backup below, which becomes the latest. */
-  p = load_locked (config_dir, which, &id, error);
-  if (p != NULL)
+  stage ("locked");
+  current = um_profile_load_full (config_dir, NULL, &revision, &bytes, error);
+  if (current == NULL)
+    return FALSE;
+  if (base_revision != NULL && g_ascii_strcasecmp (base_revision, revision) != 0)
     {
-      reason = g_strdup_printf ("before restore → %s", which);
-      if (save_locked (config_dir, reason, undo_id, error))
-        {
-          p->written_by = UM_PROFILE_BY_RESTORE;
-          p->written_at = g_get_real_time () / G_USEC_PER_SEC;
-          g_free (p->reason);
-          p->reason = g_str_equal (id, which) ? g_strdup_printf ("restore → %s", id)
-                                              : g_strdup_printf ("restore → %s (%s)", which, id);
-          ok = um_profile_save (p, config_dir, error);
-          if (!ok && undo_id != NULL)
-            g_clear_pointer (undo_id, g_free);
-        }
+      g_autofree char *summary = um_profile_summary (current);
+      g_autoptr(GDateTime) utc = current->written_at ? g_date_time_new_from_unix_utc (current->written_at) : NULL;
+      g_autoptr(GDateTime) local = utc ? g_date_time_to_local (utc) : NULL;
+      g_autofree char *when = local ? g_date_time_format (local, " at %H:%M:%S") : g_strdup ("");
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFLICT,
+                   "the optimizer settings were changed elsewhere since they were read: they now say %s "
+                   "(written by %s%s)", summary, um_profile_writer_to_string (current->written_by), when);
+      return FALSE;
     }
+  wanted = um_profile_copy (p != NULL ? p : current);
+  if (edit != NULL && !edit (wanted, user_data, error))
+    return FALSE;
+  if (um_profile_equal (current, wanted))
+    {
+      /* Nothing to change: no backup that would push real history out. */
+      out->unchanged = TRUE;
+      out->revision = g_steal_pointer (&revision);
+      out->profile = g_steal_pointer (&current);
+      return TRUE;
+    }
+  text = um_profile_to_json (wanted);
+  next = um_profile_revision_of (text, strlen (text));
+  if (!read_manifest (bdir, revision, &m, NULL, error)
+      || !add_backup (bdir, &m, current, bytes, reason, next, &backup_id, error))
+    return FALSE;
+  if (!um_atomic_write (path, text, strlen (text), error))
+    return FALSE;
+  stage ("profile");
+  prune (bdir, &m);
+  out->backup_id = g_steal_pointer (&backup_id);
+  out->revision = g_steal_pointer (&next);
+  out->profile = g_steal_pointer (&wanted);
+  return TRUE;
+}
+
+static gboolean
+commit_with_lock (const char *config_dir, const UmProfile *p, UmProfileEdit edit, gpointer user_data,
+                  const char *reason, const char *base_revision, UmCommit *out, GError **error)
+{
+  UmCommit local = { 0 };
+  int lock = lock_config (config_dir, TRUE);
+  gboolean ok = commit_locked (config_dir, p, edit, user_data, reason, base_revision, &local, error);
+
   unlock_config (lock);
+  if (ok && out != NULL)
+    *out = local;
+  else
+    um_commit_clear (&local);
   return ok;
 }
 
 gboolean
-um_backups_commit (const UmProfile *p, const char *config_dir, const char *reason, char **backup_id,
-                   GError **error)
+um_backups_commit (const UmProfile *p, const char *config_dir, const char *reason, const char *base_revision,
+                   UmCommit *out, GError **error)
 {
-  int lock = lock_config (config_dir, TRUE);
-  gboolean ok = save_locked (config_dir, reason, backup_id, error) && um_profile_save (p, config_dir, error);
+  g_return_val_if_fail (p != NULL, FALSE);
+  return commit_with_lock (config_dir, p, NULL, NULL, reason, base_revision, out, error);
+}
+
+gboolean
+um_backups_update (const char *config_dir, const char *reason, UmProfileEdit edit, gpointer user_data,
+                   UmCommit *out, GError **error)
+{
+  g_return_val_if_fail (edit != NULL, FALSE);
+  return commit_with_lock (config_dir, NULL, edit, user_data, reason, NULL, out, error);
+}
+
+gboolean
+um_backups_restore (const char *config_dir, const char *which, UmCommit *out, GPtrArray **skipped,
+                    GError **error)
+{
+  g_autoptr(UmProfile) p = NULL;
+  g_autoptr(GPtrArray) passed = g_ptr_array_new_with_free_func ((GDestroyNotify) um_backup_free);
+  g_autofree char *id = NULL;
+  g_autofree char *reason = NULL;
+  UmCommit local = { 0 };
+  gboolean ok = FALSE;
+  int lock;
+
+  if (skipped != NULL)
+    *skipped = NULL;
+  if (which == NULL || which[0] == '\0')
+    which = "latest";
+  lock = lock_config (config_dir, TRUE);
+  /* Resolved before the commit below, whose backup becomes the latest. */
+  p = load_locked (config_dir, which, &id, passed, error);
+  if (p != NULL)
+    {
+      reason = g_strdup_printf ("before restore → %s", which);
+      p->written_by = UM_PROFILE_BY_RESTORE;
+      p->written_at = g_get_real_time () / G_USEC_PER_SEC;
+      g_free (p->reason);
+      p->reason = g_str_equal (id, which) ? g_strdup_printf ("restore → %s", id)
+                                          : g_strdup_printf ("restore → %s (%s)", which, id);
+      ok = commit_locked (config_dir, p, NULL, NULL, reason, NULL, &local, error);
+      if (ok)
+        local.restored_id = g_steal_pointer (&id);
+    }
   unlock_config (lock);
-  if (!ok && backup_id != NULL)
-    g_clear_pointer (backup_id, g_free);
+  if (ok && out != NULL)
+    *out = local;
+  else
+    um_commit_clear (&local);
+  if (ok && skipped != NULL)
+    *skipped = g_steal_pointer (&passed);
   return ok;
 }

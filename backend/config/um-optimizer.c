@@ -1,6 +1,7 @@
 /* um-optimizer.c — the one-click optimizer: probe, plan every mode, pick. */
 #include "um-optimizer.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "um-backups.h"
@@ -61,6 +62,7 @@ um_optimize_result_free (UmOptimizeResult *r)
     return;
   g_clear_pointer (&r->table, g_array_unref);
   g_free (r->reason);
+  g_free (r->model_id);
   g_free (r);
 }
 
@@ -125,6 +127,7 @@ um_optimizer_plan (const UmModel      *model,
   r->headroom = headroom;
   r->budget = budget;
   r->chosen = -1;
+  r->model_id = model->path != NULL ? um_model_identity (model->path) : NULL;
   if (shape != NULL)
     r->shape = *shape;
   else
@@ -220,6 +223,19 @@ um_optimize_result_choose (UmOptimizeResult *r, UmMemMode mode)
                 : g_strdup_printf ("%s: chosen, but it does not fit (%s)", um_mem_mode_to_string (mode), fit);
 }
 
+static void
+clear_override (UmProfile *p, const char *model_id)
+{
+  for (guint i = 0; model_id != NULL && p->overrides != NULL && i < p->overrides->len;)
+    {
+      const UmProfileOverride *o = g_ptr_array_index (p->overrides, i);
+      if (g_strcmp0 (o->model_id, model_id) == 0)
+        g_ptr_array_remove_index (p->overrides, i);
+      else
+        i++;
+    }
+}
+
 UmProfile *
 um_optimizer_profile (const UmOptimizeResult *r, const UmProfile *current)
 {
@@ -237,6 +253,9 @@ um_optimizer_profile (const UmOptimizeResult *r, const UmProfile *current)
   p->device = r->cuda ? UM_DEVICE_AUTO : UM_DEVICE_CPU;
   p->gpu_index = 0;
   p->memory_budget = r->budget;
+  /* Optimize for this model means this model runs as optimized: an
+   * override it had would otherwise keep its old mode on the next load. */
+  clear_override (p, r->model_id);
   p->written_by = UM_PROFILE_BY_OPTIMIZE;
   p->written_at = g_get_real_time () / G_USEC_PER_SEC;
   g_free (p->reason);
@@ -248,39 +267,76 @@ um_optimizer_profile (const UmOptimizeResult *r, const UmProfile *current)
   return p;
 }
 
+/* Replaces @p's settings with the optimizer's, on the current profile. */
+static gboolean
+apply_edit (UmProfile *p, gpointer user_data, GError **error)
+{
+  const UmOptimizeResult *r = user_data;
+  g_autoptr(UmProfile) next = um_optimizer_profile (r, p);
+  UmProfile tmp;
+
+  if (next == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "the chosen mode is not in the plan");
+      return FALSE;
+    }
+  /* Swapped, so the old contents go with @next. */
+  tmp = *p;
+  *p = *next;
+  *next = tmp;
+  return TRUE;
+}
+
 gboolean
 um_optimizer_apply (const UmOptimizeResult *r,
                     const char             *config_dir,
-                    UmProfile             **applied,
-                    char                  **backup_id,
+                    UmCommit               *out,
                     GError                **error)
 {
-  g_autoptr(UmProfile) current = NULL;
-  g_autoptr(UmProfile) p = NULL;
   g_autofree char *reason = NULL;
 
-  if (applied != NULL)
-    *applied = NULL;
-  if (backup_id != NULL)
-    *backup_id = NULL;
   if (r->chosen < 0)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "%s", r->reason ? r->reason : "no mode fits");
       return FALSE;
     }
-  current = um_profile_load (config_dir, NULL, error);
-  if (current == NULL)
+  reason = g_strdup_printf ("before optimize → %s", um_mem_mode_to_string ((UmMemMode) r->chosen));
+  /* Read, changed and written under one lock: a change made meanwhile by
+   * the app or another unmask-cli is built on, not lost. */
+  return um_backups_update (config_dir, reason, apply_edit, (gpointer) r, out, error);
+}
+
+gboolean
+um_profile_uses_converted (const UmProfile *p, const UmConvertedEntry *e)
+{
+  g_autofree char *model_id = NULL;
+  g_autoptr(UmModel) model = NULL;
+  const UmMemOptions *mem = &p->mem;
+  UmPlanTarget t;
+  UmPlanShape shape;
+  UmPlan plan;
+
+  if (e->partial || e->source == NULL || e->type == NULL)
     return FALSE;
-  p = um_optimizer_profile (r, current);
-  if (p == NULL)
+  if (!g_file_test (e->source, G_FILE_TEST_EXISTS))
+    return FALSE;
+  model_id = um_model_identity (e->source);
+  for (guint i = 0; p->overrides != NULL && i < p->overrides->len; i++)
     {
-      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "the chosen mode is not in the plan");
-      return FALSE;
+      const UmProfileOverride *o = g_ptr_array_index (p->overrides, i);
+      if (g_strcmp0 (o->model_id, model_id) == 0)
+        mem = &o->mem;
     }
-  reason = g_strdup_printf ("before optimize → %s", um_mem_mode_to_string (p->mem.mode));
-  if (!um_backups_commit (p, config_dir, reason, backup_id, error))
-    return FALSE;
-  if (applied != NULL)
-    *applied = g_steal_pointer (&p);
-  return TRUE;
+  /* The mode's type is resolved for the model, as a load would. */
+  model = um_model_load (e->source, NULL, NULL);
+  if (model == NULL)
+    return TRUE;
+  um_plan_target_cpu (&t, p->memory_budget, p->n_threads);
+  um_plan_shape_init (&shape);
+  if (!um_plan_compute (model, mem, &shape, &t, &plan, NULL))
+    return TRUE;
+  /* The pruning ratios are the profile's doubles written into the file's
+   * metadata and read back: equal unless they are different settings. */
+  return plan.converts && g_str_equal (plan.options.weight_format, e->type)
+         && fabs (plan.options.prune_heads - e->prune_heads) < 1e-9 && fabs (plan.options.prune_ffn - e->prune_ffn) < 1e-9;
 }

@@ -8,6 +8,8 @@
 #include <glib.h>
 
 #include "um-backend-cuda.h"
+#include "um-backups.h"
+#include "um-convert.h"
 #include "um-plan.h"
 #include "um-profile.h"
 
@@ -35,6 +37,7 @@ typedef struct {
   guint64   budget;         /* the budget asked for (0: none), written to the profile */
   UmPlanShape shape;        /* what was planned for */
   UmPlanTarget target;      /* where: plan other knobs against it to compare with the table */
+  char    *model_id;        /* um_model_identity () of the model planned for, or NULL */
 } UmOptimizeResult;
 
 void              um_optimize_result_free (UmOptimizeResult *r);
@@ -44,8 +47,9 @@ gboolean          um_optimize_result_fits (const UmOptimizeResult *r, int i);
  * reason saying whether it fits. */
 void              um_optimize_result_choose (UmOptimizeResult *r, UmMemMode mode);
 /* The profile um_optimizer_apply () writes: @current with the chosen mode
- * (its knobs the mode's own), device and budget, written_by optimize.
- * NULL when nothing was chosen. */
+ * (its knobs the mode's own), device and budget, written_by optimize, and
+ * without an override for the model planned for (which would otherwise
+ * keep its own mode). NULL when nothing was chosen. */
 UmProfile        *um_optimizer_profile (const UmOptimizeResult *r, const UmProfile *current);
 
 /* Plans every mode for @model (metadata only) on @hw: the first GPU if there
@@ -58,15 +62,22 @@ UmOptimizeResult *um_optimizer_plan (const UmModel      *model,
                                      double              headroom,
                                      GError            **error);
 
-/* Backs up the current profile ("before optimize → MODE") and writes one
- * with the chosen mode, device and budget, written_by optimize
- * (um_optimizer_profile ()). *@backup_id gets the backup's id. Fails
- * (UM_ERROR_OUT_OF_MEMORY) when nothing was chosen: nothing fits. */
+/* Commits um_optimizer_profile () of the profile as it is now, read and
+ * written under the backups' lock ("before optimize → MODE";
+ * um_backups_update ()): @out says what was written (backup id, or
+ * unchanged when the profile already said this) and holds the profile.
+ * Fails (UM_ERROR_OUT_OF_MEMORY) when nothing was chosen: nothing fits. */
 gboolean          um_optimizer_apply (const UmOptimizeResult *r,
                                       const char             *config_dir,
-                                      UmProfile             **applied,
-                                      char                  **backup_id,
+                                      UmCommit               *out,
                                       GError                **error);
+
+/* Whether loading with @p would use the converted file @e: its source is
+ * still there and the mode @p gives that model (its override, or the
+ * profile's own mode) converts to @e's type and pruning. A partial or
+ * unreadable file is used by nothing; a source that no longer loads gives
+ * TRUE (kept: nothing here can tell). */
+gboolean          um_profile_uses_converted (const UmProfile *p, const UmConvertedEntry *e);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmHardware, um_hardware_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmOptimizeResult, um_optimize_result_free)

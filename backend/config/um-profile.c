@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "um-error.h"
+#include "um-json.h"
 
 #define PROFILE_FILE "optimizer.json"
 
@@ -505,10 +506,8 @@ read_overrides (JsonNode *node, UmProfile *p, GError **error)
 UmProfile *
 um_profile_from_json (const char *text, gssize len, GError **error)
 {
-  g_autoptr(JsonParser) parser = json_parser_new_immutable ();
   g_autoptr(UmProfile) p = um_profile_new_default ();
-  g_autoptr(GError) perr = NULL;
-  JsonNode *root;
+  g_autoptr(JsonNode) root = NULL;
   JsonObject *obj;
   JsonNode *vnode;
   JsonObjectIter it;
@@ -516,18 +515,11 @@ um_profile_from_json (const char *text, gssize len, GError **error)
   JsonNode *v;
   gint64 version;
 
-  if (text == NULL || !json_parser_load_from_data (parser, text, len, &perr))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "not valid JSON: %s", perr ? perr->message : "no text");
-      return NULL;
-    }
-  root = json_parser_get_root (parser);
-  if (root == NULL || !JSON_NODE_HOLDS_OBJECT (root))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "not a JSON object");
-      return NULL;
-    }
-  obj = json_node_get_object (root);
+  /* The project's one JSON entry point: nesting and size are bounded
+   * before json-glib's recursive parser sees the text. */
+  root = um_json_parse (text, len, "the profile", NULL, error);
+  if (root == NULL || (obj = um_json_root_object (root, "the profile", error)) == NULL)
+    return NULL;
   /* The version first: a newer file is refused as such, whatever it holds. */
   vnode = json_object_get_member (obj, "version");
   if (vnode == NULL)
@@ -748,8 +740,40 @@ um_config_move_aside (const char *path)
   return NULL;
 }
 
+char *
+um_profile_revision_of (const char *text, gsize len)
+{
+  return g_compute_checksum_for_data (G_CHECKSUM_SHA256, (const guchar *) text, len);
+}
+
+static char *
+defaults_revision (void)
+{
+  g_autoptr(UmProfile) def = um_profile_new_default ();
+  g_autofree char *text = um_profile_to_json (def);
+  return um_profile_revision_of (text, strlen (text));
+}
+
+char *
+um_profile_current_revision (const char *config_dir, GError **error)
+{
+  g_autofree char *path = um_profile_path (config_dir);
+  g_autofree char *text = NULL;
+  g_autoptr(GError) err = NULL;
+  gsize len = 0;
+
+  if (!g_file_get_contents (path, &text, &len, &err))
+    {
+      if (g_error_matches (err, G_FILE_ERROR, G_FILE_ERROR_NOENT))
+        return defaults_revision ();
+      g_set_error (error, UM_ERROR, UM_ERROR_IO, "cannot read the optimizer profile: %s", err->message);
+      return NULL;
+    }
+  return um_profile_revision_of (text, len);
+}
+
 UmProfile *
-um_profile_load (const char *config_dir, char **notice, GError **error)
+um_profile_load_full (const char *config_dir, char **notice, char **revision, GBytes **bytes, GError **error)
 {
   g_autofree char *path = um_profile_path (config_dir);
   g_autofree char *text = NULL;
@@ -760,16 +784,30 @@ um_profile_load (const char *config_dir, char **notice, GError **error)
 
   if (notice != NULL)
     *notice = NULL;
+  if (revision != NULL)
+    *revision = NULL;
+  if (bytes != NULL)
+    *bytes = NULL;
   if (!g_file_get_contents (path, &text, &len, &err))
     {
-      if (g_error_matches (err, G_FILE_ERROR, G_FILE_ERROR_NOENT))
-        return um_profile_new_default ();
-      g_set_error (error, UM_ERROR, UM_ERROR_IO, "cannot read the optimizer profile: %s", err->message);
-      return NULL;
+      if (!g_error_matches (err, G_FILE_ERROR, G_FILE_ERROR_NOENT))
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_IO, "cannot read the optimizer profile: %s", err->message);
+          return NULL;
+        }
+      if (revision != NULL)
+        *revision = defaults_revision ();
+      return um_profile_new_default ();
     }
   p = um_profile_from_json (text, (gssize) len, &err);
   if (p != NULL)
-    return p;
+    {
+      if (revision != NULL)
+        *revision = um_profile_revision_of (text, len);
+      if (bytes != NULL)
+        *bytes = g_bytes_new_take (g_steal_pointer (&text), len);
+      return p;
+    }
 
   /* Kept for the user to look at, out of the way of the next write. */
   moved = um_config_move_aside (path);
@@ -784,7 +822,15 @@ um_profile_load (const char *config_dir, char **notice, GError **error)
     }
   else
     g_message ("optimizer profile %s: %s; moved aside as %s", path, err->message, moved ? moved : "(failed)");
+  if (revision != NULL)
+    *revision = defaults_revision ();
   return um_profile_new_default ();
+}
+
+UmProfile *
+um_profile_load (const char *config_dir, char **notice, GError **error)
+{
+  return um_profile_load_full (config_dir, notice, NULL, NULL, error);
 }
 
 gboolean

@@ -72,6 +72,17 @@ char      *um_profile_path (const char *config_dir);
  * moved aside and *@notice (if given) says so, naming the new file name;
  * FALSE/NULL only when the folder cannot be read at all. */
 UmProfile *um_profile_load (const char *config_dir, char **notice, GError **error);
+/* The profile's revision: the hex SHA-256 of the file's bytes or, with no
+ * file, of the defaults' JSON (what a backup of that state would hold).
+ * Two readers agree on it exactly when they read the same state. */
+char      *um_profile_revision_of (const char *text, gsize len);
+/* um_profile_load () that also gives the revision of what it read (the
+ * defaults' if the file was missing or moved aside) and, if @bytes is not
+ * NULL, the file's bytes (NULL when there was no readable profile). */
+UmProfile *um_profile_load_full (const char *config_dir, char **notice, char **revision, GBytes **bytes,
+                                 GError **error);
+/* The revision of the file as it is now, without parsing or moving it. */
+char      *um_profile_current_revision (const char *config_dir, GError **error);
 /* Writes @p atomically (the caller backs up first: um_backups_save ()). */
 gboolean   um_profile_save (const UmProfile *p, const char *config_dir, GError **error);
 

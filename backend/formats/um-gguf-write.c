@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <glib/gstdio.h>
 
@@ -587,6 +588,9 @@ um_gguf_writer_begin (UmGgufWriter *w, const char *path, GError **error)
       g_clear_pointer (&w->tmp_path, g_free);
       return io_failed (w, err, "could not create a temporary file", error);
     }
+  /* Held while the file is written: a .part nobody holds is left over
+   * from a killed writer (um_convert_cache_list () tells them apart). */
+  (void) flock (w->fd, LOCK_EX | LOCK_NB);
   if (!write_all (w, b->data, b->len, error))
     return FALSE;
   w->cur = 0;

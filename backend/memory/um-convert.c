@@ -3,12 +3,18 @@
 
 #include <errno.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <glib/gstdio.h>
 
 #include "um-error.h"
 #include "um-gguf.h"
+
+/* A .part file unlocked and untouched this long has no writer: the lock is
+ * the test, the age covers the moment between creating and locking it. */
+#define STALE_PART_SECONDS 60
 
 /* Bump when the converter writes different bytes for the same input, so
  * old cache files stop matching. */
@@ -32,6 +38,27 @@ fallback_dir (void)
 
 /* The folders a call with @dir looks in: @dir alone, or the default one
  * and its fallback. */
+/* NAME.gguf.XXXXXX.part: what um_gguf_writer writes before renaming. */
+static gboolean
+is_part_name (const char *name)
+{
+  return g_str_has_suffix (name, ".part") && strstr (name, ".gguf.") != NULL;
+}
+
+/* Its writer holds a lock on it for as long as it writes. */
+static gboolean
+part_in_progress (const char *path)
+{
+  int fd = open (path, O_RDONLY | O_CLOEXEC);
+  gboolean held;
+
+  if (fd < 0)
+    return FALSE;
+  held = flock (fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close (fd);
+  return held;
+}
+
 static GPtrArray *
 cache_dirs (const char *dir)
 {
@@ -310,6 +337,8 @@ um_convert_model (UmModel                 *src,
   key = um_convert_cache_key (src, opts);
   name = cache_file_name (src, opts, key);
   dirs = cache_dirs (cache_dir);
+  /* What killed conversions left behind: gigabytes each, never reused. */
+  um_convert_cache_clean_partial (cache_dir, STALE_PART_SECONDS);
 
   for (guint i = 0; i < dirs->len; i++)
     {
@@ -413,6 +442,23 @@ read_entry (const char *path, const GStatBuf *st)
   return e;
 }
 
+guint
+um_convert_cache_clean_partial (const char *dir, gint64 min_age_seconds)
+{
+  g_autoptr(GPtrArray) list = um_convert_cache_list (dir, NULL);
+  gint64 now = g_get_real_time () / G_USEC_PER_SEC;
+  guint n = 0;
+
+  for (guint i = 0; list != NULL && i < list->len; i++)
+    {
+      const UmConvertedEntry *e = g_ptr_array_index (list, i);
+      /* The age covers a writer between creating the file and locking it. */
+      if (e->partial && !e->in_progress && now - e->mtime >= min_age_seconds && g_unlink (e->path) == 0)
+        n++;
+    }
+  return n;
+}
+
 GPtrArray *
 um_convert_cache_list (const char *dir, GError **error)
 {
@@ -441,13 +487,24 @@ um_convert_cache_list (const char *dir, GError **error)
           g_autofree char *path = NULL;
           GStatBuf st;
 
-          /* Temporary files of conversions in progress end in .part. */
-          if (!g_str_has_suffix (name, ".gguf"))
+          gboolean part = is_part_name (name);
+          if (!part && !g_str_has_suffix (name, ".gguf"))
             continue;
           path = g_build_filename (folder, name, NULL);
           if (g_lstat (path, &st) != 0 || !S_ISREG (st.st_mode))
             continue;
-          g_ptr_array_add (list, read_entry (path, &st));
+          if (part)
+            {
+              UmConvertedEntry *e = g_new0 (UmConvertedEntry, 1);
+              e->path = g_steal_pointer (&path);
+              e->bytes = st.st_size;
+              e->mtime = st.st_mtime;
+              e->partial = TRUE;
+              e->in_progress = part_in_progress (e->path);
+              g_ptr_array_add (list, e);
+            }
+          else
+            g_ptr_array_add (list, read_entry (path, &st));
         }
       g_dir_close (d);
     }
@@ -460,7 +517,7 @@ um_convert_cache_remove (const char *dir, const char *path, GError **error)
 {
   g_autoptr(GPtrArray) dirs = cache_dirs (dir);
   g_autofree char *abs = NULL, *parent = NULL, *base = NULL;
-  gboolean inside = FALSE;
+  gboolean inside = FALSE, ours;
   GStatBuf st;
 
   g_return_val_if_fail (path != NULL, FALSE);
@@ -469,13 +526,20 @@ um_convert_cache_remove (const char *dir, const char *path, GError **error)
   base = g_path_get_basename (abs);
   for (guint i = 0; i < dirs->len && !inside; i++)
     inside = strcmp (parent, g_ptr_array_index (dirs, i)) == 0;
-  if (inside && g_str_has_suffix (base, ".gguf") && g_lstat (abs, &st) != 0)
+  ours = g_str_has_suffix (base, ".gguf") || is_part_name (base);
+  if (inside && ours && g_lstat (abs, &st) != 0)
     {
       int err = errno;
       g_set_error (error, UM_ERROR, UM_ERROR_IO, "cannot remove %s: %s", abs, g_strerror (err));
       return FALSE;
     }
-  if (!inside || !g_str_has_suffix (base, ".gguf") || !S_ISREG (st.st_mode))
+  if (inside && ours && is_part_name (base) && part_in_progress (abs))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "%s is a conversion still being written; not removing it", abs);
+      return FALSE;
+    }
+  if (!inside || !ours || !S_ISREG (st.st_mode))
     {
       g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
                    "%s is not a converted-weight file of %s; not removing it", path,

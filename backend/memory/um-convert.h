@@ -63,23 +63,33 @@ typedef struct {
   char    *type;           /* NULL likewise: such a file is only good to remove */
   double   prune_heads;
   double   prune_ffn;
+  gboolean partial;        /* a NAME.XXXXXX.part file: a conversion not finished */
+  gboolean in_progress;    /* partial and still being written (its writer holds it) */
 } UmConvertedEntry;
 
 void      um_converted_entry_free (UmConvertedEntry *entry);
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmConvertedEntry, um_converted_entry_free)
 
-/* The .gguf files of the cache folder (UmConvertedEntry, sorted by path),
- * read from their metadata only; files that do not parse are listed with
- * source and type NULL. A missing folder is an empty list. */
 /* The valid cached conversion of @src for @opts, if there is one (what
  * um_convert_model () would return without converting), else NULL. */
 char       *um_convert_lookup (const UmModel *src, const UmQuantizeOptions *opts, const char *cache_dir);
 
+/* The .gguf files of the cache folder (UmConvertedEntry, sorted by path),
+ * read from their metadata only; files that do not parse are listed with
+ * source and type NULL. The .part files of conversions are listed too
+ * (partial), with whether one is still being written. A missing folder is
+ * an empty list. @dir NULL: the default folder and the temporary one. */
 GPtrArray *um_convert_cache_list (const char *dir,
                                   GError    **error);
 
+/* Removes the .part files no conversion is writing any more (a killed one
+ * left them), unmodified for at least @min_age_seconds; returns how many. */
+guint      um_convert_cache_clean_partial (const char *dir,
+                                           gint64      min_age_seconds);
+
 /* Deletes one file of the cache folder; refuses (UM_ERROR_INVALID_PARAM)
- * any path that is not a .gguf file directly inside it. */
+ * any path that is not a .gguf or .part file directly inside it, and a
+ * .part file a conversion is still writing. */
 gboolean   um_convert_cache_remove (const char *dir,
                                     const char *path,
                                     GError    **error);

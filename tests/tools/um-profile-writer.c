@@ -41,7 +41,8 @@ main (int argc, char **argv)
       if (g_str_equal (what, "restore"))
         {
           g_autofree char *undo = NULL;
-          ok = um_backups_restore (dir, i % 2 ? "original" : "latest", &undo, &error);
+          g_auto(UmCommit) c = { 0 };
+          ok = um_backups_restore (dir, i % 2 ? "original" : "latest", &c, NULL, &error);
         }
       else
         {
