@@ -597,6 +597,31 @@ new_id (const char *bdir, GPtrArray *entries, gint64 now)
     }
 }
 
+/* Drops the oldest entries (never "original") while more than @keep others
+ * remain; their files join the garbage. */
+static guint
+drop_excess (Manifest *m, guint keep)
+{
+  guint others = 0, dropped = 0;
+
+  for (guint i = 0; i < m->entries->len; i++)
+    others += !g_str_equal (((UmBackup *) g_ptr_array_index (m->entries, i))->id, ORIGINAL_ID);
+  for (guint i = 0; i < m->entries->len && others > keep;)
+    {
+      UmBackup *e = g_ptr_array_index (m->entries, i);
+      if (g_str_equal (e->id, ORIGINAL_ID))
+        {
+          i++;
+          continue;
+        }
+      g_ptr_array_add (m->garbage, g_strdup (e->file));
+      g_ptr_array_remove_index (m->entries, i);
+      others--;
+      dropped++;
+    }
+  return dropped;
+}
+
 /* Copies @current (its file's @bytes, or its JSON when there is no file)
  * into a new backup and lists it, with @next the revision about to be
  * written (NULL: none). */
@@ -632,6 +657,9 @@ add_backup (const char *bdir, Manifest *m, const UmProfile *current, GBytes *byt
   b->file = g_strconcat (b->id, ".json", NULL);
   b->next = g_strdup (next);
   b->valid = TRUE;
+  /* What a commit killed before its pruning left over the limit goes now,
+   * so the list never holds more than one entry beyond it. */
+  drop_excess (m, UM_BACKUPS_KEEP);
   /* The copy first: the manifest never names a file that is not there. */
   copy_path = g_build_filename (bdir, b->file, NULL);
   if (!um_atomic_write (copy_path, text, len, error))
@@ -659,40 +687,23 @@ add_backup (const char *bdir, Manifest *m, const UmProfile *current, GBytes *byt
 static void
 prune (const char *bdir, Manifest *m)
 {
-  g_autoptr(GPtrArray) dropped = g_ptr_array_new_with_free_func (g_free);
   g_autoptr(GError) err = NULL;
-  guint others = 0;
 
-  for (guint i = 0; i < m->entries->len; i++)
-    others += !g_str_equal (((UmBackup *) g_ptr_array_index (m->entries, i))->id, ORIGINAL_ID);
-  for (guint i = 0; i < m->entries->len && others > UM_BACKUPS_KEEP;)
-    {
-      UmBackup *e = g_ptr_array_index (m->entries, i);
-      if (g_str_equal (e->id, ORIGINAL_ID))
-        {
-          i++;
-          continue;
-        }
-      g_ptr_array_add (dropped, g_strdup (e->file));
-      g_ptr_array_remove_index (m->entries, i);
-      others--;
-    }
-  if ((dropped->len > 0 || m->rewrite) && !write_manifest (bdir, m->entries, &err))
+  if ((drop_excess (m, UM_BACKUPS_KEEP) > 0 || m->rewrite) && !write_manifest (bdir, m->entries, &err))
     {
       g_message ("cannot update the list of backups: %s", err->message);
       return;
     }
-  g_ptr_array_extend_and_steal (dropped, g_steal_pointer (&m->garbage));
-  m->garbage = g_ptr_array_new_with_free_func (g_free);
-  for (guint i = 0; i < dropped->len; i++)
+  for (guint i = 0; i < m->garbage->len; i++)
     {
-      const char *file = g_ptr_array_index (dropped, i);
+      const char *file = g_ptr_array_index (m->garbage, i);
       if (safe_file_name (file) && !g_str_equal (file, ORIGINAL_ID ".json") && !names_file (m->entries, file))
         {
           g_autofree char *path = g_build_filename (bdir, file, NULL);
           g_unlink (path);
         }
     }
+  g_ptr_array_set_size (m->garbage, 0);
   stage ("pruned");
 }
 
