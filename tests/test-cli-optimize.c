@@ -2,6 +2,7 @@
  * with UNMASK_CONFIG_DIR pointing at a temporary folder): their --json
  * answers, notices on stderr for damaged files, and plan (as generate and
  * bench) starting from the profile. */
+#include <glib/gstdio.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -29,9 +30,10 @@ run_clear (Run *r)
 
 G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (Run, run_clear)
 
-/* Runs unmask-cli with @args (NULL-terminated) in @config_dir. */
+/* Runs unmask-cli with @args (NULL-terminated) in @config_dir, with
+ * @extra_env ("NAME=VALUE", NULL-terminated; may be NULL) set. */
 static void
-run_cli (Run *r, const char *config_dir, const char *const *args)
+run_cli_env (Run *r, const char *config_dir, const char *const *args, const char *const *extra_env)
 {
   g_autoptr(GPtrArray) argv = g_ptr_array_new ();
   g_auto(GStrv) env = g_get_environ ();
@@ -45,6 +47,11 @@ run_cli (Run *r, const char *config_dir, const char *const *args)
   g_ptr_array_add (argv, NULL);
   env = g_environ_setenv (env, "UNMASK_CONFIG_DIR", config_dir, TRUE);
   env = g_environ_setenv (env, "UNMASK_DEVICE", "cpu", TRUE);
+  for (guint i = 0; extra_env != NULL && extra_env[i] != NULL; i++)
+    {
+      g_auto(GStrv) kv = g_strsplit (extra_env[i], "=", 2);
+      env = g_environ_setenv (env, kv[0], kv[1], TRUE);
+    }
   g_spawn_sync (NULL, (char **) argv->pdata, env, G_SPAWN_DEFAULT, NULL, NULL, &r->out, &r->err, &wait_status,
                 &error);
   g_assert_no_error (error);
@@ -53,6 +60,12 @@ run_cli (Run *r, const char *config_dir, const char *const *args)
   r->parser = json_parser_new ();
   if (r->out[0] == '{' && json_parser_load_from_data (r->parser, r->out, -1, NULL))
     r->root = json_node_get_object (json_parser_get_root (r->parser));
+}
+
+static void
+run_cli (Run *r, const char *config_dir, const char *const *args)
+{
+  run_cli_env (r, config_dir, args, NULL);
 }
 
 /* The standard mode's device peak for the tiny model generating 48 tokens,
@@ -400,6 +413,245 @@ test_override_applies (void)
   um_test_rmtree (dir);
 }
 
+/* Optimize twice with the same result: the second writes nothing and
+ * makes no backup, so repeating it never pushes real history out. */
+static void
+test_optimize_twice (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *bdir = g_build_filename (dir, "backups", NULL);
+  const char *args[] = { "optimize", "--model", model_path, "--mode", "extreme-mild", "--json", NULL };
+
+  for (int i = 0; i < 3; i++)
+    {
+      g_auto(Run) r;
+      run_cli (&r, dir, args);
+      g_assert_cmpint (r.status, ==, 0);
+      g_assert_nonnull (r.root);
+      g_assert_cmpint (json_object_get_boolean_member (r.root, "written"), ==, i == 0);
+      g_assert_cmpint (json_object_get_boolean_member (r.root, "unchanged"), ==, i > 0);
+      if (i > 0)
+        g_assert_true (json_object_get_null_member (r.root, "backup_id"));
+      g_assert_cmpstr (json_object_get_string_member (json_object_get_object_member (
+                         json_object_get_object_member (r.root, "profile"), "memory"), "mode"), ==, "extreme-mild");
+    }
+  /* original and the manifest, nothing more. */
+  g_assert_cmpuint (um_test_count_prefix (bdir, ""), ==, 2);
+  {
+    const char *text_args[] = { "optimize", "--model", model_path, "--mode", "extreme-mild", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, text_args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (strstr (r.out, "Nothing changed"));
+  }
+  um_test_rmtree (dir);
+}
+
+/* Optimize for a model that has an override: the model then runs in the
+ * optimized mode, not the override's. */
+static void
+test_optimize_clears_override (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autoptr(UmProfile) p = um_profile_new_default ();
+  g_autoptr(GError) error = NULL;
+  UmProfileOverride *ov = g_new0 (UmProfileOverride, 1), *other = g_new0 (UmProfileOverride, 1);
+
+  ov->model_id = um_model_identity (model_path);
+  um_mem_options_init (&ov->mem, UM_MEM_EXTREME_AGGRESSIVE);
+  g_ptr_array_add (p->overrides, ov);
+  other->model_id = g_strdup ("00000000feedface");
+  um_mem_options_init (&other->mem, UM_MEM_EXTREME_MODERATE);
+  g_ptr_array_add (p->overrides, other);
+  p->written_by = UM_PROFILE_BY_USER;
+  g_assert_true (um_profile_save (p, dir, &error));
+  g_assert_no_error (error);
+  {
+    const char *args[] = { "optimize", "--model", model_path, "--mode", "standard-8bit", "--json", NULL };
+    g_auto(Run) r;
+    JsonObject *overrides;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    overrides = json_object_get_object_member (json_object_get_object_member (r.root, "profile"), "overrides");
+    /* This model's override is gone, the other model's stays. */
+    g_assert_nonnull (overrides);
+    g_assert_false (json_object_has_member (overrides, ov->model_id));
+    g_assert_true (json_object_has_member (overrides, "00000000feedface"));
+  }
+  {
+    const char *args[] = { "generate", "--model", model_path, "--ids", "1,2,3", "--gen-length", "8", "--steps", "8",
+                           "--block-length", "8", "--cache-dir", dir, "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_cmpstr (json_object_get_string_member (json_object_get_object_member (r.root, "plan"), "mode"), ==,
+                     "standard-8bit");
+  }
+  um_test_rmtree (dir);
+}
+
+/* restore latest over damaged newer entries names each one and why. */
+static void
+test_restore_names_skipped (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *bdir = g_build_filename (dir, "backups", NULL);
+  const char *modes[] = { "standard-8bit", "extreme-mild", "extreme-moderate" };
+  g_autofree char *newest_file = NULL, *newest_id = NULL;
+
+  for (guint i = 0; i < G_N_ELEMENTS (modes); i++)
+    {
+      const char *args[] = { "optimize", "--model", model_path, "--mode", modes[i], "--json", NULL };
+      g_auto(Run) r;
+      run_cli (&r, dir, args);
+      g_assert_cmpint (r.status, ==, 0);
+      if (i + 1 == G_N_ELEMENTS (modes))
+        {
+          newest_id = g_strdup (json_object_get_string_member (r.root, "backup_id"));
+          newest_file = g_strconcat (bdir, "/", newest_id, ".json", NULL);
+        }
+    }
+  g_assert_cmpint (g_unlink (newest_file), ==, 0);
+  {
+    const char *args[] = { "restore", "latest", "--json", NULL };
+    g_auto(Run) r;
+    JsonArray *skipped;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    skipped = json_object_get_array_member (r.root, "skipped");
+    g_assert_cmpuint (json_array_get_length (skipped), ==, 1);
+    g_assert_cmpstr (json_object_get_string_member (json_array_get_object_element (skipped, 0), "id"), ==,
+                     newest_id);
+    g_assert_nonnull (strstr (json_object_get_string_member (json_array_get_object_element (skipped, 0), "problem"),
+                              "missing"));
+    g_assert_nonnull (strstr (r.err, newest_id));
+    /* What was restored is the entry before the damaged one. */
+    g_assert_cmpstr (json_object_get_string_member (r.root, "restored"), !=, newest_id);
+  }
+  um_test_rmtree (dir);
+}
+
+/* --remove-converted after the restore: a failure to remove is a warning
+ * (the restore happened; its undo id is printed, exit 0), and a file the
+ * restored settings still use, through another model's override, stays. */
+static void
+test_restore_converted_in_use (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *cache = g_build_filename (dir, "converted", NULL);
+  g_autofree char *other_model = g_build_filename (dir, "other-model", NULL);
+  g_autofree char *not_a_folder = g_build_filename (dir, "not-a-folder", NULL);
+  g_autoptr(UmProfile) p = um_profile_new_default ();
+  g_autoptr(GError) error = NULL;
+  UmProfileOverride *ov = g_new0 (UmProfileOverride, 1);
+
+  /* Another model (a copy elsewhere is another model) has an override to
+   * extreme-mild from the start, so "original" keeps using its Q8_0 file. */
+  g_assert_cmpint (g_mkdir (other_model, 0700), ==, 0);
+  um_test_copy_dir (model_path, other_model);
+  ov->model_id = um_model_identity (other_model);
+  um_mem_options_init (&ov->mem, UM_MEM_EXTREME_MILD);
+  g_ptr_array_add (p->overrides, ov);
+  p->written_by = UM_PROFILE_BY_USER;
+  g_assert_true (um_profile_save (p, dir, &error));
+  g_assert_no_error (error);
+  {
+    const char *args[] = { "optimize", "--model", model_path, "--mode", "extreme-mild", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+  }
+  for (int m = 0; m < 2; m++)
+    {
+      const char *args[] = { "generate", "--model", m ? other_model : model_path, "--ids", "1,2,3", "--gen-length",
+                             "8", "--steps", "8", "--block-length", "8", "--cache-dir", cache, "--json", NULL };
+      g_auto(Run) r;
+      run_cli (&r, dir, args);
+      g_assert_cmpint (r.status, ==, 0);
+    }
+  g_assert_cmpuint (um_test_count_prefix (cache, ""), ==, 2);
+
+  /* The cache cannot even be listed: a warning, the restore stands. */
+  um_test_write_file (not_a_folder, "a file", -1);
+  {
+    const char *args[] = { "restore", "original", "--remove-converted", "--cache-dir", not_a_folder, "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (r.root);
+    g_assert_false (json_object_get_null_member (r.root, "undo_id"));
+    g_assert_cmpuint (json_array_get_length (json_object_get_array_member (r.root, "warnings")), ==, 1);
+    g_assert_nonnull (strstr (r.err, "warning"));
+  }
+  /* Back to extreme-mild for this model, then restore the original with
+   * the real cache: this model's file goes, the other model's stays. */
+  {
+    const char *args[] = { "optimize", "--model", model_path, "--mode", "extreme-mild", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+  }
+  {
+    const char *args[] = { "restore", "original", "--remove-converted", "--cache-dir", cache, "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_cmpint (json_object_get_int_member (r.root, "converted_removed"), ==, 1);
+    g_assert_cmpint (json_object_get_int_member (r.root, "converted_kept"), ==, 1);
+    g_assert_cmpuint (um_test_count_prefix (cache, "tiny-llada-Q8_0-"), ==, 0);
+    g_assert_cmpuint (um_test_count_prefix (cache, "other-model-Q8_0-"), ==, 1);
+  }
+  um_test_rmtree (dir);
+}
+
+/* cache list shows what killed conversions left, in the default folder and
+ * the temporary one it falls back to; cache clear removes them. */
+static void
+test_cache_partial_files (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *xdg = g_build_filename (dir, "xdg-cache", NULL);
+  g_autofree char *tmp = g_build_filename (dir, "tmp", NULL);
+  g_autofree char *fallback = g_build_filename (tmp, "unmask-converted", NULL);
+  g_autofree char *main_dir = g_build_filename (xdg, "unmask", "converted", NULL);
+  g_autofree char *part1 = g_build_filename (main_dir, "m-Q8_0-00.gguf.AAAAAA.part", NULL);
+  g_autofree char *part2 = g_build_filename (fallback, "m-Q4_0-11.gguf.BBBBBB.part", NULL);
+  g_autofree char *env_xdg = g_strconcat ("XDG_CACHE_HOME=", xdg, NULL);
+  g_autofree char *env_tmp = g_strconcat ("TMPDIR=", tmp, NULL);
+  const char *env[] = { env_xdg, env_tmp, NULL };
+
+  g_assert_cmpint (g_mkdir_with_parents (main_dir, 0700), ==, 0);
+  g_assert_cmpint (g_mkdir_with_parents (fallback, 0700), ==, 0);
+  um_test_write_file (part1, "stopped", -1);
+  um_test_write_file (part2, "stopped too", -1);
+  {
+    const char *args[] = { "cache", "list", "--json", NULL };
+    g_auto(Run) r;
+    g_autoptr(JsonParser) parser = json_parser_new ();
+    JsonArray *a;
+    run_cli_env (&r, dir, args, env);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_true (json_parser_load_from_data (parser, r.out, -1, NULL));
+    a = json_node_get_array (json_parser_get_root (parser));
+    g_assert_cmpuint (json_array_get_length (a), ==, 2);
+    for (guint i = 0; i < 2; i++)
+      {
+        JsonObject *e = json_array_get_object_element (a, i);
+        g_assert_true (json_object_get_boolean_member (e, "partial"));
+        g_assert_false (json_object_get_boolean_member (e, "in_progress"));
+      }
+  }
+  {
+    const char *args[] = { "cache", "clear", NULL };
+    g_auto(Run) r;
+    run_cli_env (&r, dir, args, env);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_false (g_file_test (part1, G_FILE_TEST_EXISTS));
+    g_assert_false (g_file_test (part2, G_FILE_TEST_EXISTS));
+  }
+  um_test_rmtree (dir);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -417,5 +669,10 @@ main (int argc, char **argv)
   g_test_add_func ("/cli/restore-removes-converted", test_restore_removes_converted);
   g_test_add_func ("/cli/notices", test_notices);
   g_test_add_func ("/cli/commands-use-profile", test_commands_use_profile);
+  g_test_add_func ("/cli/optimize-twice", test_optimize_twice);
+  g_test_add_func ("/cli/optimize-clears-override", test_optimize_clears_override);
+  g_test_add_func ("/cli/restore-names-skipped", test_restore_names_skipped);
+  g_test_add_func ("/cli/restore-converted-in-use", test_restore_converted_in_use);
+  g_test_add_func ("/cli/cache-partial-files", test_cache_partial_files);
   return g_test_run ();
 }

@@ -36,8 +36,6 @@ fallback_dir (void)
   return g_build_filename (g_get_tmp_dir (), "unmask-converted", NULL);
 }
 
-/* The folders a call with @dir looks in: @dir alone, or the default one
- * and its fallback. */
 /* NAME.gguf.XXXXXX.part: what um_gguf_writer writes before renaming. */
 static gboolean
 is_part_name (const char *name)
@@ -59,6 +57,8 @@ part_in_progress (const char *path)
   return held;
 }
 
+/* The folders a call with @dir looks in: @dir alone, or the default one
+ * and its fallback. */
 static GPtrArray *
 cache_dirs (const char *dir)
 {
