@@ -797,9 +797,9 @@ finish_change (UmOptimizerPage *self, const Change *c, UmCommit *commit, GPtrArr
   g_autofree char *summary = um_profile_summary (commit->profile);
   g_autofree char *text = NULL;
 
+  /* Nothing was written: no backup, so nothing new to undo. */
   if (commit->unchanged)
     {
-      /* Nothing was written: no backup, so nothing new to undo. */
       /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
       text = g_strdup_printf (_("Nothing changed: the settings already are “%s”."), summary);
       set_status_skipped (self, text, skipped);
@@ -1131,7 +1131,9 @@ offer_remove_converted (UmOptimizerPage *self)
 {
   UmWindow *win = get_window (self);
   g_autoptr(GPtrArray) list = um_convert_cache_list (NULL, NULL);
-  g_autoptr(UmProfile) now = um_profile_load (config_dir (self), NULL, NULL);
+  /* What was just committed; reading the file here could move a damaged
+   * one aside unseen. */
+  const UmProfile *now = win ? um_window_get_profile (win) : NULL;
   g_autofree char *dir = um_convert_cache_dir ();
   g_autofree char *size = NULL;
   guint64 bytes = 0;
@@ -1320,9 +1322,9 @@ do_optimize (UmOptimizerPage *self, const char *path)
   c = change_new (CHANGE_OPTIMIZE);
   c->result = g_steal_pointer (&r);
   c->path = g_strdup (path);
+  /* Like Apply: a loaded model is not reloaded without asking. */
   /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
   body = g_strdup_printf (_("The settings become “%s”."), summary);
-  /* Like Apply: a loaded model is not reloaded without asking. */
   confirm_reload (self, _("Optimize and Reload?"), body, _("_Optimize and Reload"), c);
 }
 

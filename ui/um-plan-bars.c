@@ -96,13 +96,15 @@ update (UmPlanBars *self)
   {
     g_autofree char *peak = um_format_bytes (p->device_peak);
     g_autofree char *title = NULL;
+    /* What the plan needs against what there is: "needs", so that a total
+     * over the capacity does not read as memory in use. */
     if (p->device_capacity > 0)
       {
         g_autofree char *cap = um_format_bytes (p->device_capacity);
-        /* What the plan needs against what there is: "needs" so that a
-         * total over the capacity does not read as what is in use. */
         /* Translators: "Graphics memory: needs 3.1 GiB of 8.0 GiB" */
-        title = g_strdup_printf (self->cuda ? _("Graphics memory: needs %s of %s") : _("Memory budget: needs %s of %s"),
+        title = g_strdup_printf (self->cuda ? _("Graphics memory: needs %s of %s")
+                                            /* Translators: the CPU's budgeted RAM, "Memory budget: needs 3.1 GiB of 4.0 GiB" */
+                                            : _("Memory budget: needs %s of %s"),
                                  peak, cap);
       }
     else
