@@ -61,6 +61,7 @@ struct _UmOptimizerPage {
   gboolean          filling;         /* controls being set from the profile */
   gboolean          dirty;           /* the controls differ from the profile */
   gboolean          committing;      /* the page shows its own commit */
+  gboolean          stale;           /* the controls were edited on settings changed since */
   gboolean          busy;            /* an Optimize runs */
   gboolean          has_original, has_backup;
 };
@@ -314,6 +315,9 @@ update_dirty (UmOptimizerPage *self)
       profile_put_options (self, p, &o, budget);
       self->dirty = !um_profile_equal (p, self->profile);
     }
+  /* Back to what is in use: later edits are made on it. */
+  if (!self->dirty)
+    self->stale = FALSE;
 }
 
 static void
@@ -633,6 +637,7 @@ typedef struct {
   gboolean          offer_remove; /* restore: offer to remove converted weights after */
   UmOptimizeResult *result;       /* optimize: every mode planned, one chosen */
   char             *path;         /* optimize: the model planned for */
+  char             *base;         /* the revision shown when it was asked for */
 } Change;
 
 static void
@@ -641,16 +646,33 @@ change_free (Change *c)
   g_free (c->which);
   g_clear_pointer (&c->result, um_optimize_result_free);
   g_free (c->path);
+  g_free (c->base);
   g_free (c);
 }
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (Change, change_free)
 
+/* The profile the window shows and the revision it was read or written at. */
+static const UmProfile *
+shown_profile (UmOptimizerPage *self, const char **revision)
+{
+  UmWindow *win = get_window (self);
+
+  *revision = win ? um_window_get_profile_revision (win) : NULL;
+  return win ? um_window_get_profile (win) : self->profile;
+}
+
+/* A change of the settings shown now: committed against their revision,
+ * even if the window reads a newer file before it is confirmed. */
 static Change *
-change_new (ChangeKind kind)
+change_new (UmOptimizerPage *self, ChangeKind kind)
 {
   Change *c = g_new0 (Change, 1);
+  const char *base;
+
   c->kind = kind;
+  shown_profile (self, &base);
+  c->base = g_strdup (base);
   return c;
 }
 
@@ -720,17 +742,8 @@ build_change (UmOptimizerPage *self, const Change *c, const UmProfile *current, 
   return g_steal_pointer (&p);
 }
 
-/* The profile the window shows and the revision it was read or written at. */
-static const UmProfile *
-shown_profile (UmOptimizerPage *self, const char **revision)
-{
-  UmWindow *win = get_window (self);
-
-  *revision = win ? um_window_get_profile_revision (win) : NULL;
-  return win ? um_window_get_profile (win) : self->profile;
-}
-
-/* Commits @c built on the profile shown, against its revision. */
+/* Commits @c built on the profile shown, against the revision it was asked
+ * for on. */
 static gboolean
 commit_change (UmOptimizerPage *self, const Change *c, UmCommit *commit, GPtrArray **skipped, GError **error)
 {
@@ -738,13 +751,13 @@ commit_change (UmOptimizerPage *self, const Change *c, UmCommit *commit, GPtrArr
   g_autoptr(UmProfile) p = NULL;
   g_autofree char *reason = NULL;
   g_autofree char *restored_id = NULL;
-  const char *base;
-  const UmProfile *current = shown_profile (self, &base);
+  const char *shown;
+  const UmProfile *current = shown_profile (self, &shown);
 
   if (current == NULL)
     current = fallback = um_profile_new_default ();
   p = build_change (self, c, current, &reason, &restored_id, skipped, error);
-  if (p == NULL || !um_backups_commit (p, config_dir (self), reason, base, commit, error))
+  if (p == NULL || !um_backups_commit (p, config_dir (self), reason, c->base, commit, error))
     return FALSE;
   commit->restored_id = g_steal_pointer (&restored_id);
   return TRUE;
@@ -912,6 +925,7 @@ show_profile_controls (UmOptimizerPage *self)
 
   if (self->profile == NULL)
     return;
+  self->stale = FALSE;
   effective_options (self, self->profile, &mem, &budget);
   fill_controls (self, &mem, budget);
   update_plan (self);
@@ -926,7 +940,11 @@ on_conflict_response (AdwMessageDialog *dialog, const char *response, UmOptimize
     return;
   if (g_strcmp0 (response, "mine") == 0)
     {
+      const char *base;
       /* Built again on what the file says now, against its revision. */
+      shown_profile (self, &base);
+      g_free (c->base);
+      c->base = g_strdup (base);
       run_change_status (self, c);
       return;
     }
@@ -957,6 +975,12 @@ ask_conflict (UmOptimizerPage *self, Change *c)
   g_autoptr(GString) body = g_string_new (NULL);
   GtkWidget *dialog;
 
+  if (win == NULL)
+    {
+      change_free (c);
+      set_status (self, _("The settings were changed outside Unmask: nothing was written."));
+      return;
+    }
   mine = build_change (self, c, theirs, &reason, NULL, NULL, NULL);
   mine_summary = mine ? um_profile_summary (mine) : NULL;
   if (theirs->written_at > 0)
@@ -982,6 +1006,11 @@ ask_conflict (UmOptimizerPage *self, Change *c)
       /* Translators: %s is a profile summary */
       g_string_append_printf (body, _("Yours would make them “%s”; what they say now would be kept in the history."),
                               mine_summary);
+      if (win != NULL && um_window_get_model_path (win) != NULL)
+        {
+          g_string_append_c (body, ' ');
+          g_string_append (body, _("The model is loaded again under them."));
+        }
     }
   dialog = adw_message_dialog_new (GTK_WINDOW (win), _("Settings Changed Outside Unmask"), body->str);
   adw_message_dialog_add_responses (ADW_MESSAGE_DIALOG (dialog), "theirs", _("_Keep Theirs"),
@@ -1075,9 +1104,16 @@ um_optimizer_page_apply (UmOptimizerPage *self)
       return;
     }
   summary = um_profile_summary (p);
-  c = change_new (CHANGE_APPLY);
+  c = change_new (self, CHANGE_APPLY);
   c->mem = o;
   c->budget = budget;
+  /* Edited before the settings changed elsewhere: the same question as a
+   * commit that meets the change. */
+  if (self->stale)
+    {
+      ask_conflict (self, c);
+      return;
+    }
   /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
   body = g_strdup_printf (_("The settings become “%s”."), summary);
   confirm_reload (self, _("Apply and Reload?"), body, _("_Apply and Reload"), c);
@@ -1090,7 +1126,7 @@ um_optimizer_page_apply_mode (UmOptimizerPage *self, UmMemMode mode, GError **er
 
   g_return_val_if_fail (UM_IS_OPTIMIZER_PAGE (self), FALSE);
 
-  c = change_new (CHANGE_APPLY);
+  c = change_new (self, CHANGE_APPLY);
   um_mem_options_init (&c->mem, mode);
   c->keep_budget = TRUE;
   return run_change (self, c, error);
@@ -1165,9 +1201,9 @@ offer_remove_converted (UmOptimizerPage *self)
 }
 
 static Change *
-change_new_restore (const char *which)
+change_new_restore (UmOptimizerPage *self, const char *which)
 {
-  Change *c = change_new (CHANGE_RESTORE);
+  Change *c = change_new (self, CHANGE_RESTORE);
   c->which = g_strdup (which);
   return c;
 }
@@ -1187,7 +1223,7 @@ um_optimizer_page_restore (UmOptimizerPage *self, const char *which, gboolean co
   g_return_val_if_fail (which != NULL, FALSE);
 
   if (!confirm)
-    return run_change (self, change_new_restore (which), error);
+    return run_change (self, change_new_restore (self, which), error);
   /* Say what comes back and what "latest" passes over; a backup that
    * cannot be read fails here. */
   id = um_backups_resolve (config_dir (self), which, &skipped, error);
@@ -1202,7 +1238,7 @@ um_optimizer_page_restore (UmOptimizerPage *self, const char *which, gboolean co
       /* Translators: %s lists backups with why, e.g. "20261124-105301-123 (the copy is missing)" */
       g_string_append_printf (body, _("The newer backups %s are damaged and are passed over."), list);
     }
-  c = change_new_restore (which);
+  c = change_new_restore (self, which);
   c->offer_remove = TRUE;
   confirm_reload (self, g_strcmp0 (which, "original") == 0 ? _("Restore the Original Settings?")
                                                             : _("Restore These Settings?"),
@@ -1319,7 +1355,7 @@ do_optimize (UmOptimizerPage *self, const char *path)
     g_autofree char *text = g_strdup_printf (_("Optimize would choose %s"), r->reason ? r->reason : "");
     set_status (self, text);
   }
-  c = change_new (CHANGE_OPTIMIZE);
+  c = change_new (self, CHANGE_OPTIMIZE);
   c->result = g_steal_pointer (&r);
   c->path = g_strdup (path);
   /* Like Apply: a loaded model is not reloaded without asking. */
@@ -1452,12 +1488,13 @@ um_optimizer_page_set_profile (UmOptimizerPage *self, const UmProfile *profile)
   g_return_if_fail (UM_IS_OPTIMIZER_PAGE (self));
   g_return_if_fail (profile != NULL);
 
-  /* Edits not applied yet stay when the file changes from outside: Apply
-   * then puts them over the new settings (the page's own commits show
+  /* Edits not applied yet stay when the file changes from outside, and
+   * Apply asks before putting them over it (the page's own commits show
    * what they wrote). */
   keep = self->profile != NULL && self->dirty && !self->committing && !um_profile_equal (self->profile, profile);
   g_clear_pointer (&self->profile, um_profile_free);
   self->profile = um_profile_copy (profile);
+  self->stale = keep;
   if (!keep)
     {
       effective_options (self, profile, &mem, &budget);

@@ -726,9 +726,11 @@ test_outside_change (void)
     AdwMessageDialog *confirm = find_dialog ();
     AdwMessageDialog *conflict;
 
-    /* Written between the question and the answer, answered before the
-     * window could see it. */
+    /* Written between the question and the answer: the answer was given
+     * to what the question showed. */
     commit_outside (UM_MEM_STANDARD_8BIT);
+    w.mode = UM_MEM_STANDARD_8BIT;
+    wait_for (profile_is, &w, 10);
     respond_to (confirm, "apply");
     conflict = find_dialog ();
     g_test_message ("conflict: %s", adw_message_dialog_get_body (conflict));
@@ -748,14 +750,22 @@ test_outside_change (void)
   g_assert_cmpuint (n_backups (), ==, backups + 1);
   g_assert_false (um_window_get_loading (win));
 
-  /* Apply Mine Over It: mine, built on theirs, with theirs backed up. */
+  /* Edits made before a change the window then saw stay on the page, and
+   * Apply asks the same question; Apply Mine Over It writes mine, built on
+   * theirs, with theirs backed up. */
   um_optimizer_page_select_mode (page, UM_MEM_EXTREME_MODERATE);
+  commit_outside (UM_MEM_STANDARD);
+  w.mode = UM_MEM_STANDARD;
+  wait_for (profile_is, &w, 10);
+  g_assert_cmpint (um_optimizer_page_get_plan (page)->mode, ==, UM_MEM_EXTREME_MODERATE);
+  g_assert_nonnull (strstr (um_optimizer_page_get_status (page), "not applied yet"));
   um_optimizer_page_apply (page);
   {
-    AdwMessageDialog *confirm = find_dialog ();
-    commit_outside (UM_MEM_STANDARD);
-    respond_to (confirm, "apply");
-    respond_to (find_dialog (), "mine");
+    AdwMessageDialog *conflict = find_dialog ();
+    g_assert_cmpstr (adw_message_dialog_get_heading (conflict), ==, "Settings Changed Outside Unmask");
+    g_assert_nonnull (strstr (adw_message_dialog_get_body (conflict), "“standard,"));
+    g_assert_cmpint (file_mode (), ==, UM_MEM_STANDARD);
+    respond_to (conflict, "mine");
   }
   last_toast = g_strdup (um_window_get_last_toast (win));
   g_assert_nonnull (strstr (last_toast, "now standard,"));
