@@ -1,13 +1,19 @@
 /* The Optimizer page under Xvfb, on the CPU backend with a small budget
- * standing in for a small GPU: Optimize on the fixture picks a mode that
- * fits where standard does not, applies it (backup first), reloads the
- * model, which generates; Restore Original brings back the first profile,
- * Undo the optimized one, and the history shows every step. An extreme mode
- * shows its pill and warns about parameters beyond its limits until "Use
- * Recommended"; a corrupt profile shows the notice banner and the app still
- * works; a damaged backup is marked and cannot be restored; without a model
- * Optimize says to open one. With UM_SCREENSHOT_DIR set it also saves
- * optimizer-does-not-fit.png and optimizer-fits.png. */
+ * standing in for a small GPU: the plan reads "needs X of Y"; Optimize on
+ * the fixture picks a mode that fits where standard does not, asks (a model
+ * is loaded), applies it (backup first), reloads the model, which
+ * generates; Restore Original brings back the first profile, Undo the
+ * optimized one, and the history shows every step. An extreme mode shows
+ * its pill and warns about parameters beyond its limits until "Use
+ * Recommended"; Level shows only for Extreme; a corrupt profile shows the
+ * notice banner and the app still works, also when it turns corrupt while
+ * the window is open; a damaged backup is marked and cannot be restored,
+ * and Undo over one names it; without a model Optimize says to open one. A
+ * change made with unmask-cli while the window is open is picked up (page,
+ * pills, toast, Reload Model), and a change asked for on the settings from
+ * before asks Keep Theirs / Apply Mine Over It instead of writing over it.
+ * With UM_SCREENSHOT_DIR set it also saves optimizer-does-not-fit.png and
+ * optimizer-fits.png. */
 #include "config.h"
 
 #include <adwaita.h>
