@@ -14,6 +14,7 @@
 
 #include "um-backups.h"
 #include "um-convert.h"
+#include "um-error.h"
 #include "um-plan-bars.h"
 #include "um-settings.h"
 #include "um-window.h"
@@ -28,7 +29,7 @@ struct _UmOptimizerPage {
   /* template */
   AdwActionRow     *gpu_row, *ram_row, *cpu_row;
   AdwComboRow      *mode_row, *level_row, *format_row;
-  GtkStringList    *level_list, *format_list;
+  GtkStringList    *format_list;
   AdwExpanderRow   *knobs_row;
   AdwActionRow     *layers_row, *zstd_row;
   GtkSpinButton    *layers_spin, *heads_spin, *ffn_spin, *chunk_spin;
@@ -54,12 +55,13 @@ struct _UmOptimizerPage {
   gboolean          have_plan;
 
   GCancellable     *cancellable;     /* the running prepare */
-  UmProfile        *pending;         /* Apply waiting for its confirmation */
   char             *undo_id;         /* the backup made by the last change */
   char             *status;
   char             *measured;
   gboolean          filling;         /* controls being set from the profile */
   gboolean          dirty;           /* the controls differ from the profile */
+  gboolean          committing;      /* the page shows its own commit */
+  gboolean          stale;           /* the controls were edited on settings changed since */
   gboolean          busy;            /* an Optimize runs */
   gboolean          has_original, has_backup;
 };
@@ -143,6 +145,10 @@ current_shape (UmOptimizerPage *self, UmPlanShape *shape)
 
 /* ---- the controls ---- */
 
+/* Mode rows: Standard, Standard 8-bit, Extreme; the Level row picks
+ * how extreme, and is shown only for Extreme. */
+enum { MODE_ROW_STANDARD, MODE_ROW_8BIT, MODE_ROW_EXTREME };
+
 static UmMemMode
 selected_mode (UmOptimizerPage *self)
 {
@@ -150,36 +156,32 @@ selected_mode (UmOptimizerPage *self)
 
   if (level == GTK_INVALID_LIST_POSITION)
     level = 0;
-  if (adw_combo_row_get_selected (self->mode_row) == 1)
-    return (UmMemMode) MIN (UM_MEM_EXTREME_MILD + level, UM_MEM_EXTREME_AGGRESSIVE);
-  return level == 1 ? UM_MEM_STANDARD_8BIT : UM_MEM_STANDARD;
+  switch (adw_combo_row_get_selected (self->mode_row))
+    {
+    case MODE_ROW_EXTREME: return (UmMemMode) MIN (UM_MEM_EXTREME_MILD + level, UM_MEM_EXTREME_AGGRESSIVE);
+    case MODE_ROW_8BIT: return UM_MEM_STANDARD_8BIT;
+    default: return UM_MEM_STANDARD;
+    }
 }
 
 static void
-set_levels (UmOptimizerPage *self, gboolean extreme)
+update_level_row (UmOptimizerPage *self)
 {
-  const char *standard[] = { C_("memory level", "Standard"), C_("memory level", "8-bit"), NULL };
-  const char *levels[] = { C_("memory level", "Mild"), C_("memory level", "Moderate"),
-                           C_("memory level", "Aggressive"), NULL };
-  guint n = g_list_model_get_n_items (G_LIST_MODEL (self->level_list));
-  const char *const *want = extreme ? levels : standard;
-
-  /* Only when the kind changes: splicing resets the selection. */
-  if (n == g_strv_length ((char **) want)
-      && g_strcmp0 (gtk_string_list_get_string (self->level_list, 0), want[0]) == 0)
-    return;
-  gtk_string_list_splice (self->level_list, 0, n, want);
+  gtk_widget_set_visible (GTK_WIDGET (self->level_row),
+                          adw_combo_row_get_selected (self->mode_row) == MODE_ROW_EXTREME);
 }
 
 static void
 show_mode (UmOptimizerPage *self, UmMemMode mode)
 {
-  gboolean extreme = um_mem_mode_is_extreme (mode);
-
-  adw_combo_row_set_selected (self->mode_row, extreme ? 1 : 0);
-  set_levels (self, extreme);
-  adw_combo_row_set_selected (self->level_row, extreme ? (guint) (mode - UM_MEM_EXTREME_MILD)
-                                                      : (mode == UM_MEM_STANDARD_8BIT ? 1 : 0));
+  if (um_mem_mode_is_extreme (mode))
+    {
+      adw_combo_row_set_selected (self->mode_row, MODE_ROW_EXTREME);
+      adw_combo_row_set_selected (self->level_row, (guint) (mode - UM_MEM_EXTREME_MILD));
+    }
+  else
+    adw_combo_row_set_selected (self->mode_row, mode == UM_MEM_STANDARD_8BIT ? MODE_ROW_8BIT : MODE_ROW_STANDARD);
+  update_level_row (self);
 }
 
 static char *
@@ -313,6 +315,9 @@ update_dirty (UmOptimizerPage *self)
       profile_put_options (self, p, &o, budget);
       self->dirty = !um_profile_equal (p, self->profile);
     }
+  /* Back to what is in use: later edits are made on it. */
+  if (!self->dirty)
+    self->stale = FALSE;
 }
 
 static void
@@ -618,21 +623,241 @@ update_history (UmOptimizerPage *self)
 
 /* ---- writing ---- */
 
-/* After the profile file changed: the window shows it everywhere (which
- * refreshes this page's controls and history) and reloads the model. */
+/* A change of the profile, kept as what the user asked for rather than as
+ * a finished profile: when the file changed meanwhile it is built again on
+ * what the file says now ("Apply Mine Over It"). */
+typedef enum { CHANGE_APPLY, CHANGE_RESTORE, CHANGE_OPTIMIZE } ChangeKind;
+
+typedef struct {
+  ChangeKind        kind;
+  UmMemOptions      mem;          /* apply: the mode and knobs */
+  guint64           budget;
+  gboolean          keep_budget;  /* apply: the profile's own budget (--extreme) */
+  char             *which;        /* restore: "original", "latest" or an id */
+  gboolean          offer_remove; /* restore: offer to remove converted weights after */
+  UmOptimizeResult *result;       /* optimize: every mode planned, one chosen */
+  char             *path;         /* optimize: the model planned for */
+  char             *base;         /* the revision shown when it was asked for */
+} Change;
+
 static void
-profile_written (UmOptimizerPage *self)
+change_free (Change *c)
+{
+  g_free (c->which);
+  g_clear_pointer (&c->result, um_optimize_result_free);
+  g_free (c->path);
+  g_free (c->base);
+  g_free (c);
+}
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (Change, change_free)
+
+/* The profile the window shows and the revision it was read or written at. */
+static const UmProfile *
+shown_profile (UmOptimizerPage *self, const char **revision)
 {
   UmWindow *win = get_window (self);
 
-  if (win == NULL)
+  *revision = win ? um_window_get_profile_revision (win) : NULL;
+  return win ? um_window_get_profile (win) : self->profile;
+}
+
+/* A change of the settings shown now: committed against their revision,
+ * even if the window reads a newer file before it is confirmed. */
+static Change *
+change_new (UmOptimizerPage *self, ChangeKind kind)
+{
+  Change *c = g_new0 (Change, 1);
+  const char *base;
+
+  c->kind = kind;
+  shown_profile (self, &base);
+  c->base = g_strdup (base);
+  return c;
+}
+
+static const char *
+change_failed_text (const Change *c)
+{
+  switch (c->kind)
     {
-      update_history (self);
+    case CHANGE_RESTORE: return _("Could not restore");
+    case CHANGE_OPTIMIZE: return _("Could not save the optimized settings");
+    case CHANGE_APPLY:
+    default: return _("Could not apply the settings");
+    }
+}
+
+/* The profile @c makes of @current, the reason its backup records and, for
+ * a restore, the backup's id and the damaged newer ones "latest" passed. */
+static UmProfile *
+build_change (UmOptimizerPage *self, const Change *c, const UmProfile *current, char **reason, char **restored_id,
+              GPtrArray **skipped, GError **error)
+{
+  g_autoptr(UmProfile) p = NULL;
+  g_autofree char *id = NULL;
+  gint64 now = g_get_real_time () / G_USEC_PER_SEC;
+  const char *mode;
+
+  /* The reasons are the backend's record, in English like its own. */
+  switch (c->kind)
+    {
+    case CHANGE_APPLY:
+      p = um_profile_copy (current);
+      profile_put_options (self, p, &c->mem, c->keep_budget ? current->memory_budget : c->budget);
+      mode = um_mem_mode_to_string (c->mem.mode);
+      p->written_by = UM_PROFILE_BY_USER;
+      p->written_at = now;
+      g_free (p->reason);
+      p->reason = g_strdup_printf ("user → %s", mode);
+      *reason = g_strdup_printf ("before user → %s", mode);
+      break;
+    case CHANGE_OPTIMIZE:
+      p = um_optimizer_profile (c->result, current);
+      if (p == NULL)
+        {
+          g_set_error_literal (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                               c->result->reason ? c->result->reason : "no mode fits");
+          return NULL;
+        }
+      *reason = g_strdup_printf ("before optimize → %s", um_mem_mode_to_string (p->mem.mode));
+      break;
+    case CHANGE_RESTORE:
+    default:
+      /* As um_backups_restore () does, but committed against the revision
+       * shown: a restore must not hide a change made elsewhere either. */
+      id = um_backups_resolve (config_dir (self), c->which, skipped, error);
+      if (id == NULL || (p = um_backups_load (config_dir (self), id, error)) == NULL)
+        return NULL;
+      p->written_by = UM_PROFILE_BY_RESTORE;
+      p->written_at = now;
+      g_free (p->reason);
+      p->reason = g_str_equal (id, c->which) ? g_strdup_printf ("restore → %s", id)
+                                             : g_strdup_printf ("restore → %s (%s)", c->which, id);
+      *reason = g_strdup_printf ("before restore → %s", c->which);
+      if (restored_id != NULL)
+        *restored_id = g_steal_pointer (&id);
+      break;
+    }
+  return g_steal_pointer (&p);
+}
+
+/* Commits @c built on the profile shown, against the revision it was asked
+ * for on. */
+static gboolean
+commit_change (UmOptimizerPage *self, const Change *c, UmCommit *commit, GPtrArray **skipped, GError **error)
+{
+  g_autoptr(UmProfile) fallback = NULL;
+  g_autoptr(UmProfile) p = NULL;
+  g_autofree char *reason = NULL;
+  g_autofree char *restored_id = NULL;
+  const char *shown;
+  const UmProfile *current = shown_profile (self, &shown);
+
+  if (current == NULL)
+    current = fallback = um_profile_new_default ();
+  p = build_change (self, c, current, &reason, &restored_id, skipped, error);
+  if (p == NULL || !um_backups_commit (p, config_dir (self), reason, c->base, commit, error))
+    return FALSE;
+  commit->restored_id = g_steal_pointer (&restored_id);
+  return TRUE;
+}
+
+/* "20261124-105301-123 (the copy is missing); original (checksum differs)",
+ * or NULL when none was skipped. */
+static char *
+describe_skipped (GPtrArray *skipped)
+{
+  GString *s;
+
+  if (skipped == NULL || skipped->len == 0)
+    return NULL;
+  s = g_string_new (NULL);
+  for (guint i = 0; i < skipped->len; i++)
+    {
+      const UmBackup *b = g_ptr_array_index (skipped, i);
+      if (s->len > 0)
+        g_string_append (s, "; ");
+      g_string_append_printf (s, "%s (%s)", b->id, b->problem ? b->problem : _("damaged"));
+    }
+  return g_string_free (s, FALSE);
+}
+
+/* @text, then which damaged backups were passed over. */
+static void
+set_status_skipped (UmOptimizerPage *self, const char *text, GPtrArray *skipped)
+{
+  g_autofree char *list = describe_skipped (skipped);
+  g_autofree char *full = NULL;
+
+  if (list == NULL)
+    {
+      set_status (self, text);
       return;
     }
-  um_window_reload_profile (win);
-  if (um_window_get_model_path (win) != NULL)
-    um_window_reload_model (win);
+  /* Translators: %s lists backups with why, e.g. "20261124-105301-123 (the copy is missing)" */
+  full = g_strdup_printf (_("%s Passed over the newer backups that are damaged: %s."), text, list);
+  set_status (self, full);
+}
+
+static void offer_remove_converted (UmOptimizerPage *self);
+
+/* Shows what a commit did, and loads the model under it. */
+static void
+finish_change (UmOptimizerPage *self, const Change *c, UmCommit *commit, GPtrArray *skipped)
+{
+  UmWindow *win = get_window (self);
+  g_autofree char *summary = um_profile_summary (commit->profile);
+  g_autofree char *text = NULL;
+
+  /* Nothing was written: no backup, so nothing new to undo. */
+  if (commit->unchanged)
+    {
+      /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
+      text = g_strdup_printf (_("Nothing changed: the settings already are “%s”."), summary);
+      set_status_skipped (self, text, skipped);
+      if (win != NULL && c->kind == CHANGE_OPTIMIZE
+          && (g_strcmp0 (c->path, um_window_get_model_path (win)) != 0 || um_window_get_engine (win) == NULL))
+        um_window_load_model (win, c->path);
+      return;
+    }
+  g_free (self->undo_id);
+  self->undo_id = g_steal_pointer (&commit->backup_id);
+  /* Our own write: the controls show what was written. */
+  self->committing = TRUE;
+  if (win != NULL)
+    um_window_set_committed_profile (win, commit->profile, commit->revision);
+  else
+    um_optimizer_page_set_profile (self, commit->profile);
+  self->committing = FALSE;
+
+  switch (c->kind)
+    {
+    case CHANGE_APPLY:
+      text = g_strdup_printf (_("Applied: %s."), summary);
+      break;
+    case CHANGE_OPTIMIZE:
+      /* Translators: %s is a memory mode, e.g. "extreme-moderate" */
+      text = g_strdup_printf (_("Optimized: now %s, and the model is loaded again. The settings before are in the history."),
+                              um_mem_mode_to_string (commit->profile->mem.mode));
+      break;
+    case CHANGE_RESTORE:
+    default:
+      text = g_strdup (g_strcmp0 (c->which, "original") == 0
+                       ? _("The original settings are back; what was in use is in the history.")
+                       : _("Restored; what was in use is in the history."));
+      break;
+    }
+  set_status_skipped (self, text, skipped);
+  if (win != NULL)
+    {
+      if (c->kind == CHANGE_OPTIMIZE && g_strcmp0 (c->path, um_window_get_model_path (win)) != 0)
+        um_window_load_model (win, c->path);
+      else if (um_window_get_model_path (win) != NULL)
+        um_window_reload_model (win);
+    }
+  if (c->offer_remove)
+    offer_remove_converted (self);
 }
 
 static gboolean
@@ -649,69 +874,182 @@ check_idle (UmOptimizerPage *self, GError **error)
   return TRUE;
 }
 
-/* Backs up the current profile, then writes @p as the user's. */
+static void ask_conflict (UmOptimizerPage *self, Change *c);
+
+/* Commits @c (taken) and shows it. When the file changed since the window
+ * read it, nothing is written: the window shows what it says now and the
+ * user decides (TRUE: asked). */
 static gboolean
-write_user_profile (UmOptimizerPage *self, UmProfile *p, GError **error)
+run_change (UmOptimizerPage *self, Change *c, GError **error)
 {
+  g_autoptr(Change) change = c;
   g_auto(UmCommit) commit = { 0 };
-  g_autofree char *reason = NULL;
-  const char *mode = um_mem_mode_to_string (p->mem.mode);
+  g_autoptr(GPtrArray) skipped = NULL;
+  g_autoptr(GError) local = NULL;
+  UmWindow *win = get_window (self);
 
   if (!check_idle (self, error))
     return FALSE;
-  p->written_by = UM_PROFILE_BY_USER;
-  p->written_at = g_get_real_time () / G_USEC_PER_SEC;
-  g_free (p->reason);
-  /* The reasons are the backend's record, in English like its own. */
-  p->reason = g_strdup_printf ("user → %s", mode);
-  reason = g_strdup_printf ("before user → %s", mode);
-  if (!um_backups_commit (p, config_dir (self), reason, NULL, &commit, error))
-    return FALSE;
-  if (commit.unchanged)
-    return TRUE;
-  g_free (self->undo_id);
-  self->undo_id = g_steal_pointer (&commit.backup_id);
-  profile_written (self);
+  if (!commit_change (self, change, &commit, &skipped, &local))
+    {
+      if (win != NULL && g_error_matches (local, UM_ERROR, UM_ERROR_CONFLICT))
+        {
+          um_window_check_profile (win);
+          ask_conflict (self, g_steal_pointer (&change));
+          return TRUE;
+        }
+      g_propagate_error (error, g_steal_pointer (&local));
+      return FALSE;
+    }
+  finish_change (self, change, &commit, skipped);
   return TRUE;
 }
 
-typedef void (*ConfirmedFunc) (UmOptimizerPage *self, const char *arg);
+/* run_change (), a failure said in the status line. */
+static void
+run_change_status (UmOptimizerPage *self, Change *c)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree char *what = g_strdup (change_failed_text (c));
 
-typedef struct {
-  ConfirmedFunc func;
-  char         *arg;
-} Confirm;
+  if (!run_change (self, c, &error))
+    set_status_error (self, what, error);
+}
+
+/* The controls back to the profile in use. */
+static void
+show_profile_controls (UmOptimizerPage *self)
+{
+  UmMemOptions mem;
+  guint64 budget;
+
+  if (self->profile == NULL)
+    return;
+  self->stale = FALSE;
+  effective_options (self, self->profile, &mem, &budget);
+  fill_controls (self, &mem, budget);
+  update_plan (self);
+}
 
 static void
-confirm_free (Confirm *c)
+on_conflict_response (AdwMessageDialog *dialog, const char *response, UmOptimizerPage *self)
 {
-  g_free (c->arg);
-  g_free (c);
+  Change *c = g_object_steal_data (G_OBJECT (dialog), "um-change");
+
+  if (c == NULL)
+    return;
+  if (g_strcmp0 (response, "mine") == 0)
+    {
+      const char *base;
+      /* Built again on what the file says now, against its revision. */
+      shown_profile (self, &base);
+      g_free (c->base);
+      c->base = g_strdup (base);
+      run_change_status (self, c);
+      return;
+    }
+  change_free (c);
+  show_profile_controls (self);
+  {
+    g_autofree char *summary = self->profile ? um_profile_summary (self->profile) : NULL;
+    /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
+    g_autofree char *text = g_strdup_printf (_("Kept the settings changed outside Unmask: “%s”."),
+                                             summary ? summary : "");
+    set_status (self, text);
+  }
+}
+
+/* The file changed since the window read it: say what it says now and ask
+ * whether @c (taken) goes over it. */
+static void
+ask_conflict (UmOptimizerPage *self, Change *c)
+{
+  UmWindow *win = get_window (self);
+  const char *base;
+  const UmProfile *theirs = shown_profile (self, &base);
+  g_autoptr(UmProfile) mine = NULL;
+  g_autofree char *reason = NULL;
+  g_autofree char *their_summary = um_profile_summary (theirs);
+  g_autofree char *mine_summary = NULL;
+  g_autofree char *when = NULL;
+  g_autoptr(GString) body = g_string_new (NULL);
+  GtkWidget *dialog;
+
+  if (win == NULL)
+    {
+      change_free (c);
+      set_status (self, _("The settings were changed outside Unmask: nothing was written."));
+      return;
+    }
+  mine = build_change (self, c, theirs, &reason, NULL, NULL, NULL);
+  mine_summary = mine ? um_profile_summary (mine) : NULL;
+  if (theirs->written_at > 0)
+    {
+      g_autoptr(GDateTime) t = g_date_time_new_from_unix_local (theirs->written_at);
+      /* Translators: when the settings were written, see g_date_time_format (); e.g. "24 November 2026, 10:53:01"
+       * xgettext:no-c-format */
+      when = t ? g_date_time_format (t, _("%-e %B %Y, %H:%M:%S")) : NULL;
+    }
+  /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
+  g_string_append_printf (body, _("The optimizer settings were changed outside Unmask, for example with "
+                                  "unmask-cli, after this window read them. They now say “%s”."),
+                          their_summary);
+  if (when != NULL)
+    {
+      g_string_append_c (body, ' ');
+      /* Translators: %s is a date and time */
+      g_string_append_printf (body, _("They were written on %s."), when);
+    }
+  if (mine_summary != NULL)
+    {
+      g_string_append (body, "\n\n");
+      /* Translators: %s is a profile summary */
+      g_string_append_printf (body, _("Yours would make them “%s”; what they say now would be kept in the history."),
+                              mine_summary);
+      if (win != NULL && um_window_get_model_path (win) != NULL)
+        {
+          g_string_append_c (body, ' ');
+          g_string_append (body, _("The model is loaded again under them."));
+        }
+    }
+  dialog = adw_message_dialog_new (GTK_WINDOW (win), _("Settings Changed Outside Unmask"), body->str);
+  adw_message_dialog_add_responses (ADW_MESSAGE_DIALOG (dialog), "theirs", _("_Keep Theirs"),
+                                    "mine", _("_Apply Mine Over It"), NULL);
+  adw_message_dialog_set_response_appearance (ADW_MESSAGE_DIALOG (dialog), "mine", ADW_RESPONSE_DESTRUCTIVE);
+  adw_message_dialog_set_default_response (ADW_MESSAGE_DIALOG (dialog), "theirs");
+  adw_message_dialog_set_close_response (ADW_MESSAGE_DIALOG (dialog), "theirs");
+  g_object_set_data_full (G_OBJECT (dialog), "um-change", c, (GDestroyNotify) change_free);
+  g_signal_connect_object (dialog, "response", G_CALLBACK (on_conflict_response), self, 0);
+  set_status (self, _("The settings were changed outside Unmask: nothing was written."));
+  gtk_window_present (GTK_WINDOW (dialog));
 }
 
 static void
 on_confirm_response (AdwMessageDialog *dialog, const char *response, UmOptimizerPage *self)
 {
-  Confirm *c = g_object_get_data (G_OBJECT (dialog), "um-confirm");
+  Change *c = g_object_steal_data (G_OBJECT (dialog), "um-change");
 
-  if (g_strcmp0 (response, "apply") == 0 && c != NULL)
-    c->func (self, c->arg);
+  if (c == NULL)
+    return;
+  if (g_strcmp0 (response, "apply") == 0)
+    run_change_status (self, c);
   else
-    g_clear_pointer (&self->pending, um_profile_free);
+    {
+      change_free (c);
+      set_status (self, _("Nothing was changed."));
+    }
 }
 
-/* Runs @func now, or after asking when a model would be reloaded. */
+/* Runs @c (taken) now, or after asking when a model would be reloaded. */
 static void
-confirm_reload (UmOptimizerPage *self, const char *heading, const char *body, const char *accept,
-                ConfirmedFunc func, const char *arg)
+confirm_reload (UmOptimizerPage *self, const char *heading, const char *body, const char *accept, Change *c)
 {
   UmWindow *win = get_window (self);
   GtkWidget *dialog;
-  Confirm *c;
 
   if (win == NULL || um_window_get_model_path (win) == NULL)
     {
-      func (self, arg);
+      run_change_status (self, c);
       return;
     }
   dialog = adw_message_dialog_new (GTK_WINDOW (win), heading, NULL);
@@ -724,44 +1062,21 @@ confirm_reload (UmOptimizerPage *self, const char *heading, const char *body, co
   adw_message_dialog_set_response_appearance (ADW_MESSAGE_DIALOG (dialog), "apply", ADW_RESPONSE_SUGGESTED);
   adw_message_dialog_set_default_response (ADW_MESSAGE_DIALOG (dialog), "apply");
   adw_message_dialog_set_close_response (ADW_MESSAGE_DIALOG (dialog), "cancel");
-  c = g_new0 (Confirm, 1);
-  c->func = func;
-  c->arg = g_strdup (arg);
-  g_object_set_data_full (G_OBJECT (dialog), "um-confirm", c, (GDestroyNotify) confirm_free);
+  g_object_set_data_full (G_OBJECT (dialog), "um-change", c, (GDestroyNotify) change_free);
   g_signal_connect_object (dialog, "response", G_CALLBACK (on_confirm_response), self, 0);
   gtk_window_present (GTK_WINDOW (dialog));
-}
-
-static void
-do_apply (UmOptimizerPage *self, const char *arg)
-{
-  g_autoptr(UmProfile) p = g_steal_pointer (&self->pending);
-  g_autoptr(GError) error = NULL;
-  g_autofree char *summary = NULL;
-
-  if (p == NULL)
-    return;
-  summary = um_profile_summary (p);
-  if (!write_user_profile (self, p, &error))
-    {
-      set_status_error (self, _("Could not apply the settings"), error);
-      return;
-    }
-  {
-    g_autofree char *text = g_strdup_printf (_("Applied: %s."), summary);
-    set_status (self, text);
-  }
 }
 
 void
 um_optimizer_page_apply (UmOptimizerPage *self)
 {
-  UmWindow *win;
+  const char *base;
   const UmProfile *current;
   g_autoptr(UmProfile) p = NULL;
   g_autoptr(GError) error = NULL;
   g_autofree char *summary = NULL;
   g_autofree char *body = NULL;
+  Change *c;
   UmMemOptions o;
   guint64 budget;
 
@@ -769,7 +1084,6 @@ um_optimizer_page_apply (UmOptimizerPage *self)
 
   if (self->busy)
     return;
-  win = get_window (self);
   read_options (self, &o);
   if (!um_mem_options_validate (&o, &error))
     {
@@ -781,7 +1095,7 @@ um_optimizer_page_apply (UmOptimizerPage *self)
       set_status (self, _("The budget is not a size: write it like 3 GiB or 512 MiB, or leave it empty."));
       return;
     }
-  current = win ? um_window_get_profile (win) : self->profile;
+  current = shown_profile (self, &base);
   p = current ? um_profile_copy (current) : um_profile_new_default ();
   profile_put_options (self, p, &o, budget);
   if (current != NULL && um_profile_equal (p, current))
@@ -790,53 +1104,32 @@ um_optimizer_page_apply (UmOptimizerPage *self)
       return;
     }
   summary = um_profile_summary (p);
-  g_clear_pointer (&self->pending, um_profile_free);
-  self->pending = g_steal_pointer (&p);
+  c = change_new (self, CHANGE_APPLY);
+  c->mem = o;
+  c->budget = budget;
+  /* Edited before the settings changed elsewhere: the same question as a
+   * commit that meets the change. */
+  if (self->stale)
+    {
+      ask_conflict (self, c);
+      return;
+    }
   /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
   body = g_strdup_printf (_("The settings become “%s”."), summary);
-  confirm_reload (self, _("Apply and Reload?"), body, _("_Apply and Reload"), do_apply, NULL);
+  confirm_reload (self, _("Apply and Reload?"), body, _("_Apply and Reload"), c);
 }
 
 gboolean
 um_optimizer_page_apply_mode (UmOptimizerPage *self, UmMemMode mode, GError **error)
 {
-  UmWindow *win;
-  const UmProfile *current;
-  g_autoptr(UmProfile) p = NULL;
-  UmMemOptions o;
+  Change *c;
 
   g_return_val_if_fail (UM_IS_OPTIMIZER_PAGE (self), FALSE);
 
-  win = get_window (self);
-  current = win ? um_window_get_profile (win) : self->profile;
-  p = current ? um_profile_copy (current) : um_profile_new_default ();
-  um_mem_options_init (&o, mode);
-  profile_put_options (self, p, &o, p->memory_budget);
-  if (!write_user_profile (self, p, error))
-    return FALSE;
-  {
-    g_autofree char *summary = um_profile_summary (p);
-    g_autofree char *text = g_strdup_printf (_("Applied: %s."), summary);
-    set_status (self, text);
-  }
-  return TRUE;
-}
-
-static gboolean
-do_restore_full (UmOptimizerPage *self, const char *which, GError **error)
-{
-  g_auto(UmCommit) commit = { 0 };
-
-  if (!check_idle (self, error) || !um_backups_restore (config_dir (self), which, &commit, NULL, error))
-    return FALSE;
-  g_free (self->undo_id);
-  self->undo_id = g_steal_pointer (&commit.backup_id);
-  if (g_strcmp0 (which, "original") == 0)
-    set_status (self, _("The original settings are back; what was in use is in the history."));
-  else
-    set_status (self, _("Restored; what was in use is in the history."));
-  profile_written (self);
-  return TRUE;
+  c = change_new (self, CHANGE_APPLY);
+  um_mem_options_init (&c->mem, mode);
+  c->keep_budget = TRUE;
+  return run_change (self, c, error);
 }
 
 static void
@@ -874,7 +1167,9 @@ offer_remove_converted (UmOptimizerPage *self)
 {
   UmWindow *win = get_window (self);
   g_autoptr(GPtrArray) list = um_convert_cache_list (NULL, NULL);
-  g_autoptr(UmProfile) now = um_profile_load (config_dir (self), NULL, NULL);
+  /* What was just committed; reading the file here could move a damaged
+   * one aside unseen. */
+  const UmProfile *now = win ? um_window_get_profile (win) : NULL;
   g_autofree char *dir = um_convert_cache_dir ();
   g_autofree char *size = NULL;
   guint64 bytes = 0;
@@ -905,38 +1200,49 @@ offer_remove_converted (UmOptimizerPage *self)
   gtk_window_present (GTK_WINDOW (dialog));
 }
 
-static void
-do_restore (UmOptimizerPage *self, const char *which)
+static Change *
+change_new_restore (UmOptimizerPage *self, const char *which)
 {
-  g_autoptr(GError) error = NULL;
-
-  if (!do_restore_full (self, which, &error))
-    set_status_error (self, _("Could not restore"), error);
-  else
-    offer_remove_converted (self);
+  Change *c = change_new (self, CHANGE_RESTORE);
+  c->which = g_strdup (which);
+  return c;
 }
 
 gboolean
 um_optimizer_page_restore (UmOptimizerPage *self, const char *which, gboolean confirm, GError **error)
 {
   g_autoptr(UmProfile) backup = NULL;
+  g_autoptr(GPtrArray) skipped = NULL;
+  g_autofree char *id = NULL;
   g_autofree char *summary = NULL;
-  g_autofree char *body = NULL;
+  g_autofree char *list = NULL;
+  g_autoptr(GString) body = g_string_new (NULL);
+  Change *c;
 
   g_return_val_if_fail (UM_IS_OPTIMIZER_PAGE (self), FALSE);
   g_return_val_if_fail (which != NULL, FALSE);
 
   if (!confirm)
-    return do_restore_full (self, which, error);
-  /* Say what comes back; a backup that cannot be read fails here. */
-  backup = um_backups_load (config_dir (self), which, error);
-  if (backup == NULL)
+    return run_change (self, change_new_restore (self, which), error);
+  /* Say what comes back and what "latest" passes over; a backup that
+   * cannot be read fails here. */
+  id = um_backups_resolve (config_dir (self), which, &skipped, error);
+  if (id == NULL || (backup = um_backups_load (config_dir (self), id, error)) == NULL)
     return FALSE;
   summary = um_profile_summary (backup);
-  body = g_strdup_printf (_("The settings become “%s”."), summary);
+  g_string_append_printf (body, _("The settings become “%s”."), summary);
+  list = describe_skipped (skipped);
+  if (list != NULL)
+    {
+      g_string_append_c (body, ' ');
+      /* Translators: %s lists backups with why, e.g. "20261124-105301-123 (the copy is missing)" */
+      g_string_append_printf (body, _("The newer backups %s are damaged and are passed over."), list);
+    }
+  c = change_new_restore (self, which);
+  c->offer_remove = TRUE;
   confirm_reload (self, g_strcmp0 (which, "original") == 0 ? _("Restore the Original Settings?")
                                                             : _("Restore These Settings?"),
-                  body, _("_Restore and Reload"), do_restore, which);
+                  body->str, _("_Restore and Reload"), c);
   return TRUE;
 }
 
@@ -997,11 +1303,15 @@ do_optimize (UmOptimizerPage *self, const char *path)
 {
   UmWindow *win = get_window (self);
   g_autoptr(UmOptimizeResult) r = NULL;
-  g_auto(UmCommit) commit = { 0 };
-  const UmProfile *applied = NULL;
+  g_autoptr(UmProfile) would = NULL;
   g_autoptr(GError) error = NULL;
+  g_autofree char *summary = NULL;
+  g_autofree char *body = NULL;
+  const UmProfile *current;
+  const char *base;
   UmPlanShape shape;
   guint64 budget = 0;
+  Change *c;
 
   if (!read_budget (self, &budget))
     {
@@ -1026,45 +1336,32 @@ do_optimize (UmOptimizerPage *self, const char *path)
       set_status (self, text);
       return;
     }
-  /* Already in use: nothing to back up or reload. */
-  {
-    const UmProfile *current = win ? um_window_get_profile (win) : self->profile;
-    g_autoptr(UmProfile) would = current ? um_optimizer_profile (r, current) : NULL;
-    if (would != NULL && um_profile_equal (would, current))
-      {
-        /* Translators: %s is a memory mode, e.g. "extreme-moderate" */
-        g_autofree char *text = g_strdup_printf (_("Nothing to change: %s is already in use and is the best fit."),
-                                                 um_mem_mode_to_string (would->mem.mode));
-        set_status (self, text);
-        if (win != NULL && (g_strcmp0 (path, um_window_get_model_path (win)) != 0 || um_window_get_engine (win) == NULL))
-          um_window_load_model (win, path);
-        return;
-      }
-  }
-  if (!um_optimizer_apply (r, config_dir (self), &commit, &error))
+  /* Already in use: nothing to back up, ask or reload. */
+  current = shown_profile (self, &base);
+  would = um_optimizer_profile (r, current);
+  if (current != NULL && um_profile_equal (would, current))
     {
-      set_status_error (self, _("Could not save the optimized settings"), error);
+      /* Translators: %s is a memory mode, e.g. "extreme-moderate" */
+      g_autofree char *text = g_strdup_printf (_("Nothing to change: %s is already in use and is the best fit."),
+                                               um_mem_mode_to_string (would->mem.mode));
+      set_status (self, text);
+      if (win != NULL && (g_strcmp0 (path, um_window_get_model_path (win)) != 0 || um_window_get_engine (win) == NULL))
+        um_window_load_model (win, path);
       return;
     }
-  applied = commit.profile;
-  g_free (self->undo_id);
-  self->undo_id = g_steal_pointer (&commit.backup_id);
+  summary = um_profile_summary (would);
   {
-    /* Translators: %s is a memory mode, e.g. "extreme-moderate" */
-    g_autofree char *text = g_strdup_printf (_("Optimized: now %s, and the model is loaded again. The settings before are in the history."),
-                                             um_mem_mode_to_string (applied->mem.mode));
+    /* Translators: %s is the backend's reason, e.g. "extreme-moderate: the fastest mode that fits 7.2 of 8.0 GiB" */
+    g_autofree char *text = g_strdup_printf (_("Optimize would choose %s"), r->reason ? r->reason : "");
     set_status (self, text);
   }
-  if (win == NULL)
-    {
-      update_history (self);
-      return;
-    }
-  um_window_reload_profile (win);
-  if (g_strcmp0 (path, um_window_get_model_path (win)) == 0)
-    um_window_reload_model (win);
-  else
-    um_window_load_model (win, path);
+  c = change_new (self, CHANGE_OPTIMIZE);
+  c->result = g_steal_pointer (&r);
+  c->path = g_strdup (path);
+  /* Like Apply: a loaded model is not reloaded without asking. */
+  /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
+  body = g_strdup_printf (_("The settings become “%s”."), summary);
+  confirm_reload (self, _("Optimize and Reload?"), body, _("_Optimize and Reload"), c);
 }
 
 static void
@@ -1186,13 +1483,25 @@ um_optimizer_page_set_profile (UmOptimizerPage *self, const UmProfile *profile)
   UmMemOptions mem;
   guint64 budget;
 
+  gboolean keep;
+
   g_return_if_fail (UM_IS_OPTIMIZER_PAGE (self));
   g_return_if_fail (profile != NULL);
 
+  /* Edits not applied yet stay when the file changes from outside, and
+   * Apply asks before putting them over it (the page's own commits show
+   * what they wrote). */
+  keep = self->profile != NULL && self->dirty && !self->committing && !um_profile_equal (self->profile, profile);
   g_clear_pointer (&self->profile, um_profile_free);
   self->profile = um_profile_copy (profile);
-  effective_options (self, profile, &mem, &budget);
-  fill_controls (self, &mem, budget);
+  self->stale = keep;
+  if (!keep)
+    {
+      effective_options (self, profile, &mem, &budget);
+      fill_controls (self, &mem, budget);
+    }
+  else
+    set_status (self, _("The settings in use changed; the changes shown here are not applied yet."));
   update_history (self);
   update_plan (self);
 }
@@ -1316,7 +1625,7 @@ on_history_restore_clicked (GtkButton *button, UmOptimizerPage *self)
 static void
 on_mode_changed (UmOptimizerPage *self)
 {
-  set_levels (self, adw_combo_row_get_selected (self->mode_row) == 1);
+  update_level_row (self);
   if (!self->filling)
     update_plan (self);
 }
@@ -1379,7 +1688,6 @@ um_optimizer_page_finalize (GObject *object)
   g_free (self->status);
   g_free (self->measured);
   g_clear_pointer (&self->profile, um_profile_free);
-  g_clear_pointer (&self->pending, um_profile_free);
   g_clear_pointer (&self->model, um_model_free);
   g_clear_pointer (&self->hw, um_hardware_free);
   g_clear_pointer (&self->result, um_optimize_result_free);
@@ -1409,7 +1717,6 @@ um_optimizer_page_class_init (UmOptimizerPageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, cpu_row);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, mode_row);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, level_row);
-  gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, level_list);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, format_row);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, format_list);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, knobs_row);
@@ -1449,7 +1756,7 @@ um_optimizer_page_init (UmOptimizerPage *self)
   for (guint i = 2; i < G_N_ELEMENTS (format_ids); i++)
     formats[i] = format_ids[i];
   gtk_string_list_splice (self->format_list, 0, 0, formats);
-  set_levels (self, FALSE);
+  update_level_row (self);
 
   placeholder = gtk_label_new (_("No backups yet: the first change keeps the original settings here."));
   gtk_label_set_wrap (GTK_LABEL (placeholder), TRUE);

@@ -4,8 +4,12 @@
  * history of backups with a Restore button each.
  *
  * The page works on its window's optimizer profile (um-profile.h) and model:
- * every change is backed up first (um-backups.h), written, and the model is
- * reloaded under the new plan through um_window_reload_model ().
+ * every change is committed (um-backups.h: backup first) against the
+ * revision the window showed when it was asked for, and the model is
+ * reloaded under the new plan through um_window_reload_model (). If the
+ * file changed elsewhere meanwhile, nothing is written: the window shows
+ * what it says now and a dialog asks "Keep Theirs" or "Apply Mine Over It".
+ * A commit that changes nothing says "Nothing changed".
  */
 #pragma once
 
@@ -33,14 +37,17 @@ void        um_optimizer_page_set_monitor (UmOptimizerPage *self, UmMemoryMonito
 
 /* One click: probes the hardware, plans every mode for @model_path (NULL:
  * the window's model) at the current generation settings, applies the
- * fastest that fits (backup first), then loads the model under it. Without
- * a model it only says "Open a model first". Runs partly in a thread: the
- * "busy" property is TRUE until the profile is written. */
+ * fastest that fits (backup first), then loads the model under it; with a
+ * model loaded it asks first, as Apply does. Without a model it only says
+ * "Open a model first". Runs partly in a thread: the "busy" property is
+ * TRUE until the plan is made. */
 void        um_optimizer_page_optimize (UmOptimizerPage *self, const char *model_path);
 /* Saves the mode and knobs shown (backup first); asks before reloading. */
 void        um_optimizer_page_apply (UmOptimizerPage *self);
 /* Restores "original", "latest" or a backup's id (backup first); with
- * @confirm asks before a reload. FALSE with @error when it cannot. */
+ * @confirm asks before a reload. The damaged newer backups "latest" passes
+ * over are named in the question and the status line. FALSE with @error
+ * when it cannot. */
 gboolean    um_optimizer_page_restore (UmOptimizerPage *self, const char *which, gboolean confirm, GError **error);
 /* Back to the settings from before the last change. */
 void        um_optimizer_page_undo (UmOptimizerPage *self);

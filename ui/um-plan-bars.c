@@ -96,15 +96,20 @@ update (UmPlanBars *self)
   {
     g_autofree char *peak = um_format_bytes (p->device_peak);
     g_autofree char *title = NULL;
+    /* What the plan needs against what there is: "needs", so that a total
+     * over the capacity does not read as memory in use. */
     if (p->device_capacity > 0)
       {
         g_autofree char *cap = um_format_bytes (p->device_capacity);
-        /* Translators: "Graphics memory: 3.1 GiB of 8.0 GiB" */
-        title = g_strdup_printf (self->cuda ? _("Graphics memory: %s of %s") : _("Memory budget: %s of %s"),
+        /* Translators: "Graphics memory: needs 3.1 GiB of 8.0 GiB" */
+        title = g_strdup_printf (self->cuda ? _("Graphics memory: needs %s of %s")
+                                            /* Translators: the CPU's budgeted RAM, "Memory budget: needs 3.1 GiB of 4.0 GiB" */
+                                            : _("Memory budget: needs %s of %s"),
                                  peak, cap);
       }
     else
-      title = g_strdup_printf (self->cuda ? _("Graphics memory: %s") : _("Memory: %s"), peak);
+      /* Translators: "Memory: needs 3.1 GiB" */
+      title = g_strdup_printf (self->cuda ? _("Graphics memory: needs %s") : _("Memory: needs %s"), peak);
     gtk_label_set_text (self->title_label, title);
   }
   gtk_label_set_text (self->fits_label, p->fits ? _("Fits") : _("Does not fit"));
@@ -186,6 +191,14 @@ um_plan_bars_get_fits (UmPlanBars *self)
   g_return_val_if_fail (UM_IS_PLAN_BARS (self), FALSE);
 
   return self->have_plan && self->plan.fits;
+}
+
+const char *
+um_plan_bars_get_title (UmPlanBars *self)
+{
+  g_return_val_if_fail (UM_IS_PLAN_BARS (self), NULL);
+
+  return gtk_label_get_text (self->title_label);
 }
 
 const char *

@@ -21,6 +21,8 @@ void        um_plan_bars_set_cuda (UmPlanBars *self, gboolean cuda);
 void        um_plan_bars_set_note (UmPlanBars *self, const char *note);
 
 gboolean    um_plan_bars_get_fits (UmPlanBars *self);
+/* The heading, e.g. "Memory budget: needs 907.2 KiB of 906.0 KiB". */
+const char *um_plan_bars_get_title (UmPlanBars *self);
 /* "Fits" / "Does not fit" as shown, or NULL with no plan. */
 const char *um_plan_bars_get_verdict (UmPlanBars *self);
 

@@ -44,11 +44,22 @@ struct _UmWindow {
   char            *error_message;
   char            *notice;
   UmProfile       *profile;
+  char            *revision;         /* of the profile shown: what the app read or wrote last */
+  UmProfile       *load_profile;     /* the profile the running load was started under */
+  UmProfile       *engine_profile;   /* ... and the one the engine was loaded under */
+  GFileMonitor    *profile_monitor;  /* the config folder: writes are renames into it */
+  guint            profile_check_id; /* a check waiting for a burst of events to end */
+  AdwToast        *profile_toast;    /* "changed outside Unmask", while shown */
+  char            *last_toast;
+  char            *profile_name;     /* optimizer.json */
   char            *model_path;       /* in use, or last asked for */
   gboolean         show_workspace;   /* the pages without a model: the Optimizer asked for */
 };
 
 G_DEFINE_FINAL_TYPE (UmWindow, um_window, ADW_TYPE_APPLICATION_WINDOW)
+
+/* How long a burst of folder events may last before the file is read. */
+#define PROFILE_CHECK_DELAY_MS 150
 
 enum { PROP_0, PROP_LOADING, PROP_ERROR_MESSAGE, PROP_HAS_ENGINE, PROP_NOTICE, PROP_PROFILE, N_PROPS };
 static GParamSpec *props[N_PROPS];
@@ -149,12 +160,27 @@ on_notice_close_clicked (UmWindow *self)
   um_window_show_notice (self, NULL);
 }
 
-void
-um_window_add_toast (UmWindow *self, const char *message)
+static AdwToast *
+make_toast (UmWindow *self, const char *message)
 {
   /* Toast titles are markup in libadwaita 1.2. */
   g_autofree char *escaped = g_markup_escape_text (message, -1);
-  adw_toast_overlay_add_toast (self->toast_overlay, adw_toast_new (escaped));
+
+  g_free (self->last_toast);
+  self->last_toast = g_strdup (message);
+  return adw_toast_new (escaped);
+}
+
+void
+um_window_add_toast (UmWindow *self, const char *message)
+{
+  adw_toast_overlay_add_toast (self->toast_overlay, make_toast (self, message));
+}
+
+const char *
+um_window_get_last_toast (UmWindow *self)
+{
+  return self->last_toast;
 }
 
 void
@@ -206,6 +232,39 @@ update_workspace (UmWindow *self)
   update_switcher_bar (self);
 }
 
+/* Whether a model loaded under @a runs differently under @b. */
+static gboolean
+engine_settings_differ (UmWindow *self, const UmProfile *a, const UmProfile *b)
+{
+  g_autofree char *id = um_model_identity (self->model_path);
+  UmEngineOptions x, y;
+
+  um_engine_options_init (&x);
+  um_engine_options_init (&y);
+  um_profile_to_engine_options (a, id, &x);
+  um_profile_to_engine_options (b, id, &y);
+  return x.mem.mode != y.mem.mode || g_strcmp0 (x.mem.weight_format, y.mem.weight_format) != 0
+         || x.mem.resident_layers != y.mem.resident_layers || x.mem.host_zstd != y.mem.host_zstd
+         || x.mem.prune_heads != y.mem.prune_heads || x.mem.prune_ffn != y.mem.prune_ffn
+         || x.mem.row_chunk != y.mem.row_chunk || x.device != y.device || x.gpu_index != y.gpu_index
+         || x.n_threads != y.n_threads || x.memory_budget != y.memory_budget;
+}
+
+gboolean
+um_window_get_model_outdated (UmWindow *self)
+{
+  return self->engine != NULL && self->engine_profile != NULL
+         && engine_settings_differ (self, self->engine_profile, self->profile);
+}
+
+/* Reload Model (the toast's button) only does something while the model
+ * runs under other settings than those shown. */
+static void
+update_reload_action (UmWindow *self)
+{
+  gtk_widget_action_set_enabled (GTK_WIDGET (self), "win.reload-model", um_window_get_model_outdated (self));
+}
+
 static void
 set_engine (UmWindow *self, UmEngine *engine)
 {
@@ -229,6 +288,7 @@ set_engine (UmWindow *self, UmEngine *engine)
       adw_view_switcher_title_set_subtitle (self->switcher_title, NULL);
       gtk_label_set_text (self->model_label, _("Open Model"));
     }
+  update_reload_action (self);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_HAS_ENGINE]);
 }
 
@@ -272,6 +332,8 @@ on_model_loaded (GObject *source, GAsyncResult *result, gpointer user_data)
   um_window_show_error (self, NULL);
   g_free (self->model_path);
   self->model_path = g_strdup (path);
+  g_clear_pointer (&self->engine_profile, um_profile_free);
+  self->engine_profile = g_steal_pointer (&self->load_profile);
   update_mode_info (self);
   set_engine (self, engine);
   um_settings_add_recent_model (self->settings, path);
@@ -317,6 +379,8 @@ um_window_load_model (UmWindow *self, const char *path)
       return;
     }
   build_engine_options (self, path, &options);
+  g_clear_pointer (&self->load_profile, um_profile_free);
+  self->load_profile = um_profile_copy (self->profile);
   self->load_cancellable = g_cancellable_new ();
   self->loading_path = g_strdup (path);
   base = g_path_get_basename (path);
@@ -350,27 +414,176 @@ um_window_reload_model (UmWindow *self)
   um_window_load_model (self, path);
 }
 
-void
-um_window_reload_profile (UmWindow *self)
+/* Shows @profile (taken) everywhere and remembers its @revision. */
+static void
+set_profile (UmWindow *self, UmProfile *profile, const char *revision)
+{
+  g_clear_pointer (&self->profile, um_profile_free);
+  self->profile = profile;
+  g_free (self->revision);
+  self->revision = g_strdup (revision);
+  update_mode_info (self);
+  um_optimizer_page_set_profile (self->optimizer_page, self->profile);
+  update_reload_action (self);
+  g_object_notify_by_pspec (G_OBJECT (self), props[PROP_PROFILE]);
+}
+
+/* Reads the file; a damaged one is moved aside and the notice banner says
+ * so, the same at start and whenever it is read again. */
+static UmProfile *
+read_profile (UmWindow *self, char **revision, gboolean *damaged)
 {
   g_autofree char *notice = NULL;
   g_autoptr(GError) error = NULL;
-  UmProfile *profile = um_profile_load (um_window_get_config_dir (self), &notice, &error);
+  UmProfile *profile = um_profile_load_full (um_window_get_config_dir (self), &notice, revision, NULL, &error);
 
   if (profile == NULL)
     {
       g_autofree char *msg = g_strdup_printf (_("Could not read the optimizer settings, using the defaults: %s"),
                                               error->message);
       um_window_show_notice (self, msg);
-      profile = um_profile_new_default ();
+      /* No revision: the next commit is not built on what could not be read. */
+      g_clear_pointer (revision, g_free);
+      *damaged = TRUE;
+      return um_profile_new_default ();
     }
-  else if (notice != NULL)
+  if (notice != NULL)
     um_window_show_notice (self, notice);
-  g_clear_pointer (&self->profile, um_profile_free);
-  self->profile = profile;
-  update_mode_info (self);
-  um_optimizer_page_set_profile (self->optimizer_page, self->profile);
-  g_object_notify_by_pspec (G_OBJECT (self), props[PROP_PROFILE]);
+  *damaged = notice != NULL;
+  return profile;
+}
+
+void
+um_window_reload_profile (UmWindow *self)
+{
+  g_autofree char *revision = NULL;
+  gboolean damaged;
+  UmProfile *profile = read_profile (self, &revision, &damaged);
+
+  set_profile (self, profile, revision);
+}
+
+void
+um_window_set_committed_profile (UmWindow *self, const UmProfile *profile, const char *revision)
+{
+  g_return_if_fail (profile != NULL);
+  set_profile (self, um_profile_copy (profile), revision);
+}
+
+const char *
+um_window_get_profile_revision (UmWindow *self)
+{
+  return self->revision;
+}
+
+AdwToast *
+um_window_get_profile_toast (UmWindow *self)
+{
+  return self->profile_toast;
+}
+
+static void
+on_profile_toast_dismissed (AdwToast *toast, UmWindow *self)
+{
+  if (self->profile_toast == toast)
+    self->profile_toast = NULL;
+}
+
+/* Says what changed; offers to reload a model that runs under other settings. */
+static void
+announce_profile (UmWindow *self, const char *message)
+{
+  AdwToast *toast = make_toast (self, message);
+
+  /* Never dismissed from here: libadwaita 1.2 frees a toast dismissed
+   * during its show animation too early. The button goes insensitive once
+   * the model is reloaded (update_reload_action ()). */
+  if (um_window_get_model_outdated (self))
+    {
+      adw_toast_set_button_label (toast, _("_Reload Model"));
+      adw_toast_set_action_name (toast, "win.reload-model");
+      /* Time to decide. */
+      adw_toast_set_timeout (toast, 10);
+    }
+  self->profile_toast = toast;
+  g_signal_connect_object (toast, "dismissed", G_CALLBACK (on_profile_toast_dismissed), self, 0);
+  adw_toast_overlay_add_toast (self->toast_overlay, toast);
+}
+
+gboolean
+um_window_check_profile (UmWindow *self)
+{
+  g_autofree char *now = um_profile_current_revision (um_window_get_config_dir (self), NULL);
+  g_autofree char *revision = NULL;
+  g_autoptr(UmProfile) before = NULL;
+  gboolean damaged;
+  UmProfile *profile;
+
+  /* Our own writes and repeated events for one write end here. */
+  if (now != NULL && self->revision != NULL && g_ascii_strcasecmp (now, self->revision) == 0)
+    return FALSE;
+  profile = read_profile (self, &revision, &damaged);
+  before = um_profile_copy (self->profile);
+  set_profile (self, profile, revision);
+  if (damaged)
+    {
+      /* Damaged: the banner says it; the toast only offers the reload. */
+      if (um_window_get_model_outdated (self))
+        announce_profile (self, _("The loaded model still runs under the settings from before"));
+      return TRUE;
+    }
+  if (!um_profile_equal (before, self->profile))
+    {
+      g_autofree char *summary = um_profile_summary (self->profile);
+      /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
+      g_autofree char *text = g_strdup_printf (_("Optimizer settings changed outside Unmask: now %s"), summary);
+      announce_profile (self, text);
+    }
+  return TRUE;
+}
+
+static gboolean
+profile_check_cb (gpointer data)
+{
+  UmWindow *self = data;
+
+  self->profile_check_id = 0;
+  um_window_check_profile (self);
+  return G_SOURCE_REMOVE;
+}
+
+static void
+on_config_dir_changed (GFileMonitor *monitor, GFile *file, GFile *other, GFileMonitorEvent event, UmWindow *self)
+{
+  g_autofree char *name = g_file_get_basename (file);
+  g_autofree char *other_name = other ? g_file_get_basename (other) : NULL;
+
+  /* Backups, the lock and temporary files are not the profile. */
+  if (g_strcmp0 (name, self->profile_name) != 0 && g_strcmp0 (other_name, self->profile_name) != 0)
+    return;
+  /* One write is several events (and the CLI may write twice in a row):
+   * look once they have settled. */
+  if (self->profile_check_id == 0)
+    self->profile_check_id = g_timeout_add (PROFILE_CHECK_DELAY_MS, profile_check_cb, self);
+}
+
+static void
+watch_profile (UmWindow *self)
+{
+  g_autofree char *dir = um_profile_dir (um_window_get_config_dir (self));
+  g_autofree char *path = um_profile_path (um_window_get_config_dir (self));
+  g_autoptr(GFile) file = g_file_new_for_path (dir);
+  g_autoptr(GError) error = NULL;
+
+  self->profile_name = g_path_get_basename (path);
+  /* The folder, not the file: an atomic write renames a new file over it. */
+  self->profile_monitor = g_file_monitor_directory (file, G_FILE_MONITOR_WATCH_MOVES, NULL, &error);
+  if (self->profile_monitor == NULL)
+    {
+      g_debug ("Not watching %s: %s", dir, error->message);
+      return;
+    }
+  g_signal_connect_object (self->profile_monitor, "changed", G_CALLBACK (on_config_dir_changed), self, 0);
 }
 
 void
@@ -401,6 +614,12 @@ use_recommended_activated (GtkWidget *widget, const char *action, GVariant *para
   um_mode_info_recommend (&info, &params);
   g_object_set (self->settings, "block-length", params.block_length, "gen-length", params.gen_length,
                 "steps", params.steps, NULL);
+}
+
+static void
+reload_model_activated (GtkWidget *widget, const char *action, GVariant *param)
+{
+  um_window_reload_model (UM_WINDOW (widget));
 }
 
 static void
@@ -510,6 +729,13 @@ um_window_dispose (GObject *object)
 
   if (self->load_cancellable)
     g_cancellable_cancel (self->load_cancellable);
+  g_clear_handle_id (&self->profile_check_id, g_source_remove);
+  if (self->profile_monitor != NULL)
+    {
+      g_file_monitor_cancel (self->profile_monitor);
+      g_clear_object (&self->profile_monitor);
+    }
+  self->profile_toast = NULL;
   if (self->generate_page != NULL)
     {
       um_generate_page_set_engine (self->generate_page, NULL);
@@ -537,7 +763,12 @@ um_window_finalize (GObject *object)
   g_free (self->error_message);
   g_free (self->notice);
   g_free (self->model_path);
+  g_free (self->revision);
+  g_free (self->last_toast);
+  g_free (self->profile_name);
   g_clear_pointer (&self->profile, um_profile_free);
+  g_clear_pointer (&self->load_profile, um_profile_free);
+  g_clear_pointer (&self->engine_profile, um_profile_free);
   G_OBJECT_CLASS (um_window_parent_class)->finalize (object);
 }
 
@@ -597,6 +828,7 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_install_action (widget_class, "win.stop", NULL, stop_activated);
   gtk_widget_class_install_action (widget_class, "win.show-optimizer", NULL, show_optimizer_activated);
   gtk_widget_class_install_action (widget_class, "win.use-recommended", NULL, use_recommended_activated);
+  gtk_widget_class_install_action (widget_class, "win.reload-model", NULL, reload_model_activated);
 }
 
 static void
@@ -640,5 +872,7 @@ um_window_new (GtkApplication *app, UmSettings *settings)
   g_signal_connect_object (settings, "notify", G_CALLBACK (on_settings_changed), self, 0);
   /* The optimizer profile: a corrupt one is moved aside and the banner says so. */
   um_window_reload_profile (self);
+  /* unmask-cli may change it while the app runs. */
+  watch_profile (self);
   return self;
 }

@@ -41,10 +41,25 @@ GtkWidget  *um_window_get_memory_page (UmWindow *self);
  * ($XDG_CONFIG_HOME/unmask). */
 const char *um_window_get_config_dir (UmWindow *self);
 const UmProfile *um_window_get_profile (UmWindow *self);
-/* Reads the profile again (after it was written) and shows its mode on
- * every page; a corrupt file is moved aside, defaults are used and the
- * notice banner says so ("profile" notifies). */
+/* Reads the profile again and shows its mode on every page; a corrupt file
+ * is moved aside, defaults are used and the notice banner says so
+ * ("profile" notifies). */
 void        um_window_reload_profile (UmWindow *self);
+/* The revision (um_profile_revision_of ()) of the profile shown: what
+ * every change is committed against (um_backups_commit ()), so a change
+ * made elsewhere meanwhile is a conflict, never overwritten. NULL when the
+ * file could not be read. */
+const char *um_window_get_profile_revision (UmWindow *self);
+/* After the app's own commit: shows @profile, which the file now holds at
+ * @revision (so the folder watch does not take it for a change from
+ * outside). */
+void        um_window_set_committed_profile (UmWindow *self, const UmProfile *profile, const char *revision);
+/* The window watches the profile's folder and calls this when the file
+ * changed; call it too where a commit met a conflict. If the file's
+ * revision is not the one shown, reads it (a damaged one as at start: the
+ * notice banner), shows it and says so in a toast that offers to reload a
+ * model loaded under other settings. TRUE if it was read again. */
+gboolean    um_window_check_profile (UmWindow *self);
 /* The model in use, or the last one asked for when its load failed (NULL
  * when none was ever loaded). */
 const char *um_window_get_model_path (UmWindow *self);
@@ -52,6 +67,9 @@ const char *um_window_get_model_path (UmWindow *self);
  * with progress and Cancel. The old engine is freed first, so the new plan
  * has its memory. */
 void        um_window_reload_model (UmWindow *self);
+/* The model runs under other settings than the profile shown (changed
+ * since it was loaded): win.reload-model is enabled. */
+gboolean    um_window_get_model_outdated (UmWindow *self);
 /* A generation or a chat answer runs (the model cannot be reloaded). */
 gboolean    um_window_get_generating (UmWindow *self);
 /* The banner at the top for notices that are not errors, such as a corrupt
@@ -59,6 +77,10 @@ gboolean    um_window_get_generating (UmWindow *self);
 void        um_window_show_notice (UmWindow *self, const char *message);
 const char *um_window_get_notice (UmWindow *self);
 void        um_window_add_toast (UmWindow *self, const char *message);
+/* For tests: the last toast's text, and the "changed outside Unmask" toast
+ * while it is shown (its button reloads the model: win.reload-model). */
+const char *um_window_get_last_toast (UmWindow *self);
+AdwToast   *um_window_get_profile_toast (UmWindow *self);
 /* Shows the Optimizer page, with or without a model (win.show-optimizer). */
 void        um_window_show_optimizer (UmWindow *self);
 

@@ -1,13 +1,19 @@
 /* The Optimizer page under Xvfb, on the CPU backend with a small budget
- * standing in for a small GPU: Optimize on the fixture picks a mode that
- * fits where standard does not, applies it (backup first), reloads the
- * model, which generates; Restore Original brings back the first profile,
- * Undo the optimized one, and the history shows every step. An extreme mode
- * shows its pill and warns about parameters beyond its limits until "Use
- * Recommended"; a corrupt profile shows the notice banner and the app still
- * works; a damaged backup is marked and cannot be restored; without a model
- * Optimize says to open one. With UM_SCREENSHOT_DIR set it also saves
- * optimizer-does-not-fit.png and optimizer-fits.png. */
+ * standing in for a small GPU: the plan reads "needs X of Y"; Optimize on
+ * the fixture picks a mode that fits where standard does not, asks (a model
+ * is loaded), applies it (backup first), reloads the model, which
+ * generates; Restore Original brings back the first profile, Undo the
+ * optimized one, and the history shows every step. An extreme mode shows
+ * its pill and warns about parameters beyond its limits until "Use
+ * Recommended"; Level shows only for Extreme; a corrupt profile shows the
+ * notice banner and the app still works, also when it turns corrupt while
+ * the window is open; a damaged backup is marked and cannot be restored,
+ * and Undo over one names it; without a model Optimize says to open one. A
+ * change made with unmask-cli while the window is open is picked up (page,
+ * pills, toast, Reload Model), and a change asked for on the settings from
+ * before asks Keep Theirs / Apply Mine Over It instead of writing over it.
+ * With UM_SCREENSHOT_DIR set it also saves optimizer-does-not-fit.png and
+ * optimizer-fits.png. */
 #include "config.h"
 
 #include <adwaita.h>
@@ -18,6 +24,7 @@
 #include "um-chat-page.h"
 #include "um-generate-page.h"
 #include "um-optimizer-page.h"
+#include "um-plan-bars.h"
 #include "um-profile.h"
 #include "um-settings.h"
 #include "um-test-util.h"
@@ -138,9 +145,9 @@ assert_generates (UmWindow *win, int gen)
   g_assert_cmpuint (um_generate_page_get_last_ids (page)->len, ==, gen);
 }
 
-/* Answers the confirmation dialog that is open. */
-static void
-respond (const char *response)
+/* The message dialog that is open (the newest if several). */
+static AdwMessageDialog *
+find_dialog (void)
 {
   GListModel *toplevels = gtk_window_get_toplevels ();
   GtkWidget *dialog = NULL;
@@ -153,10 +160,85 @@ respond (const char *response)
         dialog = GTK_WIDGET (w);
     }
   g_assert_nonnull (dialog);
+  return ADW_MESSAGE_DIALOG (dialog);
+}
+
+/* Answers @dialog now, without running the main loop first. */
+static void
+respond_to (AdwMessageDialog *dialog, const char *response)
+{
   g_object_ref (dialog);
-  adw_message_dialog_response (ADW_MESSAGE_DIALOG (dialog), response);
+  adw_message_dialog_response (dialog, response);
   gtk_window_destroy (GTK_WINDOW (dialog));
   g_object_unref (dialog);
+}
+
+/* Answers the confirmation dialog that is open. */
+static void
+respond (const char *response)
+{
+  respond_to (find_dialog (), response);
+}
+
+/* No message dialog is open. */
+static void
+assert_no_dialog (void)
+{
+  GListModel *toplevels = gtk_window_get_toplevels ();
+
+  iterate_for (50);
+  for (guint i = 0; i < g_list_model_get_n_items (toplevels); i++)
+    {
+      g_autoptr(GObject) w = g_list_model_get_item (toplevels, i);
+      g_assert_false (ADW_IS_MESSAGE_DIALOG (w) && gtk_widget_get_visible (GTK_WIDGET (w)));
+    }
+}
+
+/* The first descendant of @widget of @type (and, if @title, with that
+ * preferences-row title). */
+static GtkWidget *
+find_widget (GtkWidget *widget, GType type, const char *title)
+{
+  if (G_TYPE_CHECK_INSTANCE_TYPE (widget, type)
+      && (title == NULL || g_strcmp0 (adw_preferences_row_get_title (ADW_PREFERENCES_ROW (widget)), title) == 0))
+    return widget;
+  for (GtkWidget *c = gtk_widget_get_first_child (widget); c != NULL; c = gtk_widget_get_next_sibling (c))
+    {
+      GtkWidget *found = find_widget (c, type, title);
+      if (found != NULL)
+        return found;
+    }
+  return NULL;
+}
+
+/* Writes @mode as unmask-cli would: read, change, commit against what was
+ * read, from outside the window. */
+static void
+commit_outside (UmMemMode mode)
+{
+  const char *dir = g_getenv ("UNMASK_CONFIG_DIR");
+  g_autoptr(GError) error = NULL;
+  g_autofree char *revision = NULL;
+  g_autoptr(UmProfile) p = um_profile_load_full (dir, NULL, &revision, NULL, &error);
+  g_auto(UmCommit) commit = { 0 };
+
+  g_assert_no_error (error);
+  um_profile_set_mode (p, mode);
+  p->written_by = UM_PROFILE_BY_USER;
+  p->written_at = g_get_real_time () / G_USEC_PER_SEC;
+  g_assert_true (um_backups_commit (p, dir, "before test", revision, &commit, &error));
+  g_assert_no_error (error);
+  g_assert_false (commit.unchanged);
+}
+
+static UmMemMode
+file_mode (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmProfile) p = um_profile_load (g_getenv ("UNMASK_CONFIG_DIR"), NULL, &error);
+
+  g_assert_no_error (error);
+  return p->mem.mode;
 }
 
 static guint
@@ -291,12 +373,33 @@ test_optimize_restore_undo (void)
   g_assert_nonnull (plan);
   g_assert_cmpint (plan->mode, ==, UM_MEM_STANDARD);
   g_assert_false (plan->fits);
+  /* The heading says what the plan needs against the budget, not "X of Y"
+   * as if X were in use. */
+  {
+    UmPlanBars *bars = UM_PLAN_BARS (find_widget (GTK_WIDGET (page), UM_TYPE_PLAN_BARS, NULL));
+    g_autofree char *need = um_format_bytes (plan->device_peak);
+    g_autofree char *cap = um_format_bytes (budget);
+    g_autofree char *want = g_strdup_printf ("Memory budget: needs %s of %s", need, cap);
+    g_assert_cmpstr (um_plan_bars_get_title (bars), ==, want);
+    g_assert_cmpstr (um_plan_bars_get_verdict (bars), ==, "Does not fit");
+  }
   scroll_to_top (page);
   save_screenshot (GTK_WIDGET (win), "optimizer-does-not-fit.png");
 
-  /* One click: plan, back up, write, reload. */
+  /* One click: plan, then, as the model is loaded, a question before
+   * anything is written or reloaded. */
   um_optimizer_page_optimize (page, NULL);
   wait_for (page_idle, page, 30);
+  {
+    AdwMessageDialog *dialog = find_dialog ();
+    g_assert_cmpstr (adw_message_dialog_get_heading (dialog), ==, "Optimize and Reload?");
+    g_assert_nonnull (strstr (adw_message_dialog_get_body (dialog), um_mem_mode_to_string (chosen)));
+    g_assert_cmpint (um_window_get_profile (win)->mem.mode, ==, UM_MEM_STANDARD);
+    g_assert_cmpint (file_mode (), ==, UM_MEM_STANDARD);
+    g_assert_false (um_window_get_loading (win));
+    g_assert_cmpuint (n_backups (), ==, 0);
+    respond_to (dialog, "apply");
+  }
   wait_for (not_loading, win, 60);
   g_test_message ("optimize: %s", um_optimizer_page_get_status (page));
   g_assert_null (um_window_get_error_message (win));
@@ -323,9 +426,10 @@ test_optimize_restore_undo (void)
   scroll_to_top (page);
   save_screenshot (GTK_WIDGET (win), "optimizer-fits.png");
 
-  /* Optimizing again changes nothing: no backup, no reload. */
+  /* Optimizing again changes nothing: no question, no backup, no reload. */
   um_optimizer_page_optimize (page, NULL);
   wait_for (page_idle, page, 30);
+  assert_no_dialog ();
   g_assert_false (um_window_get_loading (win));
   g_assert_nonnull (strstr (um_optimizer_page_get_status (page), "Nothing to change"));
   g_assert_cmpuint (n_backups (), ==, 1);
@@ -464,10 +568,23 @@ test_apply (void)
   UmWindow *win = make_window_sized (1180, 780);
   UmOptimizerPage *page = UM_OPTIMIZER_PAGE (um_window_get_optimizer_page (win));
 
+  GtkWidget *level;
+
   set_params (win, 32, 32, 8);
   load (win, model);
   um_window_show_optimizer (win);
   wait_for (page_planned, page, 30);
+
+  /* Level is how extreme: not shown for the standard modes. */
+  level = find_widget (GTK_WIDGET (page), ADW_TYPE_COMBO_ROW, "_Level");
+  g_assert_nonnull (level);
+  g_assert_false (gtk_widget_get_visible (level));
+  um_optimizer_page_select_mode (page, UM_MEM_STANDARD_8BIT);
+  g_assert_cmpint (um_optimizer_page_get_plan (page)->mode, ==, UM_MEM_STANDARD_8BIT);
+  g_assert_false (gtk_widget_get_visible (level));
+  um_optimizer_page_select_mode (page, UM_MEM_EXTREME_AGGRESSIVE);
+  g_assert_true (gtk_widget_get_visible (level));
+  g_assert_cmpuint (adw_combo_row_get_selected (ADW_COMBO_ROW (level)), ==, 2);
   um_optimizer_page_select_mode (page, UM_MEM_EXTREME_MILD);
   g_assert_cmpint (um_optimizer_page_get_plan (page)->mode, ==, UM_MEM_EXTREME_MILD);
   um_optimizer_page_apply (page);
@@ -551,6 +668,204 @@ test_no_model (void)
   destroy_window (win);
 }
 
+typedef struct {
+  UmWindow *win;
+  UmMemMode mode;
+} ProfileWait;
+
+static gboolean
+profile_is (gpointer data)
+{
+  ProfileWait *w = data;
+  return um_window_get_profile (w->win)->mem.mode == w->mode;
+}
+
+/* unmask-cli changes the profile while the window is open: the window
+ * notices, shows it on every page, says so and offers to reload the
+ * model; a change made on a page that had not seen it yet asks instead of
+ * writing over it. */
+static void
+test_outside_change (void)
+{
+  g_autofree char *dir = use_config_dir ("outside");
+  g_autofree char *model = um_test_data_path ("tiny-llada");
+  UmWindow *win = make_window_sized (1180, 780);
+  UmOptimizerPage *page = UM_OPTIMIZER_PAGE (um_window_get_optimizer_page (win));
+  UmGeneratePage *gen = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  ProfileWait w = { win, UM_MEM_EXTREME_MILD };
+  g_autofree char *last_toast = NULL;
+  AdwToast *toast;
+  guint backups;
+
+  set_params (win, 32, 32, 8);
+  load (win, model);
+  um_window_show_optimizer (win);
+  wait_for (page_planned, page, 30);
+  g_assert_cmpint (um_optimizer_page_get_plan (page)->mode, ==, UM_MEM_STANDARD);
+
+  /* Noticed without anything done in the window. */
+  commit_outside (UM_MEM_EXTREME_MILD);
+  wait_for (profile_is, &w, 10);
+  g_assert_cmpint (um_optimizer_page_get_plan (page)->mode, ==, UM_MEM_EXTREME_MILD);
+  g_assert_cmpstr (um_generate_page_get_mode_label (gen), ==, "extreme-mild");
+  g_test_message ("toast: %s", um_window_get_last_toast (win));
+  g_assert_nonnull (strstr (um_window_get_last_toast (win), "Optimizer settings changed outside Unmask: now extreme-mild"));
+  /* The model still runs as loaded: the toast offers the reload. */
+  toast = um_window_get_profile_toast (win);
+  g_assert_nonnull (toast);
+  g_assert_cmpstr (adw_toast_get_button_label (toast), ==, "_Reload Model");
+  g_assert_cmpstr (adw_toast_get_action_name (toast), ==, "win.reload-model");
+  g_assert_cmpint (um_engine_get_plan (um_window_get_engine (win))->mode, ==, UM_MEM_STANDARD);
+  g_assert_true (um_window_get_model_outdated (win));
+  gtk_widget_activate_action (GTK_WIDGET (win), adw_toast_get_action_name (toast), NULL);
+  wait_for (not_loading, win, 60);
+  g_assert_nonnull (um_window_get_engine (win));
+  g_assert_cmpint (um_engine_get_plan (um_window_get_engine (win))->mode, ==, UM_MEM_EXTREME_MILD);
+  g_assert_false (um_window_get_model_outdated (win));
+
+  /* Apply from a page that has not seen the newest change: the question,
+   * and Keep Theirs keeps it. */
+  backups = n_backups ();
+  um_optimizer_page_select_mode (page, UM_MEM_EXTREME_MODERATE);
+  um_optimizer_page_apply (page);
+  {
+    AdwMessageDialog *confirm = find_dialog ();
+    AdwMessageDialog *conflict;
+
+    /* Written between the question and the answer: the answer was given
+     * to what the question showed. */
+    commit_outside (UM_MEM_STANDARD_8BIT);
+    w.mode = UM_MEM_STANDARD_8BIT;
+    wait_for (profile_is, &w, 10);
+    respond_to (confirm, "apply");
+    conflict = find_dialog ();
+    g_test_message ("conflict: %s", adw_message_dialog_get_body (conflict));
+    g_assert_cmpstr (adw_message_dialog_get_heading (conflict), ==, "Settings Changed Outside Unmask");
+    g_assert_nonnull (strstr (adw_message_dialog_get_body (conflict), "standard-8bit"));
+    g_assert_nonnull (strstr (adw_message_dialog_get_body (conflict), "extreme-moderate"));
+    g_assert_true (adw_message_dialog_has_response (conflict, "mine"));
+    g_assert_cmpint (file_mode (), ==, UM_MEM_STANDARD_8BIT);
+    g_assert_cmpint (um_window_get_profile (win)->mem.mode, ==, UM_MEM_STANDARD_8BIT);
+    respond_to (conflict, "theirs");
+  }
+  g_assert_cmpint (file_mode (), ==, UM_MEM_STANDARD_8BIT);
+  g_assert_cmpint (um_window_get_profile (win)->mem.mode, ==, UM_MEM_STANDARD_8BIT);
+  g_assert_cmpint (um_optimizer_page_get_plan (page)->mode, ==, UM_MEM_STANDARD_8BIT);
+  g_assert_nonnull (strstr (um_optimizer_page_get_status (page), "Kept the settings changed outside Unmask"));
+  /* Only the outside commit made a backup. */
+  g_assert_cmpuint (n_backups (), ==, backups + 1);
+  g_assert_false (um_window_get_loading (win));
+
+  /* Edits made before a change the window then saw stay on the page, and
+   * Apply asks the same question; Apply Mine Over It writes mine, built on
+   * theirs, with theirs backed up. */
+  um_optimizer_page_select_mode (page, UM_MEM_EXTREME_MODERATE);
+  commit_outside (UM_MEM_STANDARD);
+  w.mode = UM_MEM_STANDARD;
+  wait_for (profile_is, &w, 10);
+  g_assert_cmpint (um_optimizer_page_get_plan (page)->mode, ==, UM_MEM_EXTREME_MODERATE);
+  g_assert_nonnull (strstr (um_optimizer_page_get_status (page), "not applied yet"));
+  um_optimizer_page_apply (page);
+  {
+    AdwMessageDialog *conflict = find_dialog ();
+    g_assert_cmpstr (adw_message_dialog_get_heading (conflict), ==, "Settings Changed Outside Unmask");
+    g_assert_nonnull (strstr (adw_message_dialog_get_body (conflict), "“standard,"));
+    g_assert_cmpint (file_mode (), ==, UM_MEM_STANDARD);
+    respond_to (conflict, "mine");
+  }
+  last_toast = g_strdup (um_window_get_last_toast (win));
+  g_assert_nonnull (strstr (last_toast, "now standard,"));
+  wait_for (not_loading, win, 60);
+  g_assert_cmpint (file_mode (), ==, UM_MEM_EXTREME_MODERATE);
+  g_assert_cmpint (um_window_get_profile (win)->mem.mode, ==, UM_MEM_EXTREME_MODERATE);
+  g_assert_cmpint (um_engine_get_plan (um_window_get_engine (win))->mode, ==, UM_MEM_EXTREME_MODERATE);
+  g_assert_cmpuint (n_backups (), ==, backups + 3);
+  /* The app's own write is not news. */
+  iterate_for (500);
+  g_assert_cmpstr (um_window_get_last_toast (win), ==, last_toast);
+  g_assert_false (um_window_get_model_outdated (win));
+  destroy_window (win);
+}
+
+static gboolean
+has_notice (gpointer win)
+{
+  return um_window_get_notice (win) != NULL;
+}
+
+/* The profile turns corrupt while the window is open: moved aside, the
+ * defaults used, and the same banner as at start. */
+static void
+test_corrupt_while_running (void)
+{
+  g_autofree char *dir = use_config_dir ("corrupt-running");
+  g_autofree char *path = um_profile_path (dir);
+  UmWindow *win;
+  ProfileWait w = { NULL, UM_MEM_EXTREME_MILD };
+
+  commit_outside (UM_MEM_EXTREME_MILD);
+  win = make_window_sized (1180, 780);
+  w.win = win;
+  g_assert_true (profile_is (&w));
+  g_assert_null (um_window_get_notice (win));
+
+  g_assert_true (g_file_set_contents (path, "{ \"version\": 1, \"mode\": ", -1, NULL));
+  wait_for (has_notice, win, 10);
+  g_test_message ("notice: %s", um_window_get_notice (win));
+  g_assert_nonnull (strstr (um_window_get_notice (win), "moved aside"));
+  g_assert_cmpint (um_window_get_profile (win)->mem.mode, ==, UM_MEM_STANDARD);
+  g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
+  /* Moving it aside is not another change to report. */
+  iterate_for (500);
+  g_assert_nonnull (um_window_get_notice (win));
+  destroy_window (win);
+}
+
+/* Undo over damaged newer backups names them; restoring what is already
+ * there says nothing changed and writes nothing. */
+static void
+test_restore_skipped (void)
+{
+  g_autofree char *dir = use_config_dir ("skipped");
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GPtrArray) list = NULL;
+  g_autofree char *copy = NULL;
+  const UmBackup *damaged;
+  UmWindow *win;
+  UmOptimizerPage *page;
+
+  /* original (standard), then extreme-mild's backup, then 8-bit now. */
+  commit_outside (UM_MEM_EXTREME_MILD);
+  commit_outside (UM_MEM_STANDARD_8BIT);
+  list = um_backups_list (dir, NULL, &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (list->len, ==, 2);
+  damaged = g_ptr_array_index (list, 1);
+  copy = g_build_filename (dir, "backups", damaged->file, NULL);
+  g_assert_true (g_file_set_contents (copy, "{ \"damaged\": true }", -1, NULL));
+
+  win = make_window_sized (1180, 780);
+  page = UM_OPTIMIZER_PAGE (um_window_get_optimizer_page (win));
+  um_window_show_optimizer (win);
+  wait_for (page_idle, page, 30);
+  /* No model: nothing to reload, nothing to ask. */
+  um_optimizer_page_undo (page);
+  g_test_message ("undo: %s", um_optimizer_page_get_status (page));
+  g_assert_nonnull (strstr (um_optimizer_page_get_status (page), "Passed over"));
+  g_assert_nonnull (strstr (um_optimizer_page_get_status (page), damaged->id));
+  g_assert_cmpint (um_window_get_profile (win)->mem.mode, ==, UM_MEM_STANDARD);
+  g_assert_cmpint (file_mode (), ==, UM_MEM_STANDARD);
+  g_assert_cmpuint (n_backups (), ==, 3);
+
+  /* The original is what is in use now: nothing to write. */
+  g_assert_true (um_optimizer_page_restore (page, "original", FALSE, &error));
+  g_assert_no_error (error);
+  g_test_message ("restore: %s", um_optimizer_page_get_status (page));
+  g_assert_nonnull (strstr (um_optimizer_page_get_status (page), "Nothing changed"));
+  g_assert_cmpuint (n_backups (), ==, 3);
+  destroy_window (win);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -582,5 +897,8 @@ main (int argc, char **argv)
   g_test_add_func ("/optimizer/corrupt-profile", test_corrupt_profile);
   g_test_add_func ("/optimizer/damaged-backup", test_damaged_backup);
   g_test_add_func ("/optimizer/no-model", test_no_model);
+  g_test_add_func ("/optimizer/outside-change", test_outside_change);
+  g_test_add_func ("/optimizer/corrupt-while-running", test_corrupt_while_running);
+  g_test_add_func ("/optimizer/restore-skipped", test_restore_skipped);
   return g_test_run ();
 }
