@@ -640,5 +640,14 @@ um_window_new (GtkApplication *app, UmSettings *settings)
   g_signal_connect_object (settings, "notify", G_CALLBACK (on_settings_changed), self, 0);
   /* The optimizer profile: a corrupt one is moved aside and the banner says so. */
   um_window_reload_profile (self);
+  /* Damaged settings were moved aside the same way: the same banner, after
+   * the profile's notice when both were. */
+  if (um_settings_get_load_warning (settings) != NULL)
+    {
+      g_autofree char *both = self->notice != NULL
+                                ? g_strconcat (self->notice, "\n", um_settings_get_load_warning (settings), NULL)
+                                : NULL;
+      um_window_show_notice (self, both != NULL ? both : um_settings_get_load_warning (settings));
+    }
   return self;
 }
