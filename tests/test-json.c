@@ -243,7 +243,8 @@ static void
 test_numbers (void)
 {
   g_autofree char *long_number = repeat ("1", 600, "");
-  g_autofree char *long_fraction = g_strconcat ("[0.", repeat ("5", 600, ""), "]", NULL);
+  g_autofree char *fraction = repeat ("5", 600, "]");
+  g_autofree char *long_fraction = g_strconcat ("[0.", fraction, NULL);
   g_autoptr(JsonNode) small = parse_ok ("[1e-999, -0]", -1, NULL);
 
   parse_fails ("[1e999]", -1, NULL, "the number 1e999 is too large for a double", 1, 2);
