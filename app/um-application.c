@@ -72,9 +72,8 @@ get_window (UmApplication *self)
   GtkWindow *win = gtk_application_get_active_window (GTK_APPLICATION (self));
   if (win == NULL)
     {
+      /* The window shows the settings' load warning in its notice banner. */
       win = GTK_WINDOW (um_window_new (GTK_APPLICATION (self), self->settings));
-      if (um_settings_get_load_warning (self->settings))
-        um_window_show_error (UM_WINDOW (win), um_settings_get_load_warning (self->settings));
     }
   return UM_WINDOW (win);
 }

@@ -4,9 +4,11 @@
 #include "config.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "um-cli.h"
 #include "um-error.h"
+#include "um-json.h"
 #include "um-score.h"
 
 static GArray *
@@ -71,17 +73,28 @@ read_generations (const char *path, GPtrArray *pairs, GError **error)
 {
   g_autofree char *text = NULL;
   g_auto(GStrv) lines = NULL;
-  g_autoptr(JsonParser) parser = json_parser_new ();
-  JsonNode *root;
+  const char *start;
   gsize len;
 
   if (!g_file_get_contents (path, &text, &len, error))
     return FALSE;
-  /* A JSON list first; else lines. */
-  if (json_parser_load_from_data (parser, text, (gssize) len, NULL)
-      && (root = json_parser_get_root (parser)) != NULL && JSON_NODE_TYPE (root) == JSON_NODE_ARRAY)
+  /* Lines are split as C strings, which a NUL would cut short unseen. */
+  if (memchr (text, '\0', len) != NULL)
     {
-      JsonArray *a = json_node_get_array (root);
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: a NUL byte at offset %" G_GSIZE_FORMAT ", not text", path,
+                   (gsize) ((const char *) memchr (text, '\0', len) - text));
+      return FALSE;
+    }
+  /* A JSON list starts with '['; anything else is read as lines. */
+  for (start = text; g_ascii_isspace (*start); start++)
+    ;
+  if (*start == '[')
+    {
+      g_autoptr(JsonNode) root = um_json_parse (text, (gssize) len, path, &um_json_limits_model_file, error);
+      JsonArray *a;
+      if (root == NULL)
+        return FALSE;
+      a = json_node_get_array (root);
       for (guint i = 0; i < json_array_get_length (a); i++)
         if (!add_pair (json_array_get_element (a, i), path, i + 1, pairs, error))
           return FALSE;
@@ -91,15 +104,13 @@ read_generations (const char *path, GPtrArray *pairs, GError **error)
       lines = g_strsplit (text, "\n", -1);
       for (guint i = 0; lines[i] != NULL; i++)
         {
-          g_autoptr(JsonParser) lp = json_parser_new ();
+          g_autofree char *what = g_strdup_printf ("%s, line %u", path, i + 1);
+          g_autoptr(JsonNode) line = NULL;
           if (g_strstrip (lines[i])[0] == '\0')
             continue;
-          if (!json_parser_load_from_data (lp, lines[i], -1, error))
-            {
-              g_prefix_error (error, "%s, line %u: ", path, i + 1);
-              return FALSE;
-            }
-          if (!add_pair (json_parser_get_root (lp), path, i + 1, pairs, error))
+          if ((line = um_json_parse (lines[i], -1, what, NULL, error)) == NULL)
+            return FALSE;
+          if (!add_pair (line, path, i + 1, pairs, error))
             return FALSE;
         }
     }

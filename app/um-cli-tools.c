@@ -6,6 +6,7 @@
 
 #include "um-cli.h"
 #include "um-error.h"
+#include "um-json.h"
 
 int
 um_cli_logits (int argc, char **argv)
@@ -162,7 +163,7 @@ um_cli_tokenize (int argc, char **argv)
   };
   g_autoptr(GError) error = NULL;
   g_autoptr(UmModel) owner = NULL;
-  g_autoptr(JsonParser) parser = NULL;
+  g_autoptr(JsonNode) texts_root = NULL;
   g_autoptr(JsonBuilder) b = json_builder_new ();
   g_autoptr(JsonNode) root = NULL;
   UmTokenizer *tok;
@@ -178,17 +179,15 @@ um_cli_tokenize (int argc, char **argv)
     }
   if (texts_file != NULL)
     {
-      JsonNode *node;
-      parser = json_parser_new ();
-      if (!json_parser_load_from_file (parser, texts_file, &error))
+      texts_root = um_json_parse_file (texts_file, texts_file, &um_json_limits_model_file, &error);
+      if (texts_root == NULL)
         return um_cli_fail (error);
-      node = json_parser_get_root (parser);
-      if (node == NULL || JSON_NODE_TYPE (node) != JSON_NODE_ARRAY)
+      if (JSON_NODE_TYPE (texts_root) != JSON_NODE_ARRAY)
         {
           g_set_error (&error, UM_ERROR, UM_ERROR_FORMAT, "%s: expected a JSON list of strings", texts_file);
           return um_cli_fail (error);
         }
-      texts = json_node_get_array (node);
+      texts = json_node_get_array (texts_root);
       for (guint i = 0; i < json_array_get_length (texts); i++)
         {
           JsonNode *e = json_array_get_element (texts, i);

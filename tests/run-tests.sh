@@ -2,7 +2,7 @@
 # The whole test suite, from a fresh Debian 12 machine: installs what is
 # missing, builds with warnings as errors, runs every test, then runs the
 # engine tests again under AddressSanitizer + UndefinedBehaviorSanitizer, and
-# fuzzes the GGUF and safetensors parsers for a bounded time.
+# fuzzes the GGUF, safetensors and JSON parsers for a bounded time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

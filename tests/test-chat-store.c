@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "um-chat-store.h"
+#include "um-test-util.h"
 
 static char *
 make_tmp_dir (void)
@@ -375,6 +376,57 @@ test_atomic (void)
   rm_rf (dir);
 }
 
+/* Each hostile JSON text as a saved conversation: listed as unreadable
+ * (after the good one), refused on load with a message naming the file,
+ * never a crash. */
+static void
+test_hostile_json (void)
+{
+  g_autofree char *dir = make_tmp_dir ();
+  g_autoptr(GPtrArray) cases = um_test_hostile_json ();
+  g_autoptr(UmChatConversation) good = um_chat_conversation_new ();
+  g_autoptr(GPtrArray) list = NULL;
+  g_autoptr(GError) error = NULL;
+
+  um_chat_conversation_add_message (good, "user", "still here", FALSE);
+  g_assert_true (um_chat_store_save (dir, good, &error));
+  g_assert_no_error (error);
+  for (guint i = 0; i < cases->len; i++)
+    {
+      const UmTestHostileJson *h = g_ptr_array_index (cases, i);
+      g_autofree char *name = g_strdup_printf ("hostile-%02u.json", i);
+      g_autofree char *path = g_build_filename (dir, name, NULL);
+      g_autoptr(UmChatConversation) c = NULL;
+
+      g_test_message ("%s", h->name);
+      um_test_write_file (path, h->text, (gssize) h->len);
+      c = um_chat_store_load (path, &error);
+      g_assert_null (c);
+      g_assert_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA);
+      if (!g_str_has_prefix (error->message, name) || strstr (error->message, h->needle) == NULL)
+        g_error ("message “%s” should name %s and “%s”", error->message, name, h->needle);
+      g_clear_error (&error);
+    }
+  list = um_chat_store_list (dir, &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (list->len, ==, cases->len + 1);
+  for (guint i = 0; i < list->len; i++)
+    {
+      UmChatSummary *s = g_ptr_array_index (list, i);
+      if (i == 0)
+        {
+          g_assert_null (s->error);
+          g_assert_cmpstr (s->id, ==, good->id);
+        }
+      else
+        {
+          g_assert_nonnull (s->error);
+          g_assert_true (g_str_has_prefix (s->id, "hostile-"));
+        }
+    }
+  rm_rf (dir);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -385,5 +437,6 @@ main (int argc, char **argv)
   g_test_add_func ("/chat-store/delete", test_delete);
   g_test_add_func ("/chat-store/markdown", test_markdown);
   g_test_add_func ("/chat-store/atomic", test_atomic);
+  g_test_add_func ("/chat-store/hostile-json", test_hostile_json);
   return g_test_run ();
 }

@@ -144,6 +144,33 @@ test_special_ids (void)
   um_test_rmtree (dir);
 }
 
+/* Every JSON file of a model folder, written with each hostile text: the
+ * load fails with a format error naming the file, and does not crash. */
+static void
+test_hostile_json (void)
+{
+  static const char *const files[] = { "config.json", "generation_config.json", "tokenizer.json",
+                                       "tokenizer_config.json", "model.safetensors.index.json" };
+  g_autoptr(GPtrArray) cases = um_test_hostile_json ();
+
+  for (guint f = 0; f < G_N_ELEMENTS (files); f++)
+    for (guint i = 0; i < cases->len; i++)
+      {
+        const UmTestHostileJson *h = g_ptr_array_index (cases, i);
+        g_autofree char *dir = copy_fixture ();
+        g_autofree char *path = g_build_filename (dir, files[f], NULL);
+
+        g_test_message ("%s: %s", files[f], h->name);
+        /* tokenizer_config.json is read for the BOS id only when the
+         * configuration has none. */
+        if (g_str_equal (files[f], "tokenizer_config.json"))
+          patch (dir, "generation_config.json", "\"bos_token_id\": 506", "\"bos_token_id\": null");
+        um_test_write_file (path, h->text, (gssize) h->len);
+        expect_load_error (dir, UM_ERROR_FORMAT, files[f], h->needle);
+        um_test_rmtree (dir);
+      }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -152,5 +179,6 @@ main (int argc, char **argv)
   g_test_add_func ("/config/missing-files", test_missing_files);
   g_test_add_func ("/config/truncated-weights", test_truncated_weights);
   g_test_add_func ("/config/special-ids", test_special_ids);
+  g_test_add_func ("/config/hostile-json", test_hostile_json);
   return g_test_run ();
 }

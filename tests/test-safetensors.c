@@ -228,6 +228,73 @@ test_sharded_index_errors (void)
   um_test_rmtree (dir);
 }
 
+/* The header is JSON from a stranger: each hostile text is a format error
+ * naming the file. Texts that do not start with '{' are refused before
+ * JSON is parsed at all. */
+static void
+test_hostile_headers (void)
+{
+  g_autoptr(GPtrArray) cases = um_test_hostile_json ();
+
+  for (guint i = 0; i < cases->len; i++)
+    {
+      const UmTestHostileJson *h = g_ptr_array_index (cases, i);
+      g_autofree guint8 *buf = g_malloc (8 + h->len);
+      guint64 le = GUINT64_TO_LE ((guint64) h->len);
+      g_autoptr(GError) error = NULL;
+      const char *needle = h->len > 0 && h->text[0] == '{' ? h->needle : "does not start with a JSON object";
+
+      g_test_message ("header: %s", h->name);
+      memcpy (buf, &le, 8);
+      memcpy (buf + 8, h->text, h->len);
+      g_assert_null (um_safetensors_open_from_bytes (buf, 8 + h->len, "bad.safetensors", &error));
+      g_assert_error (error, UM_ERROR, UM_ERROR_FORMAT);
+      g_assert_true (g_str_has_prefix (error->message, "bad.safetensors: "));
+      if (strstr (error->message, needle) == NULL)
+        g_error ("message “%s” does not mention “%s”", error->message, needle);
+    }
+  /* Writers pad the header with spaces: still a good file. */
+  {
+    g_autoptr(GBytes) bytes = make_file ("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                         "\"__metadata__\":{\"format\":\"pt\"}}      ", 4);
+    g_autoptr(GError) error = NULL;
+    gsize len;
+    const guint8 *data = g_bytes_get_data (bytes, &len);
+    g_autoptr(UmTensorTable) t = um_safetensors_open_from_bytes (data, len, "padded.safetensors", &error);
+    g_assert_no_error (error);
+    g_assert_cmpuint (um_tensor_table_size (t), ==, 1);
+  }
+}
+
+/* The shard index, likewise. */
+static void
+test_hostile_index (void)
+{
+  UmTestModelSpec spec;
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *index = g_build_filename (dir, "model.safetensors.index.json", NULL);
+  g_autoptr(GPtrArray) cases = um_test_hostile_json ();
+  g_autoptr(GError) error = NULL;
+
+  um_test_model_spec_init (&spec);
+  spec.n_shards = 2;
+  spec.n_layers = 1;
+  g_assert_true (um_test_write_model (dir, &spec, &error));
+  for (guint i = 0; i < cases->len; i++)
+    {
+      const UmTestHostileJson *h = g_ptr_array_index (cases, i);
+      g_test_message ("index: %s", h->name);
+      um_test_write_file (index, h->text, (gssize) h->len);
+      g_assert_null (um_safetensors_open_dir (dir, &error));
+      g_assert_error (error, UM_ERROR, UM_ERROR_FORMAT);
+      g_assert_true (g_str_has_prefix (error->message, "model.safetensors.index.json: "));
+      if (strstr (error->message, h->needle) == NULL)
+        g_error ("message “%s” does not mention “%s”", error->message, h->needle);
+      g_clear_error (&error);
+    }
+  um_test_rmtree (dir);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -243,5 +310,7 @@ main (int argc, char **argv)
   g_test_add_func ("/safetensors/truncated", test_truncated_fixture);
   g_test_add_func ("/safetensors/missing", test_missing);
   g_test_add_func ("/safetensors/sharded-index", test_sharded_index_errors);
+  g_test_add_func ("/safetensors/hostile-headers", test_hostile_headers);
+  g_test_add_func ("/safetensors/hostile-index", test_hostile_index);
   return g_test_run ();
 }

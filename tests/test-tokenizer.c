@@ -10,6 +10,7 @@
 
 #include "um-chat-template.h"
 #include "um-error.h"
+#include "um-test-util.h"
 #include "um-tokenizer.h"
 
 static char *
@@ -952,6 +953,43 @@ test_encode_decode_errors (void)
   g_free (text);
 }
 
+/* tokenizer.json comes from strangers on the Hub: every hostile text is a
+ * format error naming it, from memory and from a file. */
+static void
+test_hostile_json (void)
+{
+  g_autoptr(GPtrArray) cases = um_test_hostile_json ();
+
+  for (guint i = 0; i < cases->len; i++)
+    {
+      const UmTestHostileJson *h = g_ptr_array_index (cases, i);
+      g_autofree char *dir = g_dir_make_tmp ("um-tok-XXXXXX", NULL);
+      g_autofree char *path = g_build_filename (dir, "tokenizer.json", NULL);
+      g_autoptr(GError) error = NULL;
+      UmTokenizer *tok;
+
+      g_test_message ("%s", h->name);
+      tok = um_tokenizer_new_from_data (h->text, (gssize) h->len, "tokenizer.json", &error);
+      g_assert_null (tok);
+      g_assert_error (error, UM_ERROR, UM_ERROR_FORMAT);
+      if (!g_str_has_prefix (error->message, "tokenizer.json: ") || strstr (error->message, h->needle) == NULL)
+        g_error ("message “%s” should name the file and “%s”", error->message, h->needle);
+      g_clear_error (&error);
+
+      um_test_write_file (path, h->text, (gssize) h->len);
+      tok = um_tokenizer_new_from_file (path, &error);
+      g_assert_null (tok);
+      g_assert_error (error, UM_ERROR, UM_ERROR_FORMAT);
+      if (!g_str_has_prefix (error->message, path) || strstr (error->message, h->needle) == NULL)
+        g_error ("message “%s” should name the file and “%s”", error->message, h->needle);
+      g_unlink (path);
+      g_rmdir (dir);
+    }
+  /* A token twice in the vocabulary: json-glib would keep the last id. */
+  expect_load_error ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"a\": 1}, \"merges\": []}}",
+                     UM_ERROR_FORMAT, "“a” appears twice");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -971,6 +1009,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tokenizer/split-behaviors", test_split_behaviors);
   g_test_add_func ("/tokenizer/long-inputs", test_long_inputs);
   g_test_add_func ("/tokenizer/load-errors", test_load_errors);
+  g_test_add_func ("/tokenizer/hostile-json", test_hostile_json);
   g_test_add_func ("/tokenizer/encode-decode-errors", test_encode_decode_errors);
   g_test_add_func ("/chat-template/render", test_chat_template);
   g_test_add_func ("/chat-template/messages", test_chat_render_messages);

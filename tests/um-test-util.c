@@ -434,3 +434,59 @@ um_test_f32_tolerance (const UmModel *model, const gint32 *ids, int L, const dou
   return F32_MULTIPLE * err;
 }
 
+
+static void
+hostile_free (gpointer p)
+{
+  UmTestHostileJson *h = p;
+  g_free (h->text);
+  g_free (h);
+}
+
+static void
+hostile_add (GPtrArray *a, const char *name, char *text, gssize len, const char *needle)
+{
+  UmTestHostileJson *h = g_new0 (UmTestHostileJson, 1);
+  h->name = name;
+  h->text = text;
+  h->len = len < 0 ? strlen (text) : (gsize) len;
+  h->needle = needle;
+  g_ptr_array_add (a, h);
+}
+
+static char *
+hostile_repeat (const char *head, const char *unit, guint n, const char *tail)
+{
+  GString *s = g_string_new (head);
+  for (guint i = 0; i < n; i++)
+    g_string_append (s, unit);
+  g_string_append (s, tail);
+  return g_string_free (s, FALSE);
+}
+
+GPtrArray *
+um_test_hostile_json (void)
+{
+  GPtrArray *a = g_ptr_array_new_with_free_func (hostile_free);
+
+  /* json-glib recurses once per level: these crashed every reader. */
+  hostile_add (a, "200,000 nested [", hostile_repeat ("", "[", 200000, ""), -1, "nested more than");
+  hostile_add (a, "200,000 nested {\"a\":", hostile_repeat ("", "{\"a\":", 200000, ""), -1, "nested more than");
+  hostile_add (a, "200,000 [ after a comment with a quote",
+               hostile_repeat ("{\"a\": /* \" */ ", "[", 200000, " /* \" */}"), -1, "expected a value");
+  hostile_add (a, "200,000 [ after a single-quoted quote",
+               hostile_repeat ("{\"a\": ['\"', ", "[", 200000, "]}"), -1, "expected a value");
+  hostile_add (a, "1e999", g_strdup ("{\"a\": 1e999}"), -1, "too large for a double");
+  hostile_add (a, "99999999999999999999", g_strdup ("{\"a\": 99999999999999999999}"), -1, "does not fit in 64 bits");
+  hostile_add (a, "-99999999999999999999", g_strdup ("{\"a\": -99999999999999999999}"), -1, "does not fit in 64 bits");
+  hostile_add (a, "invalid UTF-8", g_strdup ("{\"a\": \"\xff\xfe\"}"), -1, "invalid UTF-8");
+  hostile_add (a, "a NUL byte", g_memdup2 ("{\"a\": \"b\0c\"}", 13), 13, "NUL byte");
+  hostile_add (a, "\\u0000", g_strdup ("{\"a\": \"b\\u0000c\"}"), -1, "\\u0000");
+  hostile_add (a, "a duplicate key", g_strdup ("{\"a\": 1, \"a\": 2}"), -1, "appears twice");
+  hostile_add (a, "a truncated object", g_strdup ("{\"a\": [1, "), -1, "ends before");
+  hostile_add (a, "an empty file", g_strdup (""), 0, "empty");
+  hostile_add (a, "whitespace only", g_strdup (" \n\t"), -1, "empty");
+  hostile_add (a, "a list, not an object", g_strdup ("[1, 2]"), -1, "object");
+  hostile_add (a, "a string, not an object", g_strdup ("\"text\""), -1, "object");
+  return a;
+}

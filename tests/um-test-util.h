@@ -65,4 +65,16 @@ void     um_test_model_spec_init_llada8b (UmTestModelSpec *spec, guint n_layers)
  * weights (streamed to disk, never all in memory). */
 gboolean um_test_write_model (const char *dir, const UmTestModelSpec *spec, GError **error);
 
+/* Hostile JSON every reader is tested with: each text must be refused
+ * with a clean error (that contains @needle), never crash or hang. */
+typedef struct {
+  const char *name;
+  char       *text;
+  gsize       len;
+  const char *needle;
+} UmTestHostileJson;
+
+/* The cases, as UmTestHostileJson*; free with g_ptr_array_unref. */
+GPtrArray *um_test_hostile_json (void);
+
 G_END_DECLS

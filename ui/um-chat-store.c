@@ -9,6 +9,9 @@
 #include <json-glib/json-glib.h>
 #include <string.h>
 
+#include "um-error.h"
+#include "um-json.h"
+
 #define FORMAT_NAME    "unmask-chat"
 #define FORMAT_VERSION 1
 
@@ -525,21 +528,27 @@ conversation_from_json (JsonNode *root, const char *path, GError **error)
 UmChatConversation *
 um_chat_store_load (const char *path, GError **error)
 {
-  g_autoptr(JsonParser) parser = json_parser_new ();
-  g_autofree char *data = NULL;
+  /* Far above a long conversation's few hundred kB. */
+  static const UmJsonLimits limits = { .max_bytes = (gsize) 64 << 20 };
+  g_autofree char *name = NULL;
+  g_autoptr(JsonNode) root = NULL;
   g_autoptr(GError) local = NULL;
-  gsize len;
 
   g_return_val_if_fail (path != NULL, NULL);
 
-  if (!g_file_get_contents (path, &data, &len, error))
-    return NULL;
-  if (!json_parser_load_from_data (parser, data, len, &local))
+  name = g_path_get_basename (path);
+  root = um_json_parse_file (path, name, &limits, &local);
+  if (root == NULL)
     {
-      corrupt (error, path, local->message);
+      /* Not JSON is a damaged conversation; a file that cannot be read is
+       * reported as it is. */
+      if (g_error_matches (local, UM_ERROR, UM_ERROR_FORMAT))
+        g_set_error_literal (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA, local->message);
+      else
+        g_propagate_error (error, g_steal_pointer (&local));
       return NULL;
     }
-  return conversation_from_json (json_parser_get_root (parser), path, error);
+  return conversation_from_json (root, path, error);
 }
 
 static int

@@ -4,6 +4,10 @@
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
 
+#include "um-error.h"
+#include "um-json.h"
+#include "um-profile.h"
+
 #define MAX_RECENT 10
 
 struct _UmSettings {
@@ -200,85 +204,129 @@ um_settings_init (UmSettings *self)
   g_ptr_array_add (self->recent, NULL);
 }
 
-/* Applies the members of @obj that are present and in range. */
-static void
-apply_json (UmSettings *self, JsonObject *obj)
+/* A member's value as the type of @pspec, or FALSE and an error when the
+ * file holds another type there (a hand-edited or foreign file). */
+static gboolean
+member_value (GParamSpec *pspec, JsonNode *node, GValue *v, GError **error)
 {
-  for (guint i = 1; i < N_PROPS; i++)
+  GType have = JSON_NODE_HOLDS_VALUE (node) ? json_node_get_value_type (node) : G_TYPE_INVALID;
+  const char *want;
+
+  g_value_init (v, pspec->value_type);
+  switch (pspec->value_type)
     {
-      const char *name = g_param_spec_get_name (props[i]);
-      JsonNode *node = json_object_get_member (obj, name);
-      g_auto(GValue) v = G_VALUE_INIT;
-      if (node == NULL || JSON_NODE_TYPE (node) != JSON_NODE_VALUE)
-        continue;
-      g_value_init (&v, props[i]->value_type);
-      switch (props[i]->value_type)
+    case G_TYPE_INT:
+      want = "an integer";
+      if (have == G_TYPE_INT64)
+        g_value_set_int (v, (int) CLAMP (json_node_get_int (node), G_MININT, G_MAXINT));
+      break;
+    case G_TYPE_INT64:
+      want = "an integer";
+      if (have == G_TYPE_INT64)
+        g_value_set_int64 (v, json_node_get_int (node));
+      break;
+    case G_TYPE_DOUBLE:
+      want = "a number";
+      if (have == G_TYPE_INT64 || have == G_TYPE_DOUBLE)
         {
-        case G_TYPE_INT:
-          if (json_node_get_value_type (node) != G_TYPE_INT64)
-            continue;
-          g_value_set_int (&v, (int) CLAMP (json_node_get_int (node), G_MININT, G_MAXINT));
-          break;
-        case G_TYPE_INT64:
-          if (json_node_get_value_type (node) != G_TYPE_INT64)
-            continue;
-          g_value_set_int64 (&v, json_node_get_int (node));
-          break;
-        case G_TYPE_DOUBLE:
-          g_value_set_double (&v, json_node_get_double (node));
-          break;
-        case G_TYPE_BOOLEAN:
-          if (json_node_get_value_type (node) != G_TYPE_BOOLEAN)
-            continue;
-          g_value_set_boolean (&v, json_node_get_boolean (node));
-          break;
-        default:
-          if (json_node_get_value_type (node) != G_TYPE_STRING)
-            continue;
-          g_value_set_string (&v, json_node_get_string (node));
+          g_value_set_double (v, json_node_get_double (node));
+          have = G_TYPE_DOUBLE;
         }
-      if (!g_param_value_validate (props[i], &v))
-        g_object_set_property (G_OBJECT (self), name, &v);
+      break;
+    case G_TYPE_BOOLEAN:
+      want = "true or false";
+      if (have == G_TYPE_BOOLEAN)
+        g_value_set_boolean (v, json_node_get_boolean (node));
+      break;
+    default:
+      want = "a string";
+      if (have == G_TYPE_STRING)
+        g_value_set_string (v, json_node_get_string (node));
+      break;
     }
-  if (json_object_has_member (obj, "recent-models")
-      && JSON_NODE_HOLDS_ARRAY (json_object_get_member (obj, "recent-models")))
+  if (have != pspec->value_type && !(pspec->value_type == G_TYPE_INT && have == G_TYPE_INT64))
     {
-      JsonArray *arr = json_object_get_array_member (obj, "recent-models");
-      g_ptr_array_set_size (self->recent, 0);
-      for (guint i = 0; i < json_array_get_length (arr) && i < MAX_RECENT; i++)
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "settings.json: “%s” is not %s", g_param_spec_get_name (pspec),
+                   want);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/* Applies the members of @obj that are present and in range (an absent or
+ * null member keeps its default, an out-of-range one too); a member of the
+ * wrong type fails the whole file, before anything is applied. */
+static gboolean
+apply_json (UmSettings *self, JsonObject *obj, GError **error)
+{
+  GValue values[N_PROPS] = { G_VALUE_INIT };
+  JsonNode *recent = json_object_get_member (obj, "recent-models");
+  gboolean ok = TRUE;
+
+  for (guint i = 1; i < N_PROPS && ok; i++)
+    {
+      JsonNode *node = json_object_get_member (obj, g_param_spec_get_name (props[i]));
+      if (node != NULL && !JSON_NODE_HOLDS_NULL (node))
+        ok = member_value (props[i], node, &values[i], error);
+    }
+  if (ok && recent != NULL && !JSON_NODE_HOLDS_NULL (recent))
+    {
+      JsonArray *arr = JSON_NODE_HOLDS_ARRAY (recent) ? json_node_get_array (recent) : NULL;
+      for (guint i = 0; arr != NULL && i < json_array_get_length (arr); i++)
         {
           JsonNode *e = json_array_get_element (arr, i);
-          if (JSON_NODE_HOLDS_VALUE (e) && json_node_get_value_type (e) == G_TYPE_STRING)
-            g_ptr_array_add (self->recent, g_strdup (json_node_get_string (e)));
+          if (!JSON_NODE_HOLDS_VALUE (e) || json_node_get_value_type (e) != G_TYPE_STRING)
+            arr = NULL;
         }
+      if (arr == NULL)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "settings.json: “recent-models” is not a list of paths");
+          ok = FALSE;
+        }
+    }
+  for (guint i = 1; i < N_PROPS; i++)
+    {
+      if (ok && G_IS_VALUE (&values[i]) && !g_param_value_validate (props[i], &values[i]))
+        g_object_set_property (G_OBJECT (self), g_param_spec_get_name (props[i]), &values[i]);
+      if (G_IS_VALUE (&values[i]))
+        g_value_unset (&values[i]);
+    }
+  if (ok && recent != NULL && JSON_NODE_HOLDS_ARRAY (recent))
+    {
+      JsonArray *arr = json_node_get_array (recent);
+      g_ptr_array_set_size (self->recent, 0);
+      for (guint i = 0; i < json_array_get_length (arr) && i < MAX_RECENT; i++)
+        g_ptr_array_add (self->recent, g_strdup (json_array_get_string_element (arr, i)));
       g_ptr_array_add (self->recent, NULL);
     }
+  return ok;
 }
 
 UmSettings *
 um_settings_new (const char *path)
 {
   UmSettings *self = g_object_new (UM_TYPE_SETTINGS, NULL);
-  g_autoptr(JsonParser) parser = json_parser_new ();
   g_autoptr(GError) error = NULL;
-  JsonNode *root;
+  g_autoptr(JsonNode) root = NULL;
+  JsonObject *obj;
 
   self->path = path ? g_strdup (path) : g_build_filename (g_get_user_config_dir (), "unmask", "settings.json", NULL);
-  if (!g_file_test (self->path, G_FILE_TEST_EXISTS))
+  root = um_json_parse_file (self->path, "settings.json", NULL, &error);
+  if (root == NULL && um_json_error_is_missing (error))
     return self;
-  if (!json_parser_load_from_file (parser, self->path, &error)
-      || (root = json_parser_get_root (parser)) == NULL || !JSON_NODE_HOLDS_OBJECT (root))
+  if (root == NULL || (obj = um_json_root_object (root, "settings.json", &error)) == NULL
+      || !apply_json (self, obj, &error))
     {
-      /* Keep the broken file for the user, start from defaults. */
-      g_autoptr(GDateTime) now = g_date_time_new_now_local ();
-      g_autofree char *stamp = g_date_time_format (now, "%Y%m%d-%H%M%S");
-      g_autofree char *aside = g_strdup_printf ("%s.corrupt-%s", self->path, stamp);
-      g_rename (self->path, aside);
-      self->load_warning = g_strdup_printf (_("Your settings file was damaged (%s). It was kept as %s and the defaults are used."),
-                                            error ? error->message : _("not a JSON object"), aside);
-      return self;
+      /* Keep the broken file for the user and start from defaults, as a
+       * damaged optimizer profile is (um_profile_load). */
+      g_autofree char *moved = um_config_move_aside (self->path);
+      if (moved != NULL)
+        self->load_warning = g_strdup_printf (_("Your settings could not be read (%s). They were moved aside to %s "
+                                                "and the defaults are used."), error->message, moved);
+      else
+        self->load_warning = g_strdup_printf (_("Your settings in %s could not be read (%s) and could not be moved "
+                                                "aside; the defaults are used."), self->path, error->message);
     }
-  apply_json (self, json_node_get_object (root));
   /* Loading is not a change. */
   if (self->save_id != 0)
     {
@@ -430,7 +478,9 @@ um_settings_save (UmSettings *self, GError **error)
   json_builder_set_member_name (b, "recent-models");
   json_builder_begin_array (b);
   for (guint i = 0; i + 1 < self->recent->len; i++)
-    json_builder_add_string_value (b, g_ptr_array_index (self->recent, i));
+    /* A path that is not UTF-8 would make the file unreadable as JSON. */
+    if (g_utf8_validate (g_ptr_array_index (self->recent, i), -1, NULL))
+      json_builder_add_string_value (b, g_ptr_array_index (self->recent, i));
   json_builder_end_array (b);
   json_builder_end_object (b);
   root = json_builder_get_root (b);

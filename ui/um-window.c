@@ -874,5 +874,14 @@ um_window_new (GtkApplication *app, UmSettings *settings)
   um_window_reload_profile (self);
   /* unmask-cli may change it while the app runs. */
   watch_profile (self);
+  /* Damaged settings were moved aside the same way: the same banner, after
+   * the profile's notice when both were. */
+  if (um_settings_get_load_warning (settings) != NULL)
+    {
+      g_autofree char *both = self->notice != NULL
+                                ? g_strconcat (self->notice, "\n", um_settings_get_load_warning (settings), NULL)
+                                : NULL;
+      um_window_show_notice (self, both != NULL ? both : um_settings_get_load_warning (settings));
+    }
   return self;
 }

@@ -1,4 +1,12 @@
-/* um-json.c — a non-recursive scan of JSON text before json-glib sees it. */
+/* um-json.c — a strict, non-recursive check of JSON text before json-glib
+ * sees it.
+ *
+ * json-glib 1.6 reads more than JSON: comments, single-quoted strings, hex
+ * and leading-zero numbers, text after the value. A scan that only counted
+ * brackets would disagree with it about where strings are, and a comment
+ * holding a quote would hide any nesting from the count. So the scan is a
+ * full RFC 8259 recogniser with an explicit stack: what it passes is plain
+ * JSON, which json-glib reads with the same structure and depth. */
 #include "um-json.h"
 
 #include <errno.h>
@@ -13,17 +21,32 @@
 
 const UmJsonLimits um_json_limits_model_file = { .max_bytes = (gsize) 256 << 20, .max_depth = 0 };
 
+/* Far longer than any number a program writes (Python's repr of a double
+ * is at most 24 characters); keeps strtod away from megabytes of digits. */
+#define MAX_NUMBER_CHARS 512
+
 typedef struct {
+  gsize       open_at;  /* the offset of its bracket, for "never closed" */
   gboolean    object;
-  gboolean    expect_key;   /* in an object: the next string is a key */
-  GHashTable *keys;         /* made on the first key; raw bytes as written */
+  GHashTable *keys;     /* an object's keys so far, decoded; made on the first */
 } Frame;
+
+typedef enum {
+  WANT_VALUE,          /* at the start, after ':' and after an array's ',' */
+  WANT_VALUE_OR_CLOSE, /* after '[' */
+  WANT_KEY,            /* after an object's ',' */
+  WANT_KEY_OR_CLOSE,   /* after '{' */
+  WANT_COLON,
+  WANT_COMMA_OR_CLOSE, /* after a value inside an array or object */
+  WANT_END,            /* after the root value: only whitespace may follow */
+} State;
 
 typedef struct {
   const char *text;
   gsize       len;
   const char *what;
   GError    **error;
+  GString    *key;      /* the key being read, decoded */
 } Scan;
 
 static void
@@ -55,71 +78,229 @@ fail_at (const Scan *s, gsize at, const char *fmt, ...)
   msg = g_strdup_vprintf (fmt, ap);
   va_end (ap);
   position (s, at, &line, &col);
-  g_set_error (s->error, UM_ERROR, UM_ERROR_FORMAT, "%s: %s (line %d, column %d)", s->what, msg, line, col);
+  g_set_error (s->error, UM_ERROR, UM_ERROR_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", s->what, msg,
+               line, col);
   return FALSE;
 }
 
-/* A number token starting at @i; sets *@end past it. Only its range is
- * judged here: its syntax is json-glib's to refuse. */
-static gboolean
-check_number (const Scan *s, gsize i, gsize *end)
+/* The character at @at for a message: itself, or its code point when it
+ * would not show. The text is valid UTF-8 by the time this is called. */
+static char *
+describe (const Scan *s, gsize at)
 {
+  gunichar c;
+
+  if (at >= s->len)
+    return g_strdup ("the end of the text");
+  c = g_utf8_get_char (s->text + at);
+  if (c < 0x20 || c == 0x7F || !g_unichar_isprint (c))
+    return g_strdup_printf ("U+%04X", c);
+  return g_strdup_printf ("“%.*s”", (int) (g_utf8_next_char (s->text + at) - (s->text + at)), s->text + at);
+}
+
+static gboolean
+hex4 (const Scan *s, gsize j, gunichar *out)
+{
+  gunichar u = 0;
+
+  if (j + 6 > s->len || s->text[j] != '\\' || s->text[j + 1] != 'u')
+    return FALSE;
+  for (int k = 2; k < 6; k++)
+    {
+      int d = g_ascii_xdigit_value (s->text[j + k]);
+      if (d < 0)
+        return FALSE;
+      u = u << 4 | (gunichar) d;
+    }
+  *out = u;
+  return TRUE;
+}
+
+/* A string whose opening quote is at @i; sets *@end past its closing
+ * quote. A key is decoded into s->key, so that "a" and "\u0061" are found
+ * to be the same key, as json-glib would find them. */
+static gboolean
+scan_string (Scan *s, gsize i, gboolean key, gsize *end)
+{
+  const char *t = s->text;
+  gsize j = i + 1;
+
+  if (key)
+    g_string_truncate (s->key, 0);
+  for (;;)
+    {
+      guchar c;
+      char plain;
+      gunichar u;
+
+      if (j >= s->len)
+        return fail_at (s, i, "a string that is never closed");
+      c = (guchar) t[j];
+      if (c == '"')
+        break;
+      if (c < 0x20)
+        return fail_at (s, j, "a control character (U+%04X) inside a string, where JSON wants an escape", c);
+      if (c != '\\')
+        {
+          gsize k = j;
+          while (k < s->len && t[k] != '"' && t[k] != '\\' && (guchar) t[k] >= 0x20)
+            k++;
+          if (key)
+            g_string_append_len (s->key, t + j, (gssize) (k - j));
+          j = k;
+          continue;
+        }
+      if (j + 1 >= s->len)
+        return fail_at (s, i, "a string that is never closed");
+      switch (t[j + 1])
+        {
+        case '"': plain = '"'; break;
+        case '\\': plain = '\\'; break;
+        case '/': plain = '/'; break;
+        case 'b': plain = '\b'; break;
+        case 'f': plain = '\f'; break;
+        case 'n': plain = '\n'; break;
+        case 'r': plain = '\r'; break;
+        case 't': plain = '\t'; break;
+        case 'u': plain = 0; break;
+        default:
+          {
+            g_autofree char *d = describe (s, j + 1);
+            return fail_at (s, j, "an unknown escape: a backslash before %s", d);
+          }
+        }
+      if (plain != 0)
+        {
+          if (key)
+            g_string_append_c (s->key, plain);
+          j += 2;
+          continue;
+        }
+      if (!hex4 (s, j, &u))
+        return fail_at (s, j, "a \\u escape without four hex digits");
+      if (u >= 0xD800 && u <= 0xDBFF)
+        {
+          gunichar low;
+          /* json-glib refuses a lone half of a pair, or turns it into
+           * replacement characters; say so here instead. */
+          if (!hex4 (s, j + 6, &low) || low < 0xDC00 || low > 0xDFFF)
+            return fail_at (s, j, "\\u%04X is half of a UTF-16 surrogate pair without its other half", u);
+          u = 0x10000 + ((u - 0xD800) << 10) + (low - 0xDC00);
+          j += 6;
+        }
+      else if (u >= 0xDC00 && u <= 0xDFFF)
+        return fail_at (s, j, "\\u%04X is half of a UTF-16 surrogate pair without its other half", u);
+      else if (u == 0)
+        /* json-glib's strings end at a NUL: "a\u0000b" would become "a". */
+        return fail_at (s, j, "\\u0000 inside a string, which would cut it short");
+      if (key)
+        g_string_append_unichar (s->key, u);
+      j += 6;
+    }
+  *end = j + 1;
+  return TRUE;
+}
+
+static gboolean
+is_digit (const Scan *s, gsize j)
+{
+  return j < s->len && g_ascii_isdigit (s->text[j]);
+}
+
+/* A number starting at @i (a '-' or a digit); sets *@end past it. Beyond
+ * the syntax, its range: json-glib turns 1e999 into infinity and wraps an
+ * integer beyond 64 bits without a word. */
+static gboolean
+scan_number (const Scan *s, gsize i, gsize *end)
+{
+  const char *t = s->text;
   gsize j = i;
   gboolean integer = TRUE;
-  char buf[64];
+  char buf[MAX_NUMBER_CHARS + 1];
 
-  while (j < s->len && (g_ascii_isdigit (s->text[j]) || strchr ("+-.eE", s->text[j]) != NULL))
-    {
-      integer &= s->text[j] != '.' && s->text[j] != 'e' && s->text[j] != 'E';
+  if (t[j] == '-')
+    j++;
+  if (!is_digit (s, j))
+    return fail_at (s, i, "a minus sign without a number after it");
+  if (t[j] == '0')
+    j++;
+  else
+    while (is_digit (s, j))
       j++;
+  if (j < s->len && t[j] == '.')
+    {
+      integer = FALSE;
+      j++;
+      if (!is_digit (s, j))
+        return fail_at (s, i, "a number without digits after its decimal point");
+      while (is_digit (s, j))
+        j++;
+    }
+  if (j < s->len && (t[j] == 'e' || t[j] == 'E'))
+    {
+      integer = FALSE;
+      j++;
+      if (j < s->len && (t[j] == '+' || t[j] == '-'))
+        j++;
+      if (!is_digit (s, j))
+        return fail_at (s, i, "a number without digits in its exponent");
+      while (is_digit (s, j))
+        j++;
     }
   *end = j;
-  if (j - i >= sizeof buf)
-    {
-      /* Long numbers: only digits beyond 19 can overflow an integer, and a
-       * double's mantissa digits do not change its range; check the
-       * integer case by its length, the rest through strtod on the copy. */
-      if (integer)
-        return fail_at (s, i, "the number %.20s… does not fit in 64 bits", s->text + i);
-      {
-        g_autofree char *copy = g_strndup (s->text + i, j - i);
-        double v = g_ascii_strtod (copy, NULL);
-        if (!isfinite (v))
-          return fail_at (s, i, "the number %.20s… is out of range", copy);
-      }
-      return TRUE;
-    }
-  memcpy (buf, s->text + i, j - i);
+  if (j - i > MAX_NUMBER_CHARS)
+    return fail_at (s, i, "a number %" G_GSIZE_FORMAT " characters long", j - i);
+  memcpy (buf, t + i, j - i);
   buf[j - i] = '\0';
   errno = 0;
   if (integer)
     {
-      /* Beyond gint64 json-glib would wrap or saturate without a word. */
-      gboolean range;
-      if (buf[0] == '-')
-        {
-          (void) g_ascii_strtoll (buf, NULL, 10);
-          range = errno == ERANGE;
-        }
-      else
-        range = g_ascii_strtoull (buf, NULL, 10) > (guint64) G_MAXINT64 || errno == ERANGE;
-      if (range)
-        return fail_at (s, i, "the integer %s does not fit in 64 bits", buf);
+      (void) g_ascii_strtoll (buf, NULL, 10);
+      if (errno == ERANGE)
+        return fail_at (s, i, "the integer %.40s%s does not fit in 64 bits", buf, j - i > 40 ? "…" : "");
     }
   else if (!isfinite (g_ascii_strtod (buf, NULL)))
-    return fail_at (s, i, "the number %s is out of range", buf);
+    return fail_at (s, i, "the number %.40s%s is too large for a double", buf, j - i > 40 ? "…" : "");
   return TRUE;
 }
 
-/* A string token whose opening quote is at @i; sets *@end past the closing
- * quote (or to the end of the text if there is none: json-glib says so). */
-static void
-skip_string (const Scan *s, gsize i, gsize *end)
+static gboolean
+scan_literal (const Scan *s, gsize i, gsize *end)
 {
-  gsize j = i + 1;
-  while (j < s->len && s->text[j] != '"')
-    j += s->text[j] == '\\' ? 2 : 1;
-  *end = MIN (j + 1, s->len);
+  static const char *const words[] = { "true", "false", "null" };
+
+  for (guint w = 0; w < G_N_ELEMENTS (words); w++)
+    {
+      gsize n = strlen (words[w]);
+      if (s->len - i >= n && memcmp (s->text + i, words[w], n) == 0)
+        {
+          *end = i + n;
+          return TRUE;
+        }
+    }
+  return FALSE;
+}
+
+static void
+pop (Frame *stack, guint *depth)
+{
+  g_clear_pointer (&stack[*depth - 1].keys, g_hash_table_unref);
+  (*depth)--;
+}
+
+static gboolean
+check_key (Scan *s, Frame *top, gsize at)
+{
+  if (top->keys == NULL)
+    top->keys = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
+  /* No key holds a NUL (\u0000 is refused), so C strings compare them. */
+  if (!g_hash_table_add (top->keys, g_strndup (s->key->str, s->key->len)))
+    {
+      glong n = g_utf8_strlen (s->key->str, -1);
+      g_autofree char *shown = g_utf8_substring (s->key->str, 0, MIN (n, 60));
+      return fail_at (s, at, "the key “%s%s” appears twice in one object", shown, n > 60 ? "…" : "");
+    }
+  return TRUE;
 }
 
 gboolean
@@ -128,12 +309,16 @@ um_json_check (const char *text, gssize len_in, const char *what, const UmJsonLi
   gsize max_bytes = limits && limits->max_bytes ? limits->max_bytes : UM_JSON_MAX_BYTES_DEFAULT;
   guint max_depth = limits && limits->max_depth ? limits->max_depth : UM_JSON_MAX_DEPTH_DEFAULT;
   gboolean dup_ok = limits && limits->allow_duplicate_keys;
-  Scan s = { text, 0, what ? what : "JSON", error };
+  Scan s = { text, 0, what ? what : "JSON", error, NULL };
+  State state = WANT_VALUE;
   Frame *stack;
   guint depth = 0;
   gboolean ok = TRUE;
   const char *bad_utf8;
+  gsize i = 0;
 
+  /* Whatever a caller asks, json-glib must not recurse deeper than this. */
+  max_depth = MIN (max_depth, UM_JSON_MAX_DEPTH_CEILING);
   if (text == NULL)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: no text", s.what);
@@ -157,87 +342,134 @@ um_json_check (const char *text, gssize len_in, const char *what, const UmJsonLi
     return fail_at (&s, (gsize) (bad_utf8 - text), "invalid UTF-8 at offset %" G_GSIZE_FORMAT,
                     (gsize) (bad_utf8 - text));
 
-  stack = g_new0 (Frame, max_depth + 1);
-  for (gsize i = 0; i < s.len && ok;)
+  s.key = g_string_new (NULL);
+  stack = g_new0 (Frame, max_depth);
+  while (ok)
     {
-      char c = text[i];
-      Frame *top = depth > 0 ? &stack[depth - 1] : NULL;
+      Frame *top;
+      char c;
+      gsize end = s.len;
 
-      switch (c)
+      while (i < s.len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r'))
+        i++;
+      if (i == s.len)
+        break;
+      c = text[i];
+      top = depth > 0 ? &stack[depth - 1] : NULL;
+      switch (state)
         {
-        case '[':
-        case '{':
-          if (depth == max_depth)
+        case WANT_VALUE_OR_CLOSE:
+          if (c == ']')
             {
-              ok = fail_at (&s, i, "nested more than %u levels deep", max_depth);
+              pop (stack, &depth);
+              state = depth > 0 ? WANT_COMMA_OR_CLOSE : WANT_END;
+              i++;
               break;
             }
-          if (top != NULL && top->object && top->expect_key)
+          G_GNUC_FALLTHROUGH;
+        case WANT_VALUE:
+          if (c == '[' || c == '{')
             {
-              /* "{[" or "{{": not JSON; stop here, json-glib reports it. */
-              i = s.len;
+              if (depth == max_depth)
+                {
+                  ok = fail_at (&s, i, "nested more than %u levels deep", max_depth);
+                  break;
+                }
+              stack[depth].open_at = i;
+              stack[depth].object = c == '{';
+              stack[depth].keys = NULL;
+              depth++;
+              state = c == '{' ? WANT_KEY_OR_CLOSE : WANT_VALUE_OR_CLOSE;
+              i++;
               break;
             }
-          stack[depth].object = c == '{';
-          stack[depth].expect_key = c == '{';
-          stack[depth].keys = NULL;
-          depth++;
-          i++;
-          break;
-        case ']':
-        case '}':
-          if (depth > 0)
+          if (c == '"')
+            ok = scan_string (&s, i, FALSE, &end);
+          else if (c == '-' || g_ascii_isdigit (c))
+            ok = scan_number (&s, i, &end);
+          else if (!scan_literal (&s, i, &end))
             {
-              g_clear_pointer (&stack[depth - 1].keys, g_hash_table_unref);
-              depth--;
+              g_autofree char *d = describe (&s, i);
+              ok = fail_at (&s, i, "expected a value but found %s", d);
             }
-          i++;
-          break;
-        case ',':
-          if (top != NULL && top->object)
-            top->expect_key = TRUE;
-          i++;
-          break;
-        case ':':
-          if (top != NULL && top->object)
-            top->expect_key = FALSE;
-          i++;
-          break;
-        case '"':
-          {
-            gsize end;
-            skip_string (&s, i, &end);
-            if (!dup_ok && top != NULL && top->object && top->expect_key)
-              {
-                /* Borrowed from the text, which outlives the scan. */
-                char *key = g_strndup (text + i, end - i);
-                if (top->keys == NULL)
-                  top->keys = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
-                if (!g_hash_table_add (top->keys, key))
-                  ok = fail_at (&s, i, "the key %.*s appears twice in one object", (int) MIN (end - i, 80),
-                                text + i);
-              }
-            i = end;
-          }
-          break;
-        default:
-          if (c == '-' || g_ascii_isdigit (c))
+          if (ok)
             {
-              gsize end;
-              ok = check_number (&s, i, &end);
               i = end;
+              state = depth > 0 ? WANT_COMMA_OR_CLOSE : WANT_END;
+            }
+          break;
+        case WANT_KEY_OR_CLOSE:
+        case WANT_KEY:
+          if (c == '}' && state == WANT_KEY_OR_CLOSE)
+            {
+              pop (stack, &depth);
+              state = depth > 0 ? WANT_COMMA_OR_CLOSE : WANT_END;
+              i++;
+            }
+          else if (c == '"')
+            {
+              ok = scan_string (&s, i, TRUE, &end) && (dup_ok || check_key (&s, top, i));
+              i = end;
+              state = WANT_COLON;
             }
           else
-            i++;
+            {
+              g_autofree char *d = describe (&s, i);
+              ok = fail_at (&s, i, "expected a key in double quotes but found %s", d);
+            }
+          break;
+        case WANT_COLON:
+          if (c == ':')
+            {
+              state = WANT_VALUE;
+              i++;
+            }
+          else
+            {
+              g_autofree char *d = describe (&s, i);
+              ok = fail_at (&s, i, "expected “:” after the key but found %s", d);
+            }
+          break;
+        case WANT_COMMA_OR_CLOSE:
+          if (c == ',')
+            {
+              state = top->object ? WANT_KEY : WANT_VALUE;
+              i++;
+            }
+          else if (c == (top->object ? '}' : ']'))
+            {
+              pop (stack, &depth);
+              state = depth > 0 ? WANT_COMMA_OR_CLOSE : WANT_END;
+              i++;
+            }
+          else
+            {
+              g_autofree char *d = describe (&s, i);
+              ok = fail_at (&s, i, "expected “,” or “%c” but found %s", top->object ? '}' : ']', d);
+            }
+          break;
+        case WANT_END:
+        default:
+          {
+            g_autofree char *d = describe (&s, i);
+            ok = fail_at (&s, i, "more text after the end of the JSON value: %s", d);
+          }
           break;
         }
     }
-  while (depth > 0)
+  if (ok && depth > 0)
     {
-      g_clear_pointer (&stack[depth - 1].keys, g_hash_table_unref);
-      depth--;
+      int line, col;
+      position (&s, stack[depth - 1].open_at, &line, &col);
+      ok = fail_at (&s, s.len, "the text ends before the “%c” at line %d, column %d is closed",
+                    stack[depth - 1].object ? '{' : '[', line, col);
     }
+  else if (ok && state != WANT_END)
+    ok = fail_at (&s, s.len, "no JSON value, the text is empty");
+  while (depth > 0)
+    pop (stack, &depth);
   g_free (stack);
+  g_string_free (s.key, TRUE);
   return ok;
 }
 
@@ -251,6 +483,7 @@ um_json_parse (const char *text, gssize len, const char *what, const UmJsonLimit
   if (!um_json_check (text, len, what, limits, error))
     return NULL;
   parser = json_parser_new_immutable ();
+  /* Not expected to fail on text the check passed; kept for safety. */
   if (!json_parser_load_from_data (parser, text, len, &perr))
     {
       g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: not valid JSON: %s", what ? what : "JSON", perr->message);
@@ -275,14 +508,23 @@ um_json_parse_file (const char *path, const char *what, const UmJsonLimits *limi
 
   if (what == NULL)
     what = path;
-  /* The size first: a 40 GiB "config.json" is refused before it is mapped. */
-  if (g_stat (path, &st) == 0 && S_ISREG (st.st_mode) && (guint64) st.st_size > max_bytes)
+  if (g_stat (path, &st) == 0)
     {
-      g_autofree char *have = g_format_size_full ((guint64) st.st_size, G_FORMAT_SIZE_IEC_UNITS);
-      g_autofree char *limit = g_format_size_full (max_bytes, G_FORMAT_SIZE_IEC_UNITS);
-      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: %s of JSON is more than the %s this file may have", what,
-                   have, limit);
-      return NULL;
+      /* A FIFO or device named config.json would block or never end. */
+      if (!S_ISREG (st.st_mode))
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_IO, "%s: not a regular file (%s)", what, path);
+          return NULL;
+        }
+      /* The size first: a 40 GiB "config.json" is refused before it is mapped. */
+      if ((guint64) st.st_size > max_bytes)
+        {
+          g_autofree char *have = g_format_size_full ((guint64) st.st_size, G_FORMAT_SIZE_IEC_UNITS);
+          g_autofree char *limit = g_format_size_full (max_bytes, G_FORMAT_SIZE_IEC_UNITS);
+          g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: %s of JSON is more than the %s this file may have",
+                       what, have, limit);
+          return NULL;
+        }
     }
   map = g_mapped_file_new (path, FALSE, &err);
   if (map == NULL)

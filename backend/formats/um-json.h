@@ -6,12 +6,14 @@
  * config.json, tokenizer.json, tokenizer_config.json,
  * generation_config.json, safetensors headers, cache metadata, request
  * bodies) goes through um_json_parse () or um_json_parse_file (), which
- * first scan the text without recursion and refuse, with an error naming
+ * first check the text without recursion and refuse, with an error naming
  * the line and column:
  *   - more bytes than the limit, or more nesting than the limit;
- *   - invalid UTF-8 and NUL bytes;
+ *   - invalid UTF-8, NUL bytes, and \u0000 or a lone surrogate in a string;
+ *   - anything that is not strict RFC 8259 JSON, though json-glib would
+ *     take it (comments, 'single quotes', 0x10, text after the value);
  *   - a number that overflows a double, or an integer beyond 64 bits;
- *   - a key repeated in one object (compared as written), where json-glib
+ *   - a key repeated in one object (compared decoded), where json-glib
  *     would silently keep the last one;
  * and only then hand the text to json-glib. */
 #pragma once
@@ -24,6 +26,9 @@ G_BEGIN_DECLS
  * about 6 deep), far below what exhausts a thread's stack. */
 #define UM_JSON_MAX_DEPTH_DEFAULT 64
 #define UM_JSON_MAX_BYTES_DEFAULT ((gsize) 16 << 20)
+/* A larger max_depth is lowered to this: json-glib recurses a few frames
+ * per level, and this many fit a small thread stack. */
+#define UM_JSON_MAX_DEPTH_CEILING 512
 
 typedef struct {
   gsize    max_bytes;        /* 0: UM_JSON_MAX_BYTES_DEFAULT */
@@ -45,9 +50,9 @@ gboolean  um_json_check (const char *text, gssize len, const char *what, const U
 JsonNode *um_json_parse (const char *text, gssize len, const char *what, const UmJsonLimits *limits,
                          GError **error);
 
-/* The same for a file, mapped; its size is checked before it is read. A
- * missing file is UM_ERROR_IO with G_FILE_ERROR_NOENT's message; use
- * um_json_error_is_missing () to tell it apart. */
+/* The same for a file, mapped; its size is checked before it is read, and
+ * only a regular file is read. A missing file is G_IO_ERROR_NOT_FOUND
+ * (um_json_error_is_missing () tells); other read failures UM_ERROR_IO. */
 JsonNode *um_json_parse_file (const char *path, const char *what, const UmJsonLimits *limits, GError **error);
 gboolean  um_json_error_is_missing (const GError *error);
 

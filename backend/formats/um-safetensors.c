@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "um-error.h"
+#include "um-json.h"
 
 /* A header larger than this is not a real checkpoint (LLaDA-8B's is ~30 kB). */
 #define MAX_HEADER_BYTES (100u * 1024u * 1024u)
@@ -186,10 +187,10 @@ parse_into (UmTensorTable *table,
             GError       **error)
 {
   uint64_t header_len;
-  g_autoptr(JsonParser) parser = NULL;
-  g_autoptr(GError) json_error = NULL;
+  g_autoptr(JsonNode) root = NULL;
   g_autoptr(GArray) extents = NULL;
-  JsonNode *root;
+  g_autofree char *what = NULL;
+  UmJsonLimits limits = { .max_bytes = MAX_HEADER_BYTES };
   JsonObject *obj;
   JsonObjectIter iter;
   const char *name;
@@ -221,24 +222,14 @@ parse_into (UmTensorTable *table,
       return FALSE;
     }
 
-  parser = json_parser_new_immutable ();
-  if (!json_parser_load_from_data (parser, (const char *) bytes + 8, (gssize) header_len, &json_error))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT,
-                   "%s: header is not valid JSON: %s", file, json_error->message);
-      return FALSE;
-    }
-  root = json_parser_get_root (parser);
-  if (root == NULL || JSON_NODE_TYPE (root) != JSON_NODE_OBJECT)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: header is not a JSON object", file);
-      return FALSE;
-    }
+  what = g_strdup_printf ("%s: header", file);
+  root = um_json_parse ((const char *) bytes + 8, (gssize) header_len, what, &limits, error);
+  if (root == NULL || (obj = um_json_root_object (root, what, error)) == NULL)
+    return FALSE;
 
   data = bytes + 8 + header_len;
   data_len = len - 8 - header_len;
   extents = g_array_new (FALSE, FALSE, sizeof (Extent));
-  obj = json_node_get_object (root);
   json_object_iter_init (&iter, obj);
   while (json_object_iter_next (&iter, &name, &node))
     {
@@ -312,25 +303,20 @@ is_safe_shard_name (const char *name)
 static UmTensorTable *
 open_sharded (const char *dir, const char *index_path, GError **error)
 {
-  g_autoptr(JsonParser) parser = json_parser_new_immutable ();
-  g_autoptr(GError) json_error = NULL;
+  g_autoptr(JsonNode) root = NULL;
   g_autoptr(UmTensorTable) table = um_tensor_table_new ();
   g_autoptr(GHashTable) shards = g_hash_table_new (g_str_hash, g_str_equal);
   g_autoptr(GPtrArray) order = g_ptr_array_new ();
-  JsonNode *root, *map_node;
+  JsonNode *map_node;
   JsonObject *map;
   JsonObjectIter iter;
   const char *tensor;
   JsonNode *node;
 
-  if (!json_parser_load_from_mapped_file (parser, index_path, &json_error))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT,
-                   "model.safetensors.index.json: %s", json_error->message);
-      return NULL;
-    }
-  root = json_parser_get_root (parser);
-  if (root == NULL || JSON_NODE_TYPE (root) != JSON_NODE_OBJECT
+  root = um_json_parse_file (index_path, "model.safetensors.index.json", NULL, error);
+  if (root == NULL)
+    return NULL;
+  if (JSON_NODE_TYPE (root) != JSON_NODE_OBJECT
       || (map_node = json_object_get_member (json_node_get_object (root), "weight_map")) == NULL
       || JSON_NODE_TYPE (map_node) != JSON_NODE_OBJECT)
     {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "um-error.h"
+#include "um-json.h"
 
 /* The GPT-2 regex ByteLevel applies itself when use_regex is true. */
 static const char gpt2_pre_regex[] =
@@ -591,36 +592,32 @@ um_tokenizer_new_from_data (const char *data,
                             const char *source_name,
                             GError    **error)
 {
-  g_autoptr(JsonParser) parser = json_parser_new ();
-  g_autoptr(GError) local = NULL;
   const char *src = source_name ? source_name : "tokenizer.json";
+  g_autoptr(JsonNode) root = um_json_parse (data, len, src, &um_json_limits_model_file, error);
 
-  if (!json_parser_load_from_data (parser, data, len, &local))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: invalid JSON: %s", src, local->message);
-      return NULL;
-    }
-  return tokenizer_from_json (json_parser_get_root (parser), src, error);
+  if (root == NULL)
+    return NULL;
+  return tokenizer_from_json (root, src, error);
 }
 
 UmTokenizer *
 um_tokenizer_new_from_file (const char *tokenizer_json_path,
                             GError    **error)
 {
-  g_autoptr(GMappedFile) mf = NULL;
+  g_autoptr(JsonNode) root = NULL;
   g_autoptr(GError) local = NULL;
 
   g_return_val_if_fail (tokenizer_json_path != NULL, NULL);
 
-  mf = g_mapped_file_new (tokenizer_json_path, FALSE, &local);
-  if (mf == NULL)
+  root = um_json_parse_file (tokenizer_json_path, tokenizer_json_path, &um_json_limits_model_file, &local);
+  if (root == NULL)
     {
-      g_set_error (error, UM_ERROR, UM_ERROR_IO, "%s: cannot read: %s",
-                   tokenizer_json_path, local->message);
+      /* Callers take a missing tokenizer for an I/O failure, as before. */
+      if (um_json_error_is_missing (local))
+        g_set_error (error, UM_ERROR, UM_ERROR_IO, "%s: cannot read: the file is missing", tokenizer_json_path);
+      else
+        g_propagate_error (error, g_steal_pointer (&local));
       return NULL;
     }
-  /* an empty file maps to NULL contents */
-  return um_tokenizer_new_from_data (g_mapped_file_get_contents (mf) ? g_mapped_file_get_contents (mf) : "",
-                                     (gssize) g_mapped_file_get_length (mf),
-                                     tokenizer_json_path, error);
+  return tokenizer_from_json (root, tokenizer_json_path, error);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "um-error.h"
+#include "um-json.h"
 
 /* Upper bounds far above any real model; they catch absurd values before
  * they turn into absurd allocations. */
@@ -13,30 +14,23 @@
 #define MAX_VOCAB    (1u << 24)
 #define MAX_SEQ      (1u << 20)
 
+/* Sets *@root to the parsed file (the caller frees it) and returns its
+ * object. A missing optional file is NULL without an error. */
 static JsonObject *
-load_object (const char *path, const char *file, gboolean required, JsonParser *parser, GError **error)
+load_object (const char *path, const char *file, gboolean required, JsonNode **root, GError **error)
 {
   g_autoptr(GError) local_error = NULL;
-  JsonNode *root;
 
-  if (!g_file_test (path, G_FILE_TEST_EXISTS))
+  *root = um_json_parse_file (path, file, NULL, &local_error);
+  if (*root == NULL)
     {
-      if (required)
+      if (!um_json_error_is_missing (local_error))
+        g_propagate_error (error, g_steal_pointer (&local_error));
+      else if (required)
         g_set_error (error, UM_ERROR, UM_ERROR_IO, "%s: missing (looked for %s)", file, path);
       return NULL;
     }
-  if (!json_parser_load_from_mapped_file (parser, path, &local_error))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: invalid JSON: %s", file, local_error->message);
-      return NULL;
-    }
-  root = json_parser_get_root (parser);
-  if (root == NULL || JSON_NODE_TYPE (root) != JSON_NODE_OBJECT)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: not a JSON object", file);
-      return NULL;
-    }
-  return json_node_get_object (root);
+  return um_json_root_object (*root, file, error);
 }
 
 typedef enum { OPTIONAL, REQUIRED } Need;
@@ -162,8 +156,8 @@ um_model_config_load_hf (UmModelConfig *cfg,
 {
   g_autofree char *config_path = g_build_filename (dir, "config.json", NULL);
   g_autofree char *gen_path = g_build_filename (dir, "generation_config.json", NULL);
-  g_autoptr(JsonParser) parser = json_parser_new_immutable ();
-  g_autoptr(JsonParser) gen_parser = json_parser_new_immutable ();
+  g_autoptr(JsonNode) root = NULL;
+  g_autoptr(JsonNode) gen_root = NULL;
   const char *file = "config.json";
   JsonObject *obj, *gen;
   gint64 n_layers = 0, d_model = 0, n_heads = 0, n_kv = 0, mlp = 0, vocab = 0, emb = 0;
@@ -172,7 +166,7 @@ um_model_config_load_hf (UmModelConfig *cfg,
   GError *local_error = NULL;
 
   memset (cfg, 0, sizeof *cfg);
-  obj = load_object (config_path, file, TRUE, parser, error);
+  obj = load_object (config_path, file, TRUE, &root, error);
   if (obj == NULL)
     return FALSE;
   if (!check_unsupported (obj, file, error))
@@ -198,7 +192,7 @@ um_model_config_load_hf (UmModelConfig *cfg,
       || !get_int (obj, file, "embedding_size", OPTIONAL, 1, MAX_VOCAB, &emb, error))
     return FALSE;
 
-  gen = load_object (gen_path, "generation_config.json", FALSE, gen_parser, &local_error);
+  gen = load_object (gen_path, "generation_config.json", FALSE, &gen_root, &local_error);
   if (local_error != NULL)
     {
       g_propagate_error (error, local_error);

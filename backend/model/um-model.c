@@ -5,6 +5,7 @@
 
 #include "um-error.h"
 #include "um-half.h"
+#include "um-json.h"
 #include "um-model-gguf.h"
 #include "um-safetensors.h"
 
@@ -152,27 +153,39 @@ um_model_bind_weights (UmModel *model, const UmWeightNames *names, GError **erro
   return TRUE;
 }
 
-/* tokenizer_config.json's "bos_token" may be a string or {"content": ...}. */
-static gint32
-bos_from_tokenizer_config (UmModel *model, const char *dir)
+/* tokenizer_config.json's "bos_token" may be a string or {"content": ...}.
+ * A missing file or field leaves *@bos at -1; a file that is not JSON is
+ * an error like any other broken model file. */
+static gboolean
+bos_from_tokenizer_config (UmModel *model, const char *dir, gint32 *bos, GError **error)
 {
   g_autofree char *path = g_build_filename (dir, "tokenizer_config.json", NULL);
-  g_autoptr(JsonParser) parser = json_parser_new_immutable ();
-  JsonNode *root, *node;
+  g_autoptr(GError) local = NULL;
+  g_autoptr(JsonNode) root = NULL;
+  JsonObject *obj;
+  JsonNode *node;
   const char *text = NULL;
 
-  if (!json_parser_load_from_mapped_file (parser, path, NULL))
-    return -1;
-  root = json_parser_get_root (parser);
-  if (root == NULL || JSON_NODE_TYPE (root) != JSON_NODE_OBJECT)
-    return -1;
-  node = json_object_get_member (json_node_get_object (root), "bos_token");
+  *bos = -1;
+  root = um_json_parse_file (path, "tokenizer_config.json", NULL, &local);
+  if (root == NULL)
+    {
+      if (um_json_error_is_missing (local))
+        return TRUE;
+      g_propagate_error (error, g_steal_pointer (&local));
+      return FALSE;
+    }
+  if ((obj = um_json_root_object (root, "tokenizer_config.json", error)) == NULL)
+    return FALSE;
+  node = json_object_get_member (obj, "bos_token");
   if (node != NULL && JSON_NODE_TYPE (node) == JSON_NODE_VALUE
       && json_node_get_value_type (node) == G_TYPE_STRING)
     text = json_node_get_string (node);
   else if (node != NULL && JSON_NODE_TYPE (node) == JSON_NODE_OBJECT)
     text = json_object_get_string_member_with_default (json_node_get_object (node), "content", NULL);
-  return text ? um_tokenizer_token_to_id (model->tokenizer, text) : -1;
+  if (text != NULL)
+    *bos = um_tokenizer_token_to_id (model->tokenizer, text);
+  return TRUE;
 }
 
 /* Ids the configuration does not carry come from the vocabulary. */
@@ -203,8 +216,8 @@ load_hf_dir (UmModel *model, GError **error)
                    um_tokenizer_vocab_size (model->tokenizer), model->cfg.vocab_size);
       return FALSE;
     }
-  if (model->cfg.bos_id < 0)
-    model->cfg.bos_id = bos_from_tokenizer_config (model, model->path);
+  if (model->cfg.bos_id < 0 && !bos_from_tokenizer_config (model, model->path, &model->cfg.bos_id, error))
+    return FALSE;
   um_model_resolve_special_ids (model);
   if (!um_model_config_validate (&model->cfg, "config.json", error))
     return FALSE;

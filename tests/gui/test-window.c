@@ -12,6 +12,7 @@
 
 #include "um-chat-page.h"
 #include "um-generate-page.h"
+#include "um-profile.h"
 #include "um-settings.h"
 #include "um-test-util.h"
 #include "um-window.h"
@@ -485,6 +486,58 @@ test_chat_screenshot (void)
   destroy_window (win);
 }
 
+/* A settings.json and an optimizer.json of 200,000 nested '[' at start
+ * (json-glib alone overflowed the stack on either, before any window):
+ * both are moved aside, one banner tells of both, no error is shown, and
+ * the app loads a model and generates. */
+static void
+test_hostile_config_files (void)
+{
+  g_autofree char *dir = g_build_filename (tmp_dir, "hostile", NULL);
+  g_autofree char *settings_path = g_build_filename (dir, "settings.json", NULL);
+  g_autofree char *profile_path = NULL;
+  g_autofree char *model = um_test_data_path ("tiny-llada");
+  g_autofree char *deep = g_strnfill (200000, '[');
+  g_autoptr(UmSettings) settings = NULL;
+  UmGeneratePage *page;
+  UmWindow *win;
+  const char *notice;
+
+  g_assert_cmpint (g_mkdir_with_parents (dir, 0700), ==, 0);
+  g_setenv ("UNMASK_CONFIG_DIR", dir, TRUE);
+  profile_path = um_profile_path (dir);
+  g_assert_true (g_file_set_contents (settings_path, deep, -1, NULL));
+  g_assert_true (g_file_set_contents (profile_path, deep, -1, NULL));
+
+  settings = um_settings_new (settings_path);
+  win = um_window_new (NULL, settings);
+  gtk_window_set_default_size (GTK_WINDOW (win), 1180, 780);
+  gtk_window_present (GTK_WINDOW (win));
+  wait_for (mapped, win, 10);
+  notice = um_window_get_notice (win);
+  g_test_message ("notice: %s", notice);
+  g_assert_nonnull (notice);
+  g_assert_nonnull (strstr (notice, "optimizer.json.corrupt-"));
+  g_assert_nonnull (strstr (notice, "settings.json.corrupt-"));
+  g_assert_nonnull (strstr (notice, "nested more than 64 levels deep"));
+  g_assert_null (um_window_get_error_message (win));
+  g_assert_false (g_file_test (settings_path, G_FILE_TEST_EXISTS));
+  g_assert_false (g_file_test (profile_path, G_FILE_TEST_EXISTS));
+  g_assert_cmpint (um_window_get_profile (win)->mem.mode, ==, UM_MEM_STANDARD);
+
+  /* The app works. */
+  load (win, model);
+  g_assert_nonnull (um_window_get_engine (win));
+  g_assert_null (um_window_get_error_message (win));
+  page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  set_params (win, 16, 16, 8);
+  um_generate_page_generate (page);
+  wait_for (not_running, page, 60);
+  g_assert_null (um_generate_page_get_last_error (page));
+  destroy_window (win);
+  g_unsetenv ("UNMASK_CONFIG_DIR");
+}
+
 int
 main (int argc, char **argv)
 {
@@ -509,6 +562,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gui/generate-live-and-replay", test_generate_live_and_replay);
   g_test_add_func ("/gui/stop-within-one-step", test_stop_within_one_step);
   g_test_add_func ("/gui/bad-model", test_bad_model_then_good);
+  g_test_add_func ("/gui/hostile-config-files", test_hostile_config_files);
   g_test_add_func ("/gui/view-follows-by-scrolling", test_view_follows_by_scrolling);
   g_test_add_func ("/gui/narrow-window", test_narrow_window);
   g_test_add_func ("/gui/generate-screenshot", test_generate_screenshot);

@@ -1,0 +1,185 @@
+/* test-settings.c — settings.json read at startup: a damaged file (hostile
+ * JSON, a member of the wrong type) is moved aside, the defaults are used
+ * and the load warning says so; a good one is applied. No display needed. */
+#include "config.h"
+
+#include <glib/gstdio.h>
+#include <string.h>
+
+#include "um-settings.h"
+#include "um-test-util.h"
+
+/* The one file in @dir whose name starts with "settings.json.corrupt-". */
+static char *
+moved_aside (const char *dir)
+{
+  g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
+  const char *name;
+  char *found = NULL;
+
+  g_assert_nonnull (d);
+  while ((name = g_dir_read_name (d)) != NULL)
+    if (g_str_has_prefix (name, "settings.json.corrupt-"))
+      {
+        g_assert_null (found);
+        found = g_build_filename (dir, name, NULL);
+      }
+  return found;
+}
+
+/* Writes @text as settings.json, loads it and checks the corrupt path:
+ * the warning names the problem and the new name, the bytes are kept, the
+ * defaults are in use and nothing is written back. */
+static void
+expect_moved_aside (const char *text, gsize len, const char *needle)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *path = g_build_filename (dir, "settings.json", NULL);
+  g_autofree char *aside = NULL;
+  g_autofree char *kept = NULL;
+  g_autofree char *aside_name = NULL;
+  gsize kept_len;
+  UmSettings *settings;
+  UmGenParams p;
+  const char *warning;
+
+  um_test_write_file (path, text, (gssize) len);
+  settings = um_settings_new (path);
+  warning = um_settings_get_load_warning (settings);
+  g_assert_nonnull (warning);
+  if (needle != NULL && strstr (warning, needle) == NULL)
+    g_error ("warning “%s” does not mention “%s”", warning, needle);
+  aside = moved_aside (dir);
+  g_assert_nonnull (aside);
+  aside_name = g_path_get_basename (aside);
+  g_assert_nonnull (strstr (warning, aside_name));
+  g_assert_true (g_file_get_contents (aside, &kept, &kept_len, NULL));
+  g_assert_cmpmem (kept, kept_len, text, len);
+  g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
+  um_settings_get_params (settings, &p);
+  g_assert_cmpint (p.steps, ==, 128);
+  g_assert_cmpint (p.gen_length, ==, 128);
+  g_assert_null (um_settings_get_recent_models (settings)[0]);
+  g_object_unref (settings);
+  /* Loading is not a change: the defaults are not written over it. */
+  g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
+  um_test_rmtree (dir);
+}
+
+static void
+test_hostile_json (void)
+{
+  g_autoptr(GPtrArray) cases = um_test_hostile_json ();
+
+  for (guint i = 0; i < cases->len; i++)
+    {
+      const UmTestHostileJson *h = g_ptr_array_index (cases, i);
+      g_test_message ("%s", h->name);
+      expect_moved_aside (h->text, h->len, h->needle);
+    }
+}
+
+static void
+test_wrong_types (void)
+{
+  static const struct {
+    const char *text, *needle;
+  } cases[] = {
+    { "{\"steps\": \"64\"}", "“steps” is not an integer" },
+    { "{\"steps\": 64.5}", "“steps” is not an integer" },
+    { "{\"seed\": true}", "“seed” is not an integer" },
+    { "{\"temperature\": \"hot\"}", "“temperature” is not a number" },
+    { "{\"chat-template\": 1}", "“chat-template” is not true or false" },
+    { "{\"remasking\": 3}", "“remasking” is not a string" },
+    { "{\"cache\": {\"a\": 1}}", "“cache” is not a string" },
+    { "{\"threshold\": [0.9]}", "“threshold” is not a number" },
+    { "{\"recent-models\": \"/models/a\"}", "“recent-models” is not a list of paths" },
+    { "{\"recent-models\": [\"/models/a\", 5]}", "“recent-models” is not a list of paths" },
+    /* A good member before the bad one is not applied either. */
+    { "{\"steps\": 64, \"gen-length\": false}", "“gen-length” is not an integer" },
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      g_test_message ("%s", cases[i].text);
+      expect_moved_aside (cases[i].text, strlen (cases[i].text), cases[i].needle);
+    }
+}
+
+/* A good file: applied and left where it is; null and unknown members and
+ * values out of range are ignored, as before. */
+static void
+test_good_file (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *path = g_build_filename (dir, "settings.json", NULL);
+  const char *text = "{\"steps\": 64, \"gen-length\": 256, \"temperature\": 1, \"cfg-scale\": 0.5,"
+                     " \"seed\": 123456789012345678, \"chat-template\": false, \"remasking\": \"random\","
+                     " \"block-length\": 99999, \"threads\": null, \"from-the-future\": [1, {\"a\": 2}],"
+                     " \"recent-models\": [\"/models/b\", \"/models/a\"]}";
+  g_autoptr(UmSettings) settings = NULL;
+  const char * const *recent;
+  UmGenParams p;
+  gboolean chat_template = TRUE;
+
+  um_test_write_file (path, text, -1);
+  settings = um_settings_new (path);
+  g_assert_null (um_settings_get_load_warning (settings));
+  g_assert_null (moved_aside (dir));
+  um_settings_get_params (settings, &p);
+  g_assert_cmpint (p.steps, ==, 64);
+  g_assert_cmpint (p.gen_length, ==, 256);
+  g_assert_cmpint (p.block_length, ==, 32);
+  g_assert_cmpfloat (p.temperature, ==, 1.0);
+  g_assert_cmpfloat (p.cfg_scale, ==, 0.5);
+  g_assert_cmpuint (p.seed, ==, 123456789012345678u);
+  g_assert_cmpint (p.remasking, ==, UM_REMASK_RANDOM);
+  g_object_get (settings, "chat-template", &chat_template, NULL);
+  g_assert_false (chat_template);
+  recent = um_settings_get_recent_models (settings);
+  g_assert_cmpstr (recent[0], ==, "/models/b");
+  g_assert_cmpstr (recent[1], ==, "/models/a");
+  g_assert_null (recent[2]);
+  g_assert_cmpint (um_settings_get_threads (settings), ==, 0);
+  um_test_rmtree (dir);
+}
+
+/* A recent path that is not UTF-8 is not written: it would make the whole
+ * file unreadable as JSON at the next start. */
+static void
+test_non_utf8_recent_path (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *path = g_build_filename (dir, "settings.json", NULL);
+  g_autoptr(GError) error = NULL;
+
+  {
+    g_autoptr(UmSettings) settings = um_settings_new (path);
+    um_settings_add_recent_model (settings, "/models/good");
+    um_settings_add_recent_model (settings, "/models/\xff\xfe");
+    g_object_set (settings, "steps", 32, NULL);
+    g_assert_true (um_settings_save (settings, &error));
+    g_assert_no_error (error);
+  }
+  {
+    g_autoptr(UmSettings) settings = um_settings_new (path);
+    UmGenParams p;
+    g_assert_null (um_settings_get_load_warning (settings));
+    um_settings_get_params (settings, &p);
+    g_assert_cmpint (p.steps, ==, 32);
+    g_assert_cmpstr (um_settings_get_recent_models (settings)[0], ==, "/models/good");
+    g_assert_null (um_settings_get_recent_models (settings)[1]);
+  }
+  um_test_rmtree (dir);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/settings/hostile-json", test_hostile_json);
+  g_test_add_func ("/settings/wrong-types", test_wrong_types);
+  g_test_add_func ("/settings/good-file", test_good_file);
+  g_test_add_func ("/settings/non-utf8-recent-path", test_non_utf8_recent_path);
+  return g_test_run ();
+}
