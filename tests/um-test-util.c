@@ -6,8 +6,10 @@
 #include <errno.h>
 #include <glib/gstdio.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "um-error.h"
 #include "um-half.h"
@@ -41,6 +43,89 @@ um_test_json_ids (JsonArray *array)
       g_array_append_val (ids, v);
     }
   return ids;
+}
+
+/* What the abort handler writes: formatted before the seed runs, since a
+ * signal handler may only write(2). Empty while no seed runs. */
+static char   seed_note[128];
+static size_t seed_note_len;
+
+static void
+seed_abort_handler (int sig)
+{
+  if (seed_note_len > 0)
+    {
+      ssize_t r = write (STDERR_FILENO, seed_note, seed_note_len);
+      (void) r;
+    }
+  /* SA_RESETHAND restored the default action: abort for real. */
+  raise (sig);
+}
+
+static void
+seed_note_set (guint32 seed)
+{
+  static gboolean installed;
+
+  if (!installed)
+    {
+      struct sigaction sa;
+      memset (&sa, 0, sizeof sa);
+      sa.sa_handler = seed_abort_handler;
+      sa.sa_flags = (int) SA_RESETHAND;
+      sigemptyset (&sa.sa_mask);
+      /* g_assert* abort; g_error traps. */
+      sigaction (SIGABRT, &sa, NULL);
+      sigaction (SIGTRAP, &sa, NULL);
+      installed = TRUE;
+    }
+  g_snprintf (seed_note, sizeof seed_note,
+              "\n** failed with test seed %u: replay it with UM_TEST_SEED=%u\n", seed, seed);
+  seed_note_len = strlen (seed_note);
+}
+
+gboolean
+um_test_seed_next (guint *it, guint32 *seed)
+{
+  /* Fixed seeds: arbitrary, spread over the 32 bits. */
+  static const guint32 fixed[UM_TEST_N_FIXED_SEEDS] = {
+    1, 2, 3, 42, 1234, 99991, 0x9e3779b9u, 0x85ebca6bu, 0xc2b2ae35u, 0x27d4eb2fu,
+    0x165667b1u, 0xdeadbeefu, 0x01000193u, 0x811c9dc5u, 0x5bd1e995u, 0xcc9e2d51u,
+    0x1b873593u, 0xe6546b64u, 0x7fffffffu, 0xffffffffu,
+  };
+  const char *env = g_getenv ("UM_TEST_SEED");
+  guint i = (*it)++;
+
+  if (env != NULL && *env != '\0')
+    {
+      guint64 v;
+      if (!g_ascii_string_to_unsigned (env, 10, 0, G_MAXUINT32, &v, NULL))
+        g_error ("UM_TEST_SEED=%s is not a number from 0 to %u", env, G_MAXUINT32);
+      if (i > 0)
+        goto done;
+      *seed = (guint32) v;
+      g_test_message ("test seed %u (from UM_TEST_SEED)", *seed);
+    }
+  else if (i < UM_TEST_N_FIXED_SEEDS)
+    *seed = fixed[i];
+  else if (i == UM_TEST_N_FIXED_SEEDS)
+    {
+      /* The clock's microseconds mixed (splitmix64's finalizer) so that
+       * runs close in time still get unrelated seeds. */
+      guint64 z = (guint64) g_get_real_time () + 0x9e3779b97f4a7c15ull * (guint64) getpid ();
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      *seed = (guint32) (z ^ (z >> 31));
+      g_test_message ("test seed %u varies per run; replay it with UM_TEST_SEED=%u", *seed, *seed);
+    }
+  else
+    goto done;
+  seed_note_set (*seed);
+  return TRUE;
+
+done:
+  seed_note_len = 0;
+  return FALSE;
 }
 
 char *

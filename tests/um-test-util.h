@@ -39,6 +39,21 @@ char       *um_test_read_file (const char *path);
 /* Entries of @dir whose names start with @prefix (0 if @dir is missing). */
 guint       um_test_count_prefix (const char *dir, const char *prefix);
 
+/* Seeds for a property that must hold for any input. Iterate with
+ *
+ *   guint32 seed;
+ *   for (guint it = 0; um_test_seed_next (&it, &seed);)
+ *     { ... random data from seed ... }
+ *
+ * to get UM_TEST_N_FIXED_SEEDS fixed seeds, then one that differs from run
+ * to run (so a value-dependent failure the fixed ones miss shows up in time).
+ * The varying seed goes to g_test_message; while any seed runs, an abort or
+ * a trap (a failed g_assert, a g_error) prints it with how to replay it:
+ * UM_TEST_SEED=<n> runs only seed n. Leave the loop only by its end, or the
+ * note stays armed for later failures. */
+#define UM_TEST_N_FIXED_SEEDS 20
+gboolean    um_test_seed_next (guint *it, guint32 *seed);
+
 typedef struct {
   guint    n_layers;
   guint    d_model;
