@@ -80,4 +80,26 @@ void     um_test_model_spec_init_llada8b (UmTestModelSpec *spec, guint n_layers)
  * weights (streamed to disk, never all in memory). */
 gboolean um_test_write_model (const char *dir, const UmTestModelSpec *spec, GError **error);
 
+/* What an engine computed, as named byte blocks, to compare two engines
+ * that must agree bit for bit. */
+typedef struct {
+  GPtrArray *names;   /* char * */
+  GPtrArray *blocks;  /* GBytes */
+} UmTestOutputs;
+
+void        um_test_outputs_init (UmTestOutputs *o);
+void        um_test_outputs_clear (UmTestOutputs *o);
+/* Every kind of pass the sampler runs, on @engine (a model with at least
+ * 500 tokens): the plain forward, guidance (two sequences), the cached
+ * passes (a refresh, then prefix and dual steps on a canvas that moved on),
+ * the choose passes (the token choice where the logits are, guided and not,
+ * cached and not), and whole generations with guidance, both caches,
+ * Gumbel noise, random remasking and the threshold rule: logits, ids,
+ * confidences and step traces appended to @o. @brief: the plain forward,
+ * the guided choose passes and one short generation (for slow backends). */
+void        um_test_engine_passes (UmEngine *engine, gboolean brief, UmTestOutputs *o);
+/* The first block where @a and @b differ, or -1. */
+int         um_test_outputs_differ (const UmTestOutputs *a, const UmTestOutputs *b);
+const char *um_test_outputs_name (const UmTestOutputs *o, int i);
+
 G_END_DECLS
