@@ -13,6 +13,7 @@
 #include "um-gemm.h"
 #include "um-half.h"
 #include "um-quant.h"
+#include "um-test-util.h"
 
 #define U (1.0 / 16777216.0)   /* unit roundoff of float32 */
 
@@ -529,6 +530,29 @@ test_args (void)
   g_assert_cmpuint (um_qgemm_scratch_bytes (UM_DTYPE_Q4_K, 8, 256, 8), >, 0);
 }
 
+/* The bounds hold for any values: every test seed, every type, one small
+ * case through the reference and (where the CPU has it) VNNI; the shapes
+ * are test_ref's and test_vnni's. */
+static void
+test_values (void)
+{
+  guint32 seed;
+  Counts n = { 0, 0 };
+
+  for (guint it = 0; um_test_seed_next (&it, &seed);)
+    for (guint i = 0; i < G_N_ELEMENTS (types); i++)
+      {
+        const gboolean kq = types[i] == UM_DTYPE_Q4_K || types[i] == UM_DTYPE_Q5_K || types[i] == UM_DTYPE_Q6_K;
+        Case cs;
+
+        case_init (&cs, types[i], 5, 9, kq ? 512 : 96, seed);
+        check_ref (&cs);
+        if (have_vnni ())
+          check_vnni (&cs, &n.same, &n.total);
+        case_clear (&cs);
+      }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -536,6 +560,7 @@ main (int argc, char **argv)
 
   g_test_add_func ("/qgemm/args", test_args);
   g_test_add_func ("/qgemm/rounding-rule", test_rounding_rule);
+  g_test_add_func ("/qgemm/values", test_values);
   for (guint i = 0; i < G_N_ELEMENTS (types); i++)
     {
       char *p = g_strdup_printf ("/qgemm/ref/%s", um_dtype_name (types[i]));
