@@ -321,6 +321,7 @@ test_crafted (void)
   g_assert_cmpint (id, ==, 0);
   g_assert_true (isnan (conf));
   um_choose_row (&r, x + 3 * V, NULL, V, 0, &id, &conf);  /* a row ending in NaN: confidence 0 */
+  /* The 0.0s below are assigned for a non-finite maximum, not computed. */
   g_assert_cmpfloat (conf, ==, 0.0);
   um_choose_row (&r, x + 4 * V, NULL, V, 0, &id, &conf);
   g_assert_cmpint (id, !=, 100);
@@ -347,6 +348,7 @@ test_crafted (void)
   r.temperature = 1.0;
   um_choose_row (&r, x + 9 * V, NULL, V, 0, &id, &conf);  /* at T > 0 EOS keeps its logit */
   g_assert_cmpint (id, ==, EOS);
+  /* Exact: exp (0) / (exp (0) + exact zeros from exp (−inf)) = 1. */
   g_assert_cmpfloat (conf, ==, 1.0);
   r.remask_random = TRUE;
   r.seed = 9;

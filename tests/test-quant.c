@@ -136,7 +136,9 @@ test_block_sizes (void)
   g_assert_cmpuint (G_STRUCT_OFFSET (UmBlockQ6_K, d), ==, 208);
 }
 
-/* Hand-made blocks with known values pin the element order. */
+/* Hand-made blocks with known values pin the element order. The values are
+ * compared exactly: scales 0.5 and 1 (exact in f16), small integer codes,
+ * mins and sub-scales, so every product and difference is exact. */
 static void
 test_known_blocks (void)
 {
@@ -328,7 +330,7 @@ test_round_trip (GRand *r, guint seed_index)
       fill_uniform (r, x, n, 0.5, 1.5);   /* all positive: min/offset path */
       check_round_trip (c, "uniform+", x, n, c->uniform_rms);
 
-      /* all zero: exactly zero back */
+      /* all zero: exactly zero back (a zero scale times any code) */
       memset (x, 0, (size_t) n * sizeof (float));
       g_assert_true (um_quant_quantize_row_ref (c->t, x, q, n));
       g_assert_true (um_quant_dequantize_row_ref (c->t, q, y, n));
