@@ -81,14 +81,17 @@ check_streaming_identical (const char *path, const char *format)
 {
   g_autoptr(GError) error = NULL;
   g_autoptr(UmEngine) resident = NULL;
-  UmTestOutputs want;
+  UmTestOutputs want[2];   /* every pass; brief */
 
   format_for_test = format;
   resident = load (path, UM_MEM_EXTREME_MODERATE, 0, format_knob, &error);
   g_assert_no_error (error);
   g_assert_cmpuint (um_engine_get_plan (resident)->stream_slots, ==, 0);
-  um_test_outputs_init (&want);
-  um_test_engine_passes (resident, FALSE, &want);
+  for (int b = 0; b < 2; b++)
+    {
+      um_test_outputs_init (&want[b]);
+      um_test_engine_passes (resident, b, &want[b]);
+    }
   for (int z = 0; z <= 1; z++)
     for (int k = 2; k <= 3; k++)
       {
@@ -96,6 +99,10 @@ check_streaming_identical (const char *path, const char *format)
         const UmPlan *p;
         const UmForwardStats *st;
         UmTestOutputs got;
+        /* Every pass for raw with 2 slots and zstd with 3, the brief set
+         * for the other two: the slots and the store are independent of
+         * the kind of pass, and this keeps the test short. */
+        const gboolean brief = (z == 0) != (k == 2);
         int differ;
 
         slots_for_test = k;
@@ -108,18 +115,19 @@ check_streaming_identical (const char *path, const char *format)
         g_assert_cmpstr (um_engine_get_plan (resident)->weight_format, ==, p->weight_format);
         g_assert_cmpint (p->options.row_chunk, ==, um_engine_get_plan (resident)->options.row_chunk);
         um_test_outputs_init (&got);
-        um_test_engine_passes (streamed, FALSE, &got);
-        if ((differ = um_test_outputs_differ (&got, &want)) >= 0)
+        um_test_engine_passes (streamed, brief, &got);
+        if ((differ = um_test_outputs_differ (&got, &want[brief])) >= 0)
           g_error ("%s weights, %s store, %d slots: %s differ from the resident model's",
-                   p->weight_format, z ? "zstd" : "raw", k, um_test_outputs_name (&want, differ));
+                   p->weight_format, z ? "zstd" : "raw", k, um_test_outputs_name (&want[brief], differ));
         st = um_forward_get_stats (um_engine_get_forward (streamed));
         g_test_message ("%s weights, %s store, %d slots: %u results identical over %" G_GUINT64_FORMAT " passes",
-                        p->weight_format, z ? "zstd" : "raw", k, want.blocks->len, st->n_passes);
+                        p->weight_format, z ? "zstd" : "raw", k, got.blocks->len, st->n_passes);
         /* Every pass streamed every layer. */
         g_assert_cmpuint (st->layers_streamed, ==, st->n_passes * p->n_layers);
         um_test_outputs_clear (&got);
       }
-  um_test_outputs_clear (&want);
+  um_test_outputs_clear (&want[0]);
+  um_test_outputs_clear (&want[1]);
 }
 
 static void
