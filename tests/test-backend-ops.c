@@ -980,6 +980,72 @@ test_generate_same_as_cpu (void)
     um_engine_free (engines[k]);
 }
 
+/* Layer streaming on the device: streamed through 2 slots (raw and zstd
+ * host store), a model gives the resident model's results bit for bit in
+ * every kind of pass, the choice of tokens on the device included. Quantized
+ * weights only: each is dequantized into the same tile and multiplied
+ * there, wherever its bytes came from (see test_weight_view_matmul); plain
+ * BF16 weights differ by design (resident ones that f16 holds run as F16,
+ * a slot's cannot be checked at upload and keeps fp32 products). */
+static void
+test_streaming_same_as_resident (void)
+{
+  const char *const formats[] = { "Q8_0" };
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *model = g_build_filename (dir, "model", NULL);
+  g_autoptr(GError) error = NULL;
+  UmTestModelSpec spec;
+
+  um_test_model_spec_init (&spec);
+  spec.n_layers = 4;
+  spec.dtype = UM_DTYPE_BF16;
+  g_assert_true (um_test_write_model (model, &spec, &error));
+  g_assert_no_error (error);
+
+  for (guint f = 0; f < G_N_ELEMENTS (formats); f++)
+    {
+      UmTestOutputs want;
+
+      um_test_outputs_init (&want);
+      for (int k = 0; k < 3; k++)
+        {
+          g_autoptr(UmEngine) engine = NULL;
+          UmEngineOptions o;
+          UmTestOutputs got;
+          const UmPlan *p;
+          int differ;
+
+          um_engine_options_init (&o);
+          o.device = UM_DEVICE_CUDA;
+          o.cache_dir = dir;
+          /* 0: resident; 1: streamed from a raw store; 2: from zstd. */
+          o.mem.mode = k == 0 ? UM_MEM_EXTREME_MODERATE : UM_MEM_EXTREME_AGGRESSIVE;
+          o.mem.resident_layers = k == 0 ? 0 : 2;
+          o.mem.host_zstd = k == 2;
+          g_strlcpy (o.mem.weight_format, formats[f], sizeof o.mem.weight_format);
+          engine = um_engine_load (model, &o, NULL, NULL, NULL, &error);
+          g_assert_no_error (error);
+          g_assert_nonnull (um_engine_get_backend (engine)->ops->choose);
+          p = um_engine_get_plan (engine);
+          g_assert_cmpuint (p->stream_slots, ==, k == 0 ? 0 : 2);
+          if (k == 0)
+            {
+              um_test_engine_passes (engine, TRUE, &want);
+              continue;
+            }
+          um_test_outputs_init (&got);
+          um_test_engine_passes (engine, TRUE, &got);
+          if ((differ = um_test_outputs_differ (&got, &want)) >= 0)
+            g_error ("%s weights streamed from a %s store: %s differ from the resident model's", p->weight_format,
+                     k == 2 ? "zstd" : "raw", um_test_outputs_name (&want, differ));
+          g_test_message ("%s weights streamed from a %s store: identical", p->weight_format, k == 2 ? "zstd" : "raw");
+          um_test_outputs_clear (&got);
+        }
+      um_test_outputs_clear (&want);
+    }
+  um_test_rmtree (dir);
+}
+
 static void
 test_out_of_memory (void)
 {
@@ -1132,6 +1198,7 @@ main (int argc, char **argv)
   g_test_add_func ("/backend-ops/mem-info", test_mem_info);
   g_test_add_func ("/backend-ops/choose", test_choose);
   g_test_add_func ("/backend-ops/generate", test_generate_same_as_cpu);
+  g_test_add_func ("/backend-ops/streaming", test_streaming_same_as_resident);
   g_test_add_func ("/backend-ops/out-of-memory", test_out_of_memory);
   rc = g_test_run ();
   um_backend_free (gpu);

@@ -130,6 +130,8 @@ test_round_trip (void)
   g_assert_cmpint (back->params.gen_length, ==, 64);
   g_assert_cmpint (back->params.steps, ==, 32);
   g_assert_cmpint (back->params.block_length, ==, 16);
+  /* Exact: json-glib writes a double with 17 significant digits and reads
+   * it back correctly rounded, which returns the same double. */
   g_assert_cmpfloat (back->params.temperature, ==, 0.7);
   g_assert_cmpfloat (back->params.cfg_scale, ==, 1.5);
   g_assert_cmpint (back->params.remasking, ==, UM_REMASK_RANDOM);

@@ -216,6 +216,7 @@ test_cache_list_remove (void)
         {
           g_assert_cmpstr (e->path, ==, p4);
           g_assert_cmpstr (e->type, ==, "Q4_0");
+          /* Exact: binary fractions written and read back. */
           g_assert_cmpfloat (e->prune_heads, ==, 0.25);
           g_assert_cmpfloat (e->prune_ffn, ==, 0.125);
         }
@@ -795,7 +796,7 @@ test_prune_keeps_largest (void)
   g = um_gguf_open (out, &error);
   g_assert_no_error (error);
   g_assert_true (um_gguf_get_f64 (g, "unmask.prune.heads", &v, &error));
-  g_assert_cmpfloat (v, ==, 0.25);
+  g_assert_cmpfloat (v, ==, 0.25);   /* exact: the options' binary fractions stored */
   g_assert_true (um_gguf_get_f64 (g, "unmask.prune.ffn", &v, &error));
   g_assert_cmpfloat (v, ==, 0.125);
   g_assert_cmpint (um_gguf_kv_type (g, um_gguf_find_key (g, "llada.attention.head_count")), ==, UM_GGUF_ARRAY);

@@ -412,6 +412,8 @@ test_score (void)
   g_assert_true (um_score_answer (fw, prompt_ids, np, answer, 1, &sp, &a, NULL, &error));
   g_assert_no_error (error);
   g_assert_cmpfloat_with_epsilon (a.log_likelihood, expect, 1e-9 * fabs (expect) + 1e-12);
+  /* Exact by construction: deviations from the first of equal samples are 0
+   * (test_score_zero_spread checks this over many values). */
   g_assert_cmpfloat (a.std_error, ==, 0.0);
   g_assert_cmpint (a.n_tokens, ==, 1);
 
@@ -447,6 +449,92 @@ test_score (void)
   g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
 }
 
+/* Equal samples: the score of a one-token answer is one forward repeated,
+ * so every sample is the same float and the estimate must be that value
+ * with a spread of exactly 0, for any value. Their naive mean (x + … + x)/S
+ * is not x for many x (about half of all doubles at S = 7), which is how an
+ * Intel Xeon once saw a spread of 8.9e-16: hence many seeds, random prompts,
+ * answer tokens and sample counts. */
+static void
+test_score_zero_spread (void)
+{
+  g_autoptr(UmEngine) engine = load_tiny ();
+  UmForward *fw = um_engine_get_forward (engine);
+  const UmModelConfig *cfg = &um_engine_get_model (engine)->cfg;
+  guint32 seed;
+
+  for (guint it = 0; um_test_seed_next (&it, &seed);)
+    {
+      g_autoptr(GRand) r = g_rand_new_with_seed (seed);
+      g_autoptr(GError) error = NULL;
+      gint32 prompt[8], answer;
+      int np = g_rand_int_range (r, 1, G_N_ELEMENTS (prompt) + 1);
+      UmScoreParams sp;
+      UmScore one, many;
+
+      for (int i = 0; i < np; i++)
+        prompt[i] = g_rand_int_range (r, 0, cfg->mask_id);
+      do
+        answer = g_rand_int_range (r, 0, cfg->vocab_size);
+      while (answer == cfg->mask_id);
+      um_score_params_init (&sp);
+      sp.seed = seed;
+      sp.mc_samples = 1;
+      sp.batch = 1;
+      g_assert_true (um_score_answer (fw, prompt, np, &answer, 1, &sp, &one, NULL, &error));
+      g_assert_no_error (error);
+      /* batch 1: every sample is the same one-sequence pass, so the same
+       * floats (rows of one batch could take other kernel tails). */
+      sp.mc_samples = g_rand_int_range (r, 3, 33);
+      g_assert_true (um_score_answer (fw, prompt, np, &answer, 1, &sp, &many, NULL, &error));
+      g_assert_no_error (error);
+      g_assert_cmpfloat (one.std_error, ==, 0.0);   /* exact: one sample has no spread */
+      /* Exact by construction (um_score_mean_spread): deviations from the
+       * first sample are 0, so the mean is that sample and the spread 0. */
+      if (many.std_error != 0.0 || many.log_likelihood != one.log_likelihood)
+        g_error ("seed %u: %d samples of %.17g give mean %.17g and spread %.3g", seed, sp.mc_samples,
+                 one.log_likelihood, many.log_likelihood, many.std_error);
+    }
+}
+
+/* um_score_mean_spread () on its own: equal samples of any value give that
+ * value and 0; on small integers every step is exact, so the result is. */
+static void
+test_score_mean_spread (void)
+{
+  const double ints[] = { 4, 1, 5, 2, 3 };
+  double mean, se;
+  guint32 seed;
+
+  /* Exact at every step: deviations from 4 are 0, −3, 1, −2, −1, their mean
+   * −1 (so the mean 3), Σ(d + 1)² = 10, 10/4/5 = 0.5, and sqrt is correctly
+   * rounded. This checks the divisors (n − 1 for the variance, n for the
+   * error of the mean). */
+  um_score_mean_spread (ints, G_N_ELEMENTS (ints), &mean, &se);
+  g_assert_cmpfloat (mean, ==, 3.0);
+  g_assert_cmpfloat (se, ==, sqrt (0.5));
+
+  for (guint it = 0; um_test_seed_next (&it, &seed);)
+    {
+      g_autoptr(GRand) r = g_rand_new_with_seed (seed);
+      double x[64];
+
+      for (int k = 0; k < 200; k++)
+        {
+          /* Any sign, mantissa and a wide range of exponents. */
+          double v = ldexp (g_rand_double_range (r, 1.0, 2.0), g_rand_int_range (r, -40, 41));
+          int n = g_rand_int_range (r, 1, G_N_ELEMENTS (x) + 1);
+
+          v = g_rand_boolean (r) ? -v : v;
+          for (int i = 0; i < n; i++)
+            x[i] = v;
+          um_score_mean_spread (x, n, &mean, &se);
+          if (mean != v || se != 0.0)
+            g_error ("seed %u: %d samples of %.17g give mean %.17g and spread %.3g", seed, n, v, mean, se);
+        }
+    }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -458,5 +546,7 @@ main (int argc, char **argv)
   g_test_add_func ("/fast-decoding/bad-params", test_bad_params);
   g_test_add_func ("/fast-decoding/cache-modes", test_cache_modes);
   g_test_add_func ("/fast-decoding/score", test_score);
+  g_test_add_func ("/fast-decoding/score-zero-spread", test_score_zero_spread);
+  g_test_add_func ("/fast-decoding/score-mean-spread", test_score_mean_spread);
   return g_test_run ();
 }

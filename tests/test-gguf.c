@@ -170,7 +170,9 @@ test_fixture (gconstpointer data)
   g_assert_true (um_gguf_get_u64 (g, "llada.attention.head_count_kv", &u, &error));
   g_assert_cmpuint (u, ==, json_object_get_int_member (cfg, "n_kv_heads"));
   g_assert_true (um_gguf_get_f64 (g, "llada.rope.freq_base", &x, &error));
-  g_assert_cmpfloat (x, ==, json_object_get_double_member (cfg, "rope_theta"));
+  /* Stored as float32: the writer's rounding of the config's double is
+   * (float) of it, and the float read back widens exactly. */
+  g_assert_cmpfloat ((float) x, ==, (float) json_object_get_double_member (cfg, "rope_theta"));
   g_assert_true (um_gguf_get_f64 (g, "llada.attention.layer_norm_rms_epsilon", &x, &error));
   /* Stored as float32. */
   g_assert_cmpfloat ((float) x, ==, (float) json_object_get_double_member (cfg, "rms_norm_eps"));
@@ -270,7 +272,7 @@ compare_with_safetensors (UmGguf *g, GBytes *st, const char *gguf_name, const ch
       float a, b;
       memcpy (&a, info->data + 4 * i, 4);
       memcpy (&b, (const guint8 *) ref + 4 * i, 4);
-      g_assert_cmpfloat (a, ==, b);
+      g_assert_cmpfloat (a, ==, b);   /* the same bytes copied */
     }
 }
 
@@ -623,6 +625,7 @@ test_writer_roundtrip (void)
   g_assert_cmpuint (u, ==, G_GUINT64_CONSTANT (9223372036854775813));
   g_assert_true (um_gguf_get_i64 (g, "t.i64", &i, &error));
   g_assert_cmpint (i, ==, -G_GINT64_CONSTANT (4611686018427387904));
+  /* Exact: values a float32 and a float64 hold, written and read back. */
   g_assert_true (um_gguf_get_f64 (g, "t.f32", &x, &error) && x == 1.5);
   g_assert_true (um_gguf_get_f64 (g, "t.f64", &x, &error) && x == -2.25e300);
   g_assert_true (um_gguf_get_bool (g, "t.bool", &b, &error) && b);
@@ -686,7 +689,8 @@ test_writer_roundtrip (void)
   g_assert_cmpuint (n, ==, 0);
   g_assert_null (i32s);
   g_assert_true (um_gguf_get_f32_array (g, "t.a_f64", &f32s, &n, &error));
-  g_assert_cmpfloat (f32s[1], ==, 0.0);
+  g_assert_cmpfloat (f32s[1], ==, 0.0);   /* −0.0 narrowed: exact, sign kept */
+  g_assert_true (signbit (f32s[1]));
   g_assert_true (isinf (f32s[0]));
 
   /* Tensors: same order, types, shapes, bytes; aligned; zero padding. */

@@ -95,6 +95,7 @@ test_round_trip (void)
   g_assert_cmpint (back->written_by, ==, UM_PROFILE_BY_USER);
   g_assert_cmpint (back->written_at, ==, 1764000123);
   g_assert_cmpstr (back->reason, ==, p->reason);
+  /* Exact: a double written with 17 significant digits reads back as itself. */
   g_assert_cmpfloat (back->mem.prune_heads, ==, 0.1);
   g_assert_cmpuint (back->memory_budget, ==, (3ull << 30) + 17);
   g_assert_cmpuint (back->overrides->len, ==, 2);

@@ -13,6 +13,7 @@
 #include "um-gemm.h"
 #include "um-half.h"
 #include "um-quant.h"
+#include "um-test-util.h"
 
 #define U (1.0 / 16777216.0)   /* unit roundoff of float32 */
 
@@ -273,6 +274,8 @@ check_vnni (const Case *c, guint *n_same, guint *n_total)
   g_assert_true (um_qgemm_vnni (c->t, c->w, n, k, c->x, m, got, scratch + 3, sb));
   /* No scratch, and too little: it allocates its own. */
   g_assert_true (um_qgemm_vnni (c->t, c->w, n, k, c->x, m, got2, NULL, 0));
+  /* Bit for bit: the scratch only holds the same packed data for the same
+   * kernels. */
   g_assert_cmpmem (got, (size_t) (m * n) * sizeof (float), got2, (size_t) (m * n) * sizeof (float));
   g_assert_true (um_qgemm_vnni (c->t, c->w, n, k, c->x, m, got2, scratch, sb / 2));
   g_assert_cmpmem (got, (size_t) (m * n) * sizeof (float), got2, (size_t) (m * n) * sizeof (float));
@@ -373,7 +376,8 @@ test_vnni (gconstpointer data)
 /* ---- the activation rounding rule ------------------------------------------ */
 
 /* A Q8_0 weight picking element 1 (code 1, d = 1) reads back the rounded
- * activation: with max |x| = 127, dx = 1 and q = x rounded half to even. */
+ * activation: with max |x| = 127, dx = 1 and q = x rounded half to even.
+ * Exact comparisons: every step is on small integers and 1.0. */
 static void
 test_rounding_rule (void)
 {
@@ -414,6 +418,9 @@ test_rounding_rule (void)
     for (int i = 0; i < 64; i++)
       x2[i] = i < 32 ? 1e-37f : 1.0f;
     g_assert_true (um_qgemm_ref (UM_DTYPE_Q8_0, w2, 1, 64, x2, 1, &out));
+    /* Exact: block 0 adds an exact 0 (dx = 0), block 1 is one correctly
+     * rounded fma, fl (4064 · fl (1/127)) = 32 (the exact product is
+     * 32 − 1.2e-7, within half an ulp of 32), the same on every IEEE CPU. */
     g_assert_cmpfloat (out, ==, 32.0f);
     if (have_vnni ())
       {
@@ -529,6 +536,29 @@ test_args (void)
   g_assert_cmpuint (um_qgemm_scratch_bytes (UM_DTYPE_Q4_K, 8, 256, 8), >, 0);
 }
 
+/* The bounds hold for any values: every test seed, every type, one small
+ * case through the reference and (where the CPU has it) VNNI; the shapes
+ * are test_ref's and test_vnni's. */
+static void
+test_values (void)
+{
+  guint32 seed;
+  Counts n = { 0, 0 };
+
+  for (guint it = 0; um_test_seed_next (&it, &seed);)
+    for (guint i = 0; i < G_N_ELEMENTS (types); i++)
+      {
+        const gboolean kq = types[i] == UM_DTYPE_Q4_K || types[i] == UM_DTYPE_Q5_K || types[i] == UM_DTYPE_Q6_K;
+        Case cs;
+
+        case_init (&cs, types[i], 5, 9, kq ? 512 : 96, seed);
+        check_ref (&cs);
+        if (have_vnni ())
+          check_vnni (&cs, &n.same, &n.total);
+        case_clear (&cs);
+      }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -536,6 +566,7 @@ main (int argc, char **argv)
 
   g_test_add_func ("/qgemm/args", test_args);
   g_test_add_func ("/qgemm/rounding-rule", test_rounding_rule);
+  g_test_add_func ("/qgemm/values", test_values);
   for (guint i = 0; i < G_N_ELEMENTS (types); i++)
     {
       char *p = g_strdup_printf ("/qgemm/ref/%s", um_dtype_name (types[i]));

@@ -8,6 +8,7 @@
 #include "um-dtype.h"
 #include "um-half.h"
 #include "um-quant.h"
+#include "um-test-util.h"
 
 static const UmDType quant_types[] = {
   UM_DTYPE_Q8_0, UM_DTYPE_Q4_0, UM_DTYPE_Q4_1, UM_DTYPE_Q5_0, UM_DTYPE_Q5_1,
@@ -135,7 +136,9 @@ test_block_sizes (void)
   g_assert_cmpuint (G_STRUCT_OFFSET (UmBlockQ6_K, d), ==, 208);
 }
 
-/* Hand-made blocks with known values pin the element order. */
+/* Hand-made blocks with known values pin the element order. The values are
+ * compared exactly: scales 0.5 and 1 (exact in f16), small integer codes,
+ * mins and sub-scales, so every product and difference is exact. */
 static void
 test_known_blocks (void)
 {
@@ -306,11 +309,10 @@ check_round_trip (const RoundTripCase *c, const char *what, const float *x, int6
 }
 
 static void
-test_round_trip (void)
+test_round_trip (GRand *r, guint seed_index)
 {
   const int64_t n = 8192;
   float *x = g_new (float, n);
-  GRand *r = g_rand_new_with_seed (1234);
 
   for (guint ci = 0; ci < G_N_ELEMENTS (round_trip_cases); ci++)
     {
@@ -328,7 +330,7 @@ test_round_trip (void)
       fill_uniform (r, x, n, 0.5, 1.5);   /* all positive: min/offset path */
       check_round_trip (c, "uniform+", x, n, c->uniform_rms);
 
-      /* all zero: exactly zero back */
+      /* all zero: exactly zero back (a zero scale times any code) */
       memset (x, 0, (size_t) n * sizeof (float));
       g_assert_true (um_quant_quantize_row_ref (c->t, x, q, n));
       g_assert_true (um_quant_dequantize_row_ref (c->t, q, y, n));
@@ -362,7 +364,6 @@ test_round_trip (void)
       g_free (q);
       g_free (y);
     }
-  g_rand_free (r);
   g_free (x);
 }
 
@@ -436,10 +437,9 @@ check_fast_dequant (UmDType t, const uint8_t *src, int64_t n)
 }
 
 static void
-test_fast_dequant (void)
+test_fast_dequant (GRand *r, guint seed_index)
 {
   const int64_t n = 256 * 13;   /* odd block counts, tails in the F16 loops */
-  GRand *r = g_rand_new_with_seed (99);
   float *x = g_new (float, n + 7);
 
   for (int pass = 0; pass < 2; pass++)
@@ -473,7 +473,6 @@ test_fast_dequant (void)
         }
     }
   um_quant_set_simd_enabled (TRUE);
-  g_rand_free (r);
   g_free (x);
 }
 
@@ -512,10 +511,9 @@ gamma_n (double n)
 }
 
 static void
-test_vec_dot (void)
+test_vec_dot (GRand *r, guint seed_index)
 {
   const int64_t n = 1024;
-  GRand *r = g_rand_new_with_seed (7);
   float *w = g_new (float, n), *x = g_new (float, n);
   float *wd = g_new (float, n), *xd = g_new (float, n);
 
@@ -578,7 +576,6 @@ test_vec_dot (void)
         }
     }
   um_quant_set_simd_enabled (TRUE);
-  g_rand_free (r);
   g_free (w);
   g_free (x);
   g_free (wd);
@@ -699,21 +696,25 @@ check_matmul_case (GRand *r, UmDType t, int64_t n, int64_t k, int64_t m, int scr
 }
 
 static void
-test_matmul (void)
+test_matmul (GRand *r, guint seed_index)
 {
-  GRand *r = g_rand_new_with_seed (5);
-
   for (guint ti = 0; ti < G_N_ELEMENTS (all_types); ti++)
     {
       UmDType t = all_types[ti];
-      check_matmul_case (r, t, 200, 512, 17, ti % 4);
+      /* The larger shapes with the first seed; the values of every
+       * seed meet a small one. */
+      if (seed_index == 0)
+        check_matmul_case (r, t, 200, 512, 17, ti % 4);
       check_matmul_case (r, t, 67, 256, 1, (ti + 1) % 4);
     }
-  check_matmul_case (r, UM_DTYPE_Q4_0, 130, 96, 64, 0);
-  /* several default-height tiles */
-  check_matmul_case (r, UM_DTYPE_Q6_K, 300, 2048, 5, 0);
-  check_matmul_case (r, UM_DTYPE_Q4_1, 300, 2048, 5, 1);
-  check_matmul_case (r, UM_DTYPE_BF16, 300, 2048, 5, 3);
+  if (seed_index == 0)
+    {
+      check_matmul_case (r, UM_DTYPE_Q4_0, 130, 96, 64, 0);
+      /* several default-height tiles */
+      check_matmul_case (r, UM_DTYPE_Q6_K, 300, 2048, 5, 0);
+      check_matmul_case (r, UM_DTYPE_Q4_1, 300, 2048, 5, 1);
+      check_matmul_case (r, UM_DTYPE_BF16, 300, 2048, 5, 3);
+    }
 
   /* empty products are fine; k = 0 gives zeros */
   {
@@ -725,7 +726,6 @@ test_matmul (void)
     for (int i = 0; i < 4; i++)
       g_assert_cmpfloat (out[i], ==, 0.0f);
   }
-  g_rand_free (r);
 }
 
 /* ---- GGUF files made by llama.cpp ------------------------------------------ */
@@ -1079,6 +1079,22 @@ static const GgufCase gguf_cases[] = {
   { "small-kquant-q5_k_m.gguf", "small-kquant-f32.gguf", FALSE },
 };
 
+/* The bounds hold for any input: each test draws its inputs from every
+ * test seed in turn (um_test_seed_next). */
+static void
+with_seeds (gconstpointer data)
+{
+  void (*fn) (GRand *, guint) = (void (*) (GRand *, guint)) data;
+  guint32 seed;
+
+  for (guint it = 0, i = 0; um_test_seed_next (&it, &seed); i++)
+    {
+      GRand *r = g_rand_new_with_seed (seed);
+      fn (r, i);
+      g_rand_free (r);
+    }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -1086,11 +1102,11 @@ main (int argc, char **argv)
 
   g_test_add_func ("/quant/block-sizes", test_block_sizes);
   g_test_add_func ("/quant/known-blocks", test_known_blocks);
-  g_test_add_func ("/quant/round-trip", test_round_trip);
+  g_test_add_data_func ("/quant/round-trip", (gconstpointer) test_round_trip, with_seeds);
   g_test_add_func ("/quant/bad-input", test_bad_input);
-  g_test_add_func ("/quant/fast-dequant", test_fast_dequant);
-  g_test_add_func ("/quant/vec-dot", test_vec_dot);
-  g_test_add_func ("/quant/matmul", test_matmul);
+  g_test_add_data_func ("/quant/fast-dequant", (gconstpointer) test_fast_dequant, with_seeds);
+  g_test_add_data_func ("/quant/vec-dot", (gconstpointer) test_vec_dot, with_seeds);
+  g_test_add_data_func ("/quant/matmul", (gconstpointer) test_matmul, with_seeds);
   for (guint i = 0; i < G_N_ELEMENTS (gguf_cases); i++)
     {
       char *path = g_strdup_printf ("/quant/gguf/%s", gguf_cases[i].quant_file);

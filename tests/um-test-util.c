@@ -1,13 +1,16 @@
 #include "um-test-util.h"
 
+#include "um-choose.h"
 #include "um-engine.h"
 #include "um-ref-kernels.h"
 
 #include <errno.h>
 #include <glib/gstdio.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "um-error.h"
 #include "um-half.h"
@@ -41,6 +44,89 @@ um_test_json_ids (JsonArray *array)
       g_array_append_val (ids, v);
     }
   return ids;
+}
+
+/* What the abort handler writes: formatted before the seed runs, since a
+ * signal handler may only write(2). Empty while no seed runs. */
+static char   seed_note[128];
+static size_t seed_note_len;
+
+static void
+seed_abort_handler (int sig)
+{
+  if (seed_note_len > 0)
+    {
+      ssize_t r = write (STDERR_FILENO, seed_note, seed_note_len);
+      (void) r;
+    }
+  /* SA_RESETHAND restored the default action: abort for real. */
+  raise (sig);
+}
+
+static void
+seed_note_set (guint32 seed)
+{
+  static gboolean installed;
+
+  if (!installed)
+    {
+      struct sigaction sa;
+      memset (&sa, 0, sizeof sa);
+      sa.sa_handler = seed_abort_handler;
+      sa.sa_flags = (int) SA_RESETHAND;
+      sigemptyset (&sa.sa_mask);
+      /* g_assert* abort; g_error traps. */
+      sigaction (SIGABRT, &sa, NULL);
+      sigaction (SIGTRAP, &sa, NULL);
+      installed = TRUE;
+    }
+  g_snprintf (seed_note, sizeof seed_note,
+              "\n** failed with test seed %u: replay it with UM_TEST_SEED=%u\n", seed, seed);
+  seed_note_len = strlen (seed_note);
+}
+
+gboolean
+um_test_seed_next (guint *it, guint32 *seed)
+{
+  /* Fixed seeds: arbitrary, spread over the 32 bits. */
+  static const guint32 fixed[UM_TEST_N_FIXED_SEEDS] = {
+    1, 2, 3, 42, 1234, 99991, 0x9e3779b9u, 0x85ebca6bu, 0xc2b2ae35u, 0x27d4eb2fu,
+    0x165667b1u, 0xdeadbeefu, 0x01000193u, 0x811c9dc5u, 0x5bd1e995u, 0xcc9e2d51u,
+    0x1b873593u, 0xe6546b64u, 0x7fffffffu, 0xffffffffu,
+  };
+  const char *env = g_getenv ("UM_TEST_SEED");
+  guint i = (*it)++;
+
+  if (env != NULL && *env != '\0')
+    {
+      guint64 v;
+      if (!g_ascii_string_to_unsigned (env, 10, 0, G_MAXUINT32, &v, NULL))
+        g_error ("UM_TEST_SEED=%s is not a number from 0 to %u", env, G_MAXUINT32);
+      if (i > 0)
+        goto done;
+      *seed = (guint32) v;
+      g_test_message ("test seed %u (from UM_TEST_SEED)", *seed);
+    }
+  else if (i < UM_TEST_N_FIXED_SEEDS)
+    *seed = fixed[i];
+  else if (i == UM_TEST_N_FIXED_SEEDS)
+    {
+      /* The clock's microseconds mixed (splitmix64's finalizer) so that
+       * runs close in time still get unrelated seeds. */
+      guint64 z = (guint64) g_get_real_time () + 0x9e3779b97f4a7c15ull * (guint64) getpid ();
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      *seed = (guint32) (z ^ (z >> 31));
+      g_test_message ("test seed %u varies per run; replay it with UM_TEST_SEED=%u", *seed, *seed);
+    }
+  else
+    goto done;
+  seed_note_set (*seed);
+  return TRUE;
+
+done:
+  seed_note_len = 0;
+  return FALSE;
 }
 
 char *
@@ -489,4 +575,202 @@ um_test_hostile_json (void)
   hostile_add (a, "a list, not an object", g_strdup ("[1, 2]"), -1, "object");
   hostile_add (a, "a string, not an object", g_strdup ("\"text\""), -1, "object");
   return a;
+/* ---- every kind of pass, for comparing two engines ---- */
+
+void
+um_test_outputs_init (UmTestOutputs *o)
+{
+  o->names = g_ptr_array_new_with_free_func (g_free);
+  o->blocks = g_ptr_array_new_with_free_func ((GDestroyNotify) g_bytes_unref);
+}
+
+void
+um_test_outputs_clear (UmTestOutputs *o)
+{
+  g_clear_pointer (&o->names, g_ptr_array_unref);
+  g_clear_pointer (&o->blocks, g_ptr_array_unref);
+}
+
+static void
+outputs_add (UmTestOutputs *o, const char *name, const void *data, size_t bytes)
+{
+  g_ptr_array_add (o->names, g_strdup (name));
+  g_ptr_array_add (o->blocks, g_bytes_new (data, bytes));
+}
+
+/* The canvas of the guided passes: prompt, block 0 partly committed,
+ * block 1 masked; sequence 1 the unconditional copy (prompt masked). */
+#define GP 8            /* prompt */
+#define GB 8            /* block length */
+#define GL (GP + 2 * GB)
+
+static void
+guided_canvas (const UmModelConfig *c, int filled, gint32 x[2 * GL])
+{
+  for (int i = 0; i < GL; i++)
+    x[i] = i < GP + filled ? (gint32) ((i * 7919 + 3) % 500) : c->mask_id;
+  memcpy (x + GL, x, GL * sizeof (gint32));
+  for (int i = 0; i < GP; i++)
+    x[GL + i] = c->mask_id;
+}
+
+/* The masked rows of block [bs, bs + GB) in both sequences, conditional
+ * first; returns how many per sequence. */
+static int
+block_rows (const UmModelConfig *c, const gint32 *x, int bs, gint32 *rows)
+{
+  int n = 0;
+  for (int i = bs; i < bs + GB; i++)
+    if (x[i] == c->mask_id)
+      rows[n++] = i;
+  for (int i = 0; i < n; i++)
+    rows[n + i] = rows[i] + GL;
+  return n;
+}
+
+static void
+record_positions (const UmStepEvent *ev, gpointer data)
+{
+  g_array_append_vals (data, ev->positions, ev->n_committed);
+}
+
+void
+um_test_engine_passes (UmEngine *engine, gboolean brief, UmTestOutputs *o)
+{
+  const UmModelConfig *c = &um_engine_get_model (engine)->cfg;
+  UmForward *fw = um_engine_get_forward (engine);
+  const size_t V = c->vocab_size;
+  g_autofree float *logits = g_new (float, 2 * GL * V);
+  g_autoptr(GError) error = NULL;
+  gint32 x[2 * GL], rows[2 * GL], ids[GL];
+  double conf[GL];
+  UmChooseRule rule = { 0 };
+  int n;
+
+  /* Plain: one sequence, the last rows. */
+  for (int i = 0; i < GL; i++)
+    x[i] = i < GL - 8 ? (gint32) ((i * 7919 + 3) % 500) : c->mask_id;
+  for (int i = 0; i < 8; i++)
+    rows[i] = GL - 8 + i;
+  g_assert_true (um_forward_logits (fw, x, 1, GL, rows, 8, logits, NULL, &error));
+  g_assert_no_error (error);
+  outputs_add (o, "plain logits", logits, 8 * V * sizeof (float));
+
+  if (!brief)
+    {
+      /* Guidance: both sequences in one pass. */
+      guided_canvas (c, 3, x);
+      n = block_rows (c, x, GP, rows);
+      g_assert_true (um_forward_logits (fw, x, 2, GL, rows, 2 * n, logits, NULL, &error));
+      g_assert_no_error (error);
+      outputs_add (o, "guided logits", logits, 2 * n * V * sizeof (float));
+
+      /* Cached: a refresh, then steps on the kept keys and values. */
+      for (int step = 0; step < 3; step++)
+        {
+          static const char *const what[] = { "cached refresh logits", "cached prefix logits", "cached dual logits" };
+          guided_canvas (c, 2 * step, x);
+          n = block_rows (c, x, GP, rows);
+          g_assert_true (um_forward_logits_cached (fw, x, 2, GL, GP, GP + GB, step == 0, step == 2, rows, 2 * n,
+                                                   logits, NULL, &error));
+          g_assert_no_error (error);
+          outputs_add (o, what[step], logits, 2 * n * V * sizeof (float));
+        }
+    }
+
+  /* The choice where the logits are: guided Gumbel-max, then argmax. */
+  rule.seed = 17;
+  rule.step = 2;
+  rule.temperature = 0.7;
+  rule.cfg_scale = 1.5;
+  rule.eos_id = c->eos_id;
+  rule.eot_id = c->eot_id;
+  guided_canvas (c, 1, x);
+  n = block_rows (c, x, GP, rows);
+  g_assert_true (um_forward_choose (fw, x, 2, GL, rows, 2 * n, &rule, rows, ids, conf, NULL, &error));
+  g_assert_no_error (error);
+  outputs_add (o, "guided choose ids", ids, n * sizeof (gint32));
+  outputs_add (o, "guided choose confidences", conf, n * sizeof (double));
+  if (!brief)
+    {
+      rule.temperature = 0.0;
+      rule.cfg_scale = 0.0;
+      g_assert_true (um_forward_choose (fw, x, 1, GL, rows, n, &rule, rows, ids, conf, NULL, &error));
+      g_assert_no_error (error);
+      outputs_add (o, "choose ids", ids, n * sizeof (gint32));
+      outputs_add (o, "choose confidences", conf, n * sizeof (double));
+      rule.temperature = 0.7;
+      rule.cfg_scale = 1.5;
+    }
+  for (int step = 0; step < 3; step++)
+    {
+      static const char *const what[] = { "cached refresh choose", "cached prefix choose", "cached dual choose" };
+      g_autofree char *ids_name = g_strconcat (what[step], " ids", NULL);
+      g_autofree char *conf_name = g_strconcat (what[step], " confidences", NULL);
+      guided_canvas (c, 2 * step + 1, x);
+      n = block_rows (c, x, GP, rows);
+      rule.step = 3 + step;
+      g_assert_true (um_forward_choose_cached (fw, x, 2, GL, GP, GP + GB, step == 0, step == 2, rows, 2 * n, &rule,
+                                               rows, ids, conf, NULL, &error));
+      g_assert_no_error (error);
+      outputs_add (o, ids_name, ids, n * sizeof (gint32));
+      outputs_add (o, conf_name, conf, n * sizeof (double));
+    }
+
+  /* Whole generations; brief: the first, in fewer steps. */
+  {
+    static const struct {
+      double temperature, cfg_scale, threshold, factor;
+      UmRemasking remasking;
+      UmCacheMode cache;
+    } cases[] = {
+      { 0.5, 1.5, 0.0, 0.0, UM_REMASK_LOW_CONFIDENCE, UM_CACHE_DUAL },
+      { 0.0, 0.5, 0.9, 0.0, UM_REMASK_LOW_CONFIDENCE, UM_CACHE_PREFIX },
+      { 0.7, 1.0, 0.0, 0.0, UM_REMASK_RANDOM, UM_CACHE_NONE },
+    };
+    const gint32 prompt[GP] = { 11, 12, 13, 14, 15, 16, 17, 18 };
+
+    for (guint k = 0; k < (brief ? 1 : G_N_ELEMENTS (cases)); k++)
+      {
+        g_autoptr(UmGenResult) r = NULL;
+        g_autoptr(GArray) trace = g_array_new (FALSE, FALSE, sizeof (gint32));
+        g_autofree char *ids_name = g_strdup_printf ("generation %u ids", k);
+        g_autofree char *trace_name = g_strdup_printf ("generation %u trace", k);
+        UmGenRequest req;
+
+        um_gen_request_init (&req);
+        req.prompt_ids = prompt;
+        req.n_prompt_ids = GP;
+        req.params.gen_length = 2 * GB;
+        req.params.steps = brief ? 4 : GB;
+        req.params.block_length = GB;
+        req.params.temperature = cases[k].temperature;
+        req.params.cfg_scale = cases[k].cfg_scale;
+        req.params.threshold = cases[k].threshold;
+        req.params.factor = cases[k].factor;
+        req.params.remasking = cases[k].remasking;
+        req.params.cache = cases[k].cache;
+        req.params.seed = 5 + k;
+        r = um_engine_generate (engine, &req, record_positions, trace, NULL, &error);
+        g_assert_no_error (error);
+        outputs_add (o, ids_name, r->ids->data, r->ids->len * sizeof (gint32));
+        outputs_add (o, trace_name, trace->data, trace->len * sizeof (gint32));
+      }
+  }
+}
+
+int
+um_test_outputs_differ (const UmTestOutputs *a, const UmTestOutputs *b)
+{
+  g_assert_cmpuint (a->blocks->len, ==, b->blocks->len);
+  for (guint i = 0; i < a->blocks->len; i++)
+    if (!g_bytes_equal (g_ptr_array_index (a->blocks, i), g_ptr_array_index (b->blocks, i)))
+      return (int) i;
+  return -1;
+}
+
+const char *
+um_test_outputs_name (const UmTestOutputs *o, int i)
+{
+  return g_ptr_array_index (o->names, i);
 }

@@ -39,6 +39,21 @@ char       *um_test_read_file (const char *path);
 /* Entries of @dir whose names start with @prefix (0 if @dir is missing). */
 guint       um_test_count_prefix (const char *dir, const char *prefix);
 
+/* Seeds for a property that must hold for any input. Iterate with
+ *
+ *   guint32 seed;
+ *   for (guint it = 0; um_test_seed_next (&it, &seed);)
+ *     { ... random data from seed ... }
+ *
+ * to get UM_TEST_N_FIXED_SEEDS fixed seeds, then one that differs from run
+ * to run (so a value-dependent failure the fixed ones miss shows up in time).
+ * The varying seed goes to g_test_message; while any seed runs, an abort or
+ * a trap (a failed g_assert, a g_error) prints it with how to replay it:
+ * UM_TEST_SEED=<n> runs only seed n. Leave the loop only by its end, or the
+ * note stays armed for later failures. */
+#define UM_TEST_N_FIXED_SEEDS 20
+gboolean    um_test_seed_next (guint *it, guint32 *seed);
+
 typedef struct {
   guint    n_layers;
   guint    d_model;
@@ -76,5 +91,27 @@ typedef struct {
 
 /* The cases, as UmTestHostileJson*; free with g_ptr_array_unref. */
 GPtrArray *um_test_hostile_json (void);
+
+/* What an engine computed, as named byte blocks, to compare two engines
+ * that must agree bit for bit. */
+typedef struct {
+  GPtrArray *names;   /* char * */
+  GPtrArray *blocks;  /* GBytes */
+} UmTestOutputs;
+
+void        um_test_outputs_init (UmTestOutputs *o);
+void        um_test_outputs_clear (UmTestOutputs *o);
+/* Every kind of pass the sampler runs, on @engine (a model with at least
+ * 500 tokens): the plain forward, guidance (two sequences), the cached
+ * passes (a refresh, then prefix and dual steps on a canvas that moved on),
+ * the choose passes (the token choice where the logits are, guided and not,
+ * cached and not), and whole generations with guidance, both caches,
+ * Gumbel noise, random remasking and the threshold rule: logits, ids,
+ * confidences and step traces appended to @o. @brief: the plain forward,
+ * the guided choose passes and one short generation (for slow backends). */
+void        um_test_engine_passes (UmEngine *engine, gboolean brief, UmTestOutputs *o);
+/* The first block where @a and @b differ, or -1. */
+int         um_test_outputs_differ (const UmTestOutputs *a, const UmTestOutputs *b);
+const char *um_test_outputs_name (const UmTestOutputs *o, int i);
 
 G_END_DECLS

@@ -29,6 +29,34 @@ neg_log_prob (const float *row, guint vocab, gint32 target)
   return mx + log (sum) - (double) row[target];
 }
 
+void
+um_score_mean_spread (const double *x,
+                      int           n,
+                      double       *mean,
+                      double       *std_error)
+{
+  double dmean = 0.0, var = 0.0;
+
+  /* Deviations from the first sample, not from the mean: d_s = x_s − x_0 is
+   * exactly 0 when the samples are equal, whereas their computed mean
+   * (x + … + x)/n need not equal x (five copies of 0.1·k often do not), and
+   * then neither the mean nor a zero spread would come out exact. Shifting by
+   * a sample is also the textbook cure for cancellation in the variance. */
+  for (int s = 1; s < n; s++)
+    dmean += x[s] - x[0];
+  dmean /= n;
+  *mean = x[0] + dmean;
+  *std_error = 0.0;
+  if (n < 2)
+    return;
+  for (int s = 0; s < n; s++)
+    {
+      double d = (x[s] - x[0]) - dmean;
+      var += d * d;
+    }
+  *std_error = sqrt (var / (n - 1) / n);
+}
+
 gboolean
 um_score_answer (UmForward           *fw,
                  const gint32        *prompt,
@@ -43,7 +71,6 @@ um_score_answer (UmForward           *fw,
   const UmModelConfig *cfg = &um_forward_get_model (fw)->cfg;
   const int n = answer_len, L = prompt_len + answer_len;
   int batch, start;
-  double sum = 0.0, var = 0.0;
   g_autofree double *lls = NULL;
   g_autofree gint32 *ids = NULL, *rows = NULL, *perm = NULL, *targets = NULL;
   g_autofree int *counts = NULL;
@@ -148,21 +175,12 @@ um_score_answer (UmForward           *fw,
           /* Divided by the mask ratio k/n, as the bound weights it. */
           ll = -nll * n / counts[b];
           lls[s0 + b] = ll;
-          sum += ll;
         }
     }
 
   out->n_samples = params->mc_samples;
   out->n_tokens = n;
-  out->log_likelihood = sum / params->mc_samples;
+  um_score_mean_spread (lls, params->mc_samples, &out->log_likelihood, &out->std_error);
   out->per_token = out->log_likelihood / n;
-  if (params->mc_samples > 1)
-    {
-      /* Two passes: equal samples give exactly 0. */
-      for (int s = 0; s < params->mc_samples; s++)
-        var += (lls[s] - out->log_likelihood) * (lls[s] - out->log_likelihood);
-      var /= params->mc_samples - 1;
-      out->std_error = sqrt (var / params->mc_samples);
-    }
   return TRUE;
 }

@@ -25,6 +25,13 @@ typedef struct {
   int    n_samples;
 } UmScore;
 
+/* The mean of @n ≥ 1 samples and its standard error (0 for one sample).
+ * Equal samples give exactly their value and exactly 0 by construction. */
+void um_score_mean_spread (const double *x,
+                           int           n,
+                           double       *mean,
+                           double       *std_error);
+
 /* Each sample masks k of the n answer positions (k stratified over the
  * samples from one random start, as the reference's forward_process does)
  * and adds Σ −log p(x_i) over the masked positions, divided by k/n. Only the

@@ -89,7 +89,8 @@ test_generate_params (void)
   AdwExpanderRow *fast = fast_row_of (GTK_WIDGET (page));
   UmGenParams p;
 
-  /* Off by default: the exact schedule. */
+  /* Off by default: the exact schedule. (threshold and factor == 0.0 are
+   * exact here and below: the page assigns 0.0 for a rule that is off.) */
   g_assert_false (adw_expander_row_get_enable_expansion (fast));
   um_generate_page_get_params (page, &p);
   g_assert_cmpint (p.cache, ==, UM_CACHE_NONE);
