@@ -575,6 +575,8 @@ um_test_hostile_json (void)
   hostile_add (a, "a list, not an object", g_strdup ("[1, 2]"), -1, "object");
   hostile_add (a, "a string, not an object", g_strdup ("\"text\""), -1, "object");
   return a;
+}
+
 /* ---- every kind of pass, for comparing two engines ---- */
 
 void
