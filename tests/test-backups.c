@@ -167,6 +167,41 @@ test_conflict (void)
   um_test_rmtree (dir);
 }
 
+/* The file turned damaged before a commit: moved aside with the same notice
+ * a load gives, even when the commit is then refused as a conflict. */
+static void
+test_commit_damaged (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *path = um_profile_path (dir);
+  g_autofree char *rev = NULL;
+  g_autoptr(UmProfile) mine = version (3);
+  g_autoptr(GError) error = NULL;
+
+  commit_version (dir, 1);
+  rev = um_profile_current_revision (dir, NULL);
+  um_test_write_file (path, "{\"version\": 1, \"threads\": [[[", -1);
+  {
+    g_auto(UmCommit) c = { 0 };
+    g_assert_false (um_backups_commit (mine, dir, "app", rev, &c, &error));
+    g_assert_error (error, UM_ERROR, UM_ERROR_CONFLICT);
+    g_clear_error (&error);
+    g_assert_nonnull (c.notice);
+    g_assert_nonnull (strstr (c.notice, "optimizer.json.corrupt-"));
+    g_assert_null (c.backup_id);
+  }
+  um_test_write_file (path, "not json", -1);
+  {
+    g_auto(UmCommit) c = { 0 };
+    g_assert_true (um_backups_commit (mine, dir, "cli", NULL, &c, &error));
+    g_assert_no_error (error);
+    g_assert_nonnull (c.notice);
+    g_assert_nonnull (c.backup_id);
+  }
+  g_assert_cmpuint (um_test_count_prefix (dir, "optimizer.json.corrupt-"), ==, 2);
+  um_test_rmtree (dir);
+}
+
 static gboolean
 add_threads (UmProfile *p, gpointer user_data, GError **error)
 {
@@ -435,6 +470,7 @@ main (int argc, char **argv)
   g_test_add_func ("/backups/original-never-overwritten", test_original_never_overwritten);
   g_test_add_func ("/backups/conflict", test_conflict);
   g_test_add_func ("/backups/update", test_update);
+  g_test_add_func ("/backups/commit-damaged", test_commit_damaged);
   g_test_add_func ("/backups/noop", test_noop);
   g_test_add_func ("/backups/stopped-commits", test_stopped_commits);
   g_test_add_func ("/backups/manifest-hostile", test_manifest_hostile);

@@ -887,10 +887,15 @@ run_change (UmOptimizerPage *self, Change *c, GError **error)
   g_autoptr(GPtrArray) skipped = NULL;
   g_autoptr(GError) local = NULL;
   UmWindow *win = get_window (self);
+  gboolean ok;
 
   if (!check_idle (self, error))
     return FALSE;
-  if (!commit_change (self, change, &commit, &skipped, &local))
+  ok = commit_change (self, change, &commit, &skipped, &local);
+  /* The file was damaged and moved aside on the way: the start-up banner. */
+  if (win != NULL && commit.notice != NULL)
+    um_window_show_notice (win, commit.notice);
+  if (!ok)
     {
       if (win != NULL && g_error_matches (local, UM_ERROR, UM_ERROR_CONFLICT))
         {

@@ -74,6 +74,7 @@ um_commit_clear (UmCommit *c)
   g_clear_pointer (&c->revision, g_free);
   g_clear_pointer (&c->profile, um_profile_free);
   g_clear_pointer (&c->restored_id, g_free);
+  g_clear_pointer (&c->notice, g_free);
   c->unchanged = FALSE;
 }
 
@@ -872,7 +873,8 @@ commit_locked (const char *config_dir, const UmProfile *p, UmProfileEdit edit, g
   g_autofree char *backup_id = NULL;
 
   stage ("locked");
-  current = um_profile_load_full (config_dir, NULL, &revision, &bytes, error);
+  /* A damaged file is moved aside here like anywhere: the caller shows why. */
+  current = um_profile_load_full (config_dir, &out->notice, &revision, &bytes, error);
   if (current == NULL)
     return FALSE;
   if (base_revision != NULL && g_ascii_strcasecmp (base_revision, revision) != 0)
@@ -924,7 +926,11 @@ commit_with_lock (const char *config_dir, const UmProfile *p, UmProfileEdit edit
   if (ok && out != NULL)
     *out = local;
   else
-    um_commit_clear (&local);
+    {
+      if (out != NULL)
+        out->notice = g_steal_pointer (&local.notice);
+      um_commit_clear (&local);
+    }
   return ok;
 }
 

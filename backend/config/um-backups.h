@@ -55,6 +55,8 @@ typedef struct {
   char      *revision;    /* the profile's revision now (um_profile_revision_of ()) */
   UmProfile *profile;     /* the profile now */
   char      *restored_id; /* um_backups_restore (): the backup brought back */
+  char      *notice;      /* the profile was damaged and moved aside (um_profile_load ()'s
+                           * notice); set even when the commit then fails */
 } UmCommit;
 
 void um_commit_clear (UmCommit *c);
