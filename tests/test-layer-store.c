@@ -524,11 +524,11 @@ test_errors (void)
   g_clear_error (&error);
   tb->fail_uploads = FALSE;
 
-  /* Damage layer 1's block (host blocks: staging, then layers in order)
-   * over more than the padding between frames. */
+  /* Damage layer 1's block (host blocks: the layers in order, then the
+   * decoding buffer) over more than the padding between frames. */
   g_assert_cmpuint (tb->blocks->len, ==, 4);
-  block = g_ptr_array_index (tb->blocks, 2);
-  bytes = g_array_index (tb->block_bytes, size_t, 2);
+  block = g_ptr_array_index (tb->blocks, 1);
+  bytes = g_array_index (tb->block_bytes, size_t, 1);
   for (size_t i = bytes / 2; i < bytes / 2 + 256; i++)
     block[i] ^= 0x5a;
   g_assert_false (um_layer_store_fetch (s, 1, slot, &error));

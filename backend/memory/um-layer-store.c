@@ -67,8 +67,12 @@ struct _UmLayerStore {
 
   GMutex              fetch_lock;   /* one fetch at a time: dctx and staging */
   ZSTD_DCtx          *dctx;
-  guint8             *staging;      /* host_alloc: decoded planes, then the frame */
+  /* host_alloc: decoded planes (planes_bytes), then the frame; as large as
+   * the largest frame that is decoded (and split), none when every frame
+   * stays raw, so the store holds what um_layer_store_predict_bytes () says. */
+  guint8             *staging;
   size_t              staging_bytes;
+  size_t              planes_bytes;
 
   GMutex              stats_lock;
   UmLayerStoreStats   stats;
@@ -297,6 +301,33 @@ frame_source (const UmLayerWeights *L, const UmLayerLayout *lay, const Frame *f)
   return (const guint8 *) um_layer_mat (L, f->mat)->data + (f->dst - lay->offset[f->mat]);
 }
 
+/* The frames of a layer in order: each matrix cut into FRAME_BYTES
+ * pieces, float types split into byte planes. @out NULL: only counts. */
+static guint
+layer_frames (const UmLayerWeights *L, const UmLayerLayout *lay, Frame *out)
+{
+  guint n = 0;
+
+  for (int i = 0; i < UM_LAYER_N_MATS; i++)
+    {
+      const UmWeight *w = um_layer_mat (L, i);
+      for (size_t a = 0; a < lay->bytes[i]; a += FRAME_BYTES, n++)
+        if (out != NULL)
+          {
+            Frame *f = &out[n];
+            memset (f, 0, sizeof *f);
+            f->dst = lay->offset[i] + a;
+            f->raw_len = (guint32) MIN (FRAME_BYTES, lay->bytes[i] - a);
+            f->planes = (guint8) plane_width (w->dtype);
+            f->dtype = (guint8) w->dtype;
+            f->mat = (guint8) i;
+            if (f->raw_len % f->planes != 0)
+              f->planes = 1;
+          }
+    }
+  return n;
+}
+
 /* Per-thread compression state. */
 typedef struct {
   ZSTD_CCtx *cctx;
@@ -306,61 +337,96 @@ typedef struct {
 } Compressor;
 
 static gboolean
+compressor_init (Compressor *c, int level)
+{
+  c->cctx = ZSTD_createCCtx ();
+  c->planes = g_try_malloc (FRAME_BYTES);
+  c->dst_bytes = ZSTD_compressBound (FRAME_BYTES);
+  c->dst = g_try_malloc (c->dst_bytes);
+  return c->cctx != NULL && c->planes != NULL && c->dst != NULL
+         && !ZSTD_isError (ZSTD_CCtx_setParameter (c->cctx, ZSTD_c_compressionLevel, level))
+         && !ZSTD_isError (ZSTD_CCtx_setParameter (c->cctx, ZSTD_c_checksumFlag, 1));
+}
+
+static void
+compressor_clear (Compressor *c)
+{
+  ZSTD_freeCCtx (c->cctx);
+  g_free (c->planes);
+  g_free (c->dst);
+}
+
+/* Compresses frame @f, whose raw bytes are @src, into c->dst: zstd's
+ * result (a length or an error code); *@keep says whether the store keeps
+ * it compressed (it saves at least 1/MIN_GAIN). The store and the
+ * measurement of its ratios both decide here. */
+static size_t
+compress_frame (Compressor *c, const Frame *f, const guint8 *src, gboolean *keep)
+{
+  size_t r;
+
+  if (f->planes > 1)
+    {
+      split_planes (src, c->planes, f->raw_len, f->planes);
+      src = c->planes;
+    }
+  r = ZSTD_compress2 (c->cctx, c->dst, c->dst_bytes, src, f->raw_len);
+  *keep = !ZSTD_isError (r) && r < f->raw_len - f->raw_len / MIN_GAIN;
+  return r;
+}
+
+static gboolean
 store_layer_zstd (UmLayerStore *s, const UmLayerWeights *L, Compressor *comps, int n_threads,
                   StoredLayer *out, GError **error)
 {
   UmLayerLayout lay;
-  g_autoptr(GArray) frames = g_array_new (FALSE, TRUE, sizeof (Frame));
-  guint8 **packed;
-  size_t *results;
-  size_t off = 0;
+  g_autofree Frame *frames = NULL;
+  g_autofree size_t *results = NULL, *at = NULL;
+  g_autofree guint8 *packed = NULL;
+  g_autofree gboolean *kept = NULL;
+  size_t off = 0, raw = 0;
   gboolean ok = TRUE;
   int n;
 
   um_layer_layout (L, &lay);
-  for (int i = 0; i < UM_LAYER_N_MATS; i++)
-    {
-      const UmWeight *w = um_layer_mat (L, i);
-      for (size_t a = 0; a < lay.bytes[i]; a += FRAME_BYTES)
-        {
-          Frame f = { 0 };
-          f.dst = lay.offset[i] + a;
-          f.raw_len = (guint32) MIN (FRAME_BYTES, lay.bytes[i] - a);
-          f.planes = (guint8) plane_width (w->dtype);
-          f.dtype = (guint8) w->dtype;
-          f.mat = (guint8) i;
-          if (f.raw_len % f.planes != 0)
-            f.planes = 1;
-          g_array_append_val (frames, f);
-        }
-    }
-
-  n = (int) frames->len;
-  packed = g_new0 (guint8 *, MAX (n, 1));
+  n = (int) layer_frames (L, &lay, NULL);
+  frames = g_new (Frame, MAX (n, 1));
+  layer_frames (L, &lay, frames);
   results = g_new0 (size_t, MAX (n, 1));
+  kept = g_new0 (gboolean, MAX (n, 1));
+  at = g_new0 (size_t, MAX (n, 1));
+  for (int k = 0; k < n; k++)
+    {
+      at[k] = raw;
+      raw += frames[k].raw_len;
+    }
+  /* Kept frames wait here, each at its raw offset (a kept frame is shorter
+   * than its raw bytes), until the block is laid out. Allocated by this
+   * thread, as the compressors' state: the compressing threads allocate
+   * nothing, so nothing stays in their malloc arenas, whose free top glibc
+   * keeps (malloc_trim returns this thread's). */
+  packed = g_try_malloc (MAX (raw, 1));
+  if (packed == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "no memory to compress a layer (%.1f MiB)",
+                   raw / 1048576.0);
+      return FALSE;
+    }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
   for (int k = 0; k < n; k++)
     {
-      const Frame *f = &g_array_index (frames, Frame, k);
+      const Frame *f = &frames[k];
       Compressor *c = &comps[omp_get_thread_num ()];
-      const guint8 *src = frame_source (L, &lay, f);
-      size_t r;
 
-      if (f->planes > 1)
-        {
-          split_planes (src, c->planes, f->raw_len, f->planes);
-          src = c->planes;
-        }
-      r = ZSTD_compress2 (c->cctx, c->dst, c->dst_bytes, src, f->raw_len);
-      results[k] = r;
-      if (!ZSTD_isError (r) && r < f->raw_len - f->raw_len / MIN_GAIN)
-        packed[k] = g_memdup2 (c->dst, r);
+      results[k] = compress_frame (c, f, frame_source (L, &lay, f), &kept[k]);
+      if (kept[k])
+        memcpy (packed + at[k], c->dst, results[k]);
     }
 
   /* Lay the block out: each frame FRAME_ALIGN-aligned. */
   for (int k = 0; k < n; k++)
     {
-      Frame *f = &g_array_index (frames, Frame, k);
+      Frame *f = &frames[k];
       if (ZSTD_isError (results[k]))
         {
           if (ok)
@@ -368,7 +434,7 @@ store_layer_zstd (UmLayerStore *s, const UmLayerWeights *L, Compressor *comps, i
                          ZSTD_getErrorName (results[k]));
           ok = FALSE;
         }
-      f->zstd = packed[k] != NULL;
+      f->zstd = kept[k];
       f->stored_len = f->zstd ? (guint32) results[k] : f->raw_len;
       off = ALIGN_UP (off, FRAME_ALIGN);
       f->src = off;
@@ -384,18 +450,53 @@ store_layer_zstd (UmLayerStore *s, const UmLayerWeights *L, Compressor *comps, i
       out->block_bytes = MAX (off, 1);
       for (int k = 0; k < n; k++)
         {
-          Frame *f = &g_array_index (frames, Frame, k);
-          memcpy (out->block + f->src, f->zstd ? packed[k] : frame_source (L, &lay, f), f->stored_len);
+          Frame *f = &frames[k];
+          memcpy (out->block + f->src, f->zstd ? packed + at[k] : frame_source (L, &lay, f), f->stored_len);
           count_frame (s, f->dtype, f->raw_len, f->stored_len);
         }
-      out->n_frames = frames->len;
-      out->frames = (Frame *) g_array_free (g_steal_pointer (&frames), FALSE);
+      out->n_frames = n;
+      out->frames = g_steal_pointer (&frames);
     }
-  for (int k = 0; k < n; k++)
-    g_free (packed[k]);
-  g_free (packed);
-  g_free (results);
   return ok;
+}
+
+static gboolean
+warm_up (Compressor *comps, int n_threads, const UmLayerWeights *L)
+{
+  UmLayerLayout lay;
+  g_autofree Frame *frames = NULL;
+  guint n, big = 0;
+
+  um_layer_layout (L, &lay);
+  n = layer_frames (L, &lay, NULL);
+  if (n == 0)
+    return TRUE;
+  frames = g_new (Frame, n);
+  layer_frames (L, &lay, frames);
+  for (guint k = 1; k < n; k++)
+    if (frames[k].raw_len > frames[big].raw_len)
+      big = k;
+  for (int t = 0; t < n_threads; t++)
+    {
+      gboolean keep;
+      if (ZSTD_isError (compress_frame (&comps[t], &frames[big], frame_source (L, &lay, &frames[big]), &keep)))
+        return FALSE;
+    }
+  return TRUE;
+}
+
+/* The decoding buffer: the largest decoded frame, and before it the
+ * largest one split into planes. */
+static void
+staging_sizes (const Frame *frames, guint n, size_t *planes, size_t *frame)
+{
+  for (guint k = 0; k < n; k++)
+    if (frames[k].zstd)
+      {
+        *frame = MAX (*frame, frames[k].raw_len);
+        if (frames[k].planes > 1)
+          *planes = MAX (*planes, frames[k].raw_len);
+      }
 }
 
 UmLayerStore *
@@ -442,22 +543,15 @@ um_layer_store_new (UmBackend            *be,
           g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "no memory for a zstd decoder");
           return NULL;
         }
-      s->staging = be->ops->host_alloc (be, 2 * FRAME_BYTES, error);
-      if (s->staging == NULL)
-        return NULL;
-      s->staging_bytes = 2 * FRAME_BYTES;
       n_threads = MAX (omp_get_max_threads (), 1);
       comps = g_new0 (Compressor, n_threads);
       for (int t = 0; t < n_threads && ok; t++)
-        {
-          comps[t].cctx = ZSTD_createCCtx ();
-          comps[t].planes = g_try_malloc (FRAME_BYTES);
-          comps[t].dst_bytes = ZSTD_compressBound (FRAME_BYTES);
-          comps[t].dst = g_try_malloc (comps[t].dst_bytes);
-          ok = comps[t].cctx != NULL && comps[t].planes != NULL && comps[t].dst != NULL
-               && !ZSTD_isError (ZSTD_CCtx_setParameter (comps[t].cctx, ZSTD_c_compressionLevel, zstd_level))
-               && !ZSTD_isError (ZSTD_CCtx_setParameter (comps[t].cctx, ZSTD_c_checksumFlag, 1));
-        }
+        ok = compressor_init (&comps[t], zstd_level);
+      /* zstd sizes a compressor's state at its first frame: compress the
+       * largest frame once with each here, so that the state is this
+       * thread's memory (see store_layer_zstd). */
+      if (ok && s->n_layers > 0)
+        ok = warm_up (comps, n_threads, &model->layers[0]);
       if (!ok)
         g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "no memory for zstd compressors");
     }
@@ -491,12 +585,21 @@ um_layer_store_new (UmBackend            *be,
     }
 
   for (int t = 0; comps != NULL && t < n_threads; t++)
-    {
-      ZSTD_freeCCtx (comps[t].cctx);
-      g_free (comps[t].planes);
-      g_free (comps[t].dst);
-    }
+    compressor_clear (&comps[t]);
   g_free (comps);
+  if (ok && comp == UM_STORE_ZSTD)
+    {
+      size_t planes = 0, frame = 0;
+      for (guint l = 0; l < s->n_layers; l++)
+        staging_sizes (s->layers[l].frames, s->layers[l].n_frames, &planes, &frame);
+      if (planes + frame > 0)
+        {
+          s->staging = be->ops->host_alloc (be, planes + frame, error);
+          ok = s->staging != NULL;
+          s->staging_bytes = ok ? planes + frame : 0;
+          s->planes_bytes = planes;
+        }
+    }
   if (!ok)
     return NULL;
   return g_steal_pointer (&s);
@@ -507,7 +610,7 @@ fetch_zstd (UmLayerStore *s, guint layer, const StoredLayer *sl, UmBuf *slot, do
             guint64 *decoded, GError **error)
 {
   UmBackend *be = s->be;
-  guint8 *planes = s->staging, *frame = s->staging + FRAME_BYTES;
+  guint8 *planes = s->staging, *frame = s->staging + s->planes_bytes;
 
   for (guint k = 0; k < sl->n_frames; k++)
     {
@@ -518,7 +621,7 @@ fetch_zstd (UmLayerStore *s, guint layer, const StoredLayer *sl, UmBuf *slot, do
         {
           gint64 t0 = g_get_monotonic_time ();
           guint8 *into = f->planes > 1 ? planes : frame;
-          size_t r = ZSTD_decompressDCtx (s->dctx, into, FRAME_BYTES, src, f->stored_len);
+          size_t r = ZSTD_decompressDCtx (s->dctx, into, f->raw_len, src, f->stored_len);
           if (ZSTD_isError (r) || r != f->raw_len)
             {
               g_set_error (error, UM_ERROR, UM_ERROR_FORMAT,
@@ -630,4 +733,239 @@ um_layer_store_free (UmLayerStore *s)
   g_mutex_clear (&s->fetch_lock);
   g_mutex_clear (&s->stats_lock);
   g_free (s);
+}
+
+/* ---- predicting a store ---- */
+
+void
+um_layer_store_estimate_ratios (const UmModel *model, UmStoreRatios *out)
+{
+  memset (out, 0, sizeof *out);
+  for (int i = 0; i < UM_LAYER_N_MATS; i++)
+    for (int t = 0; t < UM_DTYPE_N_TYPES; t++)
+      switch (t)
+        {
+        case UM_DTYPE_BF16: out->ratio[i][t] = 0.684; break;
+        case UM_DTYPE_F16: out->ratio[i][t] = 0.843; break;
+        case UM_DTYPE_F32: out->ratio[i][t] = 0.842; break;
+        default: out->ratio[i][t] = 1.0; break;   /* quantized blocks save < 1/MIN_GAIN: kept raw */
+        }
+}
+
+/* Frames of every layer, with the layer each belongs to. */
+typedef struct {
+  Frame *frames;
+  guint *layer;
+  guint  n;
+} AllFrames;
+
+static void
+all_frames (const UmModel *model, AllFrames *a)
+{
+  guint n = 0;
+
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      UmLayerLayout lay;
+      um_layer_layout (&model->layers[l], &lay);
+      n += layer_frames (&model->layers[l], &lay, NULL);
+    }
+  a->frames = g_new (Frame, MAX (n, 1));
+  a->layer = g_new (guint, MAX (n, 1));
+  a->n = 0;
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      UmLayerLayout lay;
+      guint k;
+      um_layer_layout (&model->layers[l], &lay);
+      k = layer_frames (&model->layers[l], &lay, a->frames + a->n);
+      for (guint j = 0; j < k; j++)
+        a->layer[a->n + j] = l;
+      a->n += k;
+    }
+}
+
+static void
+all_frames_clear (AllFrames *a)
+{
+  g_free (a->frames);
+  g_free (a->layer);
+}
+
+gboolean
+um_layer_store_measure_ratios (const UmModel *model, int zstd_level, guint64 max_bytes, UmStoreRatios *out,
+                               GError **error)
+{
+  /* Per (matrix, type): raw bytes and frames in all, frames to sample,
+   * frames seen so far, and what the sampled ones raw and stored take. */
+  typedef struct {
+    guint64 raw, sampled_raw, sampled_stored;
+    guint   count, take, seen, picked;
+  } Group;
+  g_autofree Group *groups = g_new0 (Group, UM_LAYER_N_MATS * UM_DTYPE_N_TYPES);
+  g_autoptr(GArray) maps = NULL;
+  AllFrames a;
+  Compressor c = { 0 };
+  guint64 total = 0;
+  gboolean ok = TRUE;
+
+  um_layer_store_estimate_ratios (model, out);
+  if (!compressor_init (&c, zstd_level))
+    {
+      compressor_clear (&c);
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "no memory for a zstd compressor");
+      return FALSE;
+    }
+  all_frames (model, &a);
+  maps = readonly_file_maps ();
+  for (guint k = 0; k < a.n; k++)
+    {
+      Group *g = &groups[a.frames[k].mat * UM_DTYPE_N_TYPES + a.frames[k].dtype];
+      g->raw += a.frames[k].raw_len;
+      g->count++;
+      total += a.frames[k].raw_len;
+    }
+  out->complete = total <= max_bytes;
+  /* Each group's share of the sample, in frames (nearly all are
+   * FRAME_BYTES long), at least one. */
+  for (int i = 0; i < UM_LAYER_N_MATS * UM_DTYPE_N_TYPES; i++)
+    if (groups[i].count > 0)
+      groups[i].take = out->complete ? groups[i].count
+                                     : CLAMP ((guint) ((double) groups[i].count * max_bytes / total), 1,
+                                              groups[i].count);
+  for (guint k = 0; k < a.n && ok; k++)
+    {
+      const Frame *f = &a.frames[k];
+      Group *g = &groups[f->mat * UM_DTYPE_N_TYPES + f->dtype];
+      const UmLayerWeights *L = &model->layers[a.layer[k]];
+      /* A group's j-th sampled frame is its ⌊(2j + 1)·count / 2take⌋-th:
+       * spread evenly over the layers (the steps are count/take ≥ 1 apart). */
+      gboolean pick = g->seen++ == (guint) (((guint64) 2 * g->picked + 1) * g->count / (2 * g->take));
+      UmLayerLayout lay;
+      gboolean keep;
+      size_t r;
+
+      if (!pick)
+        continue;
+      g->picked++;
+      um_layer_layout (L, &lay);
+      r = compress_frame (&c, f, frame_source (L, &lay, f), &keep);
+      if (ZSTD_isError (r))
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_FAILED, "zstd compression failed: %s", ZSTD_getErrorName (r));
+          ok = FALSE;
+          break;
+        }
+      g->sampled_raw += f->raw_len;
+      g->sampled_stored += keep ? r : f->raw_len;
+      out->sampled_bytes += f->raw_len;
+      /* As building the store does: the file's pages just read go, so
+       * measuring does not hold the model's layers at once. */
+      release_source (maps, frame_source (L, &lay, f), f->raw_len);
+    }
+  if (ok)
+    {
+      for (int i = 0; i < UM_LAYER_N_MATS; i++)
+        for (int t = 0; t < UM_DTYPE_N_TYPES; t++)
+          {
+            const Group *g = &groups[i * UM_DTYPE_N_TYPES + t];
+            if (g->sampled_raw > 0)
+              out->ratio[i][t] = (double) g->sampled_stored / g->sampled_raw;
+          }
+      out->measured = TRUE;
+      out->cctx_bytes = ZSTD_sizeof_CCtx (c.cctx);
+    }
+  compressor_clear (&c);
+  all_frames_clear (&a);
+  return ok;
+}
+
+/* A frame's stored length as @ratios predict it, and whether it is decoded. */
+static size_t
+predicted_stored (const Frame *f, const UmStoreRatios *ratios, gboolean *zstd)
+{
+  double r = ratios->ratio[f->mat][f->dtype];
+
+  /* A ratio under 1 means the sample kept such frames compressed. */
+  *zstd = r < 1.0;
+  return *zstd ? (size_t) (f->raw_len * r + 0.5) : f->raw_len;
+}
+
+guint64
+um_layer_store_predict_bytes (const UmModel *model, UmStoreCompression comp, const UmStoreRatios *ratios)
+{
+  guint64 sum = 0;
+  size_t planes = 0, frame = 0;
+
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      const UmLayerWeights *L = &model->layers[l];
+      UmLayerLayout lay;
+      g_autofree Frame *frames = NULL;
+      size_t off = 0;
+      guint n;
+
+      um_layer_layout (L, &lay);
+      if (comp == UM_STORE_RAW)
+        {
+          sum += lay.total;
+          continue;
+        }
+      n = layer_frames (L, &lay, NULL);
+      frames = g_new (Frame, MAX (n, 1));
+      layer_frames (L, &lay, frames);
+      /* As store_layer_zstd lays the block out. */
+      for (guint k = 0; k < n; k++)
+        {
+          gboolean zstd;
+          size_t stored = predicted_stored (&frames[k], ratios, &zstd);
+          frames[k].zstd = zstd;
+          off = ALIGN_UP (off, FRAME_ALIGN) + stored;
+        }
+      staging_sizes (frames, n, &planes, &frame);
+      sum += MAX (off, 1) + n * sizeof (Frame);
+    }
+  return sum + planes + frame;
+}
+
+guint64
+um_layer_store_build_bytes (const UmModel *model, UmStoreCompression comp, const UmStoreRatios *ratios,
+                            int n_threads)
+{
+  size_t planes = 0, frame = 0, layer_packed = 0;
+
+  if (comp == UM_STORE_RAW)
+    return 0;
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      const UmLayerWeights *L = &model->layers[l];
+      UmLayerLayout lay;
+      g_autofree Frame *frames = NULL;
+      size_t packed = 0;
+      guint n;
+
+      um_layer_layout (L, &lay);
+      n = layer_frames (L, &lay, NULL);
+      frames = g_new (Frame, MAX (n, 1));
+      layer_frames (L, &lay, frames);
+      for (guint k = 0; k < n; k++)
+        {
+          gboolean zstd;
+          size_t stored = predicted_stored (&frames[k], ratios, &zstd);
+          /* Every frame is compressed (its planes split) to decide; only the
+           * kept ones are copied out until the block is laid out. */
+          frame = MAX (frame, frames[k].raw_len);
+          if (frames[k].planes > 1)
+            planes = MAX (planes, frames[k].raw_len);
+          if (zstd)
+            packed += stored;
+        }
+      layer_packed = MAX (layer_packed, packed);
+    }
+  if (n_threads <= 0)
+    n_threads = MAX (omp_get_max_threads (), 1);
+  /* Per thread: the planes of a frame, zstd's output (written as far as
+   * the frame's length, for one that does not shrink) and the compressor's
+   * state; plus one layer's kept frames. */
+  return (guint64) n_threads * (planes + frame + ratios->cctx_bytes) + layer_packed;
 }
