@@ -10,6 +10,7 @@
 #include "um-engine.h"
 #include "um-error.h"
 #include "um-layer-store.h"
+#include "um-optimizer.h"
 #include "um-test-util.h"
 
 static char *cache_dir;
@@ -423,6 +424,110 @@ test_pruned_mode (void)
   g_assert_cmpuint (rel_diff_permille (mem.device_peak, um_engine_get_plan (engine)->device_peak), <=, 100);
 }
 
+/* What the optimizer promises is what a load with its profile does: it
+ * picks extreme-aggressive under a budget, planning the layer slots within
+ * the headroom; the engine, loaded from the profile, streams through as
+ * many slots and stays within budget × (1 − headroom) while generating.
+ * The budget leaves room for one more slot than the headroom does, so an
+ * engine that filled the whole budget would take it and break the
+ * promise. */
+static void
+test_optimizer_headroom (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmModel) model = um_model_load (model_dir, NULL, &error);
+  g_autoptr(UmHardware) hw = g_new0 (UmHardware, 1);
+  g_autoptr(UmOptimizeResult) r = NULL;
+  g_autoptr(UmProfile) profile = NULL;
+  g_autoptr(UmEngine) engine = NULL;
+  g_autoptr(UmGenResult) gen = NULL;
+  const double headroom = 0.25;
+  guint64 peak[2], slot, budget, usable;
+  const UmPlan *promised, *p;
+  UmPlanShape shape;
+  UmPlanTarget t;
+  UmEngineOptions o;
+  UmGenRequest req;
+  UmEngineMemory m;
+  gint32 prompt[8] = { 21, 22, 23, 24, 25, 26, 27, 28 };
+
+  g_assert_no_error (error);
+  hw->gpus = g_array_new (FALSE, TRUE, sizeof (UmGpuDevice));
+  hw->why_no_gpu = g_strdup ("none in this test");
+  hw->ram_total = 16ull << 30;
+  hw->ram_available = 12ull << 30;
+  hw->cores = 2;
+  hw->cpu_name = g_strdup ("test CPU");
+
+  /* The shape a load from the profile plans for: the mode's default
+   * answer and block (um_profile_set_mode), this test's prompt. */
+  {
+    g_autoptr(UmProfile) d = um_profile_new_default ();
+    um_profile_set_mode (d, UM_MEM_EXTREME_AGGRESSIVE);
+    um_plan_shape_init (&shape);
+    shape.prompt_length = 8;
+    shape.gen_length = d->default_gen_length;
+    shape.block_length = d->default_block_length;
+  }
+  /* The device with 2 and with 3 slots, to place the budget between them. */
+  um_plan_target_cpu (&t, 0, 0);
+  for (int k = 2; k <= 3; k++)
+    {
+      UmMemOptions mo;
+      UmPlan q;
+      um_mem_options_init (&mo, UM_MEM_EXTREME_AGGRESSIVE);
+      mo.resident_layers = k;
+      g_assert_true (um_plan_compute (model, &mo, &shape, &t, &q, &error));
+      g_assert_no_error (error);
+      g_assert_cmpuint (q.stream_slots, ==, k);
+      peak[k - 2] = q.device_peak;
+    }
+  slot = peak[1] - peak[0];
+  usable = peak[0] + slot / 2;
+  budget = (guint64) (usable / (1.0 - headroom));
+  usable = (guint64) ((double) budget * (1.0 - headroom));
+  g_assert_cmpuint (usable, >=, peak[0]);
+  g_assert_cmpuint (usable, <, peak[1]);
+  g_assert_cmpuint (budget, >=, peak[1]);   /* the budget alone holds 3 slots */
+
+  r = um_optimizer_plan (model, hw, &shape, budget, headroom, &error);
+  g_assert_no_error (error);
+  g_test_message ("budget %" G_GUINT64_FORMAT ", usable %" G_GUINT64_FORMAT ": %s", budget, usable, r->reason);
+  g_assert_cmpint (r->chosen, ==, UM_MEM_EXTREME_AGGRESSIVE);
+  promised = &g_array_index (r->table, UmPlan, r->chosen);
+  g_assert_cmpuint (promised->stream_slots, ==, 2);
+  g_assert_cmpuint (promised->device_peak, <=, usable);
+
+  profile = um_optimizer_profile (r, NULL);
+  um_engine_options_init (&o);
+  um_profile_to_engine_options (profile, NULL, &o);
+  o.device = UM_DEVICE_CPU;
+  o.cache_dir = cache_dir;
+  o.shape.prompt_length = shape.prompt_length;
+  g_assert_cmpuint (o.memory_budget, ==, budget);
+  engine = um_engine_load (model_dir, &o, NULL, NULL, NULL, &error);
+  g_assert_no_error (error);
+  p = um_engine_get_plan (engine);
+  g_assert_cmpuint (p->stream_slots, ==, promised->stream_slots);
+  g_assert_cmpuint (p->device_peak, ==, promised->device_peak);
+
+  um_gen_request_init (&req);
+  req.prompt_ids = prompt;
+  req.n_prompt_ids = 8;
+  req.params.gen_length = shape.gen_length;
+  req.params.block_length = shape.block_length;
+  req.params.steps = profile->default_steps;
+  gen = um_engine_generate (engine, &req, NULL, NULL, NULL, &error);
+  g_assert_no_error (error);
+  um_engine_get_memory (engine, &m);
+  g_test_message ("device: promised %" G_GUINT64_FORMAT ", planned at load %" G_GUINT64_FORMAT ", measured %"
+                  G_GUINT64_FORMAT ", budget × (1 − headroom) %" G_GUINT64_FORMAT, promised->device_peak,
+                  p->device_peak, m.device_peak, usable);
+  g_assert_cmpuint (m.device_peak, <=, usable);
+  /* The prediction, as everywhere on the CPU backend, is exact. */
+  g_assert_cmpuint (m.device_peak, ==, p->device_peak);
+}
+
 static void
 test_parse_size (void)
 {
@@ -499,6 +604,7 @@ main (int argc, char **argv)
   g_test_add_func ("/memory/progressive-load", test_progressive_load);
   g_test_add_func ("/memory/soak", test_soak);
   g_test_add_func ("/memory/pruned-mode", test_pruned_mode);
+  g_test_add_func ("/memory/optimizer-headroom", test_optimizer_headroom);
   rc = g_test_run ();
   um_test_rmtree (cache_dir);
   g_free (model_dir);

@@ -149,8 +149,14 @@ um_optimizer_plan (const UmModel      *model,
       r->capacity = budget ? budget : t.host_available;
     }
   /* Planned against the capacity itself, so the table shows what fits at
-   * all; the pick then asks for the headroom on top. */
+   * all; the pick then asks for the headroom on top. Streaming takes as
+   * many layer slots as the capacity holds, which would leave none: its
+   * slots are planned within the headroom (target.headroom), and the
+   * profile carries the headroom to the engine, which plans the slots the
+   * same way at load, whatever the model or shape. (Writing the slot
+   * count instead would fix it for this model and shape only.) */
   t.device_budget = r->capacity;
+  t.headroom = headroom;
   r->target = t;
 
   r->table = g_array_new (FALSE, TRUE, sizeof (UmPlan));
@@ -161,21 +167,6 @@ um_optimizer_plan (const UmModel      *model,
       um_mem_options_init (&o, (UmMemMode) m);
       if (!um_plan_compute (model, &o, &r->shape, &t, &p, error))
         return NULL;
-      /* Streaming takes as many layer slots as the capacity holds, which
-       * leaves no headroom: plan its slots within the usable part. */
-      if (m == UM_MEM_EXTREME_AGGRESSIVE && r->capacity > 0 && p.device_peak > usable (r))
-        {
-          UmPlanTarget tu = t;
-          UmPlan q;
-          tu.device_budget = MAX (usable (r), 1);
-          if (!um_plan_compute (model, &o, &r->shape, &tu, &q, error))
-            return NULL;
-          if (q.fits)
-            {
-              q.device_capacity = r->capacity;
-              p = q;
-            }
-        }
       g_array_append_val (r->table, p);
     }
 
@@ -237,6 +228,7 @@ um_optimizer_profile (const UmOptimizeResult *r, const UmProfile *current)
   p->device = r->cuda ? UM_DEVICE_AUTO : UM_DEVICE_CPU;
   p->gpu_index = 0;
   p->memory_budget = r->budget;
+  p->headroom = r->headroom;
   p->written_by = UM_PROFILE_BY_OPTIMIZE;
   p->written_at = g_get_real_time () / G_USEC_PER_SEC;
   g_free (p->reason);
