@@ -30,14 +30,14 @@
 #include "um-error.h"
 
 /* Raw bytes per frame: a multiple of every element width (planes). */
-#define FRAME_BYTES ((size_t) 2 << 20)
+#define FRAME_BYTES UM_LAYER_STORE_FRAME_BYTES
 /* Keep a frame raw unless compression saves at least 1/MIN_GAIN of it:
  * decoding runs at 1.5–3 GB/s on one core, a copy (or DMA) at 10–25, so a
  * few per cent less memory is not worth it. Random-normal Q4_K (97.8 %)
  * and Q8_0 (96.4 %) stay raw by this rule. */
 #define MIN_GAIN 16
 /* Alignment of frames inside a layer block (raw frames are copied from there). */
-#define FRAME_ALIGN 64
+#define FRAME_ALIGN UM_LAYER_STORE_FRAME_ALIGN
 
 #define ALIGN_UP(x, a) (((x) + (a) - 1) / (a) * (a))
 

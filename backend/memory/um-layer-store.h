@@ -21,6 +21,11 @@ G_BEGIN_DECLS
  * speed hardly depends on it. */
 #define UM_LAYER_STORE_ZSTD_LEVEL 1
 
+/* A zstd store cuts each matrix into frames of this many raw bytes (the
+ * last one of a matrix shorter), each FRAME_ALIGN-aligned in its block. */
+#define UM_LAYER_STORE_FRAME_BYTES ((size_t) 2 << 20)
+#define UM_LAYER_STORE_FRAME_ALIGN 64
+
 /* wq, wk, wv, wo, w_gate, w_up, w_down, in this order. */
 #define UM_LAYER_N_MATS 7
 /* Alignment of each matrix in a slot: enough for any vector load or DMA. */
