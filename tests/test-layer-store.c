@@ -314,7 +314,7 @@ check_prediction (TestModel *tm, UmStoreCompression comp, UmLayerStore *s)
   if (comp == UM_STORE_RAW)
     {
       um_layer_store_estimate_ratios (&tm->model, &ratios);
-      g_assert_cmpuint (um_layer_store_predict_bytes (&tm->model, comp, &ratios), ==, have);
+      g_assert_cmpuint (um_layer_store_predict_bytes (&tm->model, comp, &ratios, NULL), ==, have);
       return;
     }
   g_assert_true (um_layer_store_measure_ratios (&tm->model, 1, G_MAXUINT64, &ratios, &error));
@@ -322,7 +322,7 @@ check_prediction (TestModel *tm, UmStoreCompression comp, UmLayerStore *s)
   g_assert_true (ratios.measured);
   g_assert_true (ratios.complete);
   g_assert_cmpuint (ratios.sampled_bytes, ==, raw);
-  want = um_layer_store_predict_bytes (&tm->model, comp, &ratios);
+  want = um_layer_store_predict_bytes (&tm->model, comp, &ratios, NULL);
   g_test_message ("zstd store: %" G_GUINT64_FORMAT " B held, %" G_GUINT64_FORMAT " B predicted (%" G_GUINT64_FORMAT
                   " frames)", have, want, frames);
   g_assert_cmpuint (want, <=, have + frames * UM_LAYER_STORE_FRAME_ALIGN);

@@ -336,14 +336,45 @@ typedef struct {
   size_t     dst_bytes;
 } Compressor;
 
-static gboolean
-compressor_init (Compressor *c, int level)
+/* The largest frame of @model, and the largest one split into planes (0:
+ * none): what a compressor's buffers must hold. */
+static void
+largest_frames (const UmModel *model, size_t *frame, size_t *planes)
 {
+  *frame = *planes = 0;
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      const UmLayerWeights *L = &model->layers[l];
+      UmLayerLayout lay;
+      g_autofree Frame *frames = NULL;
+      guint n;
+
+      um_layer_layout (L, &lay);
+      n = layer_frames (L, &lay, NULL);
+      frames = g_new (Frame, MAX (n, 1));
+      layer_frames (L, &lay, frames);
+      for (guint k = 0; k < n; k++)
+        {
+          *frame = MAX (*frame, frames[k].raw_len);
+          if (frames[k].planes > 1)
+            *planes = MAX (*planes, frames[k].raw_len);
+        }
+    }
+}
+
+/* Buffers as large as @model's frames need, no larger: allocated is what
+ * is used (and what the plan counts, see um_layer_store_build_bytes). */
+static gboolean
+compressor_init (Compressor *c, int level, const UmModel *model)
+{
+  size_t frame, planes;
+
+  largest_frames (model, &frame, &planes);
   c->cctx = ZSTD_createCCtx ();
-  c->planes = g_try_malloc (FRAME_BYTES);
-  c->dst_bytes = ZSTD_compressBound (FRAME_BYTES);
+  c->planes = planes > 0 ? g_try_malloc (planes) : NULL;
+  c->dst_bytes = ZSTD_compressBound (MAX (frame, 1));
   c->dst = g_try_malloc (c->dst_bytes);
-  return c->cctx != NULL && c->planes != NULL && c->dst != NULL
+  return c->cctx != NULL && (planes == 0 || c->planes != NULL) && c->dst != NULL
          && !ZSTD_isError (ZSTD_CCtx_setParameter (c->cctx, ZSTD_c_compressionLevel, level))
          && !ZSTD_isError (ZSTD_CCtx_setParameter (c->cctx, ZSTD_c_checksumFlag, 1));
 }
@@ -375,16 +406,37 @@ compress_frame (Compressor *c, const Frame *f, const guint8 *src, gboolean *keep
   return r;
 }
 
+/* A kept frame's bytes until its layer's block is laid out: mapped
+ * anonymous memory, not malloc's. The compressing threads would otherwise
+ * allocate from their own malloc arenas, whose free top glibc keeps after
+ * the store is built; a mapping goes back whole when unmapped. */
+static guint8 *
+packed_new (const guint8 *bytes, size_t n)
+{
+  void *p = mmap (NULL, MAX (n, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return NULL;
+  memcpy (p, bytes, n);
+  return p;
+}
+
+static void
+packed_free (guint8 *p, size_t n)
+{
+  if (p != NULL)
+    munmap (p, MAX (n, 1));
+}
+
 static gboolean
 store_layer_zstd (UmLayerStore *s, const UmLayerWeights *L, Compressor *comps, int n_threads,
                   StoredLayer *out, GError **error)
 {
   UmLayerLayout lay;
   g_autofree Frame *frames = NULL;
-  g_autofree size_t *results = NULL, *at = NULL;
-  g_autofree guint8 *packed = NULL;
+  g_autofree size_t *results = NULL;
+  g_autofree guint8 **packed = NULL;
   g_autofree gboolean *kept = NULL;
-  size_t off = 0, raw = 0;
+  size_t off = 0;
   gboolean ok = TRUE;
   int n;
 
@@ -394,24 +446,7 @@ store_layer_zstd (UmLayerStore *s, const UmLayerWeights *L, Compressor *comps, i
   layer_frames (L, &lay, frames);
   results = g_new0 (size_t, MAX (n, 1));
   kept = g_new0 (gboolean, MAX (n, 1));
-  at = g_new0 (size_t, MAX (n, 1));
-  for (int k = 0; k < n; k++)
-    {
-      at[k] = raw;
-      raw += frames[k].raw_len;
-    }
-  /* Kept frames wait here, each at its raw offset (a kept frame is shorter
-   * than its raw bytes), until the block is laid out. Allocated by this
-   * thread, as the compressors' state: the compressing threads allocate
-   * nothing, so nothing stays in their malloc arenas, whose free top glibc
-   * keeps (malloc_trim returns this thread's). */
-  packed = g_try_malloc (MAX (raw, 1));
-  if (packed == NULL)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "no memory to compress a layer (%.1f MiB)",
-                   raw / 1048576.0);
-      return FALSE;
-    }
+  packed = g_new0 (guint8 *, MAX (n, 1));
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
   for (int k = 0; k < n; k++)
     {
@@ -419,8 +454,8 @@ store_layer_zstd (UmLayerStore *s, const UmLayerWeights *L, Compressor *comps, i
       Compressor *c = &comps[omp_get_thread_num ()];
 
       results[k] = compress_frame (c, f, frame_source (L, &lay, f), &kept[k]);
-      if (kept[k])
-        memcpy (packed + at[k], c->dst, results[k]);
+      if (kept[k] && (packed[k] = packed_new (c->dst, results[k])) == NULL)
+        kept[k] = FALSE;   /* no memory for it: stored raw */
     }
 
   /* Lay the block out: each frame FRAME_ALIGN-aligned. */
@@ -451,37 +486,57 @@ store_layer_zstd (UmLayerStore *s, const UmLayerWeights *L, Compressor *comps, i
       for (int k = 0; k < n; k++)
         {
           Frame *f = &frames[k];
-          memcpy (out->block + f->src, f->zstd ? packed + at[k] : frame_source (L, &lay, f), f->stored_len);
+          memcpy (out->block + f->src, f->zstd ? packed[k] : frame_source (L, &lay, f), f->stored_len);
           count_frame (s, f->dtype, f->raw_len, f->stored_len);
         }
       out->n_frames = n;
-      out->frames = g_steal_pointer (&frames);
     }
+  for (int k = 0; k < n; k++)
+    if (kept[k])
+      packed_free (packed[k], results[k]);
+  if (ok)
+    out->frames = g_steal_pointer (&frames);
   return ok;
 }
 
+/* zstd sizes a compressor's state for the frame it compresses, and grows
+ * it for a larger one: compress the model's largest frame once with each
+ * compressor here, so that the state is this thread's memory (see
+ * store_layer_zstd), then let go of the file's pages it read. */
 static gboolean
-warm_up (Compressor *comps, int n_threads, const UmLayerWeights *L)
+warm_up (Compressor *comps, int n_threads, const UmModel *model, const GArray *maps)
 {
+  const UmLayerWeights *big_layer = NULL;
   UmLayerLayout lay;
-  g_autofree Frame *frames = NULL;
-  guint n, big = 0;
+  Frame big = { 0 };
 
-  um_layer_layout (L, &lay);
-  n = layer_frames (L, &lay, NULL);
-  if (n == 0)
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      const UmLayerWeights *L = &model->layers[l];
+      g_autofree Frame *frames = NULL;
+      guint n;
+
+      um_layer_layout (L, &lay);
+      n = layer_frames (L, &lay, NULL);
+      frames = g_new (Frame, MAX (n, 1));
+      layer_frames (L, &lay, frames);
+      for (guint k = 0; k < n; k++)
+        if (frames[k].raw_len > big.raw_len)
+          {
+            big = frames[k];
+            big_layer = L;
+          }
+    }
+  if (big_layer == NULL)
     return TRUE;
-  frames = g_new (Frame, n);
-  layer_frames (L, &lay, frames);
-  for (guint k = 1; k < n; k++)
-    if (frames[k].raw_len > frames[big].raw_len)
-      big = k;
+  um_layer_layout (big_layer, &lay);
   for (int t = 0; t < n_threads; t++)
     {
       gboolean keep;
-      if (ZSTD_isError (compress_frame (&comps[t], &frames[big], frame_source (L, &lay, &frames[big]), &keep)))
+      if (ZSTD_isError (compress_frame (&comps[t], &big, frame_source (big_layer, &lay, &big), &keep)))
         return FALSE;
     }
+  release_source (maps, frame_source (big_layer, &lay, &big), big.raw_len);
   return TRUE;
 }
 
@@ -546,17 +601,16 @@ um_layer_store_new (UmBackend            *be,
       n_threads = MAX (omp_get_max_threads (), 1);
       comps = g_new0 (Compressor, n_threads);
       for (int t = 0; t < n_threads && ok; t++)
-        ok = compressor_init (&comps[t], zstd_level);
-      /* zstd sizes a compressor's state at its first frame: compress the
-       * largest frame once with each here, so that the state is this
-       * thread's memory (see store_layer_zstd). */
-      if (ok && s->n_layers > 0)
-        ok = warm_up (comps, n_threads, &model->layers[0]);
+        ok = compressor_init (&comps[t], zstd_level, model);
+      maps = readonly_file_maps ();
+      if (ok)
+        ok = warm_up (comps, n_threads, model, maps);
       if (!ok)
         g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "no memory for zstd compressors");
     }
 
-  maps = readonly_file_maps ();
+  if (maps == NULL)
+    maps = readonly_file_maps ();
   for (guint l = 0; l < s->n_layers && ok; l++)
     {
       const UmLayerWeights *L = &model->layers[l];
@@ -708,7 +762,7 @@ um_layer_store_get_stats (UmLayerStore *s, UmLayerStoreStats *stats)
 guint64
 um_layer_store_host_bytes (UmLayerStore *s)
 {
-  guint64 sum = s->staging_bytes;
+  guint64 sum = s->staging_bytes + (s->dctx != NULL ? ZSTD_sizeof_DCtx (s->dctx) : 0);
 
   for (guint l = 0; l < s->n_layers; l++)
     sum += s->layers[l].block_bytes + s->layers[l].n_frames * sizeof (Frame);
@@ -810,7 +864,7 @@ um_layer_store_measure_ratios (const UmModel *model, int zstd_level, guint64 max
   gboolean ok = TRUE;
 
   um_layer_store_estimate_ratios (model, out);
-  if (!compressor_init (&c, zstd_level))
+  if (!compressor_init (&c, zstd_level, model))
     {
       compressor_clear (&c);
       g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "no memory for a zstd compressor");
@@ -880,6 +934,22 @@ um_layer_store_measure_ratios (const UmModel *model, int zstd_level, guint64 max
   return ok;
 }
 
+/* A zstd decoder's state, as the store holds one. */
+static size_t
+dctx_bytes (void)
+{
+  static gsize bytes;
+
+  if (g_once_init_enter (&bytes))
+    {
+      ZSTD_DCtx *d = ZSTD_createDCtx ();
+      gsize b = d != NULL ? ZSTD_sizeof_DCtx (d) : 0;
+      ZSTD_freeDCtx (d);
+      g_once_init_leave (&bytes, MAX (b, 1));
+    }
+  return bytes;
+}
+
 /* A frame's stored length as @ratios predict it, and whether it is decoded. */
 static size_t
 predicted_stored (const Frame *f, const UmStoreRatios *ratios, gboolean *zstd)
@@ -892,7 +962,8 @@ predicted_stored (const Frame *f, const UmStoreRatios *ratios, gboolean *zstd)
 }
 
 guint64
-um_layer_store_predict_bytes (const UmModel *model, UmStoreCompression comp, const UmStoreRatios *ratios)
+um_layer_store_predict_bytes (const UmModel *model, UmStoreCompression comp, const UmStoreRatios *ratios,
+                              guint64 *decode_bytes)
 {
   guint64 sum = 0;
   size_t planes = 0, frame = 0;
@@ -925,47 +996,46 @@ um_layer_store_predict_bytes (const UmModel *model, UmStoreCompression comp, con
       staging_sizes (frames, n, &planes, &frame);
       sum += MAX (off, 1) + n * sizeof (Frame);
     }
-  return sum + planes + frame;
+  if (decode_bytes != NULL)
+    *decode_bytes = planes + frame;
+  return sum + planes + frame + (comp == UM_STORE_ZSTD ? dctx_bytes () : 0);
 }
 
 guint64
 um_layer_store_build_bytes (const UmModel *model, UmStoreCompression comp, const UmStoreRatios *ratios,
                             int n_threads)
 {
-  size_t planes = 0, frame = 0, layer_packed = 0;
+  size_t frame, planes, layer_packed = 0;
 
   if (comp == UM_STORE_RAW)
     return 0;
+  largest_frames (model, &frame, &planes);
+  /* A layer's kept frames, each mapped until its block is laid out. */
   for (guint l = 0; l < model->cfg.n_layers; l++)
     {
       const UmLayerWeights *L = &model->layers[l];
+      const size_t page = (size_t) sysconf (_SC_PAGESIZE);
       UmLayerLayout lay;
-      g_autofree Frame *frames = NULL;
+      g_autofree Frame *fr = NULL;
       size_t packed = 0;
       guint n;
 
       um_layer_layout (L, &lay);
       n = layer_frames (L, &lay, NULL);
-      frames = g_new (Frame, MAX (n, 1));
-      layer_frames (L, &lay, frames);
+      fr = g_new (Frame, MAX (n, 1));
+      layer_frames (L, &lay, fr);
       for (guint k = 0; k < n; k++)
         {
           gboolean zstd;
-          size_t stored = predicted_stored (&frames[k], ratios, &zstd);
-          /* Every frame is compressed (its planes split) to decide; only the
-           * kept ones are copied out until the block is laid out. */
-          frame = MAX (frame, frames[k].raw_len);
-          if (frames[k].planes > 1)
-            planes = MAX (planes, frames[k].raw_len);
+          size_t stored = predicted_stored (&fr[k], ratios, &zstd);
           if (zstd)
-            packed += stored;
+            packed += ALIGN_UP (stored, page);
         }
       layer_packed = MAX (layer_packed, packed);
     }
   if (n_threads <= 0)
     n_threads = MAX (omp_get_max_threads (), 1);
-  /* Per thread: the planes of a frame, zstd's output (written as far as
-   * the frame's length, for one that does not shrink) and the compressor's
-   * state; plus one layer's kept frames. */
-  return (guint64) n_threads * (planes + frame + ratios->cctx_bytes) + layer_packed;
+  /* Per thread, as compressor_init allocates: the planes and zstd's output
+   * of the largest frame, and the compressor's state (measured). */
+  return (guint64) n_threads * (planes + ZSTD_compressBound (MAX (frame, 1)) + ratios->cctx_bytes) + layer_packed;
 }

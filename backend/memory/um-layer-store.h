@@ -99,8 +99,8 @@ UmStoreCompression um_layer_store_compression (UmLayerStore *s);
 /* Safe to call while another thread fetches. */
 void          um_layer_store_get_stats  (UmLayerStore      *s,
                                          UmLayerStoreStats *stats);
-/* Host memory the store holds: its layer blocks, the decoding buffer and
- * frame tables. */
+/* Host memory the store holds: its layer blocks, the decoding buffer, the
+ * decoder and frame tables. */
 guint64       um_layer_store_host_bytes (UmLayerStore      *s);
 
 /* How well zstd shrinks each matrix of a layer, by matrix (wq … w_down)
@@ -128,9 +128,12 @@ gboolean      um_layer_store_measure_ratios  (const UmModel *model, int zstd_lev
                                               UmStoreRatios *out, GError **error);
 /* Host bytes a store of @model with @comp would hold (what
  * um_layer_store_host_bytes () then says): every layer's block, frame
- * tables and decoding buffer, with zstd from @ratios (ignored for RAW). */
+ * tables, decoding buffer and decoder, with zstd from @ratios (ignored for
+ * RAW).
+ * @decode_bytes (may be NULL): of which the decoding buffer, allocated
+ * once the layers are stored. */
 guint64       um_layer_store_predict_bytes   (const UmModel *model, UmStoreCompression comp,
-                                              const UmStoreRatios *ratios);
+                                              const UmStoreRatios *ratios, guint64 *decode_bytes);
 /* Host bytes building such a store holds besides the store, per
  * compressing thread (zstd: a frame's planes and output and a compressor;
  * RAW: none), and the frames of one layer kept until the block is laid out. */

@@ -5,6 +5,7 @@
  * allocation are one arithmetic. */
 #include "um-plan.h"
 
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -186,6 +187,10 @@ um_plan_target_cpu (UmPlanTarget *t, guint64 budget, int n_threads)
   t->device_total = t->host_total;
   t->device_free = t->host_available;
   um_cpu_warm_up ();
+  /* The process as it lives on: memory freed so far (reading the model's
+   * header, parsing its tokenizer) goes back first rather than count here
+   * and be reused by the allocations the plan counts again. */
+  malloc_trim (0);
   t->process_rss = um_process_rss ();
   t->n_threads = n_threads > 0 ? n_threads : (int) g_get_num_processors ();
   t->products = UM_PRODUCTS_AUTO;
@@ -491,10 +496,13 @@ static void
 plan_store (UmPlan *p, const UmModel *held, const UmStoreRatios *ratios, const UmPlanTarget *t)
 {
   const UmStoreCompression comp = p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW;
-  guint64 raw = um_layer_store_predict_bytes (held, UM_STORE_RAW, ratios);
+  guint64 raw = um_layer_store_predict_bytes (held, UM_STORE_RAW, ratios, NULL), decode;
 
-  p->host[UM_PLAN_HOST_STORE] = um_layer_store_predict_bytes (held, comp, ratios);
-  p->host_store_build = um_layer_slot_bytes (held) + um_layer_store_build_bytes (held, comp, ratios, 0);
+  p->host[UM_PLAN_HOST_STORE] = um_layer_store_predict_bytes (held, comp, ratios, &decode);
+  /* While building, the decoding buffer is not there yet (it comes after
+   * the compressors are gone); the source pages of the layer being stored
+   * and the compressors are. */
+  p->host_store_build = um_layer_slot_bytes (held) + um_layer_store_build_bytes (held, comp, ratios, 0) - decode;
   p->zstd_ratio = comp == UM_STORE_ZSTD && raw > 0 ? (double) p->host[UM_PLAN_HOST_STORE] / raw : 1.0;
   p->zstd_measured = comp == UM_STORE_ZSTD && ratios->measured;
   p->zstd_sampled_bytes = comp == UM_STORE_ZSTD ? ratios->sampled_bytes : 0;

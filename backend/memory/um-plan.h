@@ -136,7 +136,7 @@ typedef struct {
   gboolean     zstd_measured;
   guint64      zstd_sampled_bytes;
   guint64      host_convert;       /* converting holds this besides the process (when not cached) */
-  guint64      host_store_build;   /* building the host store holds this besides the store */
+  guint64      host_store_build;   /* building the host store holds this besides the store (less its decoding buffer, allocated after) */
 } UmPlan;
 
 /* Plans @options for @model (only its metadata is read). */
