@@ -335,6 +335,9 @@ check_prediction (TestModel *tm, UmStoreCompression comp, UmLayerStore *s)
   g_assert_false (ratios.complete);
   g_assert_cmpuint (ratios.sampled_bytes, <=, raw / 4 + UM_LAYER_N_MATS * UM_LAYER_STORE_FRAME_BYTES);
   g_assert_cmpuint (ratios.sampled_bytes, >=, UM_LAYER_N_MATS);
+  g_test_message ("from a sample of %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " B: %" G_GUINT64_FORMAT
+                  " B predicted", ratios.sampled_bytes, raw,
+                  um_layer_store_predict_bytes (&tm->model, comp, &ratios, NULL));
 }
 
 static void

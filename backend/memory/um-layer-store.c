@@ -1039,3 +1039,19 @@ um_layer_store_build_bytes (const UmModel *model, UmStoreCompression comp, const
    * of the largest frame, and the compressor's state (measured). */
   return (guint64) n_threads * (planes + ZSTD_compressBound (MAX (frame, 1)) + ratios->cctx_bytes) + layer_packed;
 }
+
+double
+um_layer_store_mean_ratio (const UmModel *model, const UmStoreRatios *ratios)
+{
+  double raw = 0, stored = 0;
+
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    for (int i = 0; i < UM_LAYER_N_MATS; i++)
+      {
+        const UmWeight *w = um_layer_mat (&model->layers[l], i);
+        double b = (double) w->rows * w->row_bytes;
+        raw += b;
+        stored += b * ((guint) w->dtype < UM_DTYPE_N_TYPES ? ratios->ratio[i][w->dtype] : 1.0);
+      }
+  return raw > 0 ? stored / raw : 1.0;
+}

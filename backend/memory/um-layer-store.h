@@ -126,6 +126,9 @@ void          um_layer_store_estimate_ratios (const UmModel *model, UmStoreRatio
  * smaller than @max_bytes. Reads those bytes from the model's file. */
 gboolean      um_layer_store_measure_ratios  (const UmModel *model, int zstd_level, guint64 max_bytes,
                                               UmStoreRatios *out, GError **error);
+/* Stored / raw bytes of @model's layer matrices with @ratios, weighted by
+ * their raw bytes. */
+double        um_layer_store_mean_ratio      (const UmModel *model, const UmStoreRatios *ratios);
 /* Host bytes a store of @model with @comp would hold (what
  * um_layer_store_host_bytes () then says): every layer's block, frame
  * tables, decoding buffer and decoder, with zstd from @ratios (ignored for

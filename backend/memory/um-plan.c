@@ -496,14 +496,14 @@ static void
 plan_store (UmPlan *p, const UmModel *held, const UmStoreRatios *ratios, const UmPlanTarget *t)
 {
   const UmStoreCompression comp = p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW;
-  guint64 raw = um_layer_store_predict_bytes (held, UM_STORE_RAW, ratios, NULL), decode;
+  guint64 decode;
 
   p->host[UM_PLAN_HOST_STORE] = um_layer_store_predict_bytes (held, comp, ratios, &decode);
   /* While building, the decoding buffer is not there yet (it comes after
    * the compressors are gone); the source pages of the layer being stored
    * and the compressors are. */
   p->host_store_build = um_layer_slot_bytes (held) + um_layer_store_build_bytes (held, comp, ratios, 0) - decode;
-  p->zstd_ratio = comp == UM_STORE_ZSTD && raw > 0 ? (double) p->host[UM_PLAN_HOST_STORE] / raw : 1.0;
+  p->zstd_ratio = comp == UM_STORE_ZSTD ? um_layer_store_mean_ratio (held, ratios) : 1.0;
   p->zstd_measured = comp == UM_STORE_ZSTD && ratios->measured;
   p->zstd_sampled_bytes = comp == UM_STORE_ZSTD ? ratios->sampled_bytes : 0;
 }

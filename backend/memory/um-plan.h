@@ -129,9 +129,10 @@ typedef struct {
   guint64      device_capacity;    /* budget or free device memory; 0 unknown/unlimited */
   gboolean     fits;
   int          limit_gen, limit_block, limit_steps;
-  /* The zstd host store (0 / FALSE without one): stored / raw bytes, and
-   * whether that was measured on the weights (um_plan_measure_store ()) or
-   * is an estimate by type. */
+  /* The zstd host store (0 / FALSE without one): stored / raw bytes of the
+   * layers' matrices (frames kept raw count as raw), and whether that was
+   * measured on the weights (um_plan_measure_store ()) or is an estimate by
+   * type. */
   double       zstd_ratio;
   gboolean     zstd_measured;
   guint64      zstd_sampled_bytes;
