@@ -43,6 +43,14 @@ um_cli_plan_to_json (const UmPlan *p)
   INT ("n_layers", p->n_layers);
   BOOL ("streams_layers", p->stream_slots > 0);
   BOOL ("host_zstd", p->options.host_zstd);
+  if (p->options.host_zstd)
+    {
+      /* Stored / raw bytes of the layers: an estimate by type in a plan
+       * made before loading, measured on the weights at load. */
+      DBL ("zstd_ratio", p->zstd_ratio);
+      BOOL ("zstd_ratio_measured", p->zstd_measured);
+      INT ("zstd_sampled_bytes", p->zstd_sampled_bytes);
+    }
   BOOL ("embedding_on_host", p->embed_on_host);
   DBL ("prune_heads", p->options.prune_heads);
   DBL ("prune_ffn", p->options.prune_ffn);
@@ -132,6 +140,16 @@ print_table (const UmModel *model, GArray *table, const UmPlanTarget *t)
       printf ("%-20s %-14s %8s %12s %12s %12s  %s\n", um_mem_mode_to_string (p->mode), p->weight_format, layers, d,
               h, l, p->fits ? "yes" : "no");
     }
+  for (guint i = 0; i < table->len; i++)
+    {
+      const UmPlan *p = &g_array_index (table, UmPlan, i);
+      if (p->stream_slots > 0 && p->options.host_zstd)
+        {
+          printf ("zstd host store: %.3f of the raw bytes in %s, %s\n", p->zstd_ratio, um_mem_mode_to_string (p->mode),
+                  p->zstd_measured ? "measured on the weights"
+                                   : "estimated by type (loading measures it on the weights)");
+        }
+    }
 }
 
 int
@@ -180,6 +198,7 @@ um_cli_plan (int argc, char **argv)
   um_plan_target_cpu (&t, opts.memory_budget, opts.n_threads);
   t.products = opts.products;
   t.cache_dir = opts.cache_dir;
+  t.headroom = opts.headroom;
   if (opts.device != UM_DEVICE_CPU)
     {
       g_autoptr(UmGpuReport) report = um_gpu_report_new ();

@@ -32,6 +32,7 @@ full_profile (void)
   p->gpu_index = 1;
   p->n_threads = 6;
   p->memory_budget = (3ull << 30) + 17;
+  p->headroom = 0.15;
   p->default_gen_length = 48;
   o->model_id = g_strdup ("feedfacecafebeef");
   um_mem_options_init (&o->mem, UM_MEM_STANDARD_8BIT);
@@ -98,6 +99,7 @@ test_round_trip (void)
   /* Exact: a double written with 17 significant digits reads back as itself. */
   g_assert_cmpfloat (back->mem.prune_heads, ==, 0.1);
   g_assert_cmpuint (back->memory_budget, ==, (3ull << 30) + 17);
+  g_assert_cmpfloat (back->headroom, ==, 0.15);
   g_assert_cmpuint (back->overrides->len, ==, 2);
   again = um_profile_to_json (back);
   g_assert_cmpstr (text, ==, again);
@@ -168,6 +170,9 @@ static const struct {
   { "{\"version\": 1, \"threads\": -2}", "threads", UM_ERROR_FORMAT },
   { "{\"version\": 1, \"memory_budget\": -1}", "memory_budget", UM_ERROR_FORMAT },
   { "{\"version\": 1, \"memory_budget\": 1e9}", "memory_budget", UM_ERROR_FORMAT },
+  { "{\"version\": 1, \"headroom\": 1.5}", "headroom", UM_ERROR_FORMAT },
+  { "{\"version\": 1, \"headroom\": -0.1}", "headroom", UM_ERROR_FORMAT },
+  { "{\"version\": 1, \"headroom\": \"some\"}", "headroom", UM_ERROR_FORMAT },
   { "{\"version\": 1, \"device\": \"tpu\"}", "device", UM_ERROR_FORMAT },
   { "{\"version\": 1, \"device\": \"gpu\"}", "device", UM_ERROR_FORMAT },
   { "{\"version\": 1, \"written_by\": \"someone\"}", "written_by", UM_ERROR_FORMAT },
@@ -381,6 +386,7 @@ test_engine_options (void)
   um_profile_to_engine_options (p, NULL, &o);
   g_assert_cmpint (o.n_threads, ==, 6);
   g_assert_cmpuint (o.memory_budget, ==, (3ull << 30) + 17);
+  g_assert_cmpfloat (o.headroom, ==, 0.15);
   g_assert_cmpint (o.device, ==, UM_DEVICE_CUDA);
   g_assert_cmpint (o.gpu_index, ==, 1);
   g_assert_cmpint (o.mem.mode, ==, UM_MEM_EXTREME_AGGRESSIVE);
@@ -849,6 +855,8 @@ test_optimizer_gpu (void)
   g_assert_cmpint (p->device, ==, UM_DEVICE_AUTO);
   g_assert_cmpint (p->written_by, ==, UM_PROFILE_BY_OPTIMIZE);
   g_assert_cmpuint (p->memory_budget, ==, 0);
+  /* The headroom the pick kept goes to the engine with the profile. */
+  g_assert_cmpfloat (p->headroom, ==, 0.10);
 }
 
 static void

@@ -297,6 +297,9 @@ profile_put_options (UmOptimizerPage *self, UmProfile *p, const UmMemOptions *me
       p->mem = *mem;
     }
   p->memory_budget = budget;
+  /* This page judges what fits with the headroom kept free: loads keep it
+   * too (extreme-aggressive sizes its slots within it). */
+  p->headroom = UM_OPTIMIZER_HEADROOM;
 }
 
 /* Whether the controls say something else than the profile in use. */

@@ -152,8 +152,14 @@ um_optimizer_plan (const UmModel      *model,
       r->capacity = budget ? budget : t.host_available;
     }
   /* Planned against the capacity itself, so the table shows what fits at
-   * all; the pick then asks for the headroom on top. */
+   * all; the pick then asks for the headroom on top. Streaming takes as
+   * many layer slots as the capacity holds, which would leave none: its
+   * slots are planned within the headroom (target.headroom), and the
+   * profile carries the headroom to the engine, which plans the slots the
+   * same way at load, whatever the model or shape. (Writing the slot
+   * count instead would fix it for this model and shape only.) */
   t.device_budget = r->capacity;
+  t.headroom = headroom;
   r->target = t;
 
   r->table = g_array_new (FALSE, TRUE, sizeof (UmPlan));
@@ -164,21 +170,6 @@ um_optimizer_plan (const UmModel      *model,
       um_mem_options_init (&o, (UmMemMode) m);
       if (!um_plan_compute (model, &o, &r->shape, &t, &p, error))
         return NULL;
-      /* Streaming takes as many layer slots as the capacity holds, which
-       * leaves no headroom: plan its slots within the usable part. */
-      if (m == UM_MEM_EXTREME_AGGRESSIVE && r->capacity > 0 && p.device_peak > usable (r))
-        {
-          UmPlanTarget tu = t;
-          UmPlan q;
-          tu.device_budget = MAX (usable (r), 1);
-          if (!um_plan_compute (model, &o, &r->shape, &tu, &q, error))
-            return NULL;
-          if (q.fits)
-            {
-              q.device_capacity = r->capacity;
-              p = q;
-            }
-        }
       g_array_append_val (r->table, p);
     }
 
@@ -256,6 +247,7 @@ um_optimizer_profile (const UmOptimizeResult *r, const UmProfile *current)
   /* Optimize for this model means this model runs as optimized: an
    * override it had would otherwise keep its old mode on the next load. */
   clear_override (p, r->model_id);
+  p->headroom = r->headroom;
   p->written_by = UM_PROFILE_BY_OPTIMIZE;
   p->written_at = g_get_real_time () / G_USEC_PER_SEC;
   g_free (p->reason);

@@ -150,6 +150,7 @@ um_profile_equal (const UmProfile *a, const UmProfile *b)
 
   if (a->version != b->version || !mem_equal (&a->mem, &b->mem) || a->device != b->device
       || a->gpu_index != b->gpu_index || a->n_threads != b->n_threads || a->memory_budget != b->memory_budget
+      || a->headroom != b->headroom
       || a->limit_gen_length != b->limit_gen_length || a->limit_block_length != b->limit_block_length
       || a->limit_steps != b->limit_steps || a->default_gen_length != b->default_gen_length
       || a->default_block_length != b->default_block_length || a->default_steps != b->default_steps || na != nb)
@@ -263,6 +264,12 @@ um_profile_to_json (const UmProfile *p)
   json_builder_add_int_value (b, p->n_threads);
   json_builder_set_member_name (b, "memory_budget");
   json_builder_add_int_value (b, (gint64) MIN (p->memory_budget, (guint64) G_MAXINT64));
+  /* Only when set: a profile without one reads as before. */
+  if (p->headroom > 0)
+    {
+      json_builder_set_member_name (b, "headroom");
+      json_builder_add_double_value (b, p->headroom);
+    }
   add_triple (b, "limits", p->limit_gen_length, p->limit_block_length, p->limit_steps);
   add_triple (b, "defaults", p->default_gen_length, p->default_block_length, p->default_steps);
   json_builder_set_member_name (b, "overrides");
@@ -565,6 +572,15 @@ um_profile_from_json (const char *text, gssize len, GError **error)
           gint64 b;
           ok = read_int (v, key, 0, G_MAXINT64, &b, error);
           p->memory_budget = ok ? (guint64) b : 0;
+        }
+      else if (g_str_equal (key, "headroom"))
+        {
+          ok = read_double (v, key, &p->headroom, error);
+          if (ok && !(p->headroom >= 0 && p->headroom < 1))
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "“headroom” is %g, outside [0, 1)", p->headroom);
+              ok = FALSE;
+            }
         }
       else if (g_str_equal (key, "limits"))
         ok = read_triple (v, key, &p->limit_gen_length, &p->limit_block_length, &p->limit_steps, error);
@@ -891,6 +907,7 @@ um_profile_to_engine_options (const UmProfile *p, const char *model_id, UmEngine
 
   o->n_threads = p->n_threads;
   o->memory_budget = p->memory_budget;
+  o->headroom = p->headroom;
   /* "auto" states no preference, and UNMASK_DEVICE (which keeps a GPU out
    * of test runs) keeps its word over the profile. */
   if (g_getenv ("UNMASK_DEVICE") == NULL)

@@ -42,6 +42,11 @@ typedef struct {
   int             gpu_index;
   int             n_threads;        /* 0: all cores */
   guint64         memory_budget;    /* 0: the device's */
+  /* Fraction of the device (budget or free memory) the engine keeps free
+   * when it sizes what fills the rest, extreme-aggressive's layer slots:
+   * the optimizer writes the headroom it planned with, so that a load
+   * does what it promised. 0: none (the slots fill the device). */
+  double          headroom;
   /* What the mode recommends (0: no limit / no default). */
   int             limit_gen_length, limit_block_length, limit_steps;
   int             default_gen_length, default_block_length, default_steps;
@@ -100,7 +105,7 @@ char      *um_model_identity (const char *model_path);
 /* Engine options as the profile says, for the model @model_id (its
  * override if it has one; NULL: none). Sets threads, budget, device and
  * GPU (unless UNMASK_DEVICE is set; "auto" leaves @o's device), the memory
- * mode and knobs, and the plan's shape from the recommended defaults; the
+ * mode and knobs, the headroom, and the plan's shape from the recommended defaults; the
  * rest of @o (products, cache folder, prompt length) is left as it is, so
  * call um_engine_options_init () first. */
 void       um_profile_to_engine_options (const UmProfile *p, const char *model_id, UmEngineOptions *o);

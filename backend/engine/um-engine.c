@@ -165,6 +165,7 @@ choose_device (UmEngine *engine, const UmEngineOptions *o, UmPlanTarget *target,
           um_plan_target_cpu (&t, o->memory_budget, o->n_threads);
           um_plan_target_set_gpu (&t, d->total_bytes, d->free_bytes);
           t.cache_dir = o->cache_dir;
+          t.headroom = o->headroom;
           if (!um_plan_compute (engine->model, &o->mem, &o->shape, &t, &engine->plan, error))
             return FALSE;
           if (engine->plan.fits)
@@ -199,6 +200,7 @@ choose_device (UmEngine *engine, const UmEngineOptions *o, UmPlanTarget *target,
   um_plan_target_cpu (target, o->memory_budget, o->n_threads);
   target->products = o->products;
   target->cache_dir = o->cache_dir;
+  target->headroom = o->headroom;
   if (!um_plan_compute (engine->model, &o->mem, &o->shape, target, &engine->plan, error))
     return FALSE;
   if (o->memory_budget != 0 && engine->plan.device_peak > o->memory_budget)
@@ -247,6 +249,7 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
 {
   const UmPlan *p = &engine->plan;
   UmForwardOptions fo;
+  UmForwardShape shape;
 
   if (target->cuda)
     engine->backend = um_backend_cuda_new (options->gpu_index, options->memory_budget, error);
@@ -275,10 +278,14 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
       lp->from = lp->to;
       lp->to = lp->from + (1.0 - lp->from) * 0.8;
       engine->store = um_layer_store_new (engine->backend, engine->model,
-                                          p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW, 1,
+                                          p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW,
+                                          UM_LAYER_STORE_ZSTD_LEVEL,
                                           on_stage_progress, lp, cancellable, error);
       if (engine->store == NULL)
         return FALSE;
+      /* The compressors' buffers, freed, go back to the system rather than
+       * stay in the footprint while generating (as the plan has it). */
+      malloc_trim (0);
       fo.stream_slots = p->stream_slots;
       fo.store = engine->store;
     }
@@ -287,7 +294,14 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
   lp->to = 1.0;
   engine->forward = um_forward_new_with (engine->model, engine->backend, &fo, on_stage_progress, lp,
                                          cancellable, error);
-  return engine->forward != NULL;
+  if (engine->forward == NULL)
+    return FALSE;
+  /* The work buffers and the KV cache of the planned generation, now: the
+   * device then holds what the plan predicted from load on (what the app
+   * shows as measured before the first answer), and a budget they do not
+   * fit fails here rather than at the first step. */
+  um_plan_forward_shape (&options->shape, engine->backend->ops->choose != NULL, &shape);
+  return um_forward_reserve (engine->forward, &shape, error);
 }
 
 void
@@ -333,6 +347,10 @@ um_engine_load (const char             *path,
       if (!convert_weights (engine, options, &lp, cancellable, error))
         return NULL;
     }
+  /* The zstd store's size, measured on the weights as streamed (a sample
+   * of them) now that they are at hand: the plan had estimated it by type. */
+  if (!um_plan_measure_store (&engine->plan, engine->model, &target, error))
+    return NULL;
   if (progress_cb)
     progress_cb (lp.to, N_("Preparing the compute backend"), user_data);
   if (!setup_compute (engine, options, &target, &lp, cancellable, error))

@@ -38,6 +38,10 @@ typedef struct {
    * memory_budget stands for the device's size when planning, on the CPU
    * backend too. */
   UmMemOptions mem;
+  /* Fraction of the device's capacity (budget or free memory) kept free
+   * by the streaming slots extreme-aggressive sizes to fill it: the
+   * optimizer's headroom (um_profile_to_engine_options ()), 0 by default. */
+  double       headroom;
   /* The generation the plan is made for; longer canvases grow the work
    * buffers at run time, within the budget. */
   UmPlanShape  shape;

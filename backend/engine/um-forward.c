@@ -79,12 +79,19 @@ embed_on_host (const UmModel *model, const UmForwardOptions *o)
 }
 
 static void
-free_kv (UmForward *fw)
+free_kv_views (UmForward *fw)
 {
   for (guint i = 0; fw->kv_views != NULL && i < 2 * fw->model->cfg.n_layers; i++)
     if (fw->kv_views[i] != NULL)
       fw->be->ops->buf_free (fw->be, fw->kv_views[i]);
   g_clear_pointer (&fw->kv_views, g_free);
+  fw->kv_rows = 0;
+}
+
+static void
+free_kv (UmForward *fw)
+{
+  free_kv_views (fw);
   if (fw->kv != NULL)
     fw->be->ops->buf_free (fw->be, fw->kv);
   fw->kv = NULL;
@@ -190,6 +197,66 @@ setup_streaming (UmForward *fw, GError **error)
   return fw->prefetcher != NULL;
 }
 
+/* What a device weight is, for the plan's components. */
+typedef enum { DW_EMBED, DW_NORM, DW_HEAD, DW_LAYER } DevWeightKind;
+
+/* A weight the forward holds on the device, and where its handle goes. */
+typedef struct {
+  const UmWeight *src;
+  UmDevWeight   **dst;
+  DevWeightKind   kind;
+} DevWeightRef;
+
+static guint
+max_device_weights (const UmModel *model)
+{
+  return 3 + 9 * model->cfg.n_layers;
+}
+
+/* The weights a forward with @o (embed_on_host resolved) loads onto the
+ * device, in load order: the token table unless it stays on the host, the
+ * final norm, the LM head unless tied, each layer's norms and, unless
+ * streaming, its matrices. @fw NULL (planning): no handles. @out has room
+ * for max_device_weights (). Loading and planning both walk this list. */
+static guint
+device_weights (const UmModel *model, const UmForwardOptions *o, UmForward *fw, DevWeightRef *out)
+{
+  const UmModelConfig *c = &model->cfg;
+  guint n = 0;
+
+#define ADD(src_, dst_, kind_) G_STMT_START { \
+    out[n].src = (src_); out[n].dst = fw ? (dst_) : NULL; out[n].kind = (kind_); n++; } G_STMT_END
+  if (!o->embed_on_host)
+    ADD (&model->tok_embd, &fw->tok_embd, DW_EMBED);
+  ADD (&model->out_norm, &fw->out_norm, DW_NORM);
+  if (!c->tied_embeddings)
+    ADD (&model->output, &fw->output, DW_HEAD);
+  for (guint l = 0; l < c->n_layers; l++)
+    {
+      const UmLayerWeights *src = &model->layers[l];
+      DevLayer *dst = fw ? &fw->layers[l] : NULL;
+      ADD (&src->attn_norm, &dst->attn_norm, DW_NORM);
+      ADD (&src->ffn_norm, &dst->ffn_norm, DW_NORM);
+      if (o->stream_slots > 0)
+        continue;
+      ADD (&src->wq, &dst->wq, DW_LAYER);
+      ADD (&src->wk, &dst->wk, DW_LAYER);
+      ADD (&src->wv, &dst->wv, DW_LAYER);
+      ADD (&src->wo, &dst->wo, DW_LAYER);
+      ADD (&src->w_gate, &dst->w_gate, DW_LAYER);
+      ADD (&src->w_up, &dst->w_up, DW_LAYER);
+      ADD (&src->w_down, &dst->w_down, DW_LAYER);
+    }
+#undef ADD
+  return n;
+}
+
+static guint64
+weight_bytes (const UmWeight *w)
+{
+  return w->rows * w->row_bytes;
+}
+
 UmForward *
 um_forward_new_with (UmModel                *model,
                      UmBackend              *backend,
@@ -201,6 +268,8 @@ um_forward_new_with (UmModel                *model,
 {
   g_autoptr(UmForward) fw = g_new0 (UmForward, 1);
   const UmModelConfig *c = &model->cfg;
+  g_autofree DevWeightRef *refs = g_new (DevWeightRef, max_device_weights (model));
+  guint n_refs;
 
   fw->model = model;
   fw->be = backend;
@@ -213,45 +282,18 @@ um_forward_new_with (UmModel                *model,
   fw->dev_weights = g_ptr_array_new ();
   fw->layers = g_new0 (DevLayer, c->n_layers);
 
+  n_refs = device_weights (model, &fw->opts, fw, refs);
   /* Progress counts the bytes this backend is given. */
-  fw->total_bytes = um_model_weight_bytes (model);
-  if (fw->opts.embed_on_host)
-    fw->total_bytes -= model->tok_embd.rows * model->tok_embd.row_bytes;
-  for (guint l = 0; streaming (fw) && l < c->n_layers; l++)
-    for (int i = 0; i < UM_LAYER_N_MATS; i++)
-      {
-        const UmWeight *w = um_layer_mat (&model->layers[l], i);
-        fw->total_bytes -= w->rows * w->row_bytes;
-      }
+  for (guint i = 0; i < n_refs; i++)
+    fw->total_bytes += weight_bytes (refs[i].src);
 
   if (streaming (fw) && !setup_streaming (fw, error))
     return NULL;
-
-#define LOAD(dst, src) G_STMT_START { if (((dst) = load_weight (fw, (src), error)) == NULL) return NULL; } G_STMT_END
-  if (!fw->opts.embed_on_host)
-    LOAD (fw->tok_embd, &model->tok_embd);
-  LOAD (fw->out_norm, &model->out_norm);
+  for (guint i = 0; i < n_refs; i++)
+    if ((*refs[i].dst = load_weight (fw, refs[i].src, error)) == NULL)
+      return NULL;
   if (c->tied_embeddings)
     fw->output = fw->tok_embd;
-  else
-    LOAD (fw->output, &model->output);
-  for (guint l = 0; l < c->n_layers; l++)
-    {
-      const UmLayerWeights *src = &model->layers[l];
-      DevLayer *dst = &fw->layers[l];
-      LOAD (dst->attn_norm, &src->attn_norm);
-      LOAD (dst->ffn_norm, &src->ffn_norm);
-      if (streaming (fw))
-        continue;
-      LOAD (dst->wq, &src->wq);
-      LOAD (dst->wk, &src->wk);
-      LOAD (dst->wv, &src->wv);
-      LOAD (dst->wo, &src->wo);
-      LOAD (dst->w_gate, &src->w_gate);
-      LOAD (dst->w_up, &src->w_up);
-      LOAD (dst->w_down, &src->w_down);
-    }
-#undef LOAD
   fw->progress_cb = NULL;
   fw->cancellable = NULL;
   return g_steal_pointer (&fw);
@@ -299,19 +341,118 @@ arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_
     }
 }
 
-guint64
-um_forward_arena_bytes (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_chunk)
+/* Bytes of one K or V view of the KV cache: @rows canvas rows of a layer. */
+static size_t
+kv_view_bytes (const UmModel *model, int rows)
 {
-  ArenaLayout a;
-  arena_layout (model, n_seq, seq_len, n_rows, row_chunk, &a);
-  return a.total;
+  return (size_t) rows * model->cfg.n_kv_heads * model->cfg.head_dim * sizeof (float);
 }
 
-guint64
-um_forward_host_bytes (const UmModel *model, const UmForwardOptions *options, int n_seq, int seq_len)
+/* The whole cache: a K and a V view per layer. */
+static size_t
+kv_cache_bytes (const UmModel *model, int rows)
 {
-  return embed_on_host (model, options)
-         ? (guint64) n_seq * seq_len * model->cfg.d_model * sizeof (float) + model->tok_embd.row_bytes : 0;
+  return 2 * kv_view_bytes (model, rows) * model->cfg.n_layers;
+}
+
+/* Floats of logits the host chooses from, for @n_rows rows: all of them
+ * unless the backend chooses, which with guidance needs both halves in one
+ * LM-head chunk. */
+static size_t
+host_logit_floats (const UmModel *model, const UmForwardOptions *o, gboolean backend_chooses, gboolean guided,
+                   int n_rows)
+{
+  if (backend_chooses && (!guided || chunk_rows (n_rows, o->row_chunk) == n_rows))
+    return 0;
+  return (size_t) n_rows * model->cfg.vocab_size;
+}
+
+/* Host bytes of the decoded embedding rows of @n tokens, then one stored row. */
+static size_t
+host_rows_bytes (const UmModel *model, int n)
+{
+  return (size_t) n * model->tok_embd.cols * sizeof (float) + model->tok_embd.row_bytes;
+}
+
+/* Entries of a pass's index array: a full pass over @T rows keeps a
+ * position and a sequence per row and per requested row (@n); a cached
+ * step over @m rows the token, position and sequence of each and the
+ * index of each requested row. */
+static size_t
+pass_index_count (int T, int n)
+{
+  return (size_t) 2 * T + 2 * n;
+}
+
+static size_t
+cached_index_count (int m, int n)
+{
+  return (size_t) 3 * m + n;
+}
+
+void
+um_forward_bytes (const UmModel          *model,
+                  const UmForwardOptions *options,
+                  const UmForwardShape   *shape,
+                  UmForwardBytes         *out)
+{
+  UmForwardOptions o;
+  g_autofree DevWeightRef *refs = g_new (DevWeightRef, max_device_weights (model));
+  const int T = shape->n_seq * shape->seq_len;
+  const int n = MIN (shape->n_rows, T);
+  ArenaLayout a;
+  guint n_refs;
+
+  memset (out, 0, sizeof *out);
+  um_forward_options_init (&o);
+  if (options != NULL)
+    o = *options;
+  o.embed_on_host = embed_on_host (model, options);
+  n_refs = device_weights (model, &o, NULL, refs);
+  for (guint i = 0; i < n_refs; i++)
+    {
+      guint64 b = weight_bytes (refs[i].src);
+      switch (refs[i].kind)
+        {
+        case DW_EMBED: out->embedding += b; break;
+        case DW_NORM: out->norms += b; break;
+        case DW_HEAD: out->head += b; break;
+        case DW_LAYER: out->layers += b; break;
+        default: break;
+        }
+    }
+  if (o.stream_slots > 0)
+    out->stream_slots = (guint64) o.stream_slots * um_layer_slot_bytes (model);
+  /* A cached step runs at most the whole canvas (m ≤ T rows) with the same
+   * requested rows, and the layout grows with both: the full pass is the
+   * largest. */
+  arena_layout (model, shape->n_seq, shape->seq_len, n, o.row_chunk, &a);
+  out->arena = a.total;
+  if (shape->kv_cache)
+    out->kv_cache = kv_cache_bytes (model, T);
+  if (o.embed_on_host)
+    out->host_embedding = host_rows_bytes (model, T);
+  out->host_logits = host_logit_floats (model, &o, shape->backend_chooses, shape->guided, n) * sizeof (float);
+  out->host_index = MAX (pass_index_count (T, n < T ? n : 0), shape->kv_cache ? cached_index_count (T, n) : 0)
+                    * sizeof (gint32);
+}
+
+/* The arena at least @bytes long (its views are made per pass). */
+static gboolean
+grow_arena (UmForward *fw, size_t bytes, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+
+  if (fw->arena_bytes >= bytes)
+    return TRUE;
+  if (fw->arena != NULL)
+    ops->buf_free (fw->be, fw->arena);
+  fw->arena_bytes = 0;
+  fw->arena = ops->buf_alloc (fw->be, bytes, error);
+  if (fw->arena == NULL)
+    return FALSE;
+  fw->arena_bytes = bytes;
+  return TRUE;
 }
 
 /* Views of the arena for this pass; the arena grows only when a longer
@@ -321,16 +462,8 @@ carve (UmForward *fw, const ArenaLayout *a, UmBuf **views, GError **error)
 {
   const UmBackendOps *ops = fw->be->ops;
 
-  if (fw->arena_bytes < a->total)
-    {
-      if (fw->arena != NULL)
-        ops->buf_free (fw->be, fw->arena);
-      fw->arena_bytes = 0;
-      fw->arena = ops->buf_alloc (fw->be, a->total, error);
-      if (fw->arena == NULL)
-        return FALSE;
-      fw->arena_bytes = a->total;
-    }
+  if (!grow_arena (fw, a->total, error))
+    return FALSE;
   for (int s = 0; s < N_SLOTS; s++)
     if (a->bytes[s] > 0 && (views[s] = ops->buf_view (fw->be, fw->arena, a->offset[s], a->bytes[s], error)) == NULL)
       return FALSE;
@@ -375,7 +508,7 @@ embed_host (UmForward *fw, const gint32 *ids, int n, UmBuf *x, GError **error)
     {
       g_free (fw->host_rows);
       /* The decoded rows, then one stored row. */
-      fw->host_rows = g_try_malloc (floats * sizeof (float) + w->row_bytes);
+      fw->host_rows = g_try_malloc (host_rows_bytes (fw->model, n));
       fw->host_rows_floats = fw->host_rows ? floats : 0;
       if (fw->host_rows == NULL)
         {
@@ -584,8 +717,8 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
   const int D = c->d_model, hd = c->head_dim;
   const float eps = (float) c->rms_eps;
   const gboolean subset = rows != NULL;
-  g_autofree gint32 *pos = g_new (gint32, T), *seq = g_new (gint32, T);
-  g_autofree gint32 *sel_pos = NULL, *sel_seq = NULL;
+  g_autofree gint32 *index = g_new (gint32, pass_index_count (T, subset ? n : 0));
+  gint32 *pos = index, *seq = index + T, *sel_pos = NULL, *sel_seq = NULL;
 
   for (int t = 0; t < T; t++)
     {
@@ -594,8 +727,8 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
     }
   if (subset)
     {
-      sel_pos = g_new (gint32, n);
-      sel_seq = g_new (gint32, n);
+      sel_pos = seq + T;
+      sel_seq = sel_pos + n;
       for (int i = 0; i < n; i++)
         {
           sel_pos[i] = pos[rows[i]];
@@ -735,21 +868,34 @@ um_forward_logits (UmForward     *fw,
   return logits_pass (fw, ids, n_seq, seq_len, rows, n_rows, &dst, cancellable, error);
 }
 
-/* The cache for @rows canvas rows: one buffer, a K and a V view per layer. */
+/* The cache's buffer at least @bytes long; its views go with the old one. */
+static gboolean
+grow_kv (UmForward *fw, size_t bytes, GError **error)
+{
+  if (fw->kv != NULL && fw->kv_bytes >= bytes)
+    return TRUE;
+  free_kv (fw);
+  fw->kv = fw->be->ops->buf_alloc (fw->be, bytes, error);
+  if (fw->kv == NULL)
+    return FALSE;
+  fw->kv_bytes = bytes;
+  return TRUE;
+}
+
+/* The cache for @rows canvas rows: one buffer, a K and a V view per layer.
+ * A buffer reserved for a longer canvas is reused. */
 static gboolean
 ensure_kv (UmForward *fw, int rows, GError **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
-  const size_t per = (size_t) rows * c->n_kv_heads * c->head_dim * sizeof (float);
+  const size_t per = kv_view_bytes (fw->model, rows);
   const UmBackendOps *ops = fw->be->ops;
 
-  if (fw->kv != NULL && fw->kv_rows == rows)
+  if (fw->kv != NULL && fw->kv_views != NULL && fw->kv_rows == rows)
     return TRUE;
-  free_kv (fw);
-  fw->kv = ops->buf_alloc (fw->be, 2 * per * c->n_layers, error);
-  if (fw->kv == NULL)
+  if (!grow_kv (fw, kv_cache_bytes (fw->model, rows), error))
     return FALSE;
-  fw->kv_bytes = 2 * per * c->n_layers;
+  free_kv_views (fw);
   fw->kv_views = g_new0 (UmBuf *, 2 * c->n_layers);
   for (guint i = 0; i < 2 * c->n_layers; i++)
     if ((fw->kv_views[i] = ops->buf_view (fw->be, fw->kv, i * per, per, error)) == NULL)
@@ -758,6 +904,29 @@ ensure_kv (UmForward *fw, int rows, GError **error)
         return FALSE;
       }
   fw->kv_rows = rows;
+  return TRUE;
+}
+
+gboolean
+um_forward_reserve (UmForward *fw, const UmForwardShape *shape, GError **error)
+{
+  UmForwardBytes b;
+
+  um_forward_bytes (fw->model, &fw->opts, shape, &b);
+  if (!grow_arena (fw, b.arena, error) || (b.kv_cache > 0 && !grow_kv (fw, b.kv_cache, error)))
+    return FALSE;
+  if (b.host_logits / sizeof (float) > fw->host_logits_floats)
+    {
+      g_free (fw->host_logits);
+      fw->host_logits = g_try_malloc (b.host_logits);
+      fw->host_logits_floats = fw->host_logits != NULL ? b.host_logits / sizeof (float) : 0;
+      if (fw->host_logits == NULL)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of host memory for the logits (%.1f MiB)",
+                       b.host_logits / 1048576.0);
+          return FALSE;
+        }
+    }
   return TRUE;
 }
 
@@ -775,8 +944,8 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
   const int D = c->d_model, hd = c->head_dim;
   const size_t kvd_bytes = (size_t) c->n_kv_heads * hd * sizeof (float);
   const float eps = (float) c->rms_eps;
-  g_autofree gint32 *sub_ids = g_new (gint32, m), *pos = g_new (gint32, m), *seq = g_new (gint32, m);
-  g_autofree gint32 *sel = g_new (gint32, n);
+  g_autofree gint32 *index = g_new (gint32, cached_index_count (m, n));
+  gint32 *sub_ids = index, *pos = index + m, *seq = index + 2 * m, *sel = index + 3 * m;
   gboolean ok = TRUE;
 
   for (int i = 0; i < m; i++)
@@ -948,6 +1117,7 @@ choose_setup (UmForward *fw, int n_rows, const UmChooseRule *rule, const gint32 
 {
   const gboolean guided = rule->cfg_scale > 0.0;
   const size_t V = fw->model->cfg.vocab_size;
+  size_t floats;
 
   if (guided && n_rows % 2 != 0)
     {
@@ -960,13 +1130,14 @@ choose_setup (UmForward *fw, int n_rows, const UmChooseRule *rule, const gint32 
   dst->positions = positions;
   dst->ids = out_ids;
   dst->conf = out_conf;
-  if (fw->be->ops->choose != NULL && (!guided || chunk_rows (n_rows, fw->opts.row_chunk) == n_rows))
+  floats = host_logit_floats (fw->model, &fw->opts, fw->be->ops->choose != NULL, guided, n_rows);
+  if (floats == 0)
     return TRUE;
-  if ((size_t) n_rows * V > fw->host_logits_floats)
+  if (floats > fw->host_logits_floats)
     {
       g_free (fw->host_logits);
-      fw->host_logits = g_try_malloc ((size_t) n_rows * V * sizeof (float));
-      fw->host_logits_floats = fw->host_logits != NULL ? (size_t) n_rows * V : 0;
+      fw->host_logits = g_try_malloc (floats * sizeof (float));
+      fw->host_logits_floats = fw->host_logits != NULL ? floats : 0;
       if (fw->host_logits == NULL)
         {
           g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of memory for %d × %zu logits", n_rows, V);

@@ -67,15 +67,45 @@ UmForward *um_forward_new_with (UmModel                *model,
                                 GError                **error);
 void       um_forward_free (UmForward *fw);
 
-/* Bytes of the one device buffer (arena) a pass over @n_seq × @seq_len
- * tokens returning @n_rows rows of logits (@n_rows < n_seq·seq_len: a
- * subset) needs, with @row_chunk as in UmForwardOptions. The memory plan
- * uses this, so prediction and allocation are the same arithmetic. */
-guint64    um_forward_arena_bytes (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_chunk);
-/* Host bytes the forward keeps besides the arena (the decoded embedding
- * rows and one stored row, when the table is on the host). */
-guint64    um_forward_host_bytes (const UmModel *model, const UmForwardOptions *options, int n_seq,
-                                  int seq_len);
+/* The generation a forward is sized for. */
+typedef struct {
+  int      n_seq;             /* 2 with classifier-free guidance */
+  int      seq_len;           /* prompt + answer */
+  int      n_rows;            /* logit rows a pass asks for (a block's masks, × n_seq) */
+  gboolean kv_cache;          /* the block KV cache (prefix and dual keep the same buffer) */
+  gboolean guided;            /* rows come as conditional then unconditional halves */
+  gboolean backend_chooses;   /* the backend has the choose op (the GPU), so logits stay there */
+} UmForwardShape;
+
+/* What a forward holds for @shape, by kind: computed by the functions the
+ * forward allocates with (the list of weights it loads, the arena layout,
+ * the KV cache, the host buffers), so the memory plan predicts with the
+ * allocator's own arithmetic and the two cannot drift. */
+typedef struct {
+  guint64 embedding;       /* the token table on the device; 0 when it stays on the host */
+  guint64 norms;           /* the norm vectors, as held (float) */
+  guint64 head;            /* the LM head; 0 when tied to the table */
+  guint64 layers;          /* resident layer matrices; 0 when streaming */
+  guint64 stream_slots;    /* streaming slots */
+  guint64 arena;           /* the work buffers of the largest pass */
+  guint64 kv_cache;        /* every layer's K and V of the canvas */
+  guint64 host_embedding;  /* decoded rows and one stored row (table on the host) */
+  guint64 host_logits;     /* logits downloaded to choose from on the host */
+  guint64 host_index;      /* a pass's position, sequence and row arrays */
+} UmForwardBytes;
+
+void       um_forward_bytes (const UmModel          *model,
+                             const UmForwardOptions *options,
+                             const UmForwardShape   *shape,
+                             UmForwardBytes         *out);
+
+/* Allocates the work buffers, and the KV cache if @shape has it, for
+ * @shape now: a budget too small for them fails at load rather than at the
+ * first step, and from load on the device holds what the plan predicted.
+ * Shorter canvases reuse them; longer ones grow them. */
+gboolean   um_forward_reserve (UmForward            *fw,
+                               const UmForwardShape *shape,
+                               GError              **error);
 
 /* @ids: @n_seq sequences of @seq_len tokens each (positions 0..seq_len-1 in
  * each). @rows: indices into the n_seq·seq_len rows, ascending, or NULL for

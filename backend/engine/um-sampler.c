@@ -114,11 +114,18 @@ um_gen_params_validate (const UmGenParams *p,
   return TRUE;
 }
 
+/* Tokens step @i of @steps commits of a block's @n_masks. */
+static int
+step_count (int n_masks, int steps, int i)
+{
+  return n_masks / steps + (i < n_masks % steps ? 1 : 0);
+}
+
 void
 um_sampler_split_steps (int n_masks, int steps, int *out_counts)
 {
   for (int i = 0; i < steps; i++)
-    out_counts[i] = n_masks / steps + (i < n_masks % steps ? 1 : 0);
+    out_counts[i] = step_count (n_masks, steps, i);
 }
 
 /* Noise comes from um-rng.h: counter-based, so the same (seed, step,
@@ -147,6 +154,41 @@ candidate_confidence_compare (gconstpointer a, gconstpointer b)
   if (x->conf != y->conf)
     return x->conf > y->conf ? -1 : 1;
   return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* The sampler's arrays in one block, 8-byte ones first: offsets of each. */
+typedef struct {
+  size_t cands, scores, pick_conf, x, rows, chosen, commit_pos, commit_ids, commit_conf, pick_ids;
+  size_t total;
+} SamplerLayout;
+
+static void
+sampler_layout (int n_seq, int L, SamplerLayout *s)
+{
+  const size_t n = (size_t) MAX (L, 0), canvas = (size_t) MAX (n_seq, 1) * n;
+  size_t off = 0;
+
+#define PLACE(field, bytes) G_STMT_START { s->field = off; off += (bytes); } G_STMT_END
+  PLACE (cands, n * sizeof (Candidate));
+  PLACE (scores, n * sizeof (double));
+  PLACE (pick_conf, n * sizeof (double));
+  PLACE (x, canvas * sizeof (gint32));
+  PLACE (rows, canvas * sizeof (gint32));
+  PLACE (chosen, n * sizeof (gint32));
+  PLACE (commit_pos, n * sizeof (gint32));
+  PLACE (commit_ids, n * sizeof (gint32));
+  PLACE (commit_conf, n * sizeof (float));
+  PLACE (pick_ids, n * sizeof (gint32));
+#undef PLACE
+  s->total = off;
+}
+
+guint64
+um_sampler_host_bytes (int n_seq, int canvas_len)
+{
+  SamplerLayout s;
+  sampler_layout (n_seq, canvas_len, &s);
+  return s.total + um_topk_scratch_bytes (canvas_len);
 }
 
 /* How many of the @n candidates, sorted by candidate_confidence_compare,
@@ -265,15 +307,13 @@ um_sampler_generate_full (UmForward         *fw,
   const gboolean cached = p->cache != UM_CACHE_NONE;
   const int n_seq = cfg ? 2 : 1;
   int L, n_blocks, steps_per_block, global_step = 0, masks_left = 0;
-  g_autofree gint32 *x = NULL, *rows = NULL, *counts = NULL;
-  g_autofree gint32 *commit_pos = NULL, *commit_ids = NULL;
-  g_autofree float *commit_conf = NULL;
-  g_autofree gint32 *pick_ids = NULL;
-  g_autofree double *pick_conf = NULL;
+  g_autofree guint8 *arrays = NULL;
+  SamplerLayout lay;
+  gint32 *x, *rows, *commit_pos, *commit_ids, *pick_ids, *chosen;
+  float *commit_conf;
+  double *pick_conf, *scores;
+  Candidate *cands;
   UmChooseRule rule = { 0 };
-  g_autofree Candidate *cands = NULL;
-  g_autofree double *scores = NULL;
-  g_autofree gint32 *chosen = NULL;
   gint64 t0 = g_get_monotonic_time ();
 
   if (out_n_steps != NULL)
@@ -292,7 +332,18 @@ um_sampler_generate_full (UmForward         *fw,
   n_blocks = p->gen_length / p->block_length;
   steps_per_block = p->steps / n_blocks;
 
-  x = g_new (gint32, (size_t) n_seq * L);
+  sampler_layout (n_seq, L, &lay);
+  arrays = g_malloc (lay.total);
+  cands = (Candidate *) (arrays + lay.cands);
+  scores = (double *) (arrays + lay.scores);
+  pick_conf = (double *) (arrays + lay.pick_conf);
+  x = (gint32 *) (arrays + lay.x);
+  rows = (gint32 *) (arrays + lay.rows);
+  chosen = (gint32 *) (arrays + lay.chosen);
+  commit_pos = (gint32 *) (arrays + lay.commit_pos);
+  commit_ids = (gint32 *) (arrays + lay.commit_ids);
+  commit_conf = (float *) (arrays + lay.commit_conf);
+  pick_ids = (gint32 *) (arrays + lay.pick_ids);
   memcpy (x, prompt, sizeof (gint32) * prompt_len);
   for (int i = prompt_len; i < L; i++)
     x[i] = mask;
@@ -300,16 +351,6 @@ um_sampler_generate_full (UmForward         *fw,
     return FALSE;
   for (int i = prompt_len; i < L; i++)
     masks_left += x[i] == mask;
-  rows = g_new (gint32, (size_t) n_seq * L);
-  counts = g_new (gint32, steps_per_block);
-  cands = g_new (Candidate, L);
-  scores = g_new (double, L);
-  chosen = g_new (gint32, L);
-  commit_pos = g_new (gint32, L);
-  commit_ids = g_new (gint32, L);
-  commit_conf = g_new (float, L);
-  pick_ids = g_new (gint32, L);
-  pick_conf = g_new (double, L);
   rule.seed = p->seed;
   rule.temperature = p->temperature;
   rule.cfg_scale = p->cfg_scale;
@@ -323,18 +364,18 @@ um_sampler_generate_full (UmForward         *fw,
     {
       const int block_start = prompt_len + b * p->block_length;
       const int block_end = block_start + p->block_length;
-      int n_masks = 0;
+      int n_masks = 0, n_masks0;
       gboolean refreshed = FALSE;
 
       for (int i = block_start; i < block_end; i++)
         n_masks += x[i] == mask;
-      um_sampler_split_steps (n_masks, steps_per_block, counts);
+      n_masks0 = n_masks;
 
       /* Exact: the block's fixed steps. Fast: until the block has no masks
        * (each step commits at least one, so at most n_masks steps). */
       for (int s = 0; fast ? n_masks > 0 : s < steps_per_block; s++, global_step++)
         {
-          int n_cand = 0, k = fast ? 1 : counts[s];
+          int n_cand = 0, k = fast ? 1 : step_count (n_masks0, steps_per_block, s);
           UmStepEvent ev = { 0 };
 
           if (g_cancellable_set_error_if_cancelled (cancellable, error))

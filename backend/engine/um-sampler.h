@@ -114,4 +114,10 @@ gboolean um_sampler_generate_full (UmForward         *fw,
 /* Tokens per step of one block: the first (n % steps) steps get one more. */
 void     um_sampler_split_steps (int n_masks, int steps, int *out_counts);
 
+/* Host bytes a generation over a canvas of @canvas_len positions in @n_seq
+ * sequences (2 with guidance) allocates besides the forward's: the canvas,
+ * the rows asked for, the per-position candidate and commit arrays, and the
+ * top-k selection's scratch. The memory plan predicts with it. */
+guint64  um_sampler_host_bytes (int n_seq, int canvas_len);
+
 G_END_DECLS

@@ -193,10 +193,16 @@ nth_element (Elem *base, long nth, long n)
   insertion_sort (base, first, last);
 }
 
+gsize
+um_topk_scratch_bytes (int n)
+{
+  return (gsize) MAX (n, 0) * sizeof (Elem);
+}
+
 void
 um_topk_reference (const double *values, int n, int k, gint32 *out_indices)
 {
-  g_autofree Elem *q = g_new (Elem, n);
+  g_autofree Elem *q = g_malloc (um_topk_scratch_bytes (n));
 
   g_return_if_fail (k >= 1 && k <= n);
   for (int j = 0; j < n; j++)

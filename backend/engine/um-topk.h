@@ -17,5 +17,7 @@ G_BEGIN_DECLS
 /* Indices of the k largest of values[0..n) (NaN counts as largest), in
  * unspecified order. 1 ≤ k ≤ n. */
 void um_topk_reference (const double *values, int n, int k, gint32 *out_indices);
+/* Bytes um_topk_reference () allocates for @n values while it runs. */
+gsize um_topk_scratch_bytes (int n);
 
 G_END_DECLS

@@ -30,14 +30,14 @@
 #include "um-error.h"
 
 /* Raw bytes per frame: a multiple of every element width (planes). */
-#define FRAME_BYTES ((size_t) 2 << 20)
+#define FRAME_BYTES UM_LAYER_STORE_FRAME_BYTES
 /* Keep a frame raw unless compression saves at least 1/MIN_GAIN of it:
  * decoding runs at 1.5–3 GB/s on one core, a copy (or DMA) at 10–25, so a
  * few per cent less memory is not worth it. Random-normal Q4_K (97.8 %)
  * and Q8_0 (96.4 %) stay raw by this rule. */
 #define MIN_GAIN 16
 /* Alignment of frames inside a layer block (raw frames are copied from there). */
-#define FRAME_ALIGN 64
+#define FRAME_ALIGN UM_LAYER_STORE_FRAME_ALIGN
 
 #define ALIGN_UP(x, a) (((x) + (a) - 1) / (a) * (a))
 
@@ -67,8 +67,12 @@ struct _UmLayerStore {
 
   GMutex              fetch_lock;   /* one fetch at a time: dctx and staging */
   ZSTD_DCtx          *dctx;
-  guint8             *staging;      /* host_alloc: decoded planes, then the frame */
+  /* host_alloc: decoded planes (planes_bytes), then the frame; as large as
+   * the largest frame that is decoded (and split), none when every frame
+   * stays raw, so the store holds what um_layer_store_predict_bytes () says. */
+  guint8             *staging;
   size_t              staging_bytes;
+  size_t              planes_bytes;
 
   GMutex              stats_lock;
   UmLayerStoreStats   stats;
@@ -297,6 +301,33 @@ frame_source (const UmLayerWeights *L, const UmLayerLayout *lay, const Frame *f)
   return (const guint8 *) um_layer_mat (L, f->mat)->data + (f->dst - lay->offset[f->mat]);
 }
 
+/* The frames of a layer in order: each matrix cut into FRAME_BYTES
+ * pieces, float types split into byte planes. @out NULL: only counts. */
+static guint
+layer_frames (const UmLayerWeights *L, const UmLayerLayout *lay, Frame *out)
+{
+  guint n = 0;
+
+  for (int i = 0; i < UM_LAYER_N_MATS; i++)
+    {
+      const UmWeight *w = um_layer_mat (L, i);
+      for (size_t a = 0; a < lay->bytes[i]; a += FRAME_BYTES, n++)
+        if (out != NULL)
+          {
+            Frame *f = &out[n];
+            memset (f, 0, sizeof *f);
+            f->dst = lay->offset[i] + a;
+            f->raw_len = (guint32) MIN (FRAME_BYTES, lay->bytes[i] - a);
+            f->planes = (guint8) plane_width (w->dtype);
+            f->dtype = (guint8) w->dtype;
+            f->mat = (guint8) i;
+            if (f->raw_len % f->planes != 0)
+              f->planes = 1;
+          }
+    }
+  return n;
+}
+
 /* Per-thread compression state. */
 typedef struct {
   ZSTD_CCtx *cctx;
@@ -305,62 +336,132 @@ typedef struct {
   size_t     dst_bytes;
 } Compressor;
 
+/* The largest frame of @model, and the largest one split into planes (0:
+ * none): what a compressor's buffers must hold. */
+static void
+largest_frames (const UmModel *model, size_t *frame, size_t *planes)
+{
+  *frame = *planes = 0;
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      const UmLayerWeights *L = &model->layers[l];
+      UmLayerLayout lay;
+      g_autofree Frame *frames = NULL;
+      guint n;
+
+      um_layer_layout (L, &lay);
+      n = layer_frames (L, &lay, NULL);
+      frames = g_new (Frame, MAX (n, 1));
+      layer_frames (L, &lay, frames);
+      for (guint k = 0; k < n; k++)
+        {
+          *frame = MAX (*frame, frames[k].raw_len);
+          if (frames[k].planes > 1)
+            *planes = MAX (*planes, frames[k].raw_len);
+        }
+    }
+}
+
+/* Buffers as large as @model's frames need, no larger: allocated is what
+ * is used (and what the plan counts, see um_layer_store_build_bytes). */
+static gboolean
+compressor_init (Compressor *c, int level, const UmModel *model)
+{
+  size_t frame, planes;
+
+  largest_frames (model, &frame, &planes);
+  c->cctx = ZSTD_createCCtx ();
+  c->planes = planes > 0 ? g_try_malloc (planes) : NULL;
+  c->dst_bytes = ZSTD_compressBound (MAX (frame, 1));
+  c->dst = g_try_malloc (c->dst_bytes);
+  return c->cctx != NULL && (planes == 0 || c->planes != NULL) && c->dst != NULL
+         && !ZSTD_isError (ZSTD_CCtx_setParameter (c->cctx, ZSTD_c_compressionLevel, level))
+         && !ZSTD_isError (ZSTD_CCtx_setParameter (c->cctx, ZSTD_c_checksumFlag, 1));
+}
+
+static void
+compressor_clear (Compressor *c)
+{
+  ZSTD_freeCCtx (c->cctx);
+  g_free (c->planes);
+  g_free (c->dst);
+}
+
+/* Compresses frame @f, whose raw bytes are @src, into c->dst: zstd's
+ * result (a length or an error code); *@keep says whether the store keeps
+ * it compressed (it saves at least 1/MIN_GAIN). The store and the
+ * measurement of its ratios both decide here. */
+static size_t
+compress_frame (Compressor *c, const Frame *f, const guint8 *src, gboolean *keep)
+{
+  size_t r;
+
+  if (f->planes > 1)
+    {
+      split_planes (src, c->planes, f->raw_len, f->planes);
+      src = c->planes;
+    }
+  r = ZSTD_compress2 (c->cctx, c->dst, c->dst_bytes, src, f->raw_len);
+  *keep = !ZSTD_isError (r) && r < f->raw_len - f->raw_len / MIN_GAIN;
+  return r;
+}
+
+/* A kept frame's bytes until its layer's block is laid out: mapped
+ * anonymous memory, not malloc's. The compressing threads would otherwise
+ * allocate from their own malloc arenas, whose free top glibc keeps after
+ * the store is built; a mapping goes back whole when unmapped. */
+static guint8 *
+packed_new (const guint8 *bytes, size_t n)
+{
+  void *p = mmap (NULL, MAX (n, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return NULL;
+  memcpy (p, bytes, n);
+  return p;
+}
+
+static void
+packed_free (guint8 *p, size_t n)
+{
+  if (p != NULL)
+    munmap (p, MAX (n, 1));
+}
+
 static gboolean
 store_layer_zstd (UmLayerStore *s, const UmLayerWeights *L, Compressor *comps, int n_threads,
                   StoredLayer *out, GError **error)
 {
   UmLayerLayout lay;
-  g_autoptr(GArray) frames = g_array_new (FALSE, TRUE, sizeof (Frame));
-  guint8 **packed;
-  size_t *results;
+  g_autofree Frame *frames = NULL;
+  g_autofree size_t *results = NULL;
+  g_autofree guint8 **packed = NULL;
+  g_autofree gboolean *kept = NULL;
   size_t off = 0;
   gboolean ok = TRUE;
   int n;
 
   um_layer_layout (L, &lay);
-  for (int i = 0; i < UM_LAYER_N_MATS; i++)
-    {
-      const UmWeight *w = um_layer_mat (L, i);
-      for (size_t a = 0; a < lay.bytes[i]; a += FRAME_BYTES)
-        {
-          Frame f = { 0 };
-          f.dst = lay.offset[i] + a;
-          f.raw_len = (guint32) MIN (FRAME_BYTES, lay.bytes[i] - a);
-          f.planes = (guint8) plane_width (w->dtype);
-          f.dtype = (guint8) w->dtype;
-          f.mat = (guint8) i;
-          if (f.raw_len % f.planes != 0)
-            f.planes = 1;
-          g_array_append_val (frames, f);
-        }
-    }
-
-  n = (int) frames->len;
-  packed = g_new0 (guint8 *, MAX (n, 1));
+  n = (int) layer_frames (L, &lay, NULL);
+  frames = g_new (Frame, MAX (n, 1));
+  layer_frames (L, &lay, frames);
   results = g_new0 (size_t, MAX (n, 1));
+  kept = g_new0 (gboolean, MAX (n, 1));
+  packed = g_new0 (guint8 *, MAX (n, 1));
 #pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
   for (int k = 0; k < n; k++)
     {
-      const Frame *f = &g_array_index (frames, Frame, k);
+      const Frame *f = &frames[k];
       Compressor *c = &comps[omp_get_thread_num ()];
-      const guint8 *src = frame_source (L, &lay, f);
-      size_t r;
 
-      if (f->planes > 1)
-        {
-          split_planes (src, c->planes, f->raw_len, f->planes);
-          src = c->planes;
-        }
-      r = ZSTD_compress2 (c->cctx, c->dst, c->dst_bytes, src, f->raw_len);
-      results[k] = r;
-      if (!ZSTD_isError (r) && r < f->raw_len - f->raw_len / MIN_GAIN)
-        packed[k] = g_memdup2 (c->dst, r);
+      results[k] = compress_frame (c, f, frame_source (L, &lay, f), &kept[k]);
+      if (kept[k] && (packed[k] = packed_new (c->dst, results[k])) == NULL)
+        kept[k] = FALSE;   /* no memory for it: stored raw */
     }
 
   /* Lay the block out: each frame FRAME_ALIGN-aligned. */
   for (int k = 0; k < n; k++)
     {
-      Frame *f = &g_array_index (frames, Frame, k);
+      Frame *f = &frames[k];
       if (ZSTD_isError (results[k]))
         {
           if (ok)
@@ -368,7 +469,7 @@ store_layer_zstd (UmLayerStore *s, const UmLayerWeights *L, Compressor *comps, i
                          ZSTD_getErrorName (results[k]));
           ok = FALSE;
         }
-      f->zstd = packed[k] != NULL;
+      f->zstd = kept[k];
       f->stored_len = f->zstd ? (guint32) results[k] : f->raw_len;
       off = ALIGN_UP (off, FRAME_ALIGN);
       f->src = off;
@@ -384,18 +485,73 @@ store_layer_zstd (UmLayerStore *s, const UmLayerWeights *L, Compressor *comps, i
       out->block_bytes = MAX (off, 1);
       for (int k = 0; k < n; k++)
         {
-          Frame *f = &g_array_index (frames, Frame, k);
+          Frame *f = &frames[k];
           memcpy (out->block + f->src, f->zstd ? packed[k] : frame_source (L, &lay, f), f->stored_len);
           count_frame (s, f->dtype, f->raw_len, f->stored_len);
         }
-      out->n_frames = frames->len;
-      out->frames = (Frame *) g_array_free (g_steal_pointer (&frames), FALSE);
+      out->n_frames = n;
     }
   for (int k = 0; k < n; k++)
-    g_free (packed[k]);
-  g_free (packed);
-  g_free (results);
+    if (kept[k])
+      packed_free (packed[k], results[k]);
+  if (ok)
+    out->frames = g_steal_pointer (&frames);
   return ok;
+}
+
+/* zstd sizes a compressor's state for the frame it compresses, and grows
+ * it for a larger one: compress the model's largest frame once with each
+ * compressor here, so that the state is this thread's memory (see
+ * store_layer_zstd), then let go of the file's pages it read. */
+static gboolean
+warm_up (Compressor *comps, int n_threads, const UmModel *model, const GArray *maps)
+{
+  const UmLayerWeights *big_layer = NULL;
+  UmLayerLayout lay;
+  Frame big = { 0 };
+
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      const UmLayerWeights *L = &model->layers[l];
+      g_autofree Frame *frames = NULL;
+      guint n;
+
+      um_layer_layout (L, &lay);
+      n = layer_frames (L, &lay, NULL);
+      frames = g_new (Frame, MAX (n, 1));
+      layer_frames (L, &lay, frames);
+      for (guint k = 0; k < n; k++)
+        if (frames[k].raw_len > big.raw_len)
+          {
+            big = frames[k];
+            big_layer = L;
+          }
+    }
+  if (big_layer == NULL)
+    return TRUE;
+  um_layer_layout (big_layer, &lay);
+  for (int t = 0; t < n_threads; t++)
+    {
+      gboolean keep;
+      if (ZSTD_isError (compress_frame (&comps[t], &big, frame_source (big_layer, &lay, &big), &keep)))
+        return FALSE;
+    }
+  release_source (maps, frame_source (big_layer, &lay, &big), big.raw_len);
+  return TRUE;
+}
+
+/* The decoding buffer: the largest decoded frame, and before it the
+ * largest one split into planes. */
+static void
+staging_sizes (const Frame *frames, guint n, size_t *planes, size_t *frame)
+{
+  for (guint k = 0; k < n; k++)
+    if (frames[k].zstd)
+      {
+        *frame = MAX (*frame, frames[k].raw_len);
+        if (frames[k].planes > 1)
+          *planes = MAX (*planes, frames[k].raw_len);
+      }
 }
 
 UmLayerStore *
@@ -442,27 +598,19 @@ um_layer_store_new (UmBackend            *be,
           g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "no memory for a zstd decoder");
           return NULL;
         }
-      s->staging = be->ops->host_alloc (be, 2 * FRAME_BYTES, error);
-      if (s->staging == NULL)
-        return NULL;
-      s->staging_bytes = 2 * FRAME_BYTES;
       n_threads = MAX (omp_get_max_threads (), 1);
       comps = g_new0 (Compressor, n_threads);
       for (int t = 0; t < n_threads && ok; t++)
-        {
-          comps[t].cctx = ZSTD_createCCtx ();
-          comps[t].planes = g_try_malloc (FRAME_BYTES);
-          comps[t].dst_bytes = ZSTD_compressBound (FRAME_BYTES);
-          comps[t].dst = g_try_malloc (comps[t].dst_bytes);
-          ok = comps[t].cctx != NULL && comps[t].planes != NULL && comps[t].dst != NULL
-               && !ZSTD_isError (ZSTD_CCtx_setParameter (comps[t].cctx, ZSTD_c_compressionLevel, zstd_level))
-               && !ZSTD_isError (ZSTD_CCtx_setParameter (comps[t].cctx, ZSTD_c_checksumFlag, 1));
-        }
+        ok = compressor_init (&comps[t], zstd_level, model);
+      maps = readonly_file_maps ();
+      if (ok)
+        ok = warm_up (comps, n_threads, model, maps);
       if (!ok)
         g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "no memory for zstd compressors");
     }
 
-  maps = readonly_file_maps ();
+  if (maps == NULL)
+    maps = readonly_file_maps ();
   for (guint l = 0; l < s->n_layers && ok; l++)
     {
       const UmLayerWeights *L = &model->layers[l];
@@ -491,12 +639,21 @@ um_layer_store_new (UmBackend            *be,
     }
 
   for (int t = 0; comps != NULL && t < n_threads; t++)
-    {
-      ZSTD_freeCCtx (comps[t].cctx);
-      g_free (comps[t].planes);
-      g_free (comps[t].dst);
-    }
+    compressor_clear (&comps[t]);
   g_free (comps);
+  if (ok && comp == UM_STORE_ZSTD)
+    {
+      size_t planes = 0, frame = 0;
+      for (guint l = 0; l < s->n_layers; l++)
+        staging_sizes (s->layers[l].frames, s->layers[l].n_frames, &planes, &frame);
+      if (planes + frame > 0)
+        {
+          s->staging = be->ops->host_alloc (be, planes + frame, error);
+          ok = s->staging != NULL;
+          s->staging_bytes = ok ? planes + frame : 0;
+          s->planes_bytes = planes;
+        }
+    }
   if (!ok)
     return NULL;
   return g_steal_pointer (&s);
@@ -507,7 +664,7 @@ fetch_zstd (UmLayerStore *s, guint layer, const StoredLayer *sl, UmBuf *slot, do
             guint64 *decoded, GError **error)
 {
   UmBackend *be = s->be;
-  guint8 *planes = s->staging, *frame = s->staging + FRAME_BYTES;
+  guint8 *planes = s->staging, *frame = s->staging + s->planes_bytes;
 
   for (guint k = 0; k < sl->n_frames; k++)
     {
@@ -518,7 +675,7 @@ fetch_zstd (UmLayerStore *s, guint layer, const StoredLayer *sl, UmBuf *slot, do
         {
           gint64 t0 = g_get_monotonic_time ();
           guint8 *into = f->planes > 1 ? planes : frame;
-          size_t r = ZSTD_decompressDCtx (s->dctx, into, FRAME_BYTES, src, f->stored_len);
+          size_t r = ZSTD_decompressDCtx (s->dctx, into, f->raw_len, src, f->stored_len);
           if (ZSTD_isError (r) || r != f->raw_len)
             {
               g_set_error (error, UM_ERROR, UM_ERROR_FORMAT,
@@ -605,7 +762,7 @@ um_layer_store_get_stats (UmLayerStore *s, UmLayerStoreStats *stats)
 guint64
 um_layer_store_host_bytes (UmLayerStore *s)
 {
-  guint64 sum = s->staging_bytes;
+  guint64 sum = s->staging_bytes + (s->dctx != NULL ? ZSTD_sizeof_DCtx (s->dctx) : 0);
 
   for (guint l = 0; l < s->n_layers; l++)
     sum += s->layers[l].block_bytes + s->layers[l].n_frames * sizeof (Frame);
@@ -630,4 +787,271 @@ um_layer_store_free (UmLayerStore *s)
   g_mutex_clear (&s->fetch_lock);
   g_mutex_clear (&s->stats_lock);
   g_free (s);
+}
+
+/* ---- predicting a store ---- */
+
+void
+um_layer_store_estimate_ratios (const UmModel *model, UmStoreRatios *out)
+{
+  memset (out, 0, sizeof *out);
+  for (int i = 0; i < UM_LAYER_N_MATS; i++)
+    for (int t = 0; t < UM_DTYPE_N_TYPES; t++)
+      switch (t)
+        {
+        case UM_DTYPE_BF16: out->ratio[i][t] = 0.684; break;
+        case UM_DTYPE_F16: out->ratio[i][t] = 0.843; break;
+        case UM_DTYPE_F32: out->ratio[i][t] = 0.842; break;
+        default: out->ratio[i][t] = 1.0; break;   /* quantized blocks save < 1/MIN_GAIN: kept raw */
+        }
+}
+
+/* Frames of every layer, with the layer each belongs to. */
+typedef struct {
+  Frame *frames;
+  guint *layer;
+  guint  n;
+} AllFrames;
+
+static void
+all_frames (const UmModel *model, AllFrames *a)
+{
+  guint n = 0;
+
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      UmLayerLayout lay;
+      um_layer_layout (&model->layers[l], &lay);
+      n += layer_frames (&model->layers[l], &lay, NULL);
+    }
+  a->frames = g_new (Frame, MAX (n, 1));
+  a->layer = g_new (guint, MAX (n, 1));
+  a->n = 0;
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      UmLayerLayout lay;
+      guint k;
+      um_layer_layout (&model->layers[l], &lay);
+      k = layer_frames (&model->layers[l], &lay, a->frames + a->n);
+      for (guint j = 0; j < k; j++)
+        a->layer[a->n + j] = l;
+      a->n += k;
+    }
+}
+
+static void
+all_frames_clear (AllFrames *a)
+{
+  g_free (a->frames);
+  g_free (a->layer);
+}
+
+gboolean
+um_layer_store_measure_ratios (const UmModel *model, int zstd_level, guint64 max_bytes, UmStoreRatios *out,
+                               GError **error)
+{
+  /* Per (matrix, type): raw bytes and frames in all, frames to sample,
+   * frames seen so far, and what the sampled ones raw and stored take. */
+  typedef struct {
+    guint64 raw, sampled_raw, sampled_stored;
+    guint   count, take, seen, picked;
+  } Group;
+  g_autofree Group *groups = g_new0 (Group, UM_LAYER_N_MATS * UM_DTYPE_N_TYPES);
+  g_autoptr(GArray) maps = NULL;
+  AllFrames a;
+  Compressor c = { 0 };
+  guint64 total = 0;
+  gboolean ok = TRUE;
+
+  um_layer_store_estimate_ratios (model, out);
+  if (!compressor_init (&c, zstd_level, model))
+    {
+      compressor_clear (&c);
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "no memory for a zstd compressor");
+      return FALSE;
+    }
+  all_frames (model, &a);
+  maps = readonly_file_maps ();
+  for (guint k = 0; k < a.n; k++)
+    {
+      Group *g = &groups[a.frames[k].mat * UM_DTYPE_N_TYPES + a.frames[k].dtype];
+      g->raw += a.frames[k].raw_len;
+      g->count++;
+      total += a.frames[k].raw_len;
+    }
+  out->complete = total <= max_bytes;
+  /* Each group's share of the sample, in frames (nearly all are
+   * FRAME_BYTES long), at least one. */
+  for (int i = 0; i < UM_LAYER_N_MATS * UM_DTYPE_N_TYPES; i++)
+    if (groups[i].count > 0)
+      groups[i].take = out->complete ? groups[i].count
+                                     : CLAMP ((guint) ((double) groups[i].count * max_bytes / total), 1,
+                                              groups[i].count);
+  for (guint k = 0; k < a.n && ok; k++)
+    {
+      const Frame *f = &a.frames[k];
+      Group *g = &groups[f->mat * UM_DTYPE_N_TYPES + f->dtype];
+      const UmLayerWeights *L = &model->layers[a.layer[k]];
+      /* A group's j-th sampled frame is its ⌊(2j + 1)·count / 2take⌋-th:
+       * spread evenly over the layers (the steps are count/take ≥ 1 apart). */
+      gboolean pick = g->seen++ == (guint) (((guint64) 2 * g->picked + 1) * g->count / (2 * g->take));
+      UmLayerLayout lay;
+      gboolean keep;
+      size_t r;
+
+      if (!pick)
+        continue;
+      g->picked++;
+      um_layer_layout (L, &lay);
+      r = compress_frame (&c, f, frame_source (L, &lay, f), &keep);
+      if (ZSTD_isError (r))
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_FAILED, "zstd compression failed: %s", ZSTD_getErrorName (r));
+          ok = FALSE;
+          break;
+        }
+      g->sampled_raw += f->raw_len;
+      g->sampled_stored += keep ? r : f->raw_len;
+      out->sampled_bytes += f->raw_len;
+      /* As building the store does: the file's pages just read go, so
+       * measuring does not hold the model's layers at once. */
+      release_source (maps, frame_source (L, &lay, f), f->raw_len);
+    }
+  if (ok)
+    {
+      for (int i = 0; i < UM_LAYER_N_MATS; i++)
+        for (int t = 0; t < UM_DTYPE_N_TYPES; t++)
+          {
+            const Group *g = &groups[i * UM_DTYPE_N_TYPES + t];
+            if (g->sampled_raw > 0)
+              out->ratio[i][t] = (double) g->sampled_stored / g->sampled_raw;
+          }
+      out->measured = TRUE;
+      out->cctx_bytes = ZSTD_sizeof_CCtx (c.cctx);
+    }
+  compressor_clear (&c);
+  all_frames_clear (&a);
+  return ok;
+}
+
+/* A zstd decoder's state, as the store holds one. */
+static size_t
+dctx_bytes (void)
+{
+  static gsize bytes;
+
+  if (g_once_init_enter (&bytes))
+    {
+      ZSTD_DCtx *d = ZSTD_createDCtx ();
+      gsize b = d != NULL ? ZSTD_sizeof_DCtx (d) : 0;
+      ZSTD_freeDCtx (d);
+      g_once_init_leave (&bytes, MAX (b, 1));
+    }
+  return bytes;
+}
+
+/* A frame's stored length as @ratios predict it, and whether it is decoded. */
+static size_t
+predicted_stored (const Frame *f, const UmStoreRatios *ratios, gboolean *zstd)
+{
+  double r = ratios->ratio[f->mat][f->dtype];
+
+  /* A ratio under 1 means the sample kept such frames compressed. */
+  *zstd = r < 1.0;
+  return *zstd ? (size_t) (f->raw_len * r + 0.5) : f->raw_len;
+}
+
+guint64
+um_layer_store_predict_bytes (const UmModel *model, UmStoreCompression comp, const UmStoreRatios *ratios,
+                              guint64 *decode_bytes)
+{
+  guint64 sum = 0;
+  size_t planes = 0, frame = 0;
+
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      const UmLayerWeights *L = &model->layers[l];
+      UmLayerLayout lay;
+      g_autofree Frame *frames = NULL;
+      size_t off = 0;
+      guint n;
+
+      um_layer_layout (L, &lay);
+      if (comp == UM_STORE_RAW)
+        {
+          sum += lay.total;
+          continue;
+        }
+      n = layer_frames (L, &lay, NULL);
+      frames = g_new (Frame, MAX (n, 1));
+      layer_frames (L, &lay, frames);
+      /* As store_layer_zstd lays the block out. */
+      for (guint k = 0; k < n; k++)
+        {
+          gboolean zstd;
+          size_t stored = predicted_stored (&frames[k], ratios, &zstd);
+          frames[k].zstd = zstd;
+          off = ALIGN_UP (off, FRAME_ALIGN) + stored;
+        }
+      staging_sizes (frames, n, &planes, &frame);
+      sum += MAX (off, 1) + n * sizeof (Frame);
+    }
+  if (decode_bytes != NULL)
+    *decode_bytes = planes + frame;
+  return sum + planes + frame + (comp == UM_STORE_ZSTD ? dctx_bytes () : 0);
+}
+
+guint64
+um_layer_store_build_bytes (const UmModel *model, UmStoreCompression comp, const UmStoreRatios *ratios,
+                            int n_threads)
+{
+  size_t frame, planes, layer_packed = 0;
+
+  if (comp == UM_STORE_RAW)
+    return 0;
+  largest_frames (model, &frame, &planes);
+  /* A layer's kept frames, each mapped until its block is laid out. */
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    {
+      const UmLayerWeights *L = &model->layers[l];
+      const size_t page = (size_t) sysconf (_SC_PAGESIZE);
+      UmLayerLayout lay;
+      g_autofree Frame *fr = NULL;
+      size_t packed = 0;
+      guint n;
+
+      um_layer_layout (L, &lay);
+      n = layer_frames (L, &lay, NULL);
+      fr = g_new (Frame, MAX (n, 1));
+      layer_frames (L, &lay, fr);
+      for (guint k = 0; k < n; k++)
+        {
+          gboolean zstd;
+          size_t stored = predicted_stored (&fr[k], ratios, &zstd);
+          if (zstd)
+            packed += ALIGN_UP (stored, page);
+        }
+      layer_packed = MAX (layer_packed, packed);
+    }
+  if (n_threads <= 0)
+    n_threads = MAX (omp_get_max_threads (), 1);
+  /* Per thread, as compressor_init allocates: the planes and zstd's output
+   * of the largest frame, and the compressor's state (measured). */
+  return (guint64) n_threads * (planes + ZSTD_compressBound (MAX (frame, 1)) + ratios->cctx_bytes) + layer_packed;
+}
+
+double
+um_layer_store_mean_ratio (const UmModel *model, const UmStoreRatios *ratios)
+{
+  double raw = 0, stored = 0;
+
+  for (guint l = 0; l < model->cfg.n_layers; l++)
+    for (int i = 0; i < UM_LAYER_N_MATS; i++)
+      {
+        const UmWeight *w = um_layer_mat (&model->layers[l], i);
+        double b = (double) w->rows * w->row_bytes;
+        raw += b;
+        stored += b * ((guint) w->dtype < UM_DTYPE_N_TYPES ? ratios->ratio[i][w->dtype] : 1.0);
+      }
+  return raw > 0 ? stored / raw : 1.0;
 }

@@ -17,6 +17,15 @@
 
 G_BEGIN_DECLS
 
+/* The zstd level a layer store is built with: fast to build; decoding
+ * speed hardly depends on it. */
+#define UM_LAYER_STORE_ZSTD_LEVEL 1
+
+/* A zstd store cuts each matrix into frames of this many raw bytes (the
+ * last one of a matrix shorter), each FRAME_ALIGN-aligned in its block. */
+#define UM_LAYER_STORE_FRAME_BYTES ((size_t) 2 << 20)
+#define UM_LAYER_STORE_FRAME_ALIGN 64
+
 /* wq, wk, wv, wo, w_gate, w_up, w_down, in this order. */
 #define UM_LAYER_N_MATS 7
 /* Alignment of each matrix in a slot: enough for any vector load or DMA. */
@@ -90,9 +99,49 @@ UmStoreCompression um_layer_store_compression (UmLayerStore *s);
 /* Safe to call while another thread fetches. */
 void          um_layer_store_get_stats  (UmLayerStore      *s,
                                          UmLayerStoreStats *stats);
-/* Host memory the store holds: its layer blocks, the decoding buffer and
- * frame tables. */
+/* Host memory the store holds: its layer blocks, the decoding buffer, the
+ * decoder and frame tables. */
 guint64       um_layer_store_host_bytes (UmLayerStore      *s);
+
+/* How well zstd shrinks each matrix of a layer, by matrix (wq … w_down)
+ * and type: stored / raw bytes, frames kept raw included. */
+typedef struct {
+  double   ratio[UM_LAYER_N_MATS][UM_DTYPE_N_TYPES];
+  gboolean measured;        /* compressed from the model's own bytes; FALSE: an estimate by type */
+  guint64  sampled_bytes;   /* raw bytes compressed to measure it */
+  gboolean complete;        /* the sample was every frame: the prediction is exact */
+  guint64  cctx_bytes;      /* one zstd compressor's state (0: not measured) */
+} UmStoreRatios;
+
+/* An estimate from the types alone, no weight read: zstd level 1 on
+ * random-normal weights, byte planes split as the store does (BF16 0.684,
+ * F16 0.843, F32 0.842; quantized blocks stay raw). Trained weights differ
+ * (the shipped demo model's BF16 stores at 0.74): measure where the bytes
+ * are at hand. */
+void          um_layer_store_estimate_ratios (const UmModel *model, UmStoreRatios *out);
+/* Measured: compresses at most @max_bytes of @model's layer matrices, frame
+ * by frame exactly as a store at @zstd_level would, spread over every
+ * matrix and type (each gets its share of the sample, at least one frame,
+ * from layers spread over the model); everything when the layers are
+ * smaller than @max_bytes. Reads those bytes from the model's file. */
+gboolean      um_layer_store_measure_ratios  (const UmModel *model, int zstd_level, guint64 max_bytes,
+                                              UmStoreRatios *out, GError **error);
+/* Stored / raw bytes of @model's layer matrices with @ratios, weighted by
+ * their raw bytes. */
+double        um_layer_store_mean_ratio      (const UmModel *model, const UmStoreRatios *ratios);
+/* Host bytes a store of @model with @comp would hold (what
+ * um_layer_store_host_bytes () then says): every layer's block, frame
+ * tables, decoding buffer and decoder, with zstd from @ratios (ignored for
+ * RAW).
+ * @decode_bytes (may be NULL): of which the decoding buffer, allocated
+ * once the layers are stored. */
+guint64       um_layer_store_predict_bytes   (const UmModel *model, UmStoreCompression comp,
+                                              const UmStoreRatios *ratios, guint64 *decode_bytes);
+/* Host bytes building such a store holds besides the store, per
+ * compressing thread (zstd: a frame's planes and output and a compressor;
+ * RAW: none), and the frames of one layer kept until the block is laid out. */
+guint64       um_layer_store_build_bytes     (const UmModel *model, UmStoreCompression comp,
+                                              const UmStoreRatios *ratios, int n_threads);
 void          um_layer_store_free       (UmLayerStore      *s);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmLayerStore, um_layer_store_free)

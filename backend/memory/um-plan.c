@@ -5,6 +5,7 @@
  * allocation are one arithmetic. */
 #include "um-plan.h"
 
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "um-forward.h"
 #include "um-layer-store.h"
 #include "um-quantize.h"
+#include "um-sampler.h"
 
 static const char *const mode_names[UM_MEM_N_MODES] = {
   "standard", "standard-8bit", "extreme-mild", "extreme-moderate", "extreme-aggressive",
@@ -30,23 +32,6 @@ static const char *const mode_formats[UM_MEM_N_MODES] = {
  * standard modes; extreme modes keep every work buffer small. */
 #define STANDARD_ROW_CHUNK 512
 #define EXTREME_ROW_CHUNK  64
-
-/* The zstd store decodes through a staging buffer of two 2 MiB frames
- * (um-layer-store.c). Lossless zstd level 1 on the host store, stored/raw
- * bytes by type, measured on random-normal weights: byte planes of 16- and
- * 32-bit weights compress (the exponent bytes); block-quantized data saves
- * under 4 %, so the store keeps such frames raw. */
-static double
-zstd_ratio (UmDType t)
-{
-  switch (t)
-    {
-    case UM_DTYPE_BF16: return 0.684;
-    case UM_DTYPE_F16: return 0.843;
-    case UM_DTYPE_F32: return 0.842;
-    default: return 1.0;
-    }
-}
 
 const char *
 um_mem_mode_to_string (UmMemMode mode)
@@ -202,6 +187,10 @@ um_plan_target_cpu (UmPlanTarget *t, guint64 budget, int n_threads)
   t->device_total = t->host_total;
   t->device_free = t->host_available;
   um_cpu_warm_up ();
+  /* The process as it lives on: memory freed so far (reading the model's
+   * header, parsing its tokenizer) goes back first rather than count here
+   * and be reused by the allocations the plan counts again. */
+  malloc_trim (0);
   t->process_rss = um_process_rss ();
   t->n_threads = n_threads > 0 ? n_threads : (int) g_get_num_processors ();
   t->products = UM_PRODUCTS_AUTO;
@@ -460,6 +449,65 @@ convert_transient (const UmModel *src, const UmModel *out, const UmMemOptions *o
   return best + (prunes (o) ? 16u << 20 : 0);
 }
 
+void
+um_plan_forward_shape (const UmPlanShape *shape, gboolean backend_chooses, UmForwardShape *out)
+{
+  const int n_seq = shape->cfg ? 2 : 1;
+  const int L = shape->prompt_length + shape->gen_length;
+  const int block = MIN (shape->block_length > 0 ? shape->block_length : shape->gen_length, shape->gen_length);
+
+  memset (out, 0, sizeof *out);
+  out->n_seq = n_seq;
+  out->seq_len = L;
+  /* A step asks for the block's masked rows of each sequence. */
+  out->n_rows = MIN (n_seq * L, n_seq * block);
+  out->kv_cache = shape->kv_cache;
+  out->guided = shape->cfg;
+  out->backend_chooses = backend_chooses;
+}
+
+/* Totals of @p's components: the peaks while generating and while loading. */
+static void
+plan_totals (UmPlan *p, const UmPlanTarget *t)
+{
+  p->device_peak = p->host_peak = 0;
+  for (int i = 0; i < UM_PLAN_N_COMPONENTS; i++)
+    {
+      p->device_peak += p->device[i];
+      p->host_peak += p->host[i];
+    }
+  /* The CPU backend's device memory is this process's RAM, mapped from the
+   * file, except the token table, whose rows are read, not mapped. */
+  if (!t->cuda)
+    p->host_peak += p->device_peak - p->device[UM_PLAN_EMBEDDING];
+  /* Loading: converting holds a chunk of source and of output at a time;
+   * building a host store holds the store, the source pages of one layer
+   * and the compressors. */
+  p->host_load_peak = t->process_rss + (p->converts && !p->cached ? p->host_convert : 0);
+  if (p->stream_slots > 0)
+    p->host_load_peak = MAX (p->host_load_peak, t->process_rss + p->host[UM_PLAN_HOST_STORE] + p->host_store_build);
+  p->fits = (p->device_capacity == 0 || p->device_peak <= p->device_capacity)
+            && (t->host_available == 0
+                || MAX (p->host_peak, p->host_load_peak) - t->process_rss <= t->host_available);
+}
+
+/* The host store of @held (the model as streamed) with @ratios. */
+static void
+plan_store (UmPlan *p, const UmModel *held, const UmStoreRatios *ratios, const UmPlanTarget *t)
+{
+  const UmStoreCompression comp = p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW;
+  guint64 decode;
+
+  p->host[UM_PLAN_HOST_STORE] = um_layer_store_predict_bytes (held, comp, ratios, &decode);
+  /* While building, the decoding buffer is not there yet (it comes after
+   * the compressors are gone); the source pages of the layer being stored
+   * and the compressors are. */
+  p->host_store_build = um_layer_slot_bytes (held) + um_layer_store_build_bytes (held, comp, ratios, 0) - decode;
+  p->zstd_ratio = comp == UM_STORE_ZSTD ? um_layer_store_mean_ratio (held, ratios) : 1.0;
+  p->zstd_measured = comp == UM_STORE_ZSTD && ratios->measured;
+  p->zstd_sampled_bytes = comp == UM_STORE_ZSTD ? ratios->sampled_bytes : 0;
+}
+
 gboolean
 um_plan_compute (const UmModel       *model,
                  const UmMemOptions  *options,
@@ -473,12 +521,14 @@ um_plan_compute (const UmModel       *model,
   const int n_seq = shape->cfg ? 2 : 1;
   const int L = shape->prompt_length + shape->gen_length;
   const int T = n_seq * L;
-  const int block = MIN (shape->block_length > 0 ? shape->block_length : shape->gen_length, shape->gen_length);
-  const int n = MIN (T, n_seq * block);
   const char *type;
   Shadow sh;
-  guint64 layers_bytes = 0, norms_bytes, slot_bytes, store_bytes = 0, other_device;
+  guint64 slot_bytes, other_device, usable;
   UmForwardOptions fo;
+  UmForwardShape fs;
+  UmForwardBytes fb;
+  int n;
+  UmStoreRatios ratios;
 
   if (!um_mem_options_validate (options, error))
     return FALSE;
@@ -489,7 +539,16 @@ um_plan_compute (const UmModel       *model,
                    shape->prompt_length, shape->gen_length, c->max_seq_len);
       return FALSE;
     }
+  if (!(target->headroom >= 0 && target->headroom < 1))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "plan: the headroom must be in [0, 1), not %g",
+                   target->headroom);
+      return FALSE;
+    }
 
+  /* A GPU backend chooses tokens itself; the CPU's leaves logits to the host. */
+  um_plan_forward_shape (shape, target->cuda, &fs);
+  n = fs.n_rows;
   memset (plan, 0, sizeof *plan);
   plan->mode = options->mode;
   plan->options = *options;
@@ -511,48 +570,37 @@ um_plan_compute (const UmModel       *model,
     plan->options.row_chunk = -1;
   plan->embed_on_host = extreme && !c->tied_embeddings;
 
-  for (guint l = 0; l < c->n_layers; l++)
-    for (int i = 0; i < UM_LAYER_N_MATS; i++)
-      layers_bytes += weight_bytes (um_layer_mat (&sh.layers[l], i));
-  /* Norm vectors are held as float whatever the file stores. */
-  norms_bytes = ((guint64) 2 * c->n_layers + 1) * c->d_model * sizeof (float);
-  plan->weight_bytes = layers_bytes + norms_bytes + weight_bytes (&sh.m.tok_embd)
-                       + (c->tied_embeddings ? 0 : weight_bytes (&sh.m.output));
+  /* What the forward holds with every layer resident: the same functions
+   * size its allocations (um_forward_bytes ()). */
+  um_forward_options_init (&fo);
+  fo.embed_on_host = plan->embed_on_host;
+  fo.row_chunk = MAX (plan->options.row_chunk, 0);
+  um_forward_bytes (&sh.m, &fo, &fs, &fb);
+  plan->weight_bytes = fb.layers + fb.norms + weight_bytes (&sh.m.tok_embd) + fb.head;
   if (plan->converts)
     {
       UmQuantizeOptions q = { type, options->prune_heads, options->prune_ffn };
       g_autofree char *hit = um_convert_lookup (model, &q, target->cache_dir);
       plan->converted_file_bytes = plan->weight_bytes;
       plan->cached = hit != NULL;
+      plan->host_convert = convert_transient (model, &sh.m, options);
     }
 
-  um_forward_options_init (&fo);
-  fo.embed_on_host = plan->embed_on_host;
-  fo.row_chunk = MAX (plan->options.row_chunk, 0);
-  plan->device[UM_PLAN_ACTIVATIONS] = um_forward_arena_bytes (&sh.m, n_seq, L, n, fo.row_chunk);
-  plan->device[UM_PLAN_EMBEDDING] = plan->embed_on_host ? 0 : weight_bytes (&sh.m.tok_embd);
-  plan->device[UM_PLAN_WEIGHTS] = norms_bytes + (c->tied_embeddings ? 0 : weight_bytes (&sh.m.output));
-  if (target->cuda)
-    plan->device[UM_PLAN_BACKEND] = target->backend_overhead;
-  /* um_forward_logits_cached () keeps every layer's K and V of the canvas. */
-  if (shape->kv_cache)
-    plan->device[UM_PLAN_KV_CACHE] = (guint64) 2 * c->n_layers * T * sh.m.cfg.n_kv_heads * c->head_dim
-                                     * sizeof (float);
-
   /* Streaming: as many slots as the device holds beside everything else,
-   * at least 2 (one computing, one filling); all of them means resident. */
+   * within the headroom kept free, at least 2 (one computing, one
+   * filling); all of them means resident. */
   slot_bytes = um_layer_slot_bytes (&sh.m);
-  other_device = 0;
-  for (int i = 0; i < UM_PLAN_N_COMPONENTS; i++)
-    other_device += plan->device[i];
+  other_device = fb.embedding + fb.norms + fb.head + fb.arena + fb.kv_cache
+                 + (target->cuda ? target->backend_overhead : 0);
   plan->device_capacity = target->device_budget ? target->device_budget : (target->cuda ? target->device_free : 0);
+  usable = (guint64) ((double) plan->device_capacity * (1.0 - target->headroom));
   if (options->mode == UM_MEM_EXTREME_AGGRESSIVE)
     {
       guint k = 2;
       if (options->resident_layers > 0)
         k = options->resident_layers;
-      else if (plan->device_capacity > other_device && slot_bytes > 0)
-        k = (guint) MIN ((plan->device_capacity - other_device) / slot_bytes, (guint64) c->n_layers);
+      else if (usable > other_device && slot_bytes > 0)
+        k = (guint) MIN ((usable - other_device) / slot_bytes, (guint64) c->n_layers);
       k = MAX (k, 2);
       plan->stream_slots = k >= c->n_layers ? 0 : k;
     }
@@ -561,56 +609,51 @@ um_plan_compute (const UmModel       *model,
   plan->options.resident_layers = plan->stream_slots ? (int) plan->stream_slots : (int) c->n_layers;
   if (!plan->stream_slots)
     plan->options.host_zstd = FALSE;
-
   if (plan->stream_slots > 0)
     {
-      plan->device[UM_PLAN_STREAM_SLOTS] = (guint64) plan->stream_slots * slot_bytes;
-      for (guint l = 0; l < c->n_layers; l++)
-        for (int i = 0; i < UM_LAYER_N_MATS; i++)
-          {
-            const UmWeight *w = um_layer_mat (&sh.layers[l], i);
-            store_bytes += plan->options.host_zstd ? (guint64) (weight_bytes (w) * zstd_ratio (w->dtype))
-                                                   : weight_bytes (w);
-          }
-      plan->host[UM_PLAN_HOST_STORE] = store_bytes + (plan->options.host_zstd ? 4u << 20 : 0);
+      fo.stream_slots = plan->stream_slots;
+      um_forward_bytes (&sh.m, &fo, &fs, &fb);
     }
-  else
-    plan->device[UM_PLAN_WEIGHTS] += layers_bytes;
 
-  /* Rows of the table are read from the file (never mapped): only the
-   * decoded rows stay. */
-  if (plan->embed_on_host)
-    plan->host[UM_PLAN_EMBEDDING] = um_forward_host_bytes (&sh.m, &fo, n_seq, L);
-  plan->host[UM_PLAN_LOGITS] = (guint64) n * c->vocab_size * sizeof (float);
-  /* Canvas, rows, candidates and per-step arrays of the sampler. */
-  plan->host[UM_PLAN_SAMPLER] = (guint64) L * 64 + (guint64) T * 16;
+  plan->device[UM_PLAN_EMBEDDING] = fb.embedding;
+  plan->device[UM_PLAN_WEIGHTS] = fb.norms + fb.head + fb.layers;
+  plan->device[UM_PLAN_STREAM_SLOTS] = fb.stream_slots;
+  plan->device[UM_PLAN_ACTIVATIONS] = fb.arena;
+  plan->device[UM_PLAN_KV_CACHE] = fb.kv_cache;
+  if (target->cuda)
+    plan->device[UM_PLAN_BACKEND] = target->backend_overhead;
+
+  /* The host store: zstd's ratio is an estimate by type here (no weight is
+   * read); um_plan_measure_store () measures it on the weights at load. */
+  if (plan->stream_slots > 0)
+    {
+      um_layer_store_estimate_ratios (&sh.m, &ratios);
+      plan_store (plan, &sh.m, &ratios, target);
+    }
+  plan->host[UM_PLAN_EMBEDDING] = fb.host_embedding;
+  plan->host[UM_PLAN_LOGITS] = fb.host_logits;
+  plan->host[UM_PLAN_SAMPLER] = um_sampler_host_bytes (n_seq, L) + fb.host_index;
   if (!target->cuda)
     plan->host[UM_PLAN_BACKEND] = cpu_scratch (&sh.m, target->products, T, n, fo.row_chunk);
   plan->host[UM_PLAN_PROCESS] = target->process_rss;
 
-  for (int i = 0; i < UM_PLAN_N_COMPONENTS; i++)
-    {
-      plan->device_peak += plan->device[i];
-      plan->host_peak += plan->host[i];
-    }
-  /* The CPU backend's device memory is this process's RAM, mapped from the
-   * file, except the token table, whose rows are read, not mapped. */
-  if (!target->cuda)
-    plan->host_peak += plan->device_peak - plan->device[UM_PLAN_EMBEDDING];
-  /* Loading: converting holds a chunk of source and of output at a time;
-   * building a host store holds the store and one layer. */
-  plan->host_load_peak = target->process_rss;
-  if (plan->converts && !plan->cached)
-    plan->host_load_peak += convert_transient (model, &sh.m, options);
-  if (plan->stream_slots > 0)
-    plan->host_load_peak = MAX (plan->host_load_peak,
-                                target->process_rss + plan->host[UM_PLAN_HOST_STORE] + slot_bytes);
-
-  plan->fits = (plan->device_capacity == 0 || plan->device_peak <= plan->device_capacity)
-               && (target->host_available == 0
-                   || MAX (plan->host_peak, plan->host_load_peak) - target->process_rss <= target->host_available);
+  plan_totals (plan, target);
   um_mem_mode_limits (options->mode, &plan->limit_gen, &plan->limit_block, &plan->limit_steps);
   shadow_clear (&sh);
+  return TRUE;
+}
+
+gboolean
+um_plan_measure_store (UmPlan *plan, const UmModel *held, const UmPlanTarget *target, GError **error)
+{
+  UmStoreRatios ratios;
+
+  if (plan->stream_slots == 0 || !plan->options.host_zstd)
+    return TRUE;
+  if (!um_layer_store_measure_ratios (held, UM_LAYER_STORE_ZSTD_LEVEL, UM_PLAN_ZSTD_SAMPLE_BYTES, &ratios, error))
+    return FALSE;
+  plan_store (plan, held, &ratios, target);
+  plan_totals (plan, target);
   return TRUE;
 }
 

@@ -15,6 +15,7 @@
 #include <glib.h>
 
 #include "um-backend.h"
+#include "um-forward.h"
 #include "um-model.h"
 
 G_BEGIN_DECLS
@@ -60,10 +61,19 @@ typedef struct {
 
 void um_plan_shape_init (UmPlanShape *shape);
 
+/* The forward's shape (um-forward.h) for a generation of @shape, on a
+ * backend that chooses tokens itself (@backend_chooses) or not: the plan
+ * predicts with it and the engine reserves the work buffers for it. */
+void um_plan_forward_shape (const UmPlanShape *shape, gboolean backend_chooses, UmForwardShape *out);
+
 /* Where it runs. */
 typedef struct {
   gboolean cuda;               /* a GPU; else the CPU backend, whose "device" memory is RAM */
   guint64  device_budget;      /* 0: a GPU's free memory; on the CPU no limit */
+  /* Fraction of the capacity (budget or free memory) kept free by what
+   * grows to fill it, the streaming slots of extreme-aggressive: the
+   * optimizer's headroom, so that the engine does what it promised. */
+  double   headroom;
   guint64  device_total;
   guint64  device_free;
   guint64  backend_overhead;   /* a GPU's context + cuBLAS workspace */
@@ -119,6 +129,15 @@ typedef struct {
   guint64      device_capacity;    /* budget or free device memory; 0 unknown/unlimited */
   gboolean     fits;
   int          limit_gen, limit_block, limit_steps;
+  /* The zstd host store (0 / FALSE without one): stored / raw bytes of the
+   * layers' matrices (frames kept raw count as raw), and whether that was
+   * measured on the weights (um_plan_measure_store ()) or is an estimate by
+   * type. */
+  double       zstd_ratio;
+  gboolean     zstd_measured;
+  guint64      zstd_sampled_bytes;
+  guint64      host_convert;       /* converting holds this besides the process (when not cached) */
+  guint64      host_store_build;   /* building the host store holds this besides the store (less its decoding buffer, allocated after) */
 } UmPlan;
 
 /* Plans @options for @model (only its metadata is read). */
@@ -128,6 +147,18 @@ gboolean um_plan_compute (const UmModel       *model,
                           const UmPlanTarget  *target,
                           UmPlan              *plan,
                           GError             **error);
+
+/* The raw bytes um_plan_measure_store () compresses at most. */
+#define UM_PLAN_ZSTD_SAMPLE_BYTES ((guint64) 8 << 20)
+
+/* Measures the zstd ratio of @plan's host store (if it has one) on @held,
+ * the model as it will be streamed (converted), compressing a sample of at
+ * most UM_PLAN_ZSTD_SAMPLE_BYTES of its layers as the store would, and
+ * predicts the store and the host peaks with it. */
+gboolean um_plan_measure_store (UmPlan             *plan,
+                                const UmModel      *held,
+                                const UmPlanTarget *target,
+                                GError            **error);
 
 /* Every mode with its default knobs, in the order of UmMemMode. */
 GArray  *um_plan_table (const UmModel      *model,

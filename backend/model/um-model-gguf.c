@@ -43,7 +43,7 @@ req_u32 (UmGguf *g, const char *key, guint max, guint *out, GError **error)
 static gboolean
 opt_id (UmGguf *g, const char *key, gint32 *out, GError **error)
 {
-  guint v;
+  guint v = 0;
   if (um_gguf_find_key (g, key) < 0)
     return TRUE;
   if (!opt_u32 (g, key, MAX_VOCAB, &v, error))
