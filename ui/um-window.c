@@ -195,6 +195,21 @@ update_mode_info (UmWindow *self)
   um_chat_page_set_mode_info (self->chat_page, &info);
 }
 
+/* The defaults of the generation parameters the user has not chosen: the
+ * model's recommendation, then the profile's mode (um_gen_resolve ()). */
+static void
+update_gen_layers (UmWindow *self)
+{
+  g_autofree char *id = self->model_path ? um_model_identity (self->model_path) : NULL;
+  const UmGenRecommendation *rec = self->engine ? um_engine_get_recommendation (self->engine) : NULL;
+  UmGenLayer profile;
+
+  if (self->settings == NULL)
+    return;
+  um_profile_gen_layer (self->profile, id, &profile);
+  um_settings_set_layers (self->settings, rec ? &rec->layer : NULL, rec ? rec->origin : NULL, &profile);
+}
+
 /* The pages need a model, except the Optimizer once asked for. */
 static void
 update_workspace (UmWindow *self)
@@ -274,6 +289,7 @@ on_model_loaded (GObject *source, GAsyncResult *result, gpointer user_data)
   self->model_path = g_strdup (path);
   update_mode_info (self);
   set_engine (self, engine);
+  update_gen_layers (self);
   um_settings_add_recent_model (self->settings, path);
 }
 
@@ -369,6 +385,7 @@ um_window_reload_profile (UmWindow *self)
   g_clear_pointer (&self->profile, um_profile_free);
   self->profile = profile;
   update_mode_info (self);
+  update_gen_layers (self);
   um_optimizer_page_set_profile (self->optimizer_page, self->profile);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_PROFILE]);
 }
@@ -401,6 +418,23 @@ use_recommended_activated (GtkWidget *widget, const char *action, GVariant *para
   um_mode_info_recommend (&info, &params);
   g_object_set (self->settings, "block-length", params.block_length, "gen-length", params.gen_length,
                 "steps", params.steps, NULL);
+}
+
+/* Forgets the user's choice of one parameter ("gen_length", "temperature", …). */
+static void
+reset_param_activated (GtkWidget *widget, const char *action, GVariant *param)
+{
+  UmWindow *self = UM_WINDOW (widget);
+  UmGenKey key;
+
+  if (um_gen_key_from_name (g_variant_get_string (param, NULL), &key))
+    um_settings_reset (self->settings, key);
+}
+
+static void
+reset_params_activated (GtkWidget *widget, const char *action, GVariant *param)
+{
+  um_settings_reset_all (UM_WINDOW (widget)->settings);
 }
 
 static void
@@ -597,6 +631,8 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_install_action (widget_class, "win.stop", NULL, stop_activated);
   gtk_widget_class_install_action (widget_class, "win.show-optimizer", NULL, show_optimizer_activated);
   gtk_widget_class_install_action (widget_class, "win.use-recommended", NULL, use_recommended_activated);
+  gtk_widget_class_install_action (widget_class, "win.reset-param", "s", reset_param_activated);
+  gtk_widget_class_install_action (widget_class, "win.reset-params", NULL, reset_params_activated);
 }
 
 static void
