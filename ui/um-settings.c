@@ -512,6 +512,22 @@ apply_defaults (UmSettings *self)
 }
 
 void
+um_settings_resolve_with (UmSettings *self, const UmGenLayer *model, const UmGenLayer *profile, UmGenResolved *out)
+{
+  UmGenParams current;
+  UmGenLayer user;
+
+  g_return_if_fail (UM_IS_SETTINGS (self));
+
+  um_settings_get_params (self, &current);
+  um_gen_layer_init (&user);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (self->user_set & UM_GEN_KEY_BIT (k))
+      um_gen_layer_take (&user, (UmGenKey) k, &current);
+  um_gen_resolve (&current, &user, model, profile, out);
+}
+
+void
 um_settings_set_layers (UmSettings *self, const UmGenLayer *model, const char *model_origin, const UmGenLayer *profile)
 {
   g_return_if_fail (UM_IS_SETTINGS (self));

@@ -33,6 +33,12 @@ void         um_settings_set_layers (UmSettings       *self,
                                      const UmGenLayer *model,          /* NULL: no model or no recommendation */
                                      const char       *model_origin,   /* "generation_config.json", … */
                                      const UmGenLayer *profile);       /* NULL: none */
+/* The parameters as they would be with these layers (the user's choices
+ * kept), without changing anything: e.g. for a model about to be loaded. */
+void         um_settings_resolve_with (UmSettings       *self,
+                                       const UmGenLayer *model,
+                                       const UmGenLayer *profile,
+                                       UmGenResolved    *out);
 UmGenSource  um_settings_get_source (UmSettings *self, UmGenKey key);
 /* What @key would be without the user's choice, and where that comes from. */
 UmGenSource  um_settings_get_default (UmSettings *self, UmGenKey key, UmGenParams *out);

@@ -310,7 +310,16 @@ build_engine_options (UmWindow *self, const char *path, UmEngineOptions *options
     options->device = env_device;
   if (options->n_threads == 0)
     options->n_threads = um_settings_get_threads (self->settings);
-  um_settings_get_params (self->settings, &params);
+  /* Planned for the parameters the run will have: the new model's
+   * recommendation counts (a small file, or the GGUF's header). */
+  {
+    g_autoptr(UmGenRecommendation) rec = um_gen_recommendation_load (path);
+    UmGenLayer profile;
+    UmGenResolved resolved;
+    um_profile_gen_layer (self->profile, id, &profile);
+    um_settings_resolve_with (self->settings, &rec->layer, &profile, &resolved);
+    params = resolved.params;
+  }
   options->shape.gen_length = params.gen_length;
   options->shape.block_length = params.block_length;
   options->shape.cfg = params.cfg_scale > 0;
