@@ -33,11 +33,15 @@ parse_gen_option (const char *name, const char *value, gpointer data, GError **e
   /* "--gen-length" → "gen_length" */
   key_name = g_strdelimit (g_strdup (name + 2), "-", '_');
   if (!um_gen_key_from_name (key_name, &key))
-    return FALSE;
+    {
+      g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_UNKNOWN_OPTION, "unknown option %s", name);
+      return FALSE;
+    }
   if (key == UM_GEN_KEY_TEMPERATURE || key == UM_GEN_KEY_CFG_SCALE)
     {
       char *end = NULL;
-      double v = g_ascii_strtod (value, &end);
+      /* As G_OPTION_ARG_DOUBLE reads it: the locale's form or the C one. */
+      double v = g_strtod (value, &end);
       if (end == value || *end != '\0' || !isfinite (v))
         {
           g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s must be a number, not “%s”", name, value);

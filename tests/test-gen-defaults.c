@@ -509,6 +509,13 @@ test_validate_names_sources (void)
   um_gen_resolve (NULL, &user, &rec->layer, NULL, &r);
   g_assert_false (um_gen_resolved_validate (&r, rec->origin, 0, 4096, &error));
   g_assert_null (strstr (error->message, " is the "));
+  /* Other problems are not the schedule's: no sources named. */
+  g_clear_error (&error);
+  um_gen_resolve (NULL, NULL, NULL, NULL, &r);
+  r.params.temperature = -1.0;
+  g_assert_false (um_gen_resolved_validate (&r, NULL, 0, 4096, &error));
+  g_assert_nonnull (strstr (error->message, "temperature"));
+  g_assert_null (strstr (error->message, " is the "));
   /* And a valid resolution passes. */
   g_clear_error (&error);
   um_gen_resolve (NULL, NULL, NULL, NULL, &r);

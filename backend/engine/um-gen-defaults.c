@@ -167,8 +167,20 @@ um_gen_resolved_validate (const UmGenResolved *r,
   g_autoptr(GError) local = NULL;
   g_autoptr(GString) hint = NULL;
 
+  UmGenParams schedule_only;
+
   if (um_gen_params_validate (&r->params, prompt_len, max_seq_len, &local))
     return TRUE;
+  /* Only a broken schedule (length, blocks, steps) is explained. */
+  um_gen_params_init (&schedule_only);
+  schedule_only.gen_length = r->params.gen_length;
+  schedule_only.block_length = r->params.block_length;
+  schedule_only.steps = r->params.steps;
+  if (um_gen_params_validate (&schedule_only, prompt_len, max_seq_len, NULL))
+    {
+      g_propagate_error (error, g_steal_pointer (&local));
+      return FALSE;
+    }
   /* Which values the user did not give: those are the surprise. */
   for (guint i = 0; i < G_N_ELEMENTS (schedule); i++)
     {
