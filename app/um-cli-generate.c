@@ -1,6 +1,7 @@
 /* unmask-cli generate and chat. */
 #include "config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -20,15 +21,59 @@ um_cli_gen_options_init (UmCliGenOptions *o, int gen_length, int steps, int bloc
   o->constraint_list = g_array_new (FALSE, FALSE, sizeof (UmGenConstraint));
 }
 
+/* The five numeric generation options remember that they were given: a
+ * value given is the user's and wins over the model's recommendation. */
+static gboolean
+parse_gen_option (const char *name, const char *value, gpointer data, GError **error)
+{
+  UmCliGenOptions *o = data;
+  UmGenKey key;
+  g_autofree char *key_name = NULL;
+
+  /* "--gen-length" → "gen_length" */
+  key_name = g_strdelimit (g_strdup (name + 2), "-", '_');
+  if (!um_gen_key_from_name (key_name, &key))
+    {
+      g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_UNKNOWN_OPTION, "unknown option %s", name);
+      return FALSE;
+    }
+  if (key == UM_GEN_KEY_TEMPERATURE || key == UM_GEN_KEY_CFG_SCALE)
+    {
+      char *end = NULL;
+      /* As G_OPTION_ARG_DOUBLE reads it: the locale's form or the C one. */
+      double v = g_strtod (value, &end);
+      if (end == value || *end != '\0' || !isfinite (v))
+        {
+          g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s must be a number, not “%s”", name, value);
+          return FALSE;
+        }
+      *(key == UM_GEN_KEY_TEMPERATURE ? &o->temperature : &o->cfg_scale) = v;
+    }
+  else
+    {
+      gint64 v;
+      if (!g_ascii_string_to_signed (value, 10, G_MININT, G_MAXINT, &v, NULL))
+        {
+          g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s must be a whole number, not “%s”", name,
+                       value);
+          return FALSE;
+        }
+      *(key == UM_GEN_KEY_GEN_LENGTH ? &o->gen_length : key == UM_GEN_KEY_STEPS ? &o->steps : &o->block_length) =
+        (int) v;
+    }
+  o->given |= UM_GEN_KEY_BIT (key);
+  return TRUE;
+}
+
 void
 um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
 {
   GOptionEntry entries[] = {
-    { "gen-length", 0, 0, G_OPTION_ARG_INT, &o->gen_length, "Tokens to generate", "N" },
-    { "steps", 0, 0, G_OPTION_ARG_INT, &o->steps, "Diffusion steps in all", "N" },
-    { "block-length", 0, 0, G_OPTION_ARG_INT, &o->block_length, "Tokens per semi-autoregressive block", "N" },
-    { "temperature", 0, 0, G_OPTION_ARG_DOUBLE, &o->temperature, "Gumbel temperature (0: greedy)", "T" },
-    { "cfg-scale", 0, 0, G_OPTION_ARG_DOUBLE, &o->cfg_scale, "Classifier-free guidance scale (0: off)", "S" },
+    { "gen-length", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option, "Tokens to generate", "N" },
+    { "steps", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option, "Diffusion steps in all", "N" },
+    { "block-length", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option, "Tokens per semi-autoregressive block", "N" },
+    { "temperature", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option, "Gumbel temperature (0: greedy)", "T" },
+    { "cfg-scale", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option, "Classifier-free guidance scale (0: off)", "S" },
     { "remasking", 0, 0, G_OPTION_ARG_STRING, &o->remasking, "low_confidence (default) or random", "WHICH" },
     { "seed", 0, 0, G_OPTION_ARG_INT64, &o->seed, "Random seed for temperature and random remasking", "N" },
     { "logits-eos-inf", 0, 0, G_OPTION_ARG_NONE, &o->logits_eos_inf, "Never choose EOS", NULL },
@@ -75,7 +120,7 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
   g_option_group_add_entries (mem, mem_entries);
   g_option_context_add_group (ctx, mem);
   GOptionGroup *group = g_option_group_new ("generation", "Generation options:", "Show generation options",
-                                            NULL, NULL);
+                                            o, NULL);
   g_option_group_add_entries (group, entries);
   g_option_context_add_group (ctx, group);
 }
@@ -143,7 +188,11 @@ um_cli_gen_options_to_params (const UmCliGenOptions *o, UmGenParams *p, GError *
       g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--threads must be ≥ 0");
       return FALSE;
     }
-  /* Prompt length is checked against the model later. */
+  /* Parameters not given may still come from the model: the schedule is
+   * checked once resolved (um_cli_engine_options). Prompt length is
+   * checked against the model later. */
+  if (o->resolve)
+    return TRUE;
   return um_gen_params_validate (p, 0, G_MAXUINT, error);
 }
 
@@ -159,10 +208,132 @@ um_cli_gen_options_clear (UmCliGenOptions *o)
   g_clear_pointer (&o->kv_cache, g_free);
   g_clear_pointer (&o->constraints, g_strfreev);
   g_clear_pointer (&o->constraint_list, g_array_unref);
+  g_clear_pointer (&o->recommendation, um_gen_recommendation_free);
+}
+
+/* The precedence rule itself is um_gen_resolve (); this gathers its layers. */
+static gboolean
+resolve_params (UmCliGenOptions *o, UmGenParams *p, const char *model, const UmProfile *profile,
+                const char *model_id, GError **error)
+{
+  UmGenLayer user, profile_layer;
+
+  um_gen_layer_init (&user);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if ((o->given & UM_GEN_KEY_BIT (k)) || (k == UM_GEN_KEY_REMASKING && o->remasking != NULL))
+      um_gen_layer_take (&user, (UmGenKey) k, p);
+  g_clear_pointer (&o->recommendation, um_gen_recommendation_free);
+  o->recommendation = um_gen_recommendation_load (model);
+  for (guint i = 0; i < o->recommendation->warnings->len; i++)
+    fprintf (stderr, "unmask-cli: %s\n", (const char *) g_ptr_array_index (o->recommendation->warnings, i));
+  if (profile != NULL)
+    um_profile_gen_layer (profile, model_id, &profile_layer);
+  else
+    um_gen_layer_init (&profile_layer);
+  um_gen_resolve (p, &user, &o->recommendation->layer, &profile_layer, &o->resolved);
+  *p = o->resolved.params;
+  return um_gen_resolved_validate (&o->resolved, o->recommendation->origin, 0, G_MAXUINT, error);
+}
+
+static const char *
+source_name (const UmCliGenOptions *o, UmGenKey k)
+{
+  switch (o->resolved.source[k])
+    {
+    case UM_GEN_SOURCE_USER: return "user";
+    case UM_GEN_SOURCE_MODEL: return o->recommendation && o->recommendation->origin ? o->recommendation->origin : "model";
+    case UM_GEN_SOURCE_PROFILE: return "profile";
+    case UM_GEN_SOURCE_BUILTIN:
+    default: return "built-in";
+    }
+}
+
+void
+um_cli_print_defaults (const UmCliGenOptions *o)
+{
+  static const char *const said[] = {
+    [UM_GEN_SOURCE_BUILTIN] = "built-in default",
+    [UM_GEN_SOURCE_PROFILE] = "the optimizer profile's mode default",
+    [UM_GEN_SOURCE_MODEL] = "recommended by the model",
+    [UM_GEN_SOURCE_USER] = "given on the command line",
+  };
+
+  fprintf (stderr, "unmask-cli: generation settings:\n");
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    {
+      g_autofree char *v = um_gen_params_format (&o->resolved.params, (UmGenKey) k);
+      UmGenSource s = o->resolved.source[k];
+      fprintf (stderr, "  %-13s %-15s %s", um_gen_key_name ((UmGenKey) k), v, said[s]);
+      if (s == UM_GEN_SOURCE_MODEL && o->recommendation->origin != NULL)
+        fprintf (stderr, " (%s)", o->recommendation->origin);
+      /* Overridden: say what the model would have used. */
+      if (s == UM_GEN_SOURCE_USER && o->recommendation != NULL
+          && um_gen_layer_has (&o->recommendation->layer, (UmGenKey) k)
+          && !um_gen_params_equal_at (&o->resolved.params, &o->recommendation->layer.params, (UmGenKey) k))
+        {
+          g_autofree char *m = um_gen_params_format (&o->recommendation->layer.params, (UmGenKey) k);
+          fprintf (stderr, " (the model recommends %s)", m);
+        }
+      fputc ('\n', stderr);
+    }
+  for (guint i = 0; o->recommendation != NULL && i < o->recommendation->not_applied->len; i++)
+    {
+      const UmGenNote *n = g_ptr_array_index (o->recommendation->not_applied, i);
+      fprintf (stderr, "  not applied: %s %s (%s)\n", n->key, n->value, n->reason);
+    }
+}
+
+void
+um_cli_defaults_json (JsonBuilder *b, const UmCliGenOptions *o)
+{
+  json_builder_set_member_name (b, "defaults");
+  json_builder_begin_object (b);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    {
+      const UmGenParams *p = &o->resolved.params;
+      json_builder_set_member_name (b, um_gen_key_name ((UmGenKey) k));
+      json_builder_begin_object (b);
+      json_builder_set_member_name (b, "value");
+      switch ((UmGenKey) k)
+        {
+        case UM_GEN_KEY_GEN_LENGTH: json_builder_add_int_value (b, p->gen_length); break;
+        case UM_GEN_KEY_STEPS: json_builder_add_int_value (b, p->steps); break;
+        case UM_GEN_KEY_BLOCK_LENGTH: json_builder_add_int_value (b, p->block_length); break;
+        case UM_GEN_KEY_TEMPERATURE: json_builder_add_double_value (b, p->temperature); break;
+        case UM_GEN_KEY_CFG_SCALE: json_builder_add_double_value (b, p->cfg_scale); break;
+        case UM_GEN_KEY_REMASKING:
+        case UM_GEN_N_KEYS:
+        default: json_builder_add_string_value (b, um_remasking_to_string (p->remasking)); break;
+        }
+      json_builder_set_member_name (b, "source");
+      json_builder_add_string_value (b, source_name (o, (UmGenKey) k));
+      json_builder_end_object (b);
+    }
+  json_builder_end_object (b);
+  json_builder_set_member_name (b, "not_applied");
+  json_builder_begin_array (b);
+  for (guint i = 0; o->recommendation != NULL && i < o->recommendation->not_applied->len; i++)
+    {
+      const UmGenNote *n = g_ptr_array_index (o->recommendation->not_applied, i);
+      json_builder_begin_object (b);
+      json_builder_set_member_name (b, "key");
+      json_builder_add_string_value (b, n->key);
+      json_builder_set_member_name (b, "value");
+      json_builder_add_string_value (b, n->value);
+      json_builder_set_member_name (b, "reason");
+      json_builder_add_string_value (b, n->reason);
+      json_builder_end_object (b);
+    }
+  json_builder_end_array (b);
+  json_builder_set_member_name (b, "defaults_warnings");
+  json_builder_begin_array (b);
+  for (guint i = 0; o->recommendation != NULL && i < o->recommendation->warnings->len; i++)
+    json_builder_add_string_value (b, g_ptr_array_index (o->recommendation->warnings, i));
+  json_builder_end_array (b);
 }
 
 gboolean
-um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int prompt_length,
+um_cli_engine_options (UmCliGenOptions *o, UmGenParams *p, int prompt_length,
                        const char *model, UmEngineOptions *opts, GError **error)
 {
   g_autofree char *model_id = model ? um_model_identity (model) : NULL;
@@ -229,6 +400,10 @@ um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int promp
   if (o->row_chunk != 0)
     opts->mem.row_chunk = o->row_chunk;
   opts->cache_dir = o->cache_dir;
+  /* The mode is known now: its defaults take their place in the rule. */
+  if (p != NULL && o->resolve
+      && !resolve_params (o, p, model, mode_from_profile ? profile : NULL, model_id, error))
+    return FALSE;
   if (p != NULL)
     {
       opts->shape.prompt_length = prompt_length;
@@ -413,6 +588,8 @@ um_cli_generate (int argc, char **argv)
     { "ids", 0, 0, G_OPTION_ARG_STRING, &ids_text, "Prompt as token ids", "1,2,3" },
     { "json", 0, 0, G_OPTION_ARG_NONE, &json, "Print one JSON object: ids, trace, text, timing", NULL },
     { "no-live", 0, 0, G_OPTION_ARG_NONE, &no_live, "Do not animate the canvas on a terminal", NULL },
+    { "verbose", 'v', 0, G_OPTION_ARG_NONE, &go.verbose,
+      "Say where each generation setting came from (command line, model, profile, built-in)", NULL },
     { NULL }
   };
   g_autoptr(GError) error = NULL;
@@ -424,6 +601,7 @@ um_cli_generate (int argc, char **argv)
   GenState st = { 0 };
 
   um_cli_gen_options_init (&go, 128, 128, 32);
+  go.resolve = TRUE;
   g_option_context_add_main_entries (ctx, entries, NULL);
   um_cli_gen_options_add (ctx, &go);
   if (!um_cli_parse_options (ctx, &argc, &argv))
@@ -459,6 +637,8 @@ um_cli_generate (int argc, char **argv)
   }
   if (engine == NULL)
     return um_cli_fail (error);
+  if (go.verbose)
+    um_cli_print_defaults (&go);
 
   st.engine = engine;
   st.trace = trace;
@@ -491,6 +671,7 @@ um_cli_generate (int argc, char **argv)
       json_builder_add_int_value (b, trace->len);
       json_builder_set_member_name (b, "tokens_per_second");
       json_builder_add_double_value (b, result->seconds > 0 ? result->ids->len / result->seconds : 0.0);
+      um_cli_defaults_json (b, &go);
       {
         /* Where it ran and the most compute memory it took (weights on a GPU included). */
         UmBackend *be = um_engine_get_backend (engine);
@@ -529,6 +710,8 @@ um_cli_chat (int argc, char **argv)
   g_auto(UmCliGenOptions) go = { 0 };
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model, "Model folder or .gguf file", "PATH" },
+    { "verbose", 'v', 0, G_OPTION_ARG_NONE, &go.verbose,
+      "Say where each generation setting came from (command line, model, profile, built-in)", NULL },
     { NULL }
   };
   g_autoptr(GError) error = NULL;
@@ -540,6 +723,7 @@ um_cli_chat (int argc, char **argv)
   gboolean tty = isatty (STDIN_FILENO);
 
   um_cli_gen_options_init (&go, 128, 128, 32);
+  go.resolve = TRUE;
   g_option_context_add_main_entries (ctx, entries, NULL);
   um_cli_gen_options_add (ctx, &go);
   if (!um_cli_parse_options (ctx, &argc, &argv))
@@ -553,6 +737,8 @@ um_cli_chat (int argc, char **argv)
   }
   if (engine == NULL)
     return um_cli_fail (error);
+  if (go.verbose)
+    um_cli_print_defaults (&go);
 
   for (;;)
     {

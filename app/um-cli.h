@@ -68,6 +68,16 @@ typedef struct {
   double   threshold;
   double   factor;
   char   **constraints;        /* "POS:WORD" as given */
+  /* Which of gen_length … cfg_scale the command line gave (UM_GEN_KEY_BIT;
+   * remasking: given when not NULL). */
+  guint32  given;
+  gboolean verbose;
+  /* generate and chat: the parameters not given come from the model's
+   * recommendation, then the profile's mode, then the built-in defaults
+   * (um_gen_resolve ()); um_cli_engine_options () resolves them. */
+  gboolean resolve;
+  UmGenRecommendation *recommendation;   /* the model's, once resolved */
+  UmGenResolved        resolved;
   /* The parsed constraints UmGenParams points into: they live until
    * um_cli_gen_options_clear (), so clear only after generating. */
   GArray  *constraint_list;    /* UmGenConstraint */
@@ -84,9 +94,15 @@ UmEngine *um_cli_load_engine (const char *model, int threads, const char *device
 int       um_cli_products (gboolean exact, gboolean int8);
 /* Engine options from the command line: device, threads, products, memory
  * mode and budget, and the plan's shape from the generation parameters. */
-/* @model (may be NULL): the model path, for the profile's per-model override. */
-gboolean  um_cli_engine_options (const UmCliGenOptions *o, const UmGenParams *p, int prompt_length,
+/* @model (may be NULL): the model path, for the profile's per-model override.
+ * With o->resolve, @p's generation parameters are resolved first (see
+ * UmCliGenOptions) and validated, naming where the values came from. */
+gboolean  um_cli_engine_options (UmCliGenOptions *o, UmGenParams *p, int prompt_length,
                                  const char *model, UmEngineOptions *opts, GError **error);
+/* The resolved parameters and where each came from: on stderr (--verbose)
+ * and as the JSON members "defaults", "not_applied" and "defaults_warnings". */
+void      um_cli_print_defaults (const UmCliGenOptions *o);
+void      um_cli_defaults_json (JsonBuilder *b, const UmCliGenOptions *o);
 UmEngine *um_cli_load_engine_with (const char *model, const UmEngineOptions *opts, GError **error);
 /* The plan's predictions beside the run's measured peaks, as JSON members
  * "plan" and "measured" of the object being built. */

@@ -61,6 +61,8 @@ struct _UmChatPage {
   AdwComboRow        *cache_row, *rule_row;
   AdwActionRow       *threshold_row, *factor_row;
   GtkAdjustment      *threshold_adjustment, *factor_adjustment;
+  GtkLabel           *params_label;
+  GtkWidget          *params_reset_button;
 
   UmEngine           *engine;
   UmSettings         *settings;      /* the Fast decoding controls are bound to it */
@@ -836,6 +838,43 @@ um_chat_page_set_engine (UmChatPage *self, UmEngine *engine)
   update_state (self);
 }
 
+static void ensure_settings (UmChatPage *self);
+
+/* The answers' parameters and where each comes from (the Generate page's
+ * rows say the same). */
+static void
+update_params_label (UmChatPage *self)
+{
+  const char *titles[UM_GEN_N_KEYS] = {
+    _("Length"), _("Steps"), _("Block Length"), _("Temperature"), _("Guidance Scale"), _("Remasking"),
+  };
+  const char *mode = self->have_mode ? um_mode_info_name (&self->mode_info) : NULL;
+  g_autoptr(GString) text = g_string_new (NULL);
+
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    {
+      g_autofree char *note = self->settings ? um_settings_describe_source (self->settings, k, mode) : NULL;
+      g_autofree char *value = um_settings_format_value (&self->params, k);
+      /* Translators: a parameter and its value with where it comes from, e.g. "Temperature: 0.7 — recommended by the model" */
+      g_string_append_printf (text, _("%s: %s"), titles[k], note ? note : value);
+      if (k + 1 < UM_GEN_N_KEYS)
+        g_string_append_c (text, '\n');
+    }
+  gtk_label_set_text (self->params_label, text->str);
+  gtk_widget_set_sensitive (self->params_reset_button,
+                            self->settings != NULL && um_settings_get_user_set (self->settings) != 0);
+}
+
+const char *
+um_chat_page_get_params_text (UmChatPage *self)
+{
+  g_return_val_if_fail (UM_IS_CHAT_PAGE (self), NULL);
+
+  ensure_settings (self);
+  update_params_label (self);
+  return gtk_label_get_text (self->params_label);
+}
+
 /* Warns when the answers' parameters go beyond what the memory mode recommends. */
 static void
 update_limits (UmChatPage *self)
@@ -877,6 +916,8 @@ um_chat_page_set_settings (UmChatPage *self, UmSettings *settings)
   if (self->settings == settings)
     return;
   g_set_object (&self->settings, settings);
+  g_signal_connect_object (settings, "sources-changed", G_CALLBACK (update_params_label), self, G_CONNECT_SWAPPED);
+  update_params_label (self);
   um_settings_bind_fast_decoding (settings, G_OBJECT (self->fast_row), G_OBJECT (self->cache_row),
                                   G_OBJECT (self->rule_row), G_OBJECT (self->threshold_adjustment),
                                   G_OBJECT (self->factor_adjustment));
@@ -921,6 +962,7 @@ um_chat_page_set_params (UmChatPage *self, const UmGenParams *params)
 
   self->params = *params;
   update_limits (self);
+  update_params_label (self);
 }
 
 void
@@ -940,6 +982,7 @@ um_chat_page_set_mode_info (UmChatPage *self, const UmModeInfo *info)
   gtk_widget_set_visible (GTK_WIDGET (self->mode_button), info != NULL);
   g_clear_pointer (&self->limits.dismissed, g_free);
   update_limits (self);
+  update_params_label (self);
 }
 
 const char *
@@ -1510,6 +1553,8 @@ um_chat_page_class_init (UmChatPageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, entry_view);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, placeholder_label);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, mode_button);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, params_label);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, params_reset_button);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, limits_revealer);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, limits_label);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, fast_row);

@@ -38,6 +38,8 @@ void       um_chat_page_get_params (UmChatPage *self, UmGenParams *params);
 void       um_chat_page_set_mode_info (UmChatPage *self, const UmModeInfo *info);
 /* The warning about the limits (also while hidden), or NULL. */
 const char *um_chat_page_get_limits_warning (UmChatPage *self);
+/* The answers' parameters, one line each with where its value comes from. */
+const char *um_chat_page_get_params_text (UmChatPage *self);
 
 /* TRUE while an answer is being generated ("busy" property): from the send
  * until the engine has let go of it, Stop included. The "step" signal

@@ -32,6 +32,14 @@ struct _UmGeneratePage {
   GtkLabel        *limits_label;
   GtkButton       *mode_button;
   AdwFlap         *flap;
+  /* The parameter rows by UmGenKey, their reset buttons, and what they
+   * say below the description: where the value comes from. */
+  AdwActionRow    *param_rows[UM_GEN_N_KEYS];
+  GtkWidget       *reset_buttons[UM_GEN_N_KEYS];
+  char            *descriptions[UM_GEN_N_KEYS];
+  char            *source_notes[UM_GEN_N_KEYS];
+  GtkWidget       *reset_all_button;
+  GtkLabel        *model_note_label;
 
   UmEngine        *engine;
   UmSettings      *settings;
@@ -64,6 +72,7 @@ enum { FINISHED, N_SIGNALS };
 static guint signals[N_SIGNALS];
 
 static void update_problem (UmGeneratePage *self);
+static void update_sources (UmGeneratePage *self);
 
 static void
 read_params (UmGeneratePage *self, UmGenParams *p)
@@ -283,6 +292,8 @@ um_generate_page_set_mode_info (UmGeneratePage *self, const UmModeInfo *info)
   gtk_widget_set_visible (GTK_WIDGET (self->mode_button), info != NULL);
   g_clear_pointer (&self->limits.dismissed, g_free);
   update_limits (self);
+  /* The sources name the mode. */
+  update_sources (self);
 }
 
 const char *
@@ -565,6 +576,107 @@ um_generate_page_set_engine (UmGeneratePage *self, UmEngine *engine)
     }
   gtk_label_set_text (self->stats_label, "");
   update_problem (self);
+  update_sources (self);
+}
+
+/* ---- where the parameters come from ---- */
+
+/* The model's recommendations the sampler does not follow, and the values
+ * it ignored as invalid: said once, below the parameters. */
+static void
+update_model_note (UmGeneratePage *self)
+{
+  const UmGenRecommendation *rec = self->engine ? um_engine_get_recommendation (self->engine) : NULL;
+  g_autoptr(GString) text = g_string_new (NULL);
+  g_autoptr(GString) tooltip = g_string_new (NULL);
+
+  if (rec != NULL && rec->not_applied->len > 0)
+    {
+      g_autoptr(GString) list = g_string_new (NULL);
+      for (guint i = 0; i < rec->not_applied->len; i++)
+        {
+          const UmGenNote *n = g_ptr_array_index (rec->not_applied, i);
+          g_string_append_printf (list, "%s%s %s", i ? ", " : "", n->key, n->value);
+          g_string_append_printf (tooltip, "%s%s: %s", i ? "\n" : "", n->key, n->reason);
+        }
+      /* Translators: %s is a list of settings as written in the model's files, e.g. "top_p 0.95, top_k 50" */
+      g_string_append_printf (text, _("The model also recommends %s, which Unmask’s sampler does not apply."),
+                              list->str);
+    }
+  for (guint i = 0; rec != NULL && i < rec->warnings->len; i++)
+    {
+      if (text->len > 0)
+        g_string_append_c (text, '\n');
+      /* Translators: %s is a problem found in the model's settings file (in English) */
+      g_string_append_printf (text, _("Not used: %s"), (const char *) g_ptr_array_index (rec->warnings, i));
+    }
+  gtk_label_set_text (self->model_note_label, text->str);
+  gtk_widget_set_tooltip_text (GTK_WIDGET (self->model_note_label), tooltip->len ? tooltip->str : NULL);
+  gtk_widget_set_visible (GTK_WIDGET (self->model_note_label), text->len > 0);
+}
+
+/* Each parameter row says where its value comes from, and offers to forget
+ * the user's choice. */
+static void
+update_sources (UmGeneratePage *self)
+{
+  const char *mode = self->have_mode ? um_mode_info_name (&self->mode_info) : NULL;
+  guint32 user = self->settings ? um_settings_get_user_set (self->settings) : 0;
+
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    {
+      g_autofree char *note = self->settings ? um_settings_describe_source (self->settings, k, mode) : NULL;
+      g_autofree char *subtitle = NULL;
+      gboolean mine = (user & UM_GEN_KEY_BIT (k)) != 0;
+
+      if (g_strcmp0 (note, self->source_notes[k]) != 0)
+        {
+          subtitle = note ? g_markup_printf_escaped ("%s\n%s", self->descriptions[k], note)
+                          : g_markup_escape_text (self->descriptions[k], -1);
+          adw_action_row_set_subtitle (self->param_rows[k], subtitle);
+          g_free (self->source_notes[k]);
+          self->source_notes[k] = g_steal_pointer (&note);
+        }
+      gtk_widget_set_visible (self->reset_buttons[k], mine);
+      if (mine)
+        {
+          UmGenParams def;
+          UmGenSource from = um_settings_get_default (self->settings, k, &def);
+          g_autofree char *value = um_settings_format_value (&def, k);
+          g_autofree char *tip = from == UM_GEN_SOURCE_MODEL
+                                 /* Translators: %s is a parameter's value */
+                                 ? g_strdup_printf (_("Reset to the model’s recommendation (%s)"), value)
+                                 /* Translators: %s is a parameter's value */
+                                 : g_strdup_printf (_("Reset to the default (%s)"), value);
+          gtk_widget_set_tooltip_text (self->reset_buttons[k], tip);
+          gtk_accessible_update_property (GTK_ACCESSIBLE (self->reset_buttons[k]), GTK_ACCESSIBLE_PROPERTY_LABEL,
+                                          tip, -1);
+        }
+    }
+  gtk_widget_set_visible (self->reset_all_button, user != 0);
+  update_model_note (self);
+}
+
+const char *
+um_generate_page_get_source_note (UmGeneratePage *self, UmGenKey key)
+{
+  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self) && (guint) key < UM_GEN_N_KEYS, NULL);
+  return self->source_notes[key];
+}
+
+gboolean
+um_generate_page_get_reset_visible (UmGeneratePage *self, UmGenKey key)
+{
+  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self) && (guint) key < UM_GEN_N_KEYS, FALSE);
+  return gtk_widget_get_visible (self->reset_buttons[key]);
+}
+
+const char *
+um_generate_page_get_model_note (UmGeneratePage *self)
+{
+  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self), NULL);
+  return gtk_widget_get_visible (GTK_WIDGET (self->model_note_label))
+         ? gtk_label_get_text (self->model_note_label) : NULL;
 }
 
 void
@@ -583,24 +695,16 @@ um_generate_page_set_settings (UmGeneratePage *self, UmSettings *settings)
                           G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
   g_object_bind_property (settings, "chat-template", self->chat_switch, "active",
                           G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
-  {
-    g_autofree char *remasking = NULL;
-    g_object_get (settings, "remasking", &remasking, NULL);
-    adw_combo_row_set_selected (self->remasking_row, g_strcmp0 (remasking, "random") == 0 ? 1 : 0);
-  }
+  /* Bound, not copied once: the model's recommendation may change it. */
+  um_settings_bind_remasking (settings, G_OBJECT (self->remasking_row));
+  g_signal_connect_object (settings, "sources-changed", G_CALLBACK (update_sources), self, G_CONNECT_SWAPPED);
+  /* "Your choice — the model recommends …" depends on the value too. */
+  g_signal_connect_object (settings, "notify", G_CALLBACK (update_sources), self, G_CONNECT_SWAPPED);
   um_settings_bind_fast_decoding (settings, G_OBJECT (self->fast_row), G_OBJECT (self->cache_row),
                                   G_OBJECT (self->rule_row), G_OBJECT (self->threshold_adjustment),
                                   G_OBJECT (self->factor_adjustment));
   update_problem (self);
-}
-
-static void
-on_remasking_selected (UmGeneratePage *self)
-{
-  if (self->settings)
-    g_object_set (self->settings, "remasking",
-                  adw_combo_row_get_selected (self->remasking_row) == 1 ? "random" : "low_confidence", NULL);
-  update_problem (self);
+  update_sources (self);
 }
 
 void
@@ -677,6 +781,11 @@ um_generate_page_finalize (GObject *object)
   g_array_unref (self->run_constraints);
   g_ptr_array_unref (self->snap_words);
   g_ptr_array_unref (self->run_words);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    {
+      g_free (self->descriptions[k]);
+      g_free (self->source_notes[k]);
+    }
   G_OBJECT_CLASS (um_generate_page_parent_class)->finalize (object);
 }
 
@@ -729,6 +838,24 @@ um_generate_page_class_init (UmGeneratePageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, limits_revealer);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, limits_label);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, mode_button);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, reset_all_button);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, model_note_label);
+  {
+    static const char *const names[UM_GEN_N_KEYS] = { "length", "steps", "block", "temperature", "cfg", "remasking" };
+    for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+      {
+        g_autofree char *row = g_strdup_printf ("%s_row", names[k]);
+        g_autofree char *reset = g_strdup_printf ("%s_reset", names[k]);
+        /* The remasking row is bound as remasking_row too. */
+        if (k != UM_GEN_KEY_REMASKING)
+          gtk_widget_class_bind_template_child_full (widget_class, row, FALSE,
+                                                     G_STRUCT_OFFSET (UmGeneratePage, param_rows)
+                                                     + k * sizeof (gpointer));
+        gtk_widget_class_bind_template_child_full (widget_class, reset, FALSE,
+                                                   G_STRUCT_OFFSET (UmGeneratePage, reset_buttons)
+                                                   + k * sizeof (gpointer));
+      }
+  }
   gtk_widget_class_bind_template_callback (widget_class, um_generate_page_generate);
   gtk_widget_class_bind_template_callback (widget_class, um_generate_page_stop);
   gtk_widget_class_bind_template_callback (widget_class, on_copy_clicked);
@@ -748,6 +875,9 @@ um_generate_page_init (UmGeneratePage *self)
   /* The flap is the bin's child: not a bound template child, so that
    * disposing the template and the bin do not both unparent it. */
   self->flap = ADW_FLAP (adw_bin_get_child (ADW_BIN (self)));
+  self->param_rows[UM_GEN_KEY_REMASKING] = ADW_ACTION_ROW (self->remasking_row);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    self->descriptions[k] = g_strdup (adw_action_row_get_subtitle (self->param_rows[k]));
   um_diffusion_view_set_token_text_func (self->view, token_text, self, NULL);
   gtk_text_buffer_set_text (gtk_text_view_get_buffer (self->prompt_view),
                             _("What is free software? Answer in two sentences."), -1);
@@ -756,7 +886,7 @@ um_generate_page_init (UmGeneratePage *self)
   g_signal_connect_swapped (self->block_spin, "value-changed", G_CALLBACK (on_param_changed), self);
   g_signal_connect_swapped (self->temperature_spin, "value-changed", G_CALLBACK (on_param_changed), self);
   g_signal_connect_swapped (self->cfg_spin, "value-changed", G_CALLBACK (on_param_changed), self);
-  g_signal_connect_swapped (self->remasking_row, "notify::selected", G_CALLBACK (on_remasking_selected), self);
+  g_signal_connect_swapped (self->remasking_row, "notify::selected", G_CALLBACK (on_param_changed), self);
   g_signal_connect (self->step_adjustment, "value-changed", G_CALLBACK (on_scale_changed), self);
   g_signal_connect_swapped (self->fast_row, "notify::enable-expansion", G_CALLBACK (on_param_changed), self);
   g_signal_connect_swapped (self->cache_row, "notify::selected", G_CALLBACK (on_param_changed), self);

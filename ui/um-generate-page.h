@@ -32,6 +32,12 @@ gboolean         um_generate_page_get_running (UmGeneratePage *self);
 void             um_generate_page_set_mode_info (UmGeneratePage *self, const UmModeInfo *info);
 /* The warning about the limits (also while hidden by "Go On Anyway"), or NULL. */
 const char      *um_generate_page_get_limits_warning (UmGeneratePage *self);
+/* What the parameter row of @key says about where its value comes from
+ * ("0.7 — recommended by the model"), or NULL (a built-in default). */
+const char      *um_generate_page_get_source_note (UmGeneratePage *self, UmGenKey key);
+gboolean         um_generate_page_get_reset_visible (UmGeneratePage *self, UmGenKey key);
+/* The model's recommendations not applied and values ignored, or NULL. */
+const char      *um_generate_page_get_model_note (UmGeneratePage *self);
 /* What the pill says, or NULL. */
 const char      *um_generate_page_get_mode_label (UmGeneratePage *self);
 

@@ -33,6 +33,14 @@ struct _UmSettings {
   double   threshold;
   double   factor;
   GPtrArray *recent;       /* char*, NULL-terminated */
+
+  /* Where the generation parameters come from (see um-settings.h). */
+  guint32        user_set;      /* UM_GEN_KEY_BIT of the user's choices */
+  gboolean       applying;      /* setting defaults or loading: not the user's doing */
+  UmGenLayer     model_layer;
+  char          *model_origin;
+  UmGenLayer     profile_layer;
+  UmGenResolved  defaults;      /* without the user's choices */
 };
 
 G_DEFINE_FINAL_TYPE (UmSettings, um_settings, G_TYPE_OBJECT)
@@ -45,6 +53,23 @@ enum {
   N_PROPS
 };
 static GParamSpec *props[N_PROPS];
+
+enum { SOURCES_CHANGED, N_SIGNALS };
+static guint signals[N_SIGNALS];
+
+/* The property of each UmGenKey, in UmGenKey order. */
+static const guint key_props[UM_GEN_N_KEYS] = {
+  PROP_GEN_LENGTH, PROP_STEPS, PROP_BLOCK_LENGTH, PROP_TEMPERATURE, PROP_CFG_SCALE, PROP_REMASKING,
+};
+
+static int
+prop_key (guint prop)
+{
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (key_props[k] == prop)
+      return (int) k;
+  return -1;
+}
 
 static gboolean
 save_timeout (gpointer data)
@@ -124,8 +149,18 @@ um_settings_set_property (GObject *object, guint id, const GValue *value, GParam
     case PROP_FACTOR: self->factor = g_value_get_double (value); break;
     default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, id, pspec); return;
     }
-  g_object_notify_by_pspec (object, pspec);
-  schedule_save (self);
+  {
+    /* A change from outside (a control, the Use Recommended button) is the
+     * user's choice from now on, even back to the default value. */
+    int key = prop_key (id);
+    gboolean newly_user = key >= 0 && !self->applying && !(self->user_set & UM_GEN_KEY_BIT (key));
+    if (newly_user)
+      self->user_set |= UM_GEN_KEY_BIT (key);
+    g_object_notify_by_pspec (object, pspec);
+    schedule_save (self);
+    if (newly_user)
+      g_signal_emit (self, signals[SOURCES_CHANGED], 0);
+  }
 }
 
 /* A pending change is written before the object goes (still alive here). */
@@ -152,6 +187,7 @@ um_settings_finalize (GObject *object)
   g_free (self->remasking);
   g_free (self->cache);
   g_free (self->fast_rule);
+  g_free (self->model_origin);
   g_ptr_array_unref (self->recent);
   G_OBJECT_CLASS (um_settings_parent_class)->finalize (object);
 }
@@ -186,6 +222,9 @@ um_settings_class_init (UmSettingsClass *klass)
   props[PROP_THRESHOLD] = g_param_spec_double ("threshold", NULL, NULL, 0.5, 1.0, 0.9, f);
   props[PROP_FACTOR] = g_param_spec_double ("factor", NULL, NULL, 0.1, 10.0, 1.0, f);
   g_object_class_install_properties (object_class, N_PROPS, props);
+
+  signals[SOURCES_CHANGED] = g_signal_new ("sources-changed", G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST,
+                                           0, NULL, NULL, NULL, G_TYPE_NONE, 0);
 }
 
 static void
@@ -202,6 +241,9 @@ um_settings_init (UmSettings *self)
   self->factor = 1.0;
   self->recent = g_ptr_array_new_with_free_func (g_free);
   g_ptr_array_add (self->recent, NULL);
+  um_gen_layer_init (&self->model_layer);
+  um_gen_layer_init (&self->profile_layer);
+  um_gen_resolve (NULL, NULL, NULL, NULL, &self->defaults);
 }
 
 /* A member's value as the type of @pspec, or FALSE and an error when the
@@ -299,6 +341,31 @@ apply_json (UmSettings *self, JsonObject *obj, GError **error)
         g_ptr_array_add (self->recent, g_strdup (json_array_get_string_element (arr, i)));
       g_ptr_array_add (self->recent, NULL);
     }
+  /* Which parameters are the user's. A file from before this was
+   * remembered: the values that differ from the built-in defaults. */
+  if (ok && json_object_has_member (obj, "user-set") && JSON_NODE_HOLDS_ARRAY (json_object_get_member (obj, "user-set")))
+    {
+      JsonArray *arr = json_object_get_array_member (obj, "user-set");
+      for (guint i = 0; i < json_array_get_length (arr); i++)
+        {
+          JsonNode *e = json_array_get_element (arr, i);
+          if (!JSON_NODE_HOLDS_VALUE (e) || json_node_get_value_type (e) != G_TYPE_STRING)
+            continue;
+          for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+            if (g_strcmp0 (json_node_get_string (e), g_param_spec_get_name (props[key_props[k]])) == 0)
+              self->user_set |= UM_GEN_KEY_BIT ((int) k);
+        }
+    }
+  else if (ok)
+    for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+      {
+        GParamSpec *pspec = props[key_props[k]];
+        g_auto(GValue) v = G_VALUE_INIT;
+        g_value_init (&v, pspec->value_type);
+        g_object_get_property (G_OBJECT (self), g_param_spec_get_name (pspec), &v);
+        if (!g_param_value_defaults (pspec, &v))
+          self->user_set |= UM_GEN_KEY_BIT (k);
+      }
   return ok;
 }
 
@@ -308,14 +375,19 @@ um_settings_new (const char *path)
   UmSettings *self = g_object_new (UM_TYPE_SETTINGS, NULL);
   g_autoptr(GError) error = NULL;
   g_autoptr(JsonNode) root = NULL;
-  JsonObject *obj;
+  JsonObject *obj = NULL;
+  gboolean ok;
 
   self->path = path ? g_strdup (path) : g_build_filename (g_get_user_config_dir (), "unmask", "settings.json", NULL);
   root = um_json_parse_file (self->path, "settings.json", NULL, &error);
   if (root == NULL && um_json_error_is_missing (error))
     return self;
-  if (root == NULL || (obj = um_json_root_object (root, "settings.json", &error)) == NULL
-      || !apply_json (self, obj, &error))
+  /* What the file holds is not a change the user makes now. */
+  self->applying = TRUE;
+  ok = root != NULL && (obj = um_json_root_object (root, "settings.json", &error)) != NULL
+       && apply_json (self, obj, &error);
+  self->applying = FALSE;
+  if (!ok)
     {
       /* Keep the broken file for the user and start from defaults, as a
        * damaged optimizer profile is (um_profile_load). */
@@ -366,37 +438,46 @@ um_settings_get_params (UmSettings *self, UmGenParams *p)
     }
 }
 
+/* The names a string property takes, in the order of a combo row's items;
+ * an unknown name reads as the fallback item. */
+typedef struct {
+  const char * const *names;
+  guint               n;
+  guint               fallback;
+} NameList;
+
 static const char * const cache_names[] = { "none", "prefix", "dual" };
 static const char * const rule_names[] = { "threshold", "factor" };
+static const char * const remasking_names[] = { "low_confidence", "random" };
+static const NameList cache_list = { cache_names, G_N_ELEMENTS (cache_names), G_N_ELEMENTS (cache_names) - 1 };
+static const NameList rule_list = { rule_names, G_N_ELEMENTS (rule_names), 0 };
+static const NameList remasking_list = { remasking_names, G_N_ELEMENTS (remasking_names), 0 };
 
 static gboolean
 name_to_index (GBinding *binding G_GNUC_UNUSED, const GValue *from, GValue *to, gpointer user_data)
 {
-  const char * const *names = user_data;
+  const NameList *list = user_data;
   const char *s = g_value_get_string (from);
-  guint n = names == cache_names ? G_N_ELEMENTS (cache_names) : G_N_ELEMENTS (rule_names);
 
-  for (guint i = 0; i < n; i++)
-    if (g_strcmp0 (s, names[i]) == 0)
+  for (guint i = 0; i < list->n; i++)
+    if (g_strcmp0 (s, list->names[i]) == 0)
       {
         g_value_set_uint (to, i);
         return TRUE;
       }
-  /* Unknown names read as the default (the last cache, the first rule). */
-  g_value_set_uint (to, names == cache_names ? G_N_ELEMENTS (cache_names) - 1 : 0);
+  g_value_set_uint (to, list->fallback);
   return TRUE;
 }
 
 static gboolean
 index_to_name (GBinding *binding G_GNUC_UNUSED, const GValue *from, GValue *to, gpointer user_data)
 {
-  const char * const *names = user_data;
+  const NameList *list = user_data;
   guint i = g_value_get_uint (from);
-  guint n = names == cache_names ? G_N_ELEMENTS (cache_names) : G_N_ELEMENTS (rule_names);
 
-  if (i >= n)
+  if (i >= list->n)
     return FALSE;
-  g_value_set_string (to, names[i]);
+  g_value_set_string (to, list->names[i]);
   return TRUE;
 }
 
@@ -413,11 +494,219 @@ um_settings_bind_fast_decoding (UmSettings *self,
   g_return_if_fail (UM_IS_SETTINGS (self));
   g_object_bind_property (self, "fast-decoding", expander, "enable-expansion", flags);
   g_object_bind_property_full (self, "cache", cache_row, "selected", flags,
-                               name_to_index, index_to_name, (gpointer) cache_names, NULL);
+                               name_to_index, index_to_name, (gpointer) &cache_list, NULL);
   g_object_bind_property_full (self, "fast-rule", rule_row, "selected", flags,
-                               name_to_index, index_to_name, (gpointer) rule_names, NULL);
+                               name_to_index, index_to_name, (gpointer) &rule_list, NULL);
   g_object_bind_property (self, "threshold", threshold_adjustment, "value", flags);
   g_object_bind_property (self, "factor", factor_adjustment, "value", flags);
+}
+
+void
+um_settings_bind_remasking (UmSettings *self, GObject *combo_row)
+{
+  g_return_if_fail (UM_IS_SETTINGS (self));
+  g_object_bind_property_full (self, "remasking", combo_row, "selected",
+                               G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE,
+                               name_to_index, index_to_name, (gpointer) &remasking_list, NULL);
+}
+
+/* ---- where the generation parameters come from ---- */
+
+static void
+params_to_value (const UmGenParams *p, UmGenKey key, GValue *v)
+{
+  switch (key)
+    {
+    case UM_GEN_KEY_GEN_LENGTH: g_value_init (v, G_TYPE_INT); g_value_set_int (v, p->gen_length); break;
+    case UM_GEN_KEY_STEPS: g_value_init (v, G_TYPE_INT); g_value_set_int (v, p->steps); break;
+    case UM_GEN_KEY_BLOCK_LENGTH: g_value_init (v, G_TYPE_INT); g_value_set_int (v, p->block_length); break;
+    case UM_GEN_KEY_TEMPERATURE: g_value_init (v, G_TYPE_DOUBLE); g_value_set_double (v, p->temperature); break;
+    case UM_GEN_KEY_CFG_SCALE: g_value_init (v, G_TYPE_DOUBLE); g_value_set_double (v, p->cfg_scale); break;
+    case UM_GEN_KEY_REMASKING:
+    case UM_GEN_N_KEYS:
+    default:
+      g_value_init (v, G_TYPE_STRING);
+      g_value_set_string (v, um_remasking_to_string (p->remasking));
+      break;
+    }
+}
+
+/* The parameters that are not the user's take their defaults. */
+static void
+apply_defaults (UmSettings *self)
+{
+  UmGenParams current;
+
+  um_gen_resolve (NULL, NULL, &self->model_layer, &self->profile_layer, &self->defaults);
+  um_settings_get_params (self, &current);
+  self->applying = TRUE;
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    {
+      g_auto(GValue) v = G_VALUE_INIT;
+      GParamSpec *pspec = props[key_props[k]];
+      if ((self->user_set & UM_GEN_KEY_BIT (k))
+          || um_gen_params_equal_at (&current, &self->defaults.params, (UmGenKey) k))
+        continue;
+      params_to_value (&self->defaults.params, (UmGenKey) k, &v);
+      /* Out of the app's range (a model's value the UI cannot show):
+       * the property keeps its value rather than half-apply it. */
+      if (g_param_value_validate (pspec, &v))
+        continue;
+      g_object_set_property (G_OBJECT (self), g_param_spec_get_name (pspec), &v);
+    }
+  self->applying = FALSE;
+  g_signal_emit (self, signals[SOURCES_CHANGED], 0);
+}
+
+void
+um_settings_resolve_with (UmSettings *self, const UmGenLayer *model, const UmGenLayer *profile, UmGenResolved *out)
+{
+  UmGenParams current;
+  UmGenLayer user;
+
+  g_return_if_fail (UM_IS_SETTINGS (self));
+
+  um_settings_get_params (self, &current);
+  um_gen_layer_init (&user);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (self->user_set & UM_GEN_KEY_BIT (k))
+      um_gen_layer_take (&user, (UmGenKey) k, &current);
+  um_gen_resolve (&current, &user, model, profile, out);
+}
+
+void
+um_settings_set_layers (UmSettings *self, const UmGenLayer *model, const char *model_origin, const UmGenLayer *profile)
+{
+  g_return_if_fail (UM_IS_SETTINGS (self));
+
+  if (model != NULL)
+    self->model_layer = *model;
+  else
+    um_gen_layer_init (&self->model_layer);
+  g_free (self->model_origin);
+  self->model_origin = g_strdup (model_origin);
+  if (profile != NULL)
+    self->profile_layer = *profile;
+  else
+    um_gen_layer_init (&self->profile_layer);
+  apply_defaults (self);
+}
+
+UmGenSource
+um_settings_get_source (UmSettings *self, UmGenKey key)
+{
+  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_KEYS, UM_GEN_SOURCE_BUILTIN);
+
+  return (self->user_set & UM_GEN_KEY_BIT (key)) ? UM_GEN_SOURCE_USER : self->defaults.source[key];
+}
+
+UmGenSource
+um_settings_get_default (UmSettings *self, UmGenKey key, UmGenParams *out)
+{
+  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_KEYS, UM_GEN_SOURCE_BUILTIN);
+
+  *out = self->defaults.params;
+  return self->defaults.source[key];
+}
+
+const UmGenLayer *
+um_settings_get_model_layer (UmSettings *self)
+{
+  g_return_val_if_fail (UM_IS_SETTINGS (self), NULL);
+
+  return &self->model_layer;
+}
+
+const char *
+um_settings_get_model_origin (UmSettings *self)
+{
+  g_return_val_if_fail (UM_IS_SETTINGS (self), NULL);
+
+  return self->model_origin;
+}
+
+guint32
+um_settings_get_user_set (UmSettings *self)
+{
+  g_return_val_if_fail (UM_IS_SETTINGS (self), 0);
+
+  return self->user_set;
+}
+
+void
+um_settings_reset (UmSettings *self, UmGenKey key)
+{
+  g_return_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_KEYS);
+
+  self->user_set &= ~UM_GEN_KEY_BIT (key);
+  schedule_save (self);
+  apply_defaults (self);
+}
+
+void
+um_settings_reset_all (UmSettings *self)
+{
+  g_return_if_fail (UM_IS_SETTINGS (self));
+
+  self->user_set = 0;
+  schedule_save (self);
+  apply_defaults (self);
+}
+
+char *
+um_settings_format_value (const UmGenParams *p, UmGenKey key)
+{
+  switch (key)
+    {
+    case UM_GEN_KEY_TEMPERATURE: return g_strdup_printf ("%g", p->temperature);
+    case UM_GEN_KEY_CFG_SCALE: return g_strdup_printf ("%g", p->cfg_scale);
+    /* As the Remasking row names them. */
+    case UM_GEN_KEY_REMASKING: return g_strdup (p->remasking == UM_REMASK_RANDOM ? _("Random") : _("Confidence"));
+    case UM_GEN_KEY_GEN_LENGTH:
+    case UM_GEN_KEY_STEPS:
+    case UM_GEN_KEY_BLOCK_LENGTH:
+    case UM_GEN_N_KEYS:
+    default: return um_gen_params_format (p, key);
+    }
+}
+
+char *
+um_settings_describe_source (UmSettings *self, UmGenKey key, const char *mode_name)
+{
+  UmGenParams current, def;
+  UmGenSource source, def_source;
+  g_autofree char *value = NULL, *def_value = NULL;
+
+  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_KEYS, NULL);
+
+  um_settings_get_params (self, &current);
+  source = um_settings_get_source (self, key);
+  value = um_settings_format_value (&current, key);
+  switch (source)
+    {
+    case UM_GEN_SOURCE_MODEL:
+      /* Translators: %s is a parameter's value, e.g. "0.7 — recommended by the model" */
+      return g_strdup_printf (_("%s — recommended by the model"), value);
+    case UM_GEN_SOURCE_PROFILE:
+      if (mode_name != NULL)
+        /* Translators: %s is a parameter's value, then a memory mode, e.g. "64 — default of the memory mode extreme-mild" */
+        return g_strdup_printf (_("%s — default of the memory mode %s"), value, mode_name);
+      return g_strdup_printf (_("%s — default of the memory mode"), value);
+    case UM_GEN_SOURCE_USER:
+      def_source = um_settings_get_default (self, key, &def);
+      if (um_gen_params_equal_at (&current, &def, key))
+        /* Translators: %s is a parameter's value, e.g. "0.7 — your choice" */
+        return g_strdup_printf (_("%s — your choice"), value);
+      def_value = um_settings_format_value (&def, key);
+      if (def_source == UM_GEN_SOURCE_MODEL)
+        /* Translators: the user's value, then the model's, e.g. "0.9 — your choice; the model recommends 0.7" */
+        return g_strdup_printf (_("%s — your choice; the model recommends %s"), value, def_value);
+      /* Translators: the user's value, then the default, e.g. "0.9 — your choice; the default is 0" */
+      return g_strdup_printf (_("%s — your choice; the default is %s"), value, def_value);
+    case UM_GEN_SOURCE_BUILTIN:
+    default:
+      return NULL;
+    }
 }
 
 int
@@ -475,6 +764,12 @@ um_settings_save (UmSettings *self, GError **error)
         default: json_builder_add_string_value (b, g_value_get_string (&v));
         }
     }
+  json_builder_set_member_name (b, "user-set");
+  json_builder_begin_array (b);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (self->user_set & UM_GEN_KEY_BIT (k))
+      json_builder_add_string_value (b, g_param_spec_get_name (props[key_props[k]]));
+  json_builder_end_array (b);
   json_builder_set_member_name (b, "recent-models");
   json_builder_begin_array (b);
   for (guint i = 0; i + 1 < self->recent->len; i++)

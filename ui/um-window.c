@@ -221,6 +221,21 @@ update_mode_info (UmWindow *self)
   um_chat_page_set_mode_info (self->chat_page, &info);
 }
 
+/* The defaults of the generation parameters the user has not chosen: the
+ * model's recommendation, then the profile's mode (um_gen_resolve ()). */
+static void
+update_gen_layers (UmWindow *self)
+{
+  g_autofree char *id = self->model_path ? um_model_identity (self->model_path) : NULL;
+  const UmGenRecommendation *rec = self->engine ? um_engine_get_recommendation (self->engine) : NULL;
+  UmGenLayer profile;
+
+  if (self->settings == NULL)
+    return;
+  um_profile_gen_layer (self->profile, id, &profile);
+  um_settings_set_layers (self->settings, rec ? &rec->layer : NULL, rec ? rec->origin : NULL, &profile);
+}
+
 /* The pages need a model, except the Optimizer once asked for. */
 static void
 update_workspace (UmWindow *self)
@@ -336,6 +351,7 @@ on_model_loaded (GObject *source, GAsyncResult *result, gpointer user_data)
   self->engine_profile = g_steal_pointer (&self->load_profile);
   update_mode_info (self);
   set_engine (self, engine);
+  update_gen_layers (self);
   um_settings_add_recent_model (self->settings, path);
 }
 
@@ -356,7 +372,16 @@ build_engine_options (UmWindow *self, const char *path, UmEngineOptions *options
     options->device = env_device;
   if (options->n_threads == 0)
     options->n_threads = um_settings_get_threads (self->settings);
-  um_settings_get_params (self->settings, &params);
+  /* Planned for the parameters the run will have: the new model's
+   * recommendation counts (a small file, or the GGUF's header). */
+  {
+    g_autoptr(UmGenRecommendation) rec = um_gen_recommendation_load (path);
+    UmGenLayer profile;
+    UmGenResolved resolved;
+    um_profile_gen_layer (self->profile, id, &profile);
+    um_settings_resolve_with (self->settings, &rec->layer, &profile, &resolved);
+    params = resolved.params;
+  }
   options->shape.gen_length = params.gen_length;
   options->shape.block_length = params.block_length;
   options->shape.cfg = params.cfg_scale > 0;
@@ -423,6 +448,7 @@ set_profile (UmWindow *self, UmProfile *profile, const char *revision)
   g_free (self->revision);
   self->revision = g_strdup (revision);
   update_mode_info (self);
+  update_gen_layers (self);
   um_optimizer_page_set_profile (self->optimizer_page, self->profile);
   update_reload_action (self);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_PROFILE]);
@@ -614,6 +640,23 @@ use_recommended_activated (GtkWidget *widget, const char *action, GVariant *para
   um_mode_info_recommend (&info, &params);
   g_object_set (self->settings, "block-length", params.block_length, "gen-length", params.gen_length,
                 "steps", params.steps, NULL);
+}
+
+/* Forgets the user's choice of one parameter ("gen_length", "temperature", …). */
+static void
+reset_param_activated (GtkWidget *widget, const char *action, GVariant *param)
+{
+  UmWindow *self = UM_WINDOW (widget);
+  UmGenKey key;
+
+  if (um_gen_key_from_name (g_variant_get_string (param, NULL), &key))
+    um_settings_reset (self->settings, key);
+}
+
+static void
+reset_params_activated (GtkWidget *widget, const char *action, GVariant *param)
+{
+  um_settings_reset_all (UM_WINDOW (widget)->settings);
 }
 
 static void
@@ -829,6 +872,8 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_install_action (widget_class, "win.show-optimizer", NULL, show_optimizer_activated);
   gtk_widget_class_install_action (widget_class, "win.use-recommended", NULL, use_recommended_activated);
   gtk_widget_class_install_action (widget_class, "win.reload-model", NULL, reload_model_activated);
+  gtk_widget_class_install_action (widget_class, "win.reset-param", "s", reset_param_activated);
+  gtk_widget_class_install_action (widget_class, "win.reset-params", NULL, reset_params_activated);
 }
 
 static void

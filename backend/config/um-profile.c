@@ -922,3 +922,27 @@ um_profile_to_engine_options (const UmProfile *p, const char *model_id, UmEngine
   if (p->default_block_length > 0)
     o->shape.block_length = p->default_block_length;
 }
+
+void
+um_profile_gen_layer (const UmProfile *p, const char *model_id, UmGenLayer *out)
+{
+  const UmProfileOverride *ov = find_override (p, model_id);
+  UmGenParams v;
+
+  um_gen_layer_init (out);
+  /* Never written: its defaults are the built-in ones, and say so. The
+   * defaults belong to the profile's mode; a model kept in another mode
+   * has none (as the pages' mode pill shows, um_mode_info_from_profile). */
+  if (p->written_by == UM_PROFILE_BY_DEFAULT || (ov != NULL && ov->mem.mode != p->mem.mode))
+    return;
+  um_gen_params_init (&v);
+  v.gen_length = p->default_gen_length;
+  v.block_length = p->default_block_length;
+  v.steps = p->default_steps;
+  if (p->default_gen_length > 0)
+    um_gen_layer_take (out, UM_GEN_KEY_GEN_LENGTH, &v);
+  if (p->default_block_length > 0)
+    um_gen_layer_take (out, UM_GEN_KEY_BLOCK_LENGTH, &v);
+  if (p->default_steps > 0)
+    um_gen_layer_take (out, UM_GEN_KEY_STEPS, &v);
+}

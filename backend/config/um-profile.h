@@ -15,6 +15,7 @@
 #include <glib.h>
 
 #include "um-engine.h"
+#include "um-gen-defaults.h"
 #include "um-plan.h"
 
 G_BEGIN_DECLS
@@ -109,6 +110,12 @@ char      *um_model_identity (const char *model_path);
  * rest of @o (products, cache folder, prompt length) is left as it is, so
  * call um_engine_options_init () first. */
 void       um_profile_to_engine_options (const UmProfile *p, const char *model_id, UmEngineOptions *o);
+
+/* The generation defaults the profile's mode recommends for @model_id, as
+ * the "profile" layer of um_gen_resolve (): none for a profile never
+ * written (the built-in defaults are the standard mode's) or for a model
+ * whose override puts it in another mode. */
+void       um_profile_gen_layer (const UmProfile *p, const char *model_id, UmGenLayer *out);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmProfile, um_profile_free)
 

@@ -18,6 +18,7 @@
 struct _UmEngine {
   char         *notice;
   UmModel      *model;
+  UmGenRecommendation *recommendation;
   UmBackend    *backend;
   UmForward    *forward;
   UmLayerStore *store;
@@ -337,6 +338,8 @@ um_engine_load (const char             *path,
   if (engine->model == NULL)
     return NULL;
   engine->weights_path = g_strdup (path);
+  /* Small (a JSON file or the GGUF's header); problems are warnings in it. */
+  engine->recommendation = um_gen_recommendation_load (path);
   if (g_cancellable_set_error_if_cancelled (cancellable, error)
       || !choose_device (engine, options, &target, error))
     return NULL;
@@ -375,10 +378,17 @@ um_engine_free (UmEngine *engine)
   g_clear_pointer (&engine->store, um_layer_store_free);
   g_clear_pointer (&engine->backend, um_backend_free);
   g_clear_pointer (&engine->model, um_model_free);
+  g_clear_pointer (&engine->recommendation, um_gen_recommendation_free);
   g_free (engine->notice);
   g_free (engine->weights_path);
   g_mutex_clear (&engine->busy);
   g_free (engine);
+}
+
+const UmGenRecommendation *
+um_engine_get_recommendation (UmEngine *engine)
+{
+  return engine->recommendation;
 }
 
 const UmPlan *

@@ -11,6 +11,7 @@
 
 #include "um-backend.h"
 #include "um-forward.h"
+#include "um-gen-defaults.h"
 #include "um-model.h"
 #include "um-plan.h"
 #include "um-sampler.h"
@@ -68,6 +69,9 @@ void      um_engine_free (UmEngine *engine);
 const char *um_engine_get_notice (UmEngine *engine);
 
 UmModel   *um_engine_get_model (UmEngine *engine);
+/* The model's recommended generation settings (never NULL); resolve them
+ * with the user's and the profile's by um_gen_resolve (). */
+const UmGenRecommendation *um_engine_get_recommendation (UmEngine *engine);
 UmForward *um_engine_get_forward (UmEngine *engine);
 UmBackend *um_engine_get_backend (UmEngine *engine);
 /* The plan the engine was loaded with (predictions), and what a run

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "um-error.h"
+#include "um-gen-defaults.h"
 #include "um-gguf.h"
 #include "um-quant.h"
 
@@ -595,6 +596,12 @@ write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
   um_gguf_writer_set_bool (w, "llada.attention.causal", FALSE);
   um_gguf_writer_set_u32 (w, "llada.vocab_size", c->vocab_size);
   um_gguf_writer_set_bool (w, "diffusion.shift_logits", FALSE);
+  /* The model's recommended sampling travels with it (GGUF has no
+   * generation_config.json beside it). */
+  {
+    g_autoptr(UmGenRecommendation) rec = um_gen_recommendation_load (model->path);
+    um_gen_recommendation_write_gguf (rec, w);
+  }
   if (p->prune_heads > 0.0 || p->prune_ffn > 0.0)
     {
       um_gguf_writer_set_f32 (w, "unmask.prune.heads", (float) p->prune_heads);

@@ -49,9 +49,9 @@ not_running (gpointer page)
 }
 
 static UmWindow *
-make_window_sized (int width, int height)
+make_window_with (const char *settings_name, int width, int height)
 {
-  g_autofree char *settings_path = g_build_filename (tmp_dir, "settings.json", NULL);
+  g_autofree char *settings_path = g_build_filename (tmp_dir, settings_name, NULL);
   g_autoptr(UmSettings) settings = um_settings_new (settings_path);
   UmWindow *win = um_window_new (NULL, settings);
 
@@ -59,6 +59,12 @@ make_window_sized (int width, int height)
   gtk_window_present (GTK_WINDOW (win));
   wait_for (mapped, win, 10);
   return win;
+}
+
+static UmWindow *
+make_window_sized (int width, int height)
+{
+  return make_window_with ("settings.json", width, height);
 }
 
 static UmWindow *
@@ -444,9 +450,10 @@ test_demo_screenshot (void)
   page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
   load (win, model);
   um_generate_page_set_prompt (page, "The history of the city");
-  g_object_set (um_window_get_settings (win), "gen-length", 128, "steps", 128, "block-length", 32,
-                "chat-template", FALSE, "temperature", 0.0, "cfg-scale", 0.0, "remasking", "low_confidence",
-                NULL);
+  /* What a first start shows: no choices of earlier tests, the model's
+   * recommendation and the defaults. */
+  um_settings_reset_all (um_window_get_settings (win));
+  g_object_set (um_window_get_settings (win), "chat-template", FALSE, NULL);
   um_generate_page_generate (page);
   wait_for (not_running, page, 300);
   g_assert_null (um_generate_page_get_last_error (page));
@@ -536,6 +543,157 @@ test_hostile_config_files (void)
   g_assert_null (um_generate_page_get_last_error (page));
   destroy_window (win);
   g_unsetenv ("UNMASK_CONFIG_DIR");
+/* The spin button of the Generate page's parameter row titled @title. */
+static GtkSpinButton *
+find_row_spin (GtkWidget *widget, const char *title)
+{
+  if (ADW_IS_ACTION_ROW (widget)
+      && g_strcmp0 (adw_preferences_row_get_title (ADW_PREFERENCES_ROW (widget)), title) == 0)
+    {
+      GtkWidget *spin = adw_action_row_get_activatable_widget (ADW_ACTION_ROW (widget));
+      return GTK_IS_SPIN_BUTTON (spin) ? GTK_SPIN_BUTTON (spin) : NULL;
+    }
+  for (GtkWidget *c = gtk_widget_get_first_child (widget); c != NULL; c = gtk_widget_get_next_sibling (c))
+    {
+      GtkSpinButton *found = find_row_spin (c, title);
+      if (found != NULL)
+        return found;
+    }
+  return NULL;
+}
+
+/* The button that activates @action with the string target @target. */
+static GtkWidget *
+find_action_button (GtkWidget *widget, const char *action, const char *target)
+{
+  if (GTK_IS_BUTTON (widget) && g_strcmp0 (gtk_actionable_get_action_name (GTK_ACTIONABLE (widget)), action) == 0)
+    {
+      GVariant *t = gtk_actionable_get_action_target_value (GTK_ACTIONABLE (widget));
+      if (t != NULL && g_variant_is_of_type (t, G_VARIANT_TYPE_STRING) && g_str_equal (g_variant_get_string (t, NULL), target))
+        return widget;
+    }
+  for (GtkWidget *c = gtk_widget_get_first_child (widget); c != NULL; c = gtk_widget_get_next_sibling (c))
+    {
+      GtkWidget *found = find_action_button (c, action, target);
+      if (found != NULL)
+        return found;
+    }
+  return NULL;
+}
+
+static void
+assert_note (UmGeneratePage *page, UmGenKey key, const char *needle)
+{
+  const char *note = um_generate_page_get_source_note (page, key);
+  g_test_message ("%s: %s", um_gen_key_name (key), note ? note : "(built-in)");
+  if (needle == NULL)
+    g_assert_null (note);
+  else
+    g_assert_nonnull (strstr (note, needle));
+}
+
+/* Opening the demo model sets the parameters the user has not chosen to the
+ * model's recommendation and says so; a value the user changes stays theirs
+ * when another model is opened, an untouched one follows the new model. */
+static void
+test_model_defaults (void)
+{
+  g_autofree char *demo = um_window_find_demo_model ();
+  g_autofree char *fixture = um_test_data_path ("tiny-llada");
+  g_autofree char *other = g_build_filename (tmp_dir, "tiny-llada-warm", NULL);
+  g_autofree char *other_config = g_build_filename (other, "generation_config.json", NULL);
+  g_autofree char *settings_path = g_build_filename (tmp_dir, "defaults-settings.json", NULL);
+  g_autoptr(UmGenRecommendation) rec = NULL;
+  UmWindow *win;
+  UmGeneratePage *page;
+  UmChatPage *chat;
+  UmSettings *settings;
+  GtkSpinButton *cfg_spin;
+  UmGenParams p;
+
+  g_assert_nonnull (demo);
+  rec = um_gen_recommendation_load (demo);
+  /* The demo model recommends sampling, not the greedy default. */
+  g_assert_true (um_gen_layer_has (&rec->layer, UM_GEN_KEY_TEMPERATURE));
+  g_assert_cmpfloat (rec->layer.params.temperature, >, 0.0);
+  g_assert_cmpuint (rec->warnings->len, ==, 0);
+
+  /* The fixture with a recommendation of its own. */
+  g_mkdir_with_parents (other, 0700);
+  um_test_copy_dir (fixture, other);
+  um_test_write_file (other_config, "{\"bos_token_id\": 506, \"eos_token_id\": 507, \"temperature\": 0.3,"
+                                    " \"top_k\": 40}", -1);
+
+  g_unlink (settings_path);
+  win = make_window_with ("defaults-settings.json", 1180, 780);
+  page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  chat = UM_CHAT_PAGE (um_window_get_chat_page (win));
+  settings = um_window_get_settings (win);
+  /* Nothing loaded: the built-in defaults, nothing to say. */
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpfloat (p.temperature, ==, 0.0);
+  assert_note (page, UM_GEN_KEY_TEMPERATURE, NULL);
+
+  load (win, demo);
+  g_assert_nonnull (um_window_get_engine (win));
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpfloat (p.temperature, ==, rec->layer.params.temperature);
+  g_assert_cmpint (um_settings_get_source (settings, UM_GEN_KEY_TEMPERATURE), ==, UM_GEN_SOURCE_MODEL);
+  assert_note (page, UM_GEN_KEY_TEMPERATURE, "recommended by the model");
+  g_assert_false (um_generate_page_get_reset_visible (page, UM_GEN_KEY_TEMPERATURE));
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (um_gen_layer_has (&rec->layer, k))
+      g_assert_nonnull (strstr (um_generate_page_get_source_note (page, k), "recommended by the model"));
+  g_assert_nonnull (strstr (um_chat_page_get_params_text (chat), "recommended by the model"));
+
+  /* The user changes the guidance scale on the page. */
+  cfg_spin = find_row_spin (GTK_WIDGET (page), "Guidance Sc_ale");
+  g_assert_nonnull (cfg_spin);
+  gtk_spin_button_set_value (cfg_spin, 1.5);
+  g_assert_cmpint (um_settings_get_source (settings, UM_GEN_KEY_CFG_SCALE), ==, UM_GEN_SOURCE_USER);
+  assert_note (page, UM_GEN_KEY_CFG_SCALE, "your choice");
+  g_assert_true (um_generate_page_get_reset_visible (page, UM_GEN_KEY_CFG_SCALE));
+  /* Remembered as the user's in settings.json. */
+  g_assert_true (um_settings_save (settings, NULL));
+  {
+    g_autoptr(UmSettings) again = um_settings_new (settings_path);
+    g_assert_cmpuint (um_settings_get_user_set (again), ==, UM_GEN_KEY_BIT (UM_GEN_KEY_CFG_SCALE));
+  }
+
+  /* Another model: the untouched temperature follows it, the guidance stays. */
+  load (win, other);
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpfloat (p.temperature, ==, 0.3);
+  g_assert_cmpfloat (p.cfg_scale, ==, 1.5);
+  assert_note (page, UM_GEN_KEY_TEMPERATURE, "0.3 — recommended by the model");
+  assert_note (page, UM_GEN_KEY_CFG_SCALE, "your choice");
+  /* What the model recommends and the sampler lacks is said, not dropped. */
+  g_assert_nonnull (um_generate_page_get_model_note (page));
+  g_assert_nonnull (strstr (um_generate_page_get_model_note (page), "top_k 40"));
+  g_assert_nonnull (strstr (um_chat_page_get_params_text (chat), "Temperature: 0.3 — recommended by the model"));
+
+  /* A model without a recommendation: back to the built-in default. */
+  load (win, fixture);
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpfloat (p.temperature, ==, 0.0);
+  g_assert_cmpfloat (p.cfg_scale, ==, 1.5);
+  assert_note (page, UM_GEN_KEY_TEMPERATURE, NULL);
+  g_assert_null (um_generate_page_get_model_note (page));
+
+  /* The row's reset button forgets the user's choice: the default again. */
+  load (win, other);
+  {
+    GtkWidget *reset = find_action_button (GTK_WIDGET (page), "win.reset-param", "cfg_scale");
+    g_assert_nonnull (reset);
+    g_assert_true (gtk_widget_get_visible (reset));
+    g_signal_emit_by_name (reset, "clicked");
+  }
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpfloat (p.cfg_scale, ==, 0.0);
+  g_assert_false (um_generate_page_get_reset_visible (page, UM_GEN_KEY_CFG_SCALE));
+  g_assert_cmpuint (um_settings_get_user_set (settings), ==, 0);
+  destroy_window (win);
+  um_test_rmtree (other);
 }
 
 int
@@ -568,6 +726,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gui/generate-screenshot", test_generate_screenshot);
   g_test_add_func ("/gui/chat-screenshot", test_chat_screenshot);
   g_test_add_func ("/gui/demo-screenshot", test_demo_screenshot);
+  g_test_add_func ("/gui/model-defaults", test_model_defaults);
   rc = g_test_run ();
   return rc;
 }
