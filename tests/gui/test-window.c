@@ -543,6 +543,8 @@ test_hostile_config_files (void)
   g_assert_null (um_generate_page_get_last_error (page));
   destroy_window (win);
   g_unsetenv ("UNMASK_CONFIG_DIR");
+}
+
 /* The spin button of the Generate page's parameter row titled @title. */
 static GtkSpinButton *
 find_row_spin (GtkWidget *widget, const char *title)
