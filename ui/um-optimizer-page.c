@@ -316,6 +316,9 @@ update_dirty (UmOptimizerPage *self)
       read_options (self, &o);
       p = um_profile_copy (self->profile);
       profile_put_options (self, p, &o, budget);
+      /* The headroom is no control here: Apply writes the page's, but it
+       * alone does not make the controls say something else. */
+      p->headroom = self->profile->headroom;
       self->dirty = !um_profile_equal (p, self->profile);
     }
   /* Back to what is in use: later edits are made on it. */

@@ -448,8 +448,9 @@ set_profile (UmWindow *self, UmProfile *profile, const char *revision)
   g_free (self->revision);
   self->revision = g_strdup (revision);
   update_mode_info (self);
-  update_gen_layers (self);
   um_optimizer_page_set_profile (self->optimizer_page, self->profile);
+  /* After the page has the profile: the parameters it changes re-plan it. */
+  update_gen_layers (self);
   update_reload_action (self);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_PROFILE]);
 }
