@@ -263,7 +263,12 @@ check_plan_run (const char *path, UmMemMode mode, RunKind run)
   /* Each run as it ends, so that a failure shows its figures. */
   g_test_message ("%s", line->str);
   g_assert_cmpuint (m.device_peak, ==, p->device_peak);
+  /* Under AddressSanitizer the process's memory holds its shadow, redzones
+   * and quarantine, which no plan predicts: the figures are printed, the
+   * device (our own allocations) still compared exactly. */
+#ifndef __SANITIZE_ADDRESS__
   g_assert_cmpuint (rel_diff_permille (m.host_peak, host_pred), <=, HOST_SLACK_PERMILLE);
+#endif
   /* A zstd store's size is predicted from a measured ratio. */
   if (run == RUN_ZSTD)
     {
