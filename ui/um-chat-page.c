@@ -4,10 +4,13 @@
  * each turn's prompt is the previous prompt + answer without EOS, then the
  * new user turn. A stopped answer is kept for reading but never enters the
  * history, so the next turn continues from the last complete one.
+ *
+ * The saved conversations (the Chats popover, delete, export as Markdown)
+ * are in um-chat-conversations.c.
  */
 #include "config.h"
 
-#include "um-chat-page.h"
+#include "um-chat-page-private.h"
 
 #include <glib/gi18n.h>
 #include <string.h>
@@ -27,7 +30,7 @@ typedef struct {
 
 /* One answer being generated. It outlives the page if the page goes first:
  * the worker delivers its step events and then its callback, which frees it. */
-typedef struct {
+struct _ChatRun {
   GWeakRef      page;
   UmEngine     *engine;      /* only handed back to um_engine_generate_finish */
   GCancellable *cancellable;
@@ -38,56 +41,6 @@ typedef struct {
   char         *model_name;
   char         *partial;     /* the answer as it stood when stopped */
   gboolean      stopped;
-} ChatRun;
-
-struct _UmChatPage {
-  AdwBin              parent_instance;
-
-  /* template */
-  GtkMenuButton      *chats_button;
-  GtkPopover         *chats_popover;
-  GtkListBox         *chats_list;
-  GtkLabel           *title_label;
-  GtkStack           *main_stack;
-  AdwStatusPage      *status_page;
-  GtkScrolledWindow  *scroller;
-  GtkBox             *messages_box;
-  GtkTextView        *entry_view;
-  GtkLabel           *placeholder_label;
-  GtkButton          *mode_button;
-  GtkRevealer        *limits_revealer;
-  GtkLabel           *limits_label;
-  AdwExpanderRow     *fast_row;
-  AdwComboRow        *cache_row, *rule_row;
-  AdwActionRow       *threshold_row, *factor_row;
-  GtkAdjustment      *threshold_adjustment, *factor_adjustment;
-  GtkLabel           *params_label;
-  GtkWidget          *params_reset_button;
-
-  UmEngine           *engine;
-  UmSettings         *settings;      /* the Fast decoding controls are bound to it */
-  UmGenParams         params;
-  UmChatConversation *conv;
-  char               *store_dir;     /* NULL: um_chat_store_default_dir () */
-  GPtrArray          *bubbles;       /* GtkWidget*, one per message of conv */
-  GPtrArray          *error_rows;    /* GtkWidget*: errors of the last attempt */
-  GHashTable         *pieces;        /* token id → escaped text, for the live view */
-  int                 regen_count;   /* regenerations of the last turn: seed offset */
-  gboolean            stick_to_bottom;
-  UmModeInfo          mode_info;
-  gboolean            have_mode;
-  UmLimitsWarning     limits;
-
-  /* the answer being generated */
-  ChatRun            *run;
-  GtkWidget          *live_row;
-  GArray             *live_ids;      /* gint32: the answer part of the canvas */
-  GArray             *live_fresh;    /* float: confidence if committed since the last paint, else -1 */
-  int                 live_step;
-  int                 live_n_steps;
-  guint               paint_id;
-
-  GtkNativeDialog    *export_dialog;
 };
 
 G_DEFINE_FINAL_TYPE (UmChatPage, um_chat_page, ADW_TYPE_BIN)
@@ -97,8 +50,6 @@ static GParamSpec *props[N_PROPS];
 
 enum { STEP, N_SIGNALS };
 static guint signals[N_SIGNALS];
-
-static void update_state (UmChatPage *self);
 
 /* ---- runs ---- */
 
@@ -132,8 +83,8 @@ ids_assign (GArray *dest, GArray *src)
 
 /* ---- small helpers ---- */
 
-static char *
-get_store_dir (UmChatPage *self)
+char *
+um_chat_page_get_store_dir (UmChatPage *self)
 {
   return self->store_dir ? g_strdup (self->store_dir) : um_chat_store_default_dir ();
 }
@@ -192,8 +143,8 @@ last_answer (UmChatPage *self)
   return NULL;
 }
 
-static void
-add_toast (UmChatPage *self, const char *message)
+void
+um_chat_page_add_toast (UmChatPage *self, const char *message)
 {
   GtkWidget *overlay = gtk_widget_get_ancestor (GTK_WIDGET (self), ADW_TYPE_TOAST_OVERLAY);
   g_autofree char *escaped = NULL;
@@ -253,14 +204,14 @@ add_error_row (UmChatPage *self, const char *message, gboolean retry)
 
 /* Errors not tied to a turn: a toast when the window has an overlay, else
  * inline, never only on the terminal. */
-static void
-show_error (UmChatPage *self, const char *message)
+void
+um_chat_page_show_error (UmChatPage *self, const char *message)
 {
   if (gtk_widget_get_ancestor (GTK_WIDGET (self), ADW_TYPE_TOAST_OVERLAY) != NULL)
-    add_toast (self, message);
+    um_chat_page_add_toast (self, message);
   else
     add_error_row (self, message, FALSE);
-  update_state (self);
+  um_chat_page_update_state (self);
 }
 
 /* ---- bubbles ---- */
@@ -275,7 +226,7 @@ on_copy_clicked (GtkButton *button, UmChatPage *self)
     return;
   gdk_clipboard_set_text (gtk_widget_get_clipboard (GTK_WIDGET (self)),
                           ((UmChatStoreMessage *) g_ptr_array_index (self->conv->messages, index))->content);
-  add_toast (self, _("Answer copied"));
+  um_chat_page_add_toast (self, _("Answer copied"));
 }
 
 static GtkWidget *
@@ -384,8 +335,8 @@ rebuild_messages (UmChatPage *self)
 
 /* ---- state ---- */
 
-static void
-update_state (UmChatPage *self)
+void
+um_chat_page_update_state (UmChatPage *self)
 {
   GtkWidget *w = GTK_WIDGET (self);
   gboolean busy = self->run != NULL;
@@ -441,14 +392,14 @@ static void
 set_run (UmChatPage *self, ChatRun *run)
 {
   self->run = run;
-  update_state (self);
+  um_chat_page_update_state (self);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_BUSY]);
 }
 
 static void
 save_conversation (UmChatPage *self)
 {
-  g_autofree char *dir = get_store_dir (self);
+  g_autofree char *dir = um_chat_page_get_store_dir (self);
   g_autoptr(GError) error = NULL;
 
   if (self->conv->messages->len == 0)
@@ -456,7 +407,7 @@ save_conversation (UmChatPage *self)
   if (!um_chat_store_save (dir, self->conv, &error))
     {
       g_autofree char *msg = g_strdup_printf (_("Could not save the conversation: %s"), error->message);
-      show_error (self, msg);
+      um_chat_page_show_error (self, msg);
     }
 }
 
@@ -749,7 +700,7 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
     {
       g_autofree char *msg = g_strdup_printf (_("Cannot answer: %s"), error->message);
       add_error_row (self, msg, FALSE);
-      update_state (self);
+      um_chat_page_update_state (self);
       return FALSE;
     }
 
@@ -835,7 +786,7 @@ um_chat_page_set_engine (UmChatPage *self, UmEngine *engine)
   um_chat_page_stop (self);
   self->engine = engine;
   g_hash_table_remove_all (self->pieces);
-  update_state (self);
+  um_chat_page_update_state (self);
 }
 
 static void ensure_settings (UmChatPage *self);
@@ -1026,7 +977,7 @@ um_chat_page_stop (UmChatPage *self)
   g_clear_handle_id (&self->paint_id, g_source_remove);
   if (self->live_row != NULL)
     bubble_set_answer (self->live_row, run->partial, TRUE);
-  update_state (self);
+  um_chat_page_update_state (self);
 }
 
 void
@@ -1048,7 +999,7 @@ um_chat_page_new_chat (UmChatPage *self)
   self->conv = um_chat_conversation_new ();
   self->regen_count = 0;
   clear_messages (self);
-  update_state (self);
+  um_chat_page_update_state (self);
   gtk_widget_grab_focus (GTK_WIDGET (self->entry_view));
 }
 
@@ -1066,7 +1017,7 @@ um_chat_page_open_conversation (UmChatPage *self, const char *id, GError **error
       g_set_error_literal (error, G_IO_ERROR, G_IO_ERROR_BUSY, _("An answer is being generated"));
       return FALSE;
     }
-  dir = get_store_dir (self);
+  dir = um_chat_page_get_store_dir (self);
   path = um_chat_store_path_for_id (dir, id);
   if (path == NULL)
     {
@@ -1081,7 +1032,7 @@ um_chat_page_open_conversation (UmChatPage *self, const char *id, GError **error
   self->conv = c;
   self->regen_count = 0;
   rebuild_messages (self);
-  update_state (self);
+  um_chat_page_update_state (self);
   return TRUE;
 }
 
@@ -1110,192 +1061,6 @@ um_chat_page_set_store_dir (UmChatPage *self, const char *dir)
 
   g_free (self->store_dir);
   self->store_dir = g_strdup (dir);
-}
-
-gboolean
-um_chat_page_export_markdown (UmChatPage *self, GFile *file, GError **error)
-{
-  g_autofree char *md = NULL;
-
-  g_return_val_if_fail (UM_IS_CHAT_PAGE (self), FALSE);
-  g_return_val_if_fail (G_IS_FILE (file), FALSE);
-
-  um_chat_conversation_ensure_title (self->conv);
-  md = um_chat_conversation_to_markdown (self->conv);
-  return g_file_replace_contents (file, md, strlen (md), NULL, FALSE, G_FILE_CREATE_NONE, NULL, NULL, error);
-}
-
-/* ---- saved conversations ---- */
-
-static char *
-format_date (GDateTime *t)
-{
-  g_autoptr(GDateTime) local = g_date_time_to_local (t);
-  g_autoptr(GDateTime) now = g_date_time_new_now_local ();
-
-  if (g_date_time_get_year (local) == g_date_time_get_year (now)
-      && g_date_time_get_day_of_year (local) == g_date_time_get_day_of_year (now))
-    /* Translators: a date format (see g_date_time_format), for today
-     * xgettext:no-c-format */
-    return g_date_time_format (local, _("Today %H:%M"));
-  if (g_date_time_get_year (local) == g_date_time_get_year (now))
-    /* Translators: a date format (see g_date_time_format), for this year
-     * xgettext:no-c-format */
-    return g_date_time_format (local, _("%-e %B, %H:%M"));
-  /* Translators: a date format (see g_date_time_format), for older dates
-   * xgettext:no-c-format */
-  return g_date_time_format (local, _("%-e %B %Y"));
-}
-
-static void on_delete_response (AdwMessageDialog *dialog, const char *response, UmChatPage *self);
-
-static void
-confirm_delete (UmChatPage *self, const char *id, const char *title)
-{
-  GtkRoot *root = gtk_widget_get_root (GTK_WIDGET (self));
-  GtkWidget *dialog;
-
-  if (!GTK_IS_WINDOW (root))
-    return;
-  dialog = adw_message_dialog_new (GTK_WINDOW (root), _("Delete Conversation?"), NULL);
-  adw_message_dialog_format_body (ADW_MESSAGE_DIALOG (dialog),
-                                  _("“%s” will be deleted permanently."),
-                                  title && title[0] ? title : _("Untitled"));
-  adw_message_dialog_add_responses (ADW_MESSAGE_DIALOG (dialog),
-                                    "cancel", _("_Cancel"),
-                                    "delete", _("_Delete"),
-                                    NULL);
-  adw_message_dialog_set_response_appearance (ADW_MESSAGE_DIALOG (dialog), "delete",
-                                              ADW_RESPONSE_DESTRUCTIVE);
-  adw_message_dialog_set_default_response (ADW_MESSAGE_DIALOG (dialog), "cancel");
-  adw_message_dialog_set_close_response (ADW_MESSAGE_DIALOG (dialog), "cancel");
-  g_object_set_data_full (G_OBJECT (dialog), "um-chat-id", g_strdup (id), g_free);
-  g_signal_connect_object (dialog, "response", G_CALLBACK (on_delete_response), self, 0);
-  gtk_window_present (GTK_WINDOW (dialog));
-}
-
-static void
-on_row_delete_clicked (GtkButton *button, UmChatPage *self)
-{
-  GtkWidget *row = gtk_widget_get_ancestor (GTK_WIDGET (button), ADW_TYPE_ACTION_ROW);
-
-  gtk_popover_popdown (self->chats_popover);
-  confirm_delete (self, g_object_get_data (G_OBJECT (row), "um-chat-id"),
-                  adw_preferences_row_get_title (ADW_PREFERENCES_ROW (row)));
-}
-
-static GtkWidget *
-chat_row_new (UmChatPage *self, UmChatSummary *s)
-{
-  GtkWidget *row = adw_action_row_new ();
-
-  adw_preferences_row_set_use_markup (ADW_PREFERENCES_ROW (row), FALSE);
-  g_object_set_data_full (G_OBJECT (row), "um-chat-id", g_strdup (s->id), g_free);
-  if (s->error != NULL)
-    {
-      /* Shown so the user knows it is there; never opened, deleted or overwritten. */
-      GtkWidget *icon = gtk_image_new_from_icon_name ("dialog-warning-symbolic");
-      adw_preferences_row_set_title (ADW_PREFERENCES_ROW (row), _("Unreadable Conversation"));
-      adw_action_row_set_subtitle (ADW_ACTION_ROW (row), s->error);
-      adw_action_row_set_subtitle_lines (ADW_ACTION_ROW (row), 3);
-      adw_action_row_add_prefix (ADW_ACTION_ROW (row), icon);
-      gtk_list_box_row_set_activatable (GTK_LIST_BOX_ROW (row), FALSE);
-      return row;
-    }
-  {
-    GtkWidget *button = gtk_button_new_from_icon_name ("user-trash-symbolic");
-    g_autofree char *date = s->updated ? format_date (s->updated) : g_strdup ("");
-    g_autofree char *subtitle = NULL;
-
-    if (s->model_name != NULL && s->model_name[0] != '\0')
-      subtitle = g_strdup_printf ("%s · %s", date, s->model_name);
-    else
-      subtitle = g_strdup (date);
-    adw_preferences_row_set_title (ADW_PREFERENCES_ROW (row), s->title && s->title[0] ? s->title : _("Untitled"));
-    adw_action_row_set_title_lines (ADW_ACTION_ROW (row), 1);
-    adw_action_row_set_subtitle (ADW_ACTION_ROW (row), subtitle);
-    adw_action_row_set_subtitle_lines (ADW_ACTION_ROW (row), 1);
-    if (g_strcmp0 (s->id, self->conv->id) == 0)
-      adw_action_row_add_prefix (ADW_ACTION_ROW (row), gtk_image_new_from_icon_name ("object-select-symbolic"));
-    gtk_widget_set_valign (button, GTK_ALIGN_CENTER);
-    gtk_widget_add_css_class (button, "flat");
-    gtk_widget_set_tooltip_text (button, _("Delete Conversation"));
-    gtk_accessible_update_property (GTK_ACCESSIBLE (button), GTK_ACCESSIBLE_PROPERTY_LABEL,
-                                    _("Delete Conversation"), -1);
-    g_signal_connect_object (button, "clicked", G_CALLBACK (on_row_delete_clicked), self, 0);
-    adw_action_row_add_suffix (ADW_ACTION_ROW (row), button);
-    gtk_list_box_row_set_activatable (GTK_LIST_BOX_ROW (row), TRUE);
-  }
-  return row;
-}
-
-static void
-refresh_chat_list (UmChatPage *self)
-{
-  g_autofree char *dir = get_store_dir (self);
-  g_autoptr(GError) error = NULL;
-  g_autoptr(GPtrArray) list = um_chat_store_list (dir, &error);
-  GtkWidget *child;
-
-  while ((child = gtk_widget_get_first_child (GTK_WIDGET (self->chats_list))) != NULL)
-    gtk_list_box_remove (self->chats_list, child);
-  if (list == NULL)
-    {
-      GtkWidget *row = adw_action_row_new ();
-      adw_preferences_row_set_use_markup (ADW_PREFERENCES_ROW (row), FALSE);
-      adw_preferences_row_set_title (ADW_PREFERENCES_ROW (row), _("Could not list the saved conversations"));
-      adw_action_row_set_subtitle (ADW_ACTION_ROW (row), error->message);
-      gtk_list_box_row_set_activatable (GTK_LIST_BOX_ROW (row), FALSE);
-      gtk_list_box_append (self->chats_list, row);
-      return;
-    }
-  for (guint i = 0; i < list->len; i++)
-    gtk_list_box_append (self->chats_list, chat_row_new (self, g_ptr_array_index (list, i)));
-}
-
-static void
-on_chats_popover_show (GtkPopover *popover, UmChatPage *self)
-{
-  refresh_chat_list (self);
-}
-
-static void
-on_chat_row_activated (GtkListBox *list, GtkListBoxRow *row, UmChatPage *self)
-{
-  const char *id = g_object_get_data (G_OBJECT (row), "um-chat-id");
-  g_autoptr(GError) error = NULL;
-
-  gtk_popover_popdown (self->chats_popover);
-  if (id == NULL || g_strcmp0 (id, self->conv->id) == 0)
-    return;
-  if (!um_chat_page_open_conversation (self, id, &error))
-    {
-      g_autofree char *msg = g_strdup_printf (_("Could not open the conversation: %s"), error->message);
-      show_error (self, msg);
-    }
-}
-
-static void
-on_delete_response (AdwMessageDialog *dialog, const char *response, UmChatPage *self)
-{
-  const char *id = g_object_get_data (G_OBJECT (dialog), "um-chat-id");
-  g_autofree char *dir = NULL;
-  g_autoptr(GError) error = NULL;
-
-  if (g_strcmp0 (response, "delete") != 0 || id == NULL)
-    return;
-  dir = get_store_dir (self);
-  if (!um_chat_store_delete (dir, id, &error))
-    {
-      g_autofree char *msg = g_strdup_printf (_("Could not delete the conversation: %s"), error->message);
-      show_error (self, msg);
-      return;
-    }
-  if (g_strcmp0 (id, self->conv->id) == 0 && self->run == NULL)
-    um_chat_page_new_chat (self);
-  else if (g_strcmp0 (id, self->conv->id) == 0)
-    g_clear_pointer (&self->conv->id, g_free);   /* the next save makes a new file */
-  update_state (self);
 }
 
 /* ---- actions ---- */
@@ -1331,88 +1096,13 @@ copy_last_activated (GtkWidget *widget, const char *action_name, GVariant *param
   if (m == NULL)
     return;
   gdk_clipboard_set_text (gtk_widget_get_clipboard (widget), m->content);
-  add_toast (self, _("Answer copied"));
+  um_chat_page_add_toast (self, _("Answer copied"));
 }
 
 static void
 new_activated (GtkWidget *widget, const char *action_name, GVariant *parameter)
 {
   um_chat_page_new_chat (UM_CHAT_PAGE (widget));
-}
-
-static void
-delete_activated (GtkWidget *widget, const char *action_name, GVariant *parameter)
-{
-  UmChatPage *self = UM_CHAT_PAGE (widget);
-
-  if (self->conv->id != NULL && self->run == NULL)
-    confirm_delete (self, self->conv->id, self->conv->title);
-}
-
-static void
-on_export_response (GtkNativeDialog *dialog, int response, UmChatPage *self)
-{
-  if (response == GTK_RESPONSE_ACCEPT)
-    {
-      g_autoptr(GFile) file = gtk_file_chooser_get_file (GTK_FILE_CHOOSER (dialog));
-      g_autoptr(GError) error = NULL;
-
-      if (file != NULL && !um_chat_page_export_markdown (self, file, &error))
-        {
-          g_autofree char *msg = g_strdup_printf (_("Could not export the conversation: %s"), error->message);
-          show_error (self, msg);
-        }
-      else if (file != NULL)
-        {
-          g_autofree char *name = g_file_get_basename (file);
-          g_autofree char *msg = g_strdup_printf (_("Exported as “%s”"), name);
-          add_toast (self, msg);
-        }
-    }
-  gtk_native_dialog_destroy (dialog);
-  g_clear_object (&self->export_dialog);
-}
-
-/* A file name from the title: no path separators, no hidden files. */
-static char *
-export_file_name (UmChatConversation *c)
-{
-  g_autofree char *title = um_chat_make_title (c->title && c->title[0] ? c->title : _("Conversation"), 60);
-  GString *name = g_string_new (NULL);
-
-  for (const char *p = title; *p != '\0'; p++)
-    g_string_append_c (name, (*p == '/' || *p == '\\' || (name->len == 0 && *p == '.')) ? '-' : *p);
-  if (name->len == 0)
-    g_string_append (name, "conversation");
-  g_string_append (name, ".md");
-  return g_string_free (name, FALSE);
-}
-
-static void
-export_activated (GtkWidget *widget, const char *action_name, GVariant *parameter)
-{
-  UmChatPage *self = UM_CHAT_PAGE (widget);
-  GtkRoot *root = gtk_widget_get_root (widget);
-  GtkFileChooserNative *native;
-  g_autoptr(GtkFileFilter) filter = gtk_file_filter_new ();
-  g_autofree char *name = NULL;
-
-  if (self->export_dialog != NULL || self->conv->messages->len == 0)
-    return;
-  um_chat_conversation_ensure_title (self->conv);
-  native = gtk_file_chooser_native_new (_("Export Conversation"),
-                                        GTK_IS_WINDOW (root) ? GTK_WINDOW (root) : NULL,
-                                        GTK_FILE_CHOOSER_ACTION_SAVE, _("_Export"), _("_Cancel"));
-  gtk_native_dialog_set_modal (GTK_NATIVE_DIALOG (native), TRUE);
-  name = export_file_name (self->conv);
-  gtk_file_chooser_set_current_name (GTK_FILE_CHOOSER (native), name);
-  gtk_file_filter_set_name (filter, _("Markdown"));
-  gtk_file_filter_add_mime_type (filter, "text/markdown");
-  gtk_file_filter_add_pattern (filter, "*.md");
-  gtk_file_chooser_add_filter (GTK_FILE_CHOOSER (native), filter);
-  g_signal_connect_object (native, "response", G_CALLBACK (on_export_response), self, 0);
-  self->export_dialog = GTK_NATIVE_DIALOG (native);
-  gtk_native_dialog_show (self->export_dialog);
 }
 
 /* ---- entry and scrolling ---- */
@@ -1442,7 +1132,7 @@ on_entry_key_pressed (GtkEventControllerKey *controller,
 static void
 on_entry_changed (GtkTextBuffer *buffer, UmChatPage *self)
 {
-  update_state (self);
+  um_chat_page_update_state (self);
 }
 
 /* Follow new text while the view is at the bottom; scrolling up stops that. */
@@ -1570,9 +1260,9 @@ um_chat_page_class_init (UmChatPageClass *klass)
   gtk_widget_class_install_action (widget_class, "chat.stop", NULL, stop_activated);
   gtk_widget_class_install_action (widget_class, "chat.regenerate", NULL, regenerate_activated);
   gtk_widget_class_install_action (widget_class, "chat.copy-last", NULL, copy_last_activated);
-  gtk_widget_class_install_action (widget_class, "chat.export", NULL, export_activated);
+  gtk_widget_class_install_action (widget_class, "chat.export", NULL, um_chat_page_export_activated);
   gtk_widget_class_install_action (widget_class, "chat.new", NULL, new_activated);
-  gtk_widget_class_install_action (widget_class, "chat.delete", NULL, delete_activated);
+  gtk_widget_class_install_action (widget_class, "chat.delete", NULL, um_chat_page_delete_activated);
 }
 
 static void
@@ -1604,8 +1294,8 @@ um_chat_page_init (UmChatPage *self)
   g_signal_connect_object (vadj, "notify::page-size", G_CALLBACK (on_vadjustment_upper), self, 0);
   g_signal_connect_object (vadj, "value-changed", G_CALLBACK (on_vadjustment_value), self, 0);
 
-  g_signal_connect_object (self->chats_popover, "show", G_CALLBACK (on_chats_popover_show), self, 0);
-  g_signal_connect_object (self->chats_list, "row-activated", G_CALLBACK (on_chat_row_activated), self, 0);
+  g_signal_connect_object (self->chats_popover, "show", G_CALLBACK (um_chat_page_on_chats_popover_show), self, 0);
+  g_signal_connect_object (self->chats_list, "row-activated", G_CALLBACK (um_chat_page_on_chat_row_activated), self, 0);
   placeholder = gtk_label_new (_("No saved conversations"));
   gtk_widget_add_css_class (placeholder, "dim-label");
   gtk_widget_set_margin_top (placeholder, 18);
@@ -1616,5 +1306,5 @@ um_chat_page_init (UmChatPage *self)
                            self, G_CONNECT_SWAPPED);
   g_signal_connect (self, "map", G_CALLBACK (ensure_settings), NULL);
 
-  update_state (self);
+  um_chat_page_update_state (self);
 }

@@ -3,18 +3,17 @@
  * Planning reads only the model's metadata and the hardware (in a thread,
  * both kept while the page lives); every knob change re-plans on the main
  * thread, which is arithmetic. Writes go through the backend: a backup
- * first, then the profile, then the window reloads the model under it.
+ * first, then the profile, then the window reloads the model under it
+ * (um-optimizer-changes.c).
  */
 #include "config.h"
 
-#include "um-optimizer-page.h"
+#include "um-optimizer-page-private.h"
 
 #include <glib/gi18n.h>
 #include <string.h>
 
 #include "um-backups.h"
-#include "um-convert.h"
-#include "um-error.h"
 #include "um-plan-bars.h"
 #include "um-settings.h"
 #include "um-window.h"
@@ -22,49 +21,6 @@
 /* The weight formats offered: the mode's own, as stored, what the
  * converter writes. */
 static const char *const format_ids[] = { "", "stored", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_0" };
-
-struct _UmOptimizerPage {
-  AdwBin            parent_instance;
-
-  /* template */
-  AdwActionRow     *gpu_row, *ram_row, *cpu_row;
-  AdwComboRow      *mode_row, *level_row, *format_row;
-  GtkStringList    *format_list;
-  AdwExpanderRow   *knobs_row;
-  AdwActionRow     *layers_row, *zstd_row;
-  GtkSpinButton    *layers_spin, *heads_spin, *ffn_spin, *chunk_spin;
-  GtkSwitch        *zstd_switch;
-  AdwEntryRow      *budget_row;
-  UmPlanBars       *plan_bars;
-  GtkLabel         *status_label;
-  GtkWidget        *loaded_list;
-  AdwActionRow     *loaded_row;
-  GtkButton        *optimize_button, *apply_button, *restore_button, *undo_button;
-  GtkListBox       *history_list;
-
-  UmEngine         *engine;          /* not owned: the window's */
-  char             *model_path;      /* the window's model */
-  UmMemoryMonitor  *monitor;
-  UmProfile        *profile;         /* the window's, copied */
-
-  char             *prepared_path;   /* whose metadata ... */
-  UmModel          *model;           /* ... this is */
-  UmHardware       *hw;
-  UmOptimizeResult *result;          /* every mode at the budget */
-  UmPlan            plan;            /* the one shown */
-  gboolean          have_plan;
-
-  GCancellable     *cancellable;     /* the running prepare */
-  char             *undo_id;         /* the backup made by the last change */
-  char             *status;
-  char             *measured;
-  gboolean          filling;         /* controls being set from the profile */
-  gboolean          dirty;           /* the controls differ from the profile */
-  gboolean          committing;      /* the page shows its own commit */
-  gboolean          stale;           /* the controls were edited on settings changed since */
-  gboolean          busy;            /* an Optimize runs */
-  gboolean          has_original, has_backup;
-};
 
 G_DEFINE_FINAL_TYPE (UmOptimizerPage, um_optimizer_page, ADW_TYPE_BIN)
 
@@ -76,22 +32,22 @@ static void update_buttons (UmOptimizerPage *self);
 
 /* ---- helpers ---- */
 
-static UmWindow *
-get_window (UmOptimizerPage *self)
+UmWindow *
+um_optimizer_page_get_window (UmOptimizerPage *self)
 {
   GtkRoot *root = gtk_widget_get_root (GTK_WIDGET (self));
   return UM_IS_WINDOW (root) ? UM_WINDOW (root) : NULL;
 }
 
-static const char *
-config_dir (UmOptimizerPage *self)
+const char *
+um_optimizer_page_config_dir (UmOptimizerPage *self)
 {
-  UmWindow *win = get_window (self);
+  UmWindow *win = um_optimizer_page_get_window (self);
   return win ? um_window_get_config_dir (win) : g_getenv ("UNMASK_CONFIG_DIR");
 }
 
-static void
-set_status (UmOptimizerPage *self, const char *text)
+void
+um_optimizer_page_set_status (UmOptimizerPage *self, const char *text)
 {
   if (g_strcmp0 (text, self->status) == 0)
     return;
@@ -102,11 +58,11 @@ set_status (UmOptimizerPage *self, const char *text)
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_STATUS]);
 }
 
-static void
-set_status_error (UmOptimizerPage *self, const char *what, const GError *error)
+void
+um_optimizer_page_set_status_error (UmOptimizerPage *self, const char *what, const GError *error)
 {
   g_autofree char *text = g_strdup_printf ("%s: %s", what, error->message);
-  set_status (self, text);
+  um_optimizer_page_set_status (self, text);
 }
 
 static void
@@ -122,16 +78,16 @@ set_busy (UmOptimizerPage *self, gboolean busy)
 static void
 toast (UmOptimizerPage *self, const char *text)
 {
-  UmWindow *win = get_window (self);
+  UmWindow *win = um_optimizer_page_get_window (self);
   if (win != NULL)
     um_window_add_toast (win, text);
 }
 
 /* The generation the plan is for: the window's settings. */
-static void
-current_shape (UmOptimizerPage *self, UmPlanShape *shape)
+void
+um_optimizer_page_current_shape (UmOptimizerPage *self, UmPlanShape *shape)
 {
-  UmWindow *win = get_window (self);
+  UmWindow *win = um_optimizer_page_get_window (self);
   UmGenParams params;
 
   um_plan_shape_init (shape);
@@ -199,8 +155,8 @@ format_budget (guint64 bytes)
 }
 
 /* The budget typed in; empty is 0 (the whole device). FALSE if unreadable. */
-static gboolean
-read_budget (UmOptimizerPage *self, guint64 *out)
+gboolean
+um_optimizer_page_read_budget (UmOptimizerPage *self, guint64 *out)
 {
   g_autofree char *text = g_strstrip (g_strdup (gtk_editable_get_text (GTK_EDITABLE (self->budget_row))));
 
@@ -212,8 +168,8 @@ read_budget (UmOptimizerPage *self, guint64 *out)
   return um_parse_size (text, out);
 }
 
-static void
-read_options (UmOptimizerPage *self, UmMemOptions *o)
+void
+um_optimizer_page_read_options (UmOptimizerPage *self, UmMemOptions *o)
 {
   UmMemMode mode = selected_mode (self);
   guint format = adw_combo_row_get_selected (self->format_row);
@@ -277,8 +233,8 @@ effective_options (UmOptimizerPage *self, const UmProfile *p, UmMemOptions *mem,
 
 /* Puts @mem and @budget into @p: into the model's override if it has one
  * (that is what its loads use), else as the profile's mode. */
-static void
-profile_put_options (UmOptimizerPage *self, UmProfile *p, const UmMemOptions *mem, guint64 budget)
+void
+um_optimizer_page_profile_put_options (UmOptimizerPage *self, UmProfile *p, const UmMemOptions *mem, guint64 budget)
 {
   g_autofree char *id = self->model_path ? um_model_identity (self->model_path) : NULL;
   UmProfileOverride *ov = NULL;
@@ -311,11 +267,11 @@ update_dirty (UmOptimizerPage *self)
   guint64 budget;
 
   self->dirty = TRUE;
-  if (self->profile != NULL && read_budget (self, &budget))
+  if (self->profile != NULL && um_optimizer_page_read_budget (self, &budget))
     {
-      read_options (self, &o);
+      um_optimizer_page_read_options (self, &o);
       p = um_profile_copy (self->profile);
-      profile_put_options (self, p, &o, budget);
+      um_optimizer_page_profile_put_options (self, p, &o, budget);
       /* The headroom is no control here: Apply writes the page's, but it
        * alone does not make the controls say something else. */
       p->headroom = self->profile->headroom;
@@ -335,6 +291,21 @@ update_buttons (UmOptimizerPage *self)
   gtk_widget_set_sensitive (GTK_WIDGET (self->apply_button), idle && self->dirty);
   gtk_widget_set_sensitive (GTK_WIDGET (self->restore_button), idle && self->has_original);
   gtk_widget_set_sensitive (GTK_WIDGET (self->undo_button), idle && self->has_backup);
+}
+
+/* The controls back to the profile in use. */
+void
+um_optimizer_page_show_profile_controls (UmOptimizerPage *self)
+{
+  UmMemOptions mem;
+  guint64 budget;
+
+  if (self->profile == NULL)
+    return;
+  self->stale = FALSE;
+  effective_options (self, self->profile, &mem, &budget);
+  fill_controls (self, &mem, budget);
+  update_plan (self);
 }
 
 /* ---- hardware ---- */
@@ -424,7 +395,7 @@ update_plan (UmOptimizerPage *self)
   UmPlanShape shape;
   UmMemOptions o;
   guint64 budget = 0;
-  gboolean budget_ok = read_budget (self, &budget);
+  gboolean budget_ok = um_optimizer_page_read_budget (self, &budget);
 
   if (budget_ok)
     gtk_widget_remove_css_class (GTK_WIDGET (self->budget_row), "error");
@@ -450,7 +421,7 @@ update_plan (UmOptimizerPage *self)
       show_no_plan (self, _("The budget is not a size: write it like 3 GiB or 512 MiB, or leave it empty."));
       return;
     }
-  current_shape (self, &shape);
+  um_optimizer_page_current_shape (self, &shape);
   g_clear_pointer (&self->result, um_optimize_result_free);
   self->result = um_optimizer_plan (self->model, self->hw, &shape, budget, UM_OPTIMIZER_HEADROOM, &error);
   if (self->result == NULL)
@@ -459,7 +430,7 @@ update_plan (UmOptimizerPage *self)
       show_no_plan (self, msg);
       return;
     }
-  read_options (self, &o);
+  um_optimizer_page_read_options (self, &o);
   if (!um_mem_options_validate (&o, &error))
     {
       show_no_plan (self, error->message);
@@ -603,12 +574,12 @@ update_history (UmOptimizerPage *self)
   while ((row = gtk_list_box_get_row_at_index (self->history_list, 0)) != NULL)
     gtk_list_box_remove (self->history_list, GTK_WIDGET (row));
   self->has_original = self->has_backup = FALSE;
-  list = um_backups_list (config_dir (self), &notice, &error);
-  if (notice != NULL && get_window (self) != NULL)
-    um_window_show_notice (get_window (self), notice);
+  list = um_backups_list (um_optimizer_page_config_dir (self), &notice, &error);
+  if (notice != NULL && um_optimizer_page_get_window (self) != NULL)
+    um_window_show_notice (um_optimizer_page_get_window (self), notice);
   if (list == NULL)
     {
-      set_status_error (self, _("Could not read the backups"), error);
+      um_optimizer_page_set_status_error (self, _("Could not read the backups"), error);
       update_buttons (self);
       return;
     }
@@ -625,649 +596,6 @@ update_history (UmOptimizerPage *self)
         }
     }
   update_buttons (self);
-}
-
-/* ---- writing ---- */
-
-/* A change of the profile, kept as what the user asked for rather than as
- * a finished profile: when the file changed meanwhile it is built again on
- * what the file says now ("Apply Mine Over It"). */
-typedef enum { CHANGE_APPLY, CHANGE_RESTORE, CHANGE_OPTIMIZE } ChangeKind;
-
-typedef struct {
-  ChangeKind        kind;
-  UmMemOptions      mem;          /* apply: the mode and knobs */
-  guint64           budget;
-  gboolean          keep_budget;  /* apply: the profile's own budget (--extreme) */
-  char             *which;        /* restore: "original", "latest" or an id */
-  gboolean          offer_remove; /* restore: offer to remove converted weights after */
-  UmOptimizeResult *result;       /* optimize: every mode planned, one chosen */
-  char             *path;         /* optimize: the model planned for */
-  char             *base;         /* the revision shown when it was asked for */
-} Change;
-
-static void
-change_free (Change *c)
-{
-  g_free (c->which);
-  g_clear_pointer (&c->result, um_optimize_result_free);
-  g_free (c->path);
-  g_free (c->base);
-  g_free (c);
-}
-
-G_DEFINE_AUTOPTR_CLEANUP_FUNC (Change, change_free)
-
-/* The profile the window shows and the revision it was read or written at. */
-static const UmProfile *
-shown_profile (UmOptimizerPage *self, const char **revision)
-{
-  UmWindow *win = get_window (self);
-
-  *revision = win ? um_window_get_profile_revision (win) : NULL;
-  return win ? um_window_get_profile (win) : self->profile;
-}
-
-/* A change of the settings shown now: committed against their revision,
- * even if the window reads a newer file before it is confirmed. */
-static Change *
-change_new (UmOptimizerPage *self, ChangeKind kind)
-{
-  Change *c = g_new0 (Change, 1);
-  const char *base;
-
-  c->kind = kind;
-  shown_profile (self, &base);
-  c->base = g_strdup (base);
-  return c;
-}
-
-static const char *
-change_failed_text (const Change *c)
-{
-  switch (c->kind)
-    {
-    case CHANGE_RESTORE: return _("Could not restore");
-    case CHANGE_OPTIMIZE: return _("Could not save the optimized settings");
-    case CHANGE_APPLY:
-    default: return _("Could not apply the settings");
-    }
-}
-
-/* The profile @c makes of @current, the reason its backup records and, for
- * a restore, the backup's id and the damaged newer ones "latest" passed. */
-static UmProfile *
-build_change (UmOptimizerPage *self, const Change *c, const UmProfile *current, char **reason, char **restored_id,
-              GPtrArray **skipped, GError **error)
-{
-  g_autoptr(UmProfile) p = NULL;
-  g_autofree char *id = NULL;
-  gint64 now = g_get_real_time () / G_USEC_PER_SEC;
-  const char *mode;
-
-  /* The reasons are the backend's record, in English like its own. */
-  switch (c->kind)
-    {
-    case CHANGE_APPLY:
-      p = um_profile_copy (current);
-      profile_put_options (self, p, &c->mem, c->keep_budget ? current->memory_budget : c->budget);
-      mode = um_mem_mode_to_string (c->mem.mode);
-      p->written_by = UM_PROFILE_BY_USER;
-      p->written_at = now;
-      g_free (p->reason);
-      p->reason = g_strdup_printf ("user → %s", mode);
-      *reason = g_strdup_printf ("before user → %s", mode);
-      break;
-    case CHANGE_OPTIMIZE:
-      p = um_optimizer_profile (c->result, current);
-      if (p == NULL)
-        {
-          g_set_error_literal (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
-                               c->result->reason ? c->result->reason : "no mode fits");
-          return NULL;
-        }
-      *reason = g_strdup_printf ("before optimize → %s", um_mem_mode_to_string (p->mem.mode));
-      break;
-    case CHANGE_RESTORE:
-    default:
-      /* As um_backups_restore () does, but committed against the revision
-       * shown: a restore must not hide a change made elsewhere either. */
-      id = um_backups_resolve (config_dir (self), c->which, skipped, error);
-      if (id == NULL || (p = um_backups_load (config_dir (self), id, error)) == NULL)
-        return NULL;
-      p->written_by = UM_PROFILE_BY_RESTORE;
-      p->written_at = now;
-      g_free (p->reason);
-      p->reason = g_str_equal (id, c->which) ? g_strdup_printf ("restore → %s", id)
-                                             : g_strdup_printf ("restore → %s (%s)", c->which, id);
-      *reason = g_strdup_printf ("before restore → %s", c->which);
-      if (restored_id != NULL)
-        *restored_id = g_steal_pointer (&id);
-      break;
-    }
-  return g_steal_pointer (&p);
-}
-
-/* Commits @c built on the profile shown, against the revision it was asked
- * for on. */
-static gboolean
-commit_change (UmOptimizerPage *self, const Change *c, UmCommit *commit, GPtrArray **skipped, GError **error)
-{
-  g_autoptr(UmProfile) fallback = NULL;
-  g_autoptr(UmProfile) p = NULL;
-  g_autofree char *reason = NULL;
-  g_autofree char *restored_id = NULL;
-  const char *shown;
-  const UmProfile *current = shown_profile (self, &shown);
-
-  if (current == NULL)
-    current = fallback = um_profile_new_default ();
-  p = build_change (self, c, current, &reason, &restored_id, skipped, error);
-  if (p == NULL || !um_backups_commit (p, config_dir (self), reason, c->base, commit, error))
-    return FALSE;
-  commit->restored_id = g_steal_pointer (&restored_id);
-  return TRUE;
-}
-
-/* "20261124-105301-123 (the copy is missing); original (checksum differs)",
- * or NULL when none was skipped. */
-static char *
-describe_skipped (GPtrArray *skipped)
-{
-  GString *s;
-
-  if (skipped == NULL || skipped->len == 0)
-    return NULL;
-  s = g_string_new (NULL);
-  for (guint i = 0; i < skipped->len; i++)
-    {
-      const UmBackup *b = g_ptr_array_index (skipped, i);
-      if (s->len > 0)
-        g_string_append (s, "; ");
-      g_string_append_printf (s, "%s (%s)", b->id, b->problem ? b->problem : _("damaged"));
-    }
-  return g_string_free (s, FALSE);
-}
-
-/* @text, then which damaged backups were passed over. */
-static void
-set_status_skipped (UmOptimizerPage *self, const char *text, GPtrArray *skipped)
-{
-  g_autofree char *list = describe_skipped (skipped);
-  g_autofree char *full = NULL;
-
-  if (list == NULL)
-    {
-      set_status (self, text);
-      return;
-    }
-  /* Translators: %s lists backups with why, e.g. "20261124-105301-123 (the copy is missing)" */
-  full = g_strdup_printf (_("%s Passed over the newer backups that are damaged: %s."), text, list);
-  set_status (self, full);
-}
-
-static void offer_remove_converted (UmOptimizerPage *self);
-
-/* Shows what a commit did, and loads the model under it. */
-static void
-finish_change (UmOptimizerPage *self, const Change *c, UmCommit *commit, GPtrArray *skipped)
-{
-  UmWindow *win = get_window (self);
-  g_autofree char *summary = um_profile_summary (commit->profile);
-  g_autofree char *text = NULL;
-
-  /* Nothing was written: no backup, so nothing new to undo. */
-  if (commit->unchanged)
-    {
-      /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
-      text = g_strdup_printf (_("Nothing changed: the settings already are “%s”."), summary);
-      set_status_skipped (self, text, skipped);
-      if (win != NULL && c->kind == CHANGE_OPTIMIZE
-          && (g_strcmp0 (c->path, um_window_get_model_path (win)) != 0 || um_window_get_engine (win) == NULL))
-        um_window_load_model (win, c->path);
-      return;
-    }
-  g_free (self->undo_id);
-  self->undo_id = g_steal_pointer (&commit->backup_id);
-  /* Our own write: the controls show what was written. */
-  self->committing = TRUE;
-  if (win != NULL)
-    um_window_set_committed_profile (win, commit->profile, commit->revision);
-  else
-    um_optimizer_page_set_profile (self, commit->profile);
-  self->committing = FALSE;
-
-  switch (c->kind)
-    {
-    case CHANGE_APPLY:
-      text = g_strdup_printf (_("Applied: %s."), summary);
-      break;
-    case CHANGE_OPTIMIZE:
-      /* Translators: %s is a memory mode, e.g. "extreme-moderate" */
-      text = g_strdup_printf (_("Optimized: now %s, and the model is loaded again. The settings before are in the history."),
-                              um_mem_mode_to_string (commit->profile->mem.mode));
-      break;
-    case CHANGE_RESTORE:
-    default:
-      text = g_strdup (g_strcmp0 (c->which, "original") == 0
-                       ? _("The original settings are back; what was in use is in the history.")
-                       : _("Restored; what was in use is in the history."));
-      break;
-    }
-  set_status_skipped (self, text, skipped);
-  if (win != NULL)
-    {
-      if (c->kind == CHANGE_OPTIMIZE && g_strcmp0 (c->path, um_window_get_model_path (win)) != 0)
-        um_window_load_model (win, c->path);
-      else if (um_window_get_model_path (win) != NULL)
-        um_window_reload_model (win);
-    }
-  if (c->offer_remove)
-    offer_remove_converted (self);
-}
-
-static gboolean
-check_idle (UmOptimizerPage *self, GError **error)
-{
-  UmWindow *win = get_window (self);
-
-  if (win != NULL && um_window_get_generating (win))
-    {
-      g_set_error_literal (error, G_IO_ERROR, G_IO_ERROR_BUSY,
-                           _("Stop the running generation first: the model is reloaded under the new settings."));
-      return FALSE;
-    }
-  return TRUE;
-}
-
-static void ask_conflict (UmOptimizerPage *self, Change *c);
-
-/* Commits @c (taken) and shows it. When the file changed since the window
- * read it, nothing is written: the window shows what it says now and the
- * user decides (TRUE: asked). */
-static gboolean
-run_change (UmOptimizerPage *self, Change *c, GError **error)
-{
-  g_autoptr(Change) change = c;
-  g_auto(UmCommit) commit = { 0 };
-  g_autoptr(GPtrArray) skipped = NULL;
-  g_autoptr(GError) local = NULL;
-  UmWindow *win = get_window (self);
-  gboolean ok;
-
-  if (!check_idle (self, error))
-    return FALSE;
-  ok = commit_change (self, change, &commit, &skipped, &local);
-  /* The file was damaged and moved aside on the way: the start-up banner. */
-  if (win != NULL && commit.notice != NULL)
-    um_window_show_notice (win, commit.notice);
-  if (!ok)
-    {
-      if (win != NULL && g_error_matches (local, UM_ERROR, UM_ERROR_CONFLICT))
-        {
-          um_window_check_profile (win);
-          ask_conflict (self, g_steal_pointer (&change));
-          return TRUE;
-        }
-      g_propagate_error (error, g_steal_pointer (&local));
-      return FALSE;
-    }
-  finish_change (self, change, &commit, skipped);
-  return TRUE;
-}
-
-/* run_change (), a failure said in the status line. */
-static void
-run_change_status (UmOptimizerPage *self, Change *c)
-{
-  g_autoptr(GError) error = NULL;
-  g_autofree char *what = g_strdup (change_failed_text (c));
-
-  if (!run_change (self, c, &error))
-    set_status_error (self, what, error);
-}
-
-/* The controls back to the profile in use. */
-static void
-show_profile_controls (UmOptimizerPage *self)
-{
-  UmMemOptions mem;
-  guint64 budget;
-
-  if (self->profile == NULL)
-    return;
-  self->stale = FALSE;
-  effective_options (self, self->profile, &mem, &budget);
-  fill_controls (self, &mem, budget);
-  update_plan (self);
-}
-
-static void
-on_conflict_response (AdwMessageDialog *dialog, const char *response, UmOptimizerPage *self)
-{
-  Change *c = g_object_steal_data (G_OBJECT (dialog), "um-change");
-
-  if (c == NULL)
-    return;
-  if (g_strcmp0 (response, "mine") == 0)
-    {
-      const char *base;
-      /* Built again on what the file says now, against its revision. */
-      shown_profile (self, &base);
-      g_free (c->base);
-      c->base = g_strdup (base);
-      run_change_status (self, c);
-      return;
-    }
-  change_free (c);
-  show_profile_controls (self);
-  {
-    g_autofree char *summary = self->profile ? um_profile_summary (self->profile) : NULL;
-    /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
-    g_autofree char *text = g_strdup_printf (_("Kept the settings changed outside Unmask: “%s”."),
-                                             summary ? summary : "");
-    set_status (self, text);
-  }
-}
-
-/* The file changed since the window read it: say what it says now and ask
- * whether @c (taken) goes over it. */
-static void
-ask_conflict (UmOptimizerPage *self, Change *c)
-{
-  UmWindow *win = get_window (self);
-  const char *base;
-  const UmProfile *theirs = shown_profile (self, &base);
-  g_autoptr(UmProfile) mine = NULL;
-  g_autofree char *reason = NULL;
-  g_autofree char *their_summary = um_profile_summary (theirs);
-  g_autofree char *mine_summary = NULL;
-  g_autofree char *when = NULL;
-  g_autoptr(GString) body = g_string_new (NULL);
-  GtkWidget *dialog;
-
-  if (win == NULL)
-    {
-      change_free (c);
-      set_status (self, _("The settings were changed outside Unmask: nothing was written."));
-      return;
-    }
-  mine = build_change (self, c, theirs, &reason, NULL, NULL, NULL);
-  mine_summary = mine ? um_profile_summary (mine) : NULL;
-  if (theirs->written_at > 0)
-    {
-      g_autoptr(GDateTime) t = g_date_time_new_from_unix_local (theirs->written_at);
-      /* Translators: when the settings were written, see g_date_time_format (); e.g. "24 November 2026, 10:53:01"
-       * xgettext:no-c-format */
-      when = t ? g_date_time_format (t, _("%-e %B %Y, %H:%M:%S")) : NULL;
-    }
-  /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
-  g_string_append_printf (body, _("The optimizer settings were changed outside Unmask, for example with "
-                                  "unmask-cli, after this window read them. They now say “%s”."),
-                          their_summary);
-  if (when != NULL)
-    {
-      g_string_append_c (body, ' ');
-      /* Translators: %s is a date and time */
-      g_string_append_printf (body, _("They were written on %s."), when);
-    }
-  if (mine_summary != NULL)
-    {
-      g_string_append (body, "\n\n");
-      /* Translators: %s is a profile summary */
-      g_string_append_printf (body, _("Yours would make them “%s”; what they say now would be kept in the history."),
-                              mine_summary);
-      if (win != NULL && um_window_get_model_path (win) != NULL)
-        {
-          g_string_append_c (body, ' ');
-          g_string_append (body, _("The model is loaded again under them."));
-        }
-    }
-  dialog = adw_message_dialog_new (GTK_WINDOW (win), _("Settings Changed Outside Unmask"), body->str);
-  adw_message_dialog_add_responses (ADW_MESSAGE_DIALOG (dialog), "theirs", _("_Keep Theirs"),
-                                    "mine", _("_Apply Mine Over It"), NULL);
-  adw_message_dialog_set_response_appearance (ADW_MESSAGE_DIALOG (dialog), "mine", ADW_RESPONSE_DESTRUCTIVE);
-  adw_message_dialog_set_default_response (ADW_MESSAGE_DIALOG (dialog), "theirs");
-  adw_message_dialog_set_close_response (ADW_MESSAGE_DIALOG (dialog), "theirs");
-  g_object_set_data_full (G_OBJECT (dialog), "um-change", c, (GDestroyNotify) change_free);
-  g_signal_connect_object (dialog, "response", G_CALLBACK (on_conflict_response), self, 0);
-  set_status (self, _("The settings were changed outside Unmask: nothing was written."));
-  gtk_window_present (GTK_WINDOW (dialog));
-}
-
-static void
-on_confirm_response (AdwMessageDialog *dialog, const char *response, UmOptimizerPage *self)
-{
-  Change *c = g_object_steal_data (G_OBJECT (dialog), "um-change");
-
-  if (c == NULL)
-    return;
-  if (g_strcmp0 (response, "apply") == 0)
-    run_change_status (self, c);
-  else
-    {
-      change_free (c);
-      set_status (self, _("Nothing was changed."));
-    }
-}
-
-/* Runs @c (taken) now, or after asking when a model would be reloaded. */
-static void
-confirm_reload (UmOptimizerPage *self, const char *heading, const char *body, const char *accept, Change *c)
-{
-  UmWindow *win = get_window (self);
-  GtkWidget *dialog;
-
-  if (win == NULL || um_window_get_model_path (win) == NULL)
-    {
-      run_change_status (self, c);
-      return;
-    }
-  dialog = adw_message_dialog_new (GTK_WINDOW (win), heading, NULL);
-  /* Translators: the body of the dialogs that change the optimizer settings; %s says what changes */
-  adw_message_dialog_format_body (ADW_MESSAGE_DIALOG (dialog),
-                                  _("%s The model is loaded again under the new plan, which takes a moment. "
-                                    "The settings in use now are backed up first."),
-                                  body);
-  adw_message_dialog_add_responses (ADW_MESSAGE_DIALOG (dialog), "cancel", _("_Cancel"), "apply", accept, NULL);
-  adw_message_dialog_set_response_appearance (ADW_MESSAGE_DIALOG (dialog), "apply", ADW_RESPONSE_SUGGESTED);
-  adw_message_dialog_set_default_response (ADW_MESSAGE_DIALOG (dialog), "apply");
-  adw_message_dialog_set_close_response (ADW_MESSAGE_DIALOG (dialog), "cancel");
-  g_object_set_data_full (G_OBJECT (dialog), "um-change", c, (GDestroyNotify) change_free);
-  g_signal_connect_object (dialog, "response", G_CALLBACK (on_confirm_response), self, 0);
-  gtk_window_present (GTK_WINDOW (dialog));
-}
-
-void
-um_optimizer_page_apply (UmOptimizerPage *self)
-{
-  const char *base;
-  const UmProfile *current;
-  g_autoptr(UmProfile) p = NULL;
-  g_autoptr(GError) error = NULL;
-  g_autofree char *summary = NULL;
-  g_autofree char *body = NULL;
-  Change *c;
-  UmMemOptions o;
-  guint64 budget;
-
-  g_return_if_fail (UM_IS_OPTIMIZER_PAGE (self));
-
-  if (self->busy)
-    return;
-  read_options (self, &o);
-  if (!um_mem_options_validate (&o, &error))
-    {
-      set_status_error (self, _("Cannot apply"), error);
-      return;
-    }
-  if (!read_budget (self, &budget))
-    {
-      set_status (self, _("The budget is not a size: write it like 3 GiB or 512 MiB, or leave it empty."));
-      return;
-    }
-  current = shown_profile (self, &base);
-  p = current ? um_profile_copy (current) : um_profile_new_default ();
-  profile_put_options (self, p, &o, budget);
-  if (current != NULL && um_profile_equal (p, current))
-    {
-      set_status (self, _("Nothing to apply: these are the settings in use."));
-      return;
-    }
-  summary = um_profile_summary (p);
-  c = change_new (self, CHANGE_APPLY);
-  c->mem = o;
-  c->budget = budget;
-  /* Edited before the settings changed elsewhere: the same question as a
-   * commit that meets the change. */
-  if (self->stale)
-    {
-      ask_conflict (self, c);
-      return;
-    }
-  /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
-  body = g_strdup_printf (_("The settings become “%s”."), summary);
-  confirm_reload (self, _("Apply and Reload?"), body, _("_Apply and Reload"), c);
-}
-
-gboolean
-um_optimizer_page_apply_mode (UmOptimizerPage *self, UmMemMode mode, GError **error)
-{
-  Change *c;
-
-  g_return_val_if_fail (UM_IS_OPTIMIZER_PAGE (self), FALSE);
-
-  c = change_new (self, CHANGE_APPLY);
-  um_mem_options_init (&c->mem, mode);
-  c->keep_budget = TRUE;
-  return run_change (self, c, error);
-}
-
-static void
-on_remove_converted_response (AdwMessageDialog *dialog, const char *response, UmOptimizerPage *self)
-{
-  g_autoptr(GError) error = NULL;
-  g_autoptr(GPtrArray) list = NULL;
-  guint removed = 0;
-
-  if (g_strcmp0 (response, "remove") != 0)
-    return;
-  list = um_convert_cache_list (NULL, &error);
-  for (guint i = 0; list != NULL && i < list->len && error == NULL; i++)
-    {
-      const UmConvertedEntry *e = g_ptr_array_index (list, i);
-      if (um_convert_cache_remove (NULL, e->path, &error))
-        removed++;
-    }
-  if (error != NULL)
-    set_status_error (self, _("Could not remove the converted weights"), error);
-  else
-    {
-      g_autofree char *text = g_strdup_printf (g_dngettext (GETTEXT_PACKAGE, "Removed %u file of converted weights.",
-                                                            "Removed %u files of converted weights.", removed),
-                                               removed);
-      set_status (self, text);
-    }
-}
-
-/* After a restore to settings that use the weights as stored, the files
- * the memory modes converted are only taking disk space: offer to remove
- * them (a mode that needs them converts again). */
-static void
-offer_remove_converted (UmOptimizerPage *self)
-{
-  UmWindow *win = get_window (self);
-  g_autoptr(GPtrArray) list = um_convert_cache_list (NULL, NULL);
-  /* What was just committed; reading the file here could move a damaged
-   * one aside unseen. */
-  const UmProfile *now = win ? um_window_get_profile (win) : NULL;
-  g_autofree char *dir = um_convert_cache_dir ();
-  g_autofree char *size = NULL;
-  guint64 bytes = 0;
-  GtkWidget *dialog;
-
-  if (win == NULL || list == NULL || list->len == 0 || now == NULL || now->mem.mode != UM_MEM_STANDARD
-      || (now->mem.weight_format[0] != '\0' && g_ascii_strcasecmp (now->mem.weight_format, "stored") != 0))
-    return;
-  for (guint i = 0; i < list->len; i++)
-    bytes += ((const UmConvertedEntry *) g_ptr_array_index (list, i))->bytes;
-  size = g_format_size (bytes);
-  dialog = adw_message_dialog_new (GTK_WINDOW (win), _("Remove the Converted Weights?"), NULL);
-  /* Translators: %u files, %s their size, %s the folder */
-  adw_message_dialog_format_body (ADW_MESSAGE_DIALOG (dialog),
-                                  g_dngettext (GETTEXT_PACKAGE,
-                                               "The memory modes keep %u file of converted weights (%s) in %s. "
-                                               "The restored settings do not use it; a mode that needs it "
-                                               "converts the model again.",
-                                               "The memory modes keep %u files of converted weights (%s) in %s. "
-                                               "The restored settings do not use them; a mode that needs them "
-                                               "converts the model again.", list->len),
-                                  list->len, size, dir);
-  adw_message_dialog_add_responses (ADW_MESSAGE_DIALOG (dialog), "keep", _("_Keep"), "remove", _("_Remove"), NULL);
-  adw_message_dialog_set_response_appearance (ADW_MESSAGE_DIALOG (dialog), "remove", ADW_RESPONSE_DESTRUCTIVE);
-  adw_message_dialog_set_default_response (ADW_MESSAGE_DIALOG (dialog), "keep");
-  adw_message_dialog_set_close_response (ADW_MESSAGE_DIALOG (dialog), "keep");
-  g_signal_connect_object (dialog, "response", G_CALLBACK (on_remove_converted_response), self, 0);
-  gtk_window_present (GTK_WINDOW (dialog));
-}
-
-static Change *
-change_new_restore (UmOptimizerPage *self, const char *which)
-{
-  Change *c = change_new (self, CHANGE_RESTORE);
-  c->which = g_strdup (which);
-  return c;
-}
-
-gboolean
-um_optimizer_page_restore (UmOptimizerPage *self, const char *which, gboolean confirm, GError **error)
-{
-  g_autoptr(UmProfile) backup = NULL;
-  g_autoptr(GPtrArray) skipped = NULL;
-  g_autofree char *id = NULL;
-  g_autofree char *summary = NULL;
-  g_autofree char *list = NULL;
-  g_autoptr(GString) body = g_string_new (NULL);
-  Change *c;
-
-  g_return_val_if_fail (UM_IS_OPTIMIZER_PAGE (self), FALSE);
-  g_return_val_if_fail (which != NULL, FALSE);
-
-  if (!confirm)
-    return run_change (self, change_new_restore (self, which), error);
-  /* Say what comes back and what "latest" passes over; a backup that
-   * cannot be read fails here. */
-  id = um_backups_resolve (config_dir (self), which, &skipped, error);
-  if (id == NULL || (backup = um_backups_load (config_dir (self), id, error)) == NULL)
-    return FALSE;
-  summary = um_profile_summary (backup);
-  g_string_append_printf (body, _("The settings become “%s”."), summary);
-  list = describe_skipped (skipped);
-  if (list != NULL)
-    {
-      g_string_append_c (body, ' ');
-      /* Translators: %s lists backups with why, e.g. "20261124-105301-123 (the copy is missing)" */
-      g_string_append_printf (body, _("The newer backups %s are damaged and are passed over."), list);
-    }
-  c = change_new_restore (self, which);
-  c->offer_remove = TRUE;
-  confirm_reload (self, g_strcmp0 (which, "original") == 0 ? _("Restore the Original Settings?")
-                                                            : _("Restore These Settings?"),
-                  body->str, _("_Restore and Reload"), c);
-  return TRUE;
-}
-
-void
-um_optimizer_page_undo (UmOptimizerPage *self)
-{
-  g_autoptr(GError) error = NULL;
-
-  g_return_if_fail (UM_IS_OPTIMIZER_PAGE (self));
-
-  if (self->busy)
-    return;
-  if (!um_optimizer_page_restore (self, self->undo_id ? self->undo_id : "latest", TRUE, &error))
-    set_status_error (self, _("Could not undo"), error);
 }
 
 /* ---- optimize ---- */
@@ -1310,72 +638,6 @@ prepare_thread (GTask *task, gpointer source, gpointer data, GCancellable *cance
 }
 
 static void
-do_optimize (UmOptimizerPage *self, const char *path)
-{
-  UmWindow *win = get_window (self);
-  g_autoptr(UmOptimizeResult) r = NULL;
-  g_autoptr(UmProfile) would = NULL;
-  g_autoptr(GError) error = NULL;
-  g_autofree char *summary = NULL;
-  g_autofree char *body = NULL;
-  const UmProfile *current;
-  const char *base;
-  UmPlanShape shape;
-  guint64 budget = 0;
-  Change *c;
-
-  if (!read_budget (self, &budget))
-    {
-      set_status (self, _("The budget is not a size: write it like 3 GiB or 512 MiB, or leave it empty."));
-      return;
-    }
-  if (!check_idle (self, &error))
-    {
-      set_status (self, error->message);
-      return;
-    }
-  current_shape (self, &shape);
-  r = um_optimizer_plan (self->model, self->hw, &shape, budget, UM_OPTIMIZER_HEADROOM, &error);
-  if (r == NULL)
-    {
-      set_status_error (self, _("Could not plan"), error);
-      return;
-    }
-  if (r->chosen < 0)
-    {
-      g_autofree char *text = g_strdup_printf (_("Nothing was changed, no mode fits: %s."), r->reason ? r->reason : "");
-      set_status (self, text);
-      return;
-    }
-  /* Already in use: nothing to back up, ask or reload. */
-  current = shown_profile (self, &base);
-  would = um_optimizer_profile (r, current);
-  if (current != NULL && um_profile_equal (would, current))
-    {
-      /* Translators: %s is a memory mode, e.g. "extreme-moderate" */
-      g_autofree char *text = g_strdup_printf (_("Nothing to change: %s is already in use and is the best fit."),
-                                               um_mem_mode_to_string (would->mem.mode));
-      set_status (self, text);
-      if (win != NULL && (g_strcmp0 (path, um_window_get_model_path (win)) != 0 || um_window_get_engine (win) == NULL))
-        um_window_load_model (win, path);
-      return;
-    }
-  summary = um_profile_summary (would);
-  {
-    /* Translators: %s is the backend's reason, e.g. "extreme-moderate: the fastest mode that fits 7.2 of 8.0 GiB" */
-    g_autofree char *text = g_strdup_printf (_("Optimize would choose %s"), r->reason ? r->reason : "");
-    set_status (self, text);
-  }
-  c = change_new (self, CHANGE_OPTIMIZE);
-  c->result = g_steal_pointer (&r);
-  c->path = g_strdup (path);
-  /* Like Apply: a loaded model is not reloaded without asking. */
-  /* Translators: %s is a profile summary, e.g. "extreme-moderate, Q4_K_M, cpu, budget 3.0 GiB" */
-  body = g_strdup_printf (_("The settings become “%s”."), summary);
-  confirm_reload (self, _("Optimize and Reload?"), body, _("_Optimize and Reload"), c);
-}
-
-static void
 on_prepared (GObject *source, GAsyncResult *result, gpointer user_data)
 {
   UmOptimizerPage *self = UM_OPTIMIZER_PAGE (source);
@@ -1397,7 +659,7 @@ on_prepared (GObject *source, GAsyncResult *result, gpointer user_data)
   if (!ok)
     {
       g_autofree char *text = g_strdup_printf (_("Could not read the model: %s"), error->message);
-      set_status (self, text);
+      um_optimizer_page_set_status (self, text);
       show_no_plan (self, text);
       set_busy (self, FALSE);
       return;
@@ -1412,7 +674,7 @@ on_prepared (GObject *source, GAsyncResult *result, gpointer user_data)
   update_plan (self);
   if (p->target != NULL)
     {
-      do_optimize (self, p->target);
+      um_optimizer_page_do_optimize (self, p->target);
       set_busy (self, FALSE);
     }
 }
@@ -1448,23 +710,23 @@ um_optimizer_page_optimize (UmOptimizerPage *self, const char *model_path)
 
   g_return_if_fail (UM_IS_OPTIMIZER_PAGE (self));
 
-  win = get_window (self);
+  win = um_optimizer_page_get_window (self);
   path = model_path ? model_path : (win ? um_window_get_model_path (win) : self->model_path);
   if (self->busy)
     return;
   if (path == NULL)
     {
-      set_status (self, _("Open a model first: the optimizer plans for a model."));
+      um_optimizer_page_set_status (self, _("Open a model first: the optimizer plans for a model."));
       toast (self, _("Open a model first"));
       return;
     }
-  if (!check_idle (self, &error))
+  if (!um_optimizer_page_check_idle (self, &error))
     {
-      set_status (self, error->message);
+      um_optimizer_page_set_status (self, error->message);
       return;
     }
   set_busy (self, TRUE);
-  set_status (self, _("Planning every mode for this computer…"));
+  um_optimizer_page_set_status (self, _("Planning every mode for this computer…"));
   prepare (self, path, TRUE);
 }
 
@@ -1512,7 +774,7 @@ um_optimizer_page_set_profile (UmOptimizerPage *self, const UmProfile *profile)
       fill_controls (self, &mem, budget);
     }
   else
-    set_status (self, _("The settings in use changed; the changes shown here are not applied yet."));
+    um_optimizer_page_set_status (self, _("The settings in use changed; the changes shown here are not applied yet."));
   update_history (self);
   update_plan (self);
 }
@@ -1554,7 +816,7 @@ um_optimizer_page_select_mode (UmOptimizerPage *self, UmMemMode mode)
 
   g_return_if_fail (UM_IS_OPTIMIZER_PAGE (self));
   um_mem_options_init (&o, mode);
-  read_budget (self, &budget);
+  um_optimizer_page_read_budget (self, &budget);
   fill_controls (self, &o, budget);
   update_plan (self);
 }
@@ -1614,7 +876,7 @@ on_restore_clicked (UmOptimizerPage *self)
   g_autoptr(GError) error = NULL;
 
   if (!um_optimizer_page_restore (self, "original", TRUE, &error))
-    set_status_error (self, _("Could not restore"), error);
+    um_optimizer_page_set_status_error (self, _("Could not restore"), error);
 }
 
 static void
@@ -1630,7 +892,7 @@ on_history_restore_clicked (GtkButton *button, UmOptimizerPage *self)
   g_autoptr(GError) error = NULL;
 
   if (id != NULL && !self->busy && !um_optimizer_page_restore (self, id, TRUE, &error))
-    set_status_error (self, _("Could not restore"), error);
+    um_optimizer_page_set_status_error (self, _("Could not restore"), error);
 }
 
 static void
@@ -1790,7 +1052,7 @@ um_optimizer_page_init (UmOptimizerPage *self)
   g_signal_connect_swapped (self, "map", G_CALLBACK (on_map), self);
 
   show_hardware (self);
-  set_status (self, NULL);
+  um_optimizer_page_set_status (self, NULL);
   update_buttons (self);
   update_plan (self);
 }
