@@ -328,6 +328,19 @@ layer_frames (const UmLayerWeights *L, const UmLayerLayout *lay, Frame *out)
   return n;
 }
 
+/* The frames of a layer, newly allocated (at least one slot, so a layer
+ * without frames still gets a pointer); *@n gets their count. */
+static Frame *
+layer_frames_new (const UmLayerWeights *L, const UmLayerLayout *lay, guint *n)
+{
+  Frame *frames;
+
+  *n = layer_frames (L, lay, NULL);
+  frames = g_new (Frame, MAX (*n, 1));
+  layer_frames (L, lay, frames);
+  return frames;
+}
+
 /* Per-thread compression state. */
 typedef struct {
   ZSTD_CCtx *cctx;
@@ -350,9 +363,7 @@ largest_frames (const UmModel *model, size_t *frame, size_t *planes)
       guint n;
 
       um_layer_layout (L, &lay);
-      n = layer_frames (L, &lay, NULL);
-      frames = g_new (Frame, MAX (n, 1));
-      layer_frames (L, &lay, frames);
+      frames = layer_frames_new (L, &lay, &n);
       for (guint k = 0; k < n; k++)
         {
           *frame = MAX (*frame, frames[k].raw_len);
@@ -438,12 +449,13 @@ store_layer_zstd (UmLayerStore *s, const UmLayerWeights *L, Compressor *comps, i
   g_autofree gboolean *kept = NULL;
   size_t off = 0;
   gboolean ok = TRUE;
+  guint un;
   int n;
 
   um_layer_layout (L, &lay);
-  n = (int) layer_frames (L, &lay, NULL);
-  frames = g_new (Frame, MAX (n, 1));
-  layer_frames (L, &lay, frames);
+  frames = layer_frames_new (L, &lay, &un);
+  /* OpenMP's loop counts in int. */
+  n = (int) un;
   results = g_new0 (size_t, MAX (n, 1));
   kept = g_new0 (gboolean, MAX (n, 1));
   packed = g_new0 (guint8 *, MAX (n, 1));
@@ -517,9 +529,7 @@ warm_up (Compressor *comps, int n_threads, const UmModel *model, const GArray *m
       guint n;
 
       um_layer_layout (L, &lay);
-      n = layer_frames (L, &lay, NULL);
-      frames = g_new (Frame, MAX (n, 1));
-      layer_frames (L, &lay, frames);
+      frames = layer_frames_new (L, &lay, &n);
       for (guint k = 0; k < n; k++)
         if (frames[k].raw_len > big.raw_len)
           {
@@ -982,9 +992,7 @@ um_layer_store_predict_bytes (const UmModel *model, UmStoreCompression comp, con
           sum += lay.total;
           continue;
         }
-      n = layer_frames (L, &lay, NULL);
-      frames = g_new (Frame, MAX (n, 1));
-      layer_frames (L, &lay, frames);
+      frames = layer_frames_new (L, &lay, &n);
       /* As store_layer_zstd lays the block out. */
       for (guint k = 0; k < n; k++)
         {
@@ -1021,9 +1029,7 @@ um_layer_store_build_bytes (const UmModel *model, UmStoreCompression comp, const
       guint n;
 
       um_layer_layout (L, &lay);
-      n = layer_frames (L, &lay, NULL);
-      fr = g_new (Frame, MAX (n, 1));
-      layer_frames (L, &lay, fr);
+      fr = layer_frames_new (L, &lay, &n);
       for (guint k = 0; k < n; k++)
         {
           gboolean zstd;
