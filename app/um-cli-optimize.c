@@ -400,21 +400,15 @@ um_cli_restore (int argc, char **argv)
   if (remove_converted)
     {
       g_autoptr(GError) lerr = NULL;
-      g_autoptr(GPtrArray) cached = um_convert_cache_list (cache_dir, &lerr);
-      if (cached == NULL)
+      /* What the restored settings still use (through an override, or the
+       * mode for all) stays: removing it would only cost a conversion. */
+      g_autoptr(GPtrArray) unused = um_profile_unused_converted (commit.profile, cache_dir, &kept, &lerr);
+      if (unused == NULL)
         g_ptr_array_add (warnings, g_strdup_printf ("converted weights were not removed: %s", lerr->message));
-      for (guint i = 0; cached != NULL && i < cached->len; i++)
+      for (guint i = 0; unused != NULL && i < unused->len; i++)
         {
-          const UmConvertedEntry *e = g_ptr_array_index (cached, i);
+          const UmConvertedEntry *e = g_ptr_array_index (unused, i);
           g_autoptr(GError) rerr = NULL;
-          /* Still needed by the restored settings (for its model, through
-           * an override or the mode for all): removing it would only cost
-           * a conversion on the next load. */
-          if (e->in_progress || um_profile_uses_converted (commit.profile, e))
-            {
-              kept++;
-              continue;
-            }
           if (um_convert_cache_remove (cache_dir, e->path, &rerr))
             {
               removed++;

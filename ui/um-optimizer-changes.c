@@ -596,18 +596,25 @@ um_optimizer_page_do_optimize (UmOptimizerPage *self, const char *path)
 static void
 on_remove_converted_response (AdwMessageDialog *dialog, const char *response, UmOptimizerPage *self)
 {
+  UmWindow *win = um_optimizer_page_get_window (self);
+  const UmProfile *now = win ? um_window_get_profile (win) : NULL;
   g_autoptr(GError) error = NULL;
   g_autoptr(GPtrArray) list = NULL;
   guint removed = 0;
 
-  if (g_strcmp0 (response, "remove") != 0)
+  if (g_strcmp0 (response, "remove") != 0 || now == NULL)
     return;
-  list = um_convert_cache_list (NULL, &error);
-  for (guint i = 0; list != NULL && i < list->len && error == NULL; i++)
+  /* As unmask-cli restore --remove-converted: only what the settings now
+   * in use do not need, and one file that cannot go does not stop the rest. */
+  list = um_profile_unused_converted (now, NULL, NULL, &error);
+  for (guint i = 0; list != NULL && i < list->len; i++)
     {
       const UmConvertedEntry *e = g_ptr_array_index (list, i);
-      if (um_convert_cache_remove (NULL, e->path, &error))
+      g_autoptr(GError) rerr = NULL;
+      if (um_convert_cache_remove (NULL, e->path, &rerr))
         removed++;
+      else if (error == NULL)
+        error = g_steal_pointer (&rerr);
     }
   if (error != NULL)
     um_optimizer_page_set_status_error (self, _("Could not remove the converted weights"), error);
@@ -627,17 +634,20 @@ static void
 offer_remove_converted (UmOptimizerPage *self)
 {
   UmWindow *win = um_optimizer_page_get_window (self);
-  g_autoptr(GPtrArray) list = um_convert_cache_list (NULL, NULL);
   /* What was just committed; reading the file here could move a damaged
    * one aside unseen. */
   const UmProfile *now = win ? um_window_get_profile (win) : NULL;
+  g_autoptr(GPtrArray) list = NULL;
   g_autofree char *dir = um_convert_cache_dir ();
   g_autofree char *size = NULL;
   guint64 bytes = 0;
   GtkWidget *dialog;
 
-  if (win == NULL || list == NULL || list->len == 0 || now == NULL || now->mem.mode != UM_MEM_STANDARD
+  if (win == NULL || now == NULL || now->mem.mode != UM_MEM_STANDARD
       || (now->mem.weight_format[0] != '\0' && g_ascii_strcasecmp (now->mem.weight_format, "stored") != 0))
+    return;
+  list = um_profile_unused_converted (now, NULL, NULL, NULL);
+  if (list == NULL || list->len == 0)
     return;
   for (guint i = 0; i < list->len; i++)
     bytes += ((const UmConvertedEntry *) g_ptr_array_index (list, i))->bytes;

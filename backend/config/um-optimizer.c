@@ -304,9 +304,7 @@ um_profile_uses_converted (const UmProfile *p, const UmConvertedEntry *e)
   g_autofree char *model_id = NULL;
   g_autoptr(UmModel) model = NULL;
   const UmMemOptions *mem = &p->mem;
-  UmPlanTarget t;
-  UmPlanShape shape;
-  UmPlan plan;
+  const char *type;
 
   if (e->partial || e->source == NULL || e->type == NULL)
     return FALSE;
@@ -319,16 +317,43 @@ um_profile_uses_converted (const UmProfile *p, const UmConvertedEntry *e)
       if (g_strcmp0 (o->model_id, model_id) == 0)
         mem = &o->mem;
     }
-  /* The mode's type is resolved for the model, as a load would. */
+  /* Most settings keep every model as stored: no model to read. */
+  if (!um_mem_options_may_convert (mem))
+    return FALSE;
+  /* The type is resolved for the model, as a load would. */
   model = um_model_load (e->source, NULL, NULL);
   if (model == NULL)
     return TRUE;
-  um_plan_target_cpu (&t, p->memory_budget, p->n_threads);
-  um_plan_shape_init (&shape);
-  if (!um_plan_compute (model, mem, &shape, &t, &plan, NULL))
-    return TRUE;
+  type = um_plan_convert_type (model, mem);
   /* The pruning ratios are the profile's doubles written into the file's
    * metadata and read back: equal unless they are different settings. */
-  return plan.converts && g_str_equal (plan.options.weight_format, e->type)
-         && fabs (plan.options.prune_heads - e->prune_heads) < 1e-9 && fabs (plan.options.prune_ffn - e->prune_ffn) < 1e-9;
+  return type != NULL && g_ascii_strcasecmp (type, e->type) == 0 && fabs (mem->prune_heads - e->prune_heads) < 1e-9
+         && fabs (mem->prune_ffn - e->prune_ffn) < 1e-9;
+}
+
+GPtrArray *
+um_profile_unused_converted (const UmProfile *p, const char *cache_dir, guint *kept, GError **error)
+{
+  g_autoptr(GPtrArray) all = um_convert_cache_list (cache_dir, error);
+  GPtrArray *unused;
+
+  if (kept != NULL)
+    *kept = 0;
+  if (all == NULL)
+    return NULL;
+  unused = g_ptr_array_new_with_free_func ((GDestroyNotify) um_converted_entry_free);
+  for (guint i = 0; i < all->len;)
+    {
+      UmConvertedEntry *e = g_ptr_array_index (all, i);
+      /* A conversion running now finishes or removes its own file. */
+      if (e->in_progress || um_profile_uses_converted (p, e))
+        {
+          if (kept != NULL)
+            (*kept)++;
+          i++;
+          continue;
+        }
+      g_ptr_array_add (unused, g_ptr_array_steal_index (all, i));
+    }
+  return unused;
 }

@@ -78,6 +78,12 @@ gboolean          um_optimizer_apply (const UmOptimizeResult *r,
  * unreadable file is used by nothing; a source that no longer loads gives
  * TRUE (kept: nothing here can tell). */
 gboolean          um_profile_uses_converted (const UmProfile *p, const UmConvertedEntry *e);
+/* The files of the converted-weight cache (@cache_dir, NULL: the default
+ * folders) that loading with @p would not use and no conversion is
+ * writing (UmConvertedEntry*): what restore can remove. *@kept (if given)
+ * counts the others. NULL when the cache cannot be listed. */
+GPtrArray        *um_profile_unused_converted (const UmProfile *p, const char *cache_dir, guint *kept,
+                                               GError **error);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmHardware, um_hardware_free)
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmOptimizeResult, um_optimize_result_free)

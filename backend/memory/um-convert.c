@@ -442,25 +442,10 @@ read_entry (const char *path, const GStatBuf *st)
   return e;
 }
 
-guint
-um_convert_cache_clean_partial (const char *dir, gint64 min_age_seconds)
-{
-  g_autoptr(GPtrArray) list = um_convert_cache_list (dir, NULL);
-  gint64 now = g_get_real_time () / G_USEC_PER_SEC;
-  guint n = 0;
-
-  for (guint i = 0; list != NULL && i < list->len; i++)
-    {
-      const UmConvertedEntry *e = g_ptr_array_index (list, i);
-      /* The age covers a writer between creating the file and locking it. */
-      if (e->partial && !e->in_progress && now - e->mtime >= min_age_seconds && g_unlink (e->path) == 0)
-        n++;
-    }
-  return n;
-}
-
-GPtrArray *
-um_convert_cache_list (const char *dir, GError **error)
+/* The cache's files; with @gguf FALSE only the .part ones, so a load that
+ * cleans up reads no GGUF header. */
+static GPtrArray *
+list_files (const char *dir, gboolean gguf, GError **error)
 {
   g_autoptr(GPtrArray) dirs = cache_dirs (dir);
   g_autoptr(GPtrArray) list = g_ptr_array_new_with_free_func ((GDestroyNotify) um_converted_entry_free);
@@ -485,10 +470,10 @@ um_convert_cache_list (const char *dir, GError **error)
       while ((name = g_dir_read_name (d)) != NULL)
         {
           g_autofree char *path = NULL;
+          gboolean part = is_part_name (name);
           GStatBuf st;
 
-          gboolean part = is_part_name (name);
-          if (!part && !g_str_has_suffix (name, ".gguf"))
+          if (!part && !(gguf && g_str_has_suffix (name, ".gguf")))
             continue;
           path = g_build_filename (folder, name, NULL);
           if (g_lstat (path, &st) != 0 || !S_ISREG (st.st_mode))
@@ -510,6 +495,29 @@ um_convert_cache_list (const char *dir, GError **error)
     }
   g_ptr_array_sort (list, compare_entries);
   return g_steal_pointer (&list);
+}
+
+guint
+um_convert_cache_clean_partial (const char *dir, gint64 min_age_seconds)
+{
+  g_autoptr(GPtrArray) list = list_files (dir, FALSE, NULL);
+  gint64 now = g_get_real_time () / G_USEC_PER_SEC;
+  guint n = 0;
+
+  for (guint i = 0; list != NULL && i < list->len; i++)
+    {
+      const UmConvertedEntry *e = g_ptr_array_index (list, i);
+      /* The age covers a writer between creating the file and locking it. */
+      if (!e->in_progress && now - e->mtime >= min_age_seconds && g_unlink (e->path) == 0)
+        n++;
+    }
+  return n;
+}
+
+GPtrArray *
+um_convert_cache_list (const char *dir, GError **error)
+{
+  return list_files (dir, TRUE, error);
 }
 
 gboolean

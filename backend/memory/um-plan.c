@@ -293,13 +293,26 @@ prunes (const UmMemOptions *o)
   return o->prune_heads > 0 || o->prune_ffn > 0;
 }
 
-const char *
-um_plan_convert_type (const UmModel *model, const UmMemOptions *o)
+/* The type @o asks for, before the model has a say (NULL: as stored). */
+static const char *
+asked_type (const UmMemOptions *o)
 {
   const char *type = o->weight_format[0] != '\0' ? o->weight_format : mode_formats[o->mode];
 
-  if (type != NULL && g_ascii_strcasecmp (type, "stored") == 0)
-    type = NULL;
+  return type != NULL && g_ascii_strcasecmp (type, "stored") == 0 ? NULL : type;
+}
+
+gboolean
+um_mem_options_may_convert (const UmMemOptions *o)
+{
+  return asked_type (o) != NULL || prunes (o);
+}
+
+const char *
+um_plan_convert_type (const UmModel *model, const UmMemOptions *o)
+{
+  const char *type = asked_type (o);
+
   /* Converting up adds bytes and no information. */
   if (type != NULL && type_bits (type) >= stored_bits (model) - 0.01)
     type = NULL;

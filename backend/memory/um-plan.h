@@ -169,6 +169,9 @@ GArray  *um_plan_table (const UmModel      *model,
 /* The type weights are converted to for @options on @model, or NULL when
  * they stay as stored (converting up never pays). */
 const char *um_plan_convert_type (const UmModel *model, const UmMemOptions *options);
+/* Whether @options can convert any model (FALSE: every model stays as
+ * stored, so um_plan_convert_type () need not look at one). */
+gboolean    um_mem_options_may_convert (const UmMemOptions *options);
 
 /* Bytes of this process's resident memory now and at its peak. */
 guint64 um_process_rss (void);
