@@ -4,7 +4,13 @@
  * keys the sampler lacks are reported as not applied; the user's choice
  * beats the model's, which beats the profile's mode defaults, which beat
  * the built-in ones; and unmask-cli generate says where each value came
- * from (--verbose, --json). */
+ * from (--verbose, --json).
+ *
+ * The float comparisons here are exact by construction: a value written as
+ * a decimal in JSON is read by a correctly rounded strtod, the same double
+ * the compiler makes of that literal; a GGUF float32 is printed to 6
+ * significant digits and read back the same way (tidy_f32); and resolving
+ * or copying a value never computes with it. */
 #include <glib/gstdio.h>
 #include <math.h>
 #include <string.h>
