@@ -305,6 +305,21 @@ cpu_add (UmBackend *be, UmBuf *x, UmBuf *y, size_t n, GError **error)
   return TRUE;
 }
 
+static gboolean
+cpu_add_bias (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *bias, GError **error)
+{
+  um_cpu_add_bias (x->data, rows, dim, (const float *) bias->w.data);
+  return TRUE;
+}
+
+static gboolean
+cpu_add_rows_scaled (UmBackend *be, UmBuf *dst, int dim, const gint32 *rows, const float *scale, int n,
+                     UmBuf *src, GError **error)
+{
+  um_cpu_add_rows_scaled (dst->data, dim, rows, scale, n, src->data);
+  return TRUE;
+}
+
 static const UmBackendOps cpu_ops = {
   .name = "cpu",
   .weights_in_place = TRUE,
@@ -330,6 +345,8 @@ static const UmBackendOps cpu_ops = {
   .attention = cpu_attention,
   .swiglu = cpu_swiglu,
   .add = cpu_add,
+  .add_bias = cpu_add_bias,
+  .add_rows_scaled = cpu_add_rows_scaled,
 };
 
 UmBackend *

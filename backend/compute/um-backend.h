@@ -93,6 +93,13 @@ typedef struct {
   gboolean (*swiglu)    (UmBackend *be, UmBuf *gate, UmBuf *up, size_t n, UmBuf *out, GError **error);
   /* x += y over n floats. */
   gboolean (*add)       (UmBackend *be, UmBuf *x, UmBuf *y, size_t n, GError **error);
+  /* x[r, :] += bias[:] for r < rows, @dim floats per row (a [1, dim] float weight). */
+  gboolean (*add_bias)  (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *bias, GError **error);
+  /* dst[rows[i], :] += scale[i] · src[i, :] for i < n, @dim floats per row,
+   * in order of i (an expert's output into the residual). @rows, @scale:
+   * host arrays; the rows are distinct. */
+  gboolean (*add_rows_scaled) (UmBackend *be, UmBuf *dst, int dim, const gint32 *rows, const float *scale,
+                               int n, UmBuf *src, GError **error);
 
   /* Optional (NULL: the engine downloads the logits and chooses on the
    * host). For each of @rows rows of @logits (2·rows with rule->cfg_scale

@@ -381,6 +381,30 @@ um_cpu_add (float *x, const float *y, size_t n)
 }
 
 void
+um_cpu_add_bias (float *x, int rows, int dim, const float *bias)
+{
+#pragma omp parallel for schedule(static) if ((size_t) rows * dim >= PAR_MIN)
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < dim; j++)
+      x[(size_t) r * dim + j] += bias[j];
+}
+
+void
+um_cpu_add_rows_scaled (float *dst, int dim, const gint32 *rows, const float *scale, int n, const float *src)
+{
+  /* Rows are distinct, so rows may run in parallel; each row's own sum is
+   * one add, whatever the thread count. */
+#pragma omp parallel for schedule(static) if ((size_t) n * dim >= PAR_MIN)
+  for (int i = 0; i < n; i++)
+    {
+      float *d = dst + (size_t) rows[i] * dim;
+      const float *s = src + (size_t) i * dim, w = scale[i];
+      for (int j = 0; j < dim; j++)
+        d[j] += w * s[j];
+    }
+}
+
+void
 um_cpu_warm_up (void)
 {
   /* A small attention runs the OpenMP pool and OpenBLAS once, so their

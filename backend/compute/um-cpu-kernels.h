@@ -59,6 +59,11 @@ void um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq,
 
 void um_cpu_swiglu (const float *gate, const float *up, size_t n, float *out);
 void um_cpu_add (float *x, const float *y, size_t n);
+/* x[r, :] += bias for r < rows. */
+void um_cpu_add_bias (float *x, int rows, int dim, const float *bias);
+/* dst[rows[i], :] += scale[i] · src[i, :]; rows distinct. */
+void um_cpu_add_rows_scaled (float *dst, int dim, const gint32 *rows, const float *scale, int n,
+                             const float *src);
 
 /* Threads used by our kernels and OpenBLAS (0 = all cores). */
 void um_cpu_set_threads (int n_threads);

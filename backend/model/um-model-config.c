@@ -14,6 +14,31 @@
 #define MAX_VOCAB    (1u << 24)
 #define MAX_SEQ      (1u << 20)
 
+static const UmArchInfo arch_infos[UM_ARCH_N] = {
+  [UM_ARCH_LLADA]     = { UM_ARCH_LLADA,     "LLaDA",     "llada",     FALSE, UM_SCHEDULE_BLOCK },
+  [UM_ARCH_DREAM]     = { UM_ARCH_DREAM,     "Dream",     "dream",     TRUE,  UM_SCHEDULE_TIMESTEP },
+  [UM_ARCH_LLADA_MOE] = { UM_ARCH_LLADA_MOE, "LLaDA-MoE", "llada-moe", FALSE, UM_SCHEDULE_BLOCK },
+  [UM_ARCH_RND1]      = { UM_ARCH_RND1,      "RND1",      "rnd1",      TRUE,  UM_SCHEDULE_ENTROPY },
+};
+
+const UmArchInfo *
+um_arch_info (UmArch arch)
+{
+  return &arch_infos[(guint) arch < UM_ARCH_N ? arch : UM_ARCH_LLADA];
+}
+
+gboolean
+um_arch_from_gguf (const char *gguf_arch, UmArch *out)
+{
+  for (guint i = 0; gguf_arch != NULL && i < UM_ARCH_N; i++)
+    if (g_str_equal (arch_infos[i].gguf_arch, gguf_arch))
+      {
+        *out = arch_infos[i].arch;
+        return TRUE;
+      }
+  return FALSE;
+}
+
 /* Sets *@root to the parsed file (the caller frees it) and returns its
  * object. A missing optional file is NULL without an error. */
 static JsonObject *
@@ -219,6 +244,8 @@ um_model_config_load_hf (UmModelConfig *cfg,
   cfg->pad_id = pad >= 0 ? pad : eos;
   cfg->bos_id = bos;
   cfg->eot_id = -1;
+  cfg->arch = UM_ARCH_LLADA;
+  cfg->router_scale = 1.0;
   return um_model_config_validate (cfg, file, error);
 }
 

@@ -1,6 +1,9 @@
-/* um-model-config.h — hyperparameters and special ids of a LLaDA model,
- * read from config.json (+ generation_config.json) or GGUF metadata, and
- * validated against the tensor table. Nothing is hard-coded. */
+/* um-model-config.h — hyperparameters and special ids of a diffusion LM
+ * (LLaDA, Dream, LLaDA-MoE, RND1), read from config.json (+
+ * generation_config.json) or GGUF metadata, and validated against the
+ * tensor table. Nothing is hard-coded: what a family has (biases, QK-norm,
+ * RoPE variant, logits shift, dense or MoE FFN and its router) is data
+ * here, read by the one forward pass and the samplers. */
 #pragma once
 
 #include <glib.h>
@@ -10,7 +13,42 @@
 
 G_BEGIN_DECLS
 
+/* The model families. The forward reads only the configuration fields
+ * below; the family decides the defaults, the schedule and the names. */
+typedef enum {
+  UM_ARCH_LLADA,       /* LLaDA-8B / 1.5: HF "llada" (OLMo keys), GGUF "llada" */
+  UM_ARCH_DREAM,       /* Dream-7B, Dream-Coder, DiffuCoder: HF "Dream", GGUF "dream" */
+  UM_ARCH_LLADA_MOE,   /* LLaDA-MoE-7B-A1B: HF "lladamoe"/"llada" with experts, GGUF "llada-moe" */
+  UM_ARCH_RND1,        /* RND1-30B-A3B: HF "rnd1"/"RND1", GGUF "rnd1" */
+  UM_ARCH_N
+} UmArch;
+
+/* How a family schedules its unmasking by default. */
+typedef enum {
+  UM_SCHEDULE_BLOCK,     /* LLaDA: semi-autoregressive blocks, low-confidence remasking */
+  UM_SCHEDULE_TIMESTEP,  /* Dream: linspace(1, eps, steps+1), confidence rules */
+  UM_SCHEDULE_ENTROPY,   /* RND1: keep the highest-entropy positions masked */
+} UmSchedule;
+
 typedef struct {
+  UmArch      arch;
+  const char *name;          /* shown to the user: "LLaDA", "Dream", "LLaDA-MoE", "RND1" */
+  const char *gguf_arch;     /* general.architecture */
+  gboolean    shift_logits;  /* position i reads the logits row i-1 (row 0 for position 0) */
+  UmSchedule  schedule;
+} UmArchInfo;
+
+const UmArchInfo *um_arch_info (UmArch arch);
+/* The family of a GGUF general.architecture; FALSE for one we do not run. */
+gboolean          um_arch_from_gguf (const char *gguf_arch, UmArch *out);
+
+typedef enum {
+  UM_ROUTER_SOFTMAX,
+  UM_ROUTER_SIGMOID,
+} UmRouterFunc;
+
+typedef struct {
+  UmArch   arch;
   guint    n_layers;
   guint    d_model;
   guint    n_heads;
@@ -28,6 +66,23 @@ typedef struct {
   gint32   eot_id;          /* -1 when the vocabulary has no <|eot_id|> */
   gint32   bos_id;          /* -1 when unknown */
   gint32   pad_id;
+
+  /* Attention. head_dim need not be d_model / n_heads (RND1: queries are
+   * n_heads·head_dim = 128 wide on a 64-wide model). */
+  gboolean qkv_bias;         /* q, k and v projections add a bias (Dream) */
+  gboolean qk_norm;          /* per-head RMSNorm of q and k (weights [head_dim]) before RoPE */
+  gboolean shift_logits;     /* the sampler reads row i-1 for position i (Dream, RND1) */
+
+  /* Mixture of experts. n_experts 0: every layer has the dense SwiGLU FFN
+   * of mlp_hidden. Otherwise layers from n_dense_leading on route each
+   * token to n_experts_used of n_experts SwiGLU experts of expert_ffn. */
+  guint        n_experts;
+  guint        n_experts_used;
+  guint        expert_ffn;
+  guint        n_dense_leading;
+  UmRouterFunc router_func;
+  gboolean     router_norm;  /* renormalise the chosen experts' weights to sum 1 */
+  double       router_scale; /* the routed weights × this (1: none) */
 } UmModelConfig;
 
 /* Reads config.json and, if present, generation_config.json in @dir. */
@@ -40,6 +95,13 @@ gboolean um_model_config_load_hf (UmModelConfig *cfg,
 gboolean um_model_config_validate (const UmModelConfig *cfg,
                                    const char          *source,
                                    GError             **error);
+
+/* Whether layer @l has a mixture-of-experts FFN. */
+static inline gboolean
+um_model_config_layer_is_moe (const UmModelConfig *cfg, guint l)
+{
+  return cfg->n_experts > 0 && l >= cfg->n_dense_leading;
+}
 
 /* Parameter count implied by the configuration. */
 uint64_t um_model_config_n_params (const UmModelConfig *cfg);

@@ -1,4 +1,4 @@
-/* um-model.h — a loaded LLaDA checkpoint: configuration, tokenizer and the
+/* um-model.h — a loaded diffusion-LM checkpoint: configuration, tokenizer and the
  * weights as views into the memory-mapped files (nothing is copied except
  * tiny norm vectors that need converting to float). */
 #pragma once
@@ -28,15 +28,33 @@ typedef struct {
   UmWeight wv;          /* [Hkv*hd, D] */
   UmWeight wo;          /* [D, H*hd] */
   UmWeight ffn_norm;    /* [1, D] float */
-  UmWeight w_gate;      /* [F, D] */
-  UmWeight w_up;        /* [F, D] */
-  UmWeight w_down;      /* [D, F] */
+  UmWeight w_gate;      /* [F, D]; MoE: the experts stacked, [E·F, D] (expert e: rows e·F…) */
+  UmWeight w_up;        /* [F, D]; MoE: [E·F, D] */
+  UmWeight w_down;      /* [D, F]; MoE: [E·D, F] (expert e: rows e·D…) */
+  /* Small tensors, held as float like the norms; data NULL when the
+   * family or layer has none. */
+  UmWeight bq, bk, bv;  /* [1, H·hd], [1, Hkv·hd], [1, Hkv·hd]: projection biases (Dream) */
+  UmWeight q_norm;      /* [1, hd]: per-head RMSNorm of q (QK-norm) */
+  UmWeight k_norm;      /* [1, hd] */
+  UmWeight router;      /* [E, D]: the router's logits are x · routerᵀ (MoE layers) */
+  UmWeight router_bias; /* [1, E]: added for the choice of experts only (selection bias) */
   /* This layer's counts: the configuration's, unless structured pruning
    * (memory modes) removed heads or FFN neurons from it. */
   guint    n_heads;
   guint    n_kv_heads;
-  guint    ffn;           /* F */
+  guint    ffn;           /* F: the dense FFN's, or one expert's */
+  guint    n_experts;     /* E: 0 for a dense FFN */
 } UmLayerWeights;
+
+/* Expert @e's slice of a stacked expert matrix @w of @n_experts experts. */
+static inline UmWeight
+um_weight_expert (const UmWeight *w, guint n_experts, guint e)
+{
+  UmWeight s = *w;
+  s.rows = w->rows / n_experts;
+  s.data = (const guint8 *) w->data + (size_t) e * s.rows * w->row_bytes;
+  return s;
+}
 
 typedef enum {
   UM_MODEL_FORMAT_SAFETENSORS,
