@@ -453,14 +453,19 @@ gboolean
 um_model_load_gguf (UmModel *model, GError **error)
 {
   UmGguf *g = um_gguf_open (model->path, error);
+
+  return g != NULL && um_model_load_gguf_from (model, g, error);
+}
+
+gboolean
+um_model_load_gguf_from (UmModel *model, UmGguf *g, GError **error)
+{
   const UmTensorInfo *embd;
   guint vocab = 0;
   g_auto(LayerCounts) lc = { NULL, NULL, NULL };
   UmModelConfig check;
   Key k;
 
-  if (g == NULL)
-    return FALSE;
   model->gguf = g;
   model->tensors = um_gguf_get_tensors (g);
   if (!read_config (model, g, &lc, error) || !read_tokenizer (model, g, error))
