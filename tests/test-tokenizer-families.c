@@ -17,6 +17,8 @@
 #include "um-chat-template.h"
 #include "um-error.h"
 #include "um-gguf.h"
+#include "um-model.h"
+#include "um-model-gguf.h"
 #include "um-test-util.h"
 #include "um-tokenizer.h"
 
@@ -722,7 +724,8 @@ test_chat_prompt_ids (void)
       {
         const PromptCase *pc = &prompt_cases[i];
         g_autoptr(JsonParser) parser = NULL;
-        JsonArray *gen = json_object_get_array_member (expected (pc->family, &parser), "generate");
+        JsonObject *exp = expected (pc->family, &parser);
+        JsonArray *gen = json_object_get_array_member (exp, "generate");
         g_autoptr(GError) error = NULL;
         g_autoptr(UmTokenizer) tok = form == 0 ? load_json_tokenizer (pc->family)
                                                : load_gguf_tokenizer (pc->family, &error);
@@ -748,6 +751,29 @@ test_chat_prompt_ids (void)
         {
           g_autofree char *back = decode (tok, ids, FALSE);
           g_assert_cmpstr (back, ==, text);
+        }
+
+        /* through a model: the template the folder's files give */
+        {
+          g_autofree char *rel = g_strdup_printf ("tiny-%s", pc->family);
+          g_autofree char *dir = um_test_data_path (rel);
+          UmModel model = { 0 };
+          g_autoptr(GArray) got = g_array_new (FALSE, FALSE, sizeof (gint32));
+
+          model.tokenizer = tok;
+          model.chat_template = um_chat_template_from_dir (dir, pc->arch, &error);
+          g_assert_no_error (error);
+          model.cfg.bos_id = -1;
+          model.cfg.eos_id = (gint32) json_object_get_int_member (exp, "eos_token_id");
+          model.cfg.pad_id = (gint32) json_object_get_int_member (exp, "pad_token_id");
+          g_assert_true (um_model_build_chat_prompt (&model, NULL, 0, pc->question, got, &error));
+          g_assert_no_error (error);
+          assert_ids_equal (got, ids, what);
+          /* the turn end the answer is cut at, from the vocabulary */
+          model.cfg.eot_id = -1;
+          um_model_resolve_special_ids (&model);
+          g_assert_cmpint (model.cfg.eot_id, ==, json_object_get_int_member (exp, "eot_token_id"));
+          um_chat_template_free (model.chat_template);
         }
       }
 }

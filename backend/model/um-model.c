@@ -193,8 +193,10 @@ void
 um_model_resolve_special_ids (UmModel *model)
 {
   UmModelConfig *c = &model->cfg;
-  if (c->eot_id < 0)
-    c->eot_id = um_tokenizer_token_to_id (model->tokenizer, "<|eot_id|>");
+  /* the end of a turn: LLaDA's, ChatML's (Dream, RND1), Ling's (LLaDA-MoE) */
+  static const char *const eot_strings[] = { "<|eot_id|>", "<|im_end|>", "<|role_end|>" };
+  for (guint i = 0; c->eot_id < 0 && i < G_N_ELEMENTS (eot_strings); i++)
+    c->eot_id = um_tokenizer_token_to_id (model->tokenizer, eot_strings[i]);
   if (c->bos_id < 0)
     c->bos_id = um_tokenizer_token_to_id (model->tokenizer, "<|startoftext|>");
 }
