@@ -36,6 +36,15 @@ typedef struct {
   const char *word;
 } UmGenConstraint;
 
+/* The confidence rule of Dream's timestep schedule (the model family's
+ * UmSchedule, um-model-config.h, decides which schedule runs). */
+typedef enum {
+  UM_ALG_ORIGIN,         /* each mask committed with probability 1 − s/t (random) */
+  UM_ALG_MASKGIT_PLUS,   /* max p */
+  UM_ALG_TOPK_MARGIN,    /* p1 − p2 */
+  UM_ALG_ENTROPY,        /* Σ p·log(p + 1e-10): higher is more certain */
+} UmAlg;
+
 typedef struct {
   int         gen_length;
   int         steps;
@@ -56,6 +65,14 @@ typedef struct {
   double      factor;        /* > 0: Fast-dLLM's factor rule instead */
   const UmGenConstraint *constraints;   /* borrowed */
   int         n_constraints;
+  /* Timestep schedule (Dream) and entropy schedule (RND1); ignored by the
+   * block schedule. */
+  UmAlg       alg;
+  double      eps;           /* the last time of linspace(1, eps, steps + 1) */
+  double      alg_temp;      /* > 0: positions drawn from softmax(conf / alg_temp), without replacement */
+  double      top_p;         /* in (0, 1): nucleus filter before the softmax; 0 or 1: off */
+  int         top_k;         /* > 0: only the k largest logits; 0: off */
+  gboolean    greedy;        /* RND1: argmax tokens; the temperature only scales the entropies */
 } UmGenParams;
 
 /* The reference chat defaults: 128 tokens, 128 steps, blocks of 32, greedy. */
