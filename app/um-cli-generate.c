@@ -949,8 +949,8 @@ um_cli_chat (int argc, char **argv)
       g_strstrip (line);
       if (line[0] == '\0')
         continue;
-      if (!um_chat_build_prompt (m->tokenizer, history->len ? (const gint32 *) history->data : NULL,
-                                 history->len, line, m->cfg.bos_id, m->cfg.eos_id, prompt, &error))
+      if (!um_model_build_chat_prompt (m, history->len ? (const gint32 *) history->data : NULL,
+                                       history->len, line, prompt, &error))
         return um_cli_fail (error);
       um_gen_request_init (&req);
       req.params = params;

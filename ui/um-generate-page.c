@@ -454,8 +454,7 @@ um_generate_page_generate (UmGeneratePage *self)
   /* The prompt length decides where the canvas starts: tokenize it here
    * (cheap) so the view can be laid out before the first step. */
   ids = g_array_new (FALSE, FALSE, sizeof (gint32));
-  if (req.chat ? !um_chat_build_prompt (model->tokenizer, NULL, 0, prompt, model->cfg.bos_id,
-                                        model->cfg.eos_id, ids, &error)
+  if (req.chat ? !um_model_build_chat_prompt (model, NULL, 0, prompt, ids, &error)
                : !um_tokenizer_encode (model->tokenizer, prompt, -1, ids, &error))
     {
       gtk_label_set_text (self->stats_label, error->message);
