@@ -797,19 +797,19 @@ static void ensure_settings (UmChatPage *self);
 static void
 update_params_label (UmChatPage *self)
 {
-  const char *titles[UM_GEN_N_KEYS] = {
+  const char *titles[UM_GEN_N_BLOCK_KEYS] = {
     _("Length"), _("Steps"), _("Block Length"), _("Temperature"), _("Guidance Scale"), _("Remasking"),
   };
   const char *mode = self->have_mode ? um_mode_info_name (&self->mode_info) : NULL;
   g_autoptr(GString) text = g_string_new (NULL);
 
-  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
     {
       g_autofree char *note = self->settings ? um_settings_describe_source (self->settings, k, mode) : NULL;
       g_autofree char *value = um_settings_format_value (&self->params, k);
       /* Translators: a parameter and its value with where it comes from, e.g. "Temperature: 0.7 — recommended by the model" */
       g_string_append_printf (text, _("%s: %s"), titles[k], note ? note : value);
-      if (k + 1 < UM_GEN_N_KEYS)
+      if (k + 1 < UM_GEN_N_BLOCK_KEYS)
         g_string_append_c (text, '\n');
     }
   gtk_label_set_text (self->params_label, text->str);
