@@ -176,8 +176,9 @@ k_missing_barrier (int *out)
   UM_DYNAMIC_SHARED (int, tile);
   const int t = (int) threadIdx.x, n = (int) blockDim.x;
   tile[t] = t;
-  /* No __syncthreads here: a race. */
-  out[blockIdx.x * n + t] = tile[(t + 1) % n] + tile[(t + n - 1) % n];
+  /* No __syncthreads here: a race. The sum in unsigned arithmetic, since
+   * it may add two garbage values (no overflow for the sanitizers). */
+  out[blockIdx.x * n + t] = (int) ((unsigned) tile[(t + 1) % n] + (unsigned) tile[(t + n - 1) % n]);
 }
 
 static void

@@ -14,6 +14,7 @@
 #include <ucontext.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -207,7 +208,10 @@ cudaMemcpy (void *dst, const void *src, size_t bytes, cudaMemcpyKind)
 {
   if (bytes && (dst == NULL || src == NULL))
     return fail (cudaErrorInvalidValue);
-  memmove (dst, src, bytes);
+  /* CUDA accepts an empty copy from NULL (an empty host vector's data ());
+   * memmove does not. */
+  if (bytes > 0)
+    memmove (dst, src, bytes);
   return cudaSuccess;
 }
 
@@ -312,8 +316,9 @@ struct Launch {
 
 Launch *active;
 
-/* Stacks are kept for the next launch. */
-std::vector<char *> stack_pool;
+/* Stacks are kept for the next launch, and freed at exit (so that the
+ * sanitizers' leak check sees them owned). */
+std::vector<std::unique_ptr<char[]>> stack_pool;
 
 void
 yield_to_scheduler (int state)
@@ -552,14 +557,14 @@ um_emu_run (dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t, std::funct
   L.failed = false;
   L.shared.assign (shared_bytes + 16, 0);
   while (stack_pool.size () < nthreads)
-    stack_pool.push_back ((char *) malloc (STACK_BYTES));
+    stack_pool.emplace_back (new char[STACK_BYTES]);
   for (unsigned i = 0; i < nthreads; i++)
     {
       Fiber &f = L.fibers[i];
       f.idx = { i % block.x, (i / block.x) % block.y, i / (block.x * block.y) };
       f.started = false;
       getcontext (&f.ctx);
-      f.ctx.uc_stack.ss_sp = stack_pool[i];
+      f.ctx.uc_stack.ss_sp = stack_pool[i].get ();
       f.ctx.uc_stack.ss_size = STACK_BYTES;
       f.ctx.uc_link = NULL;
       makecontext (&f.ctx, fiber_main, 0);
