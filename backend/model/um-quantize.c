@@ -719,36 +719,32 @@ tokenizer_pre (UmArch arch)
     }
 }
 
-/* The source's chat template: tokenizer_config.json's "chat_template"
- * beside a Hugging Face model, the tokenizer.chat_template key of a GGUF;
- * NULL when there is none (or it is not one string). */
+/* The chat template of a Hugging Face folder: tokenizer_config.json's
+ * "chat_template", when it is one string. */
 static char *
-source_chat_template (const UmModel *model)
+folder_chat_template (const char *dir)
 {
-  if (model->path == NULL)
-    return NULL;
-  if (g_file_test (model->path, G_FILE_TEST_IS_DIR))
-    {
-      g_autofree char *file = g_build_filename (model->path, "tokenizer_config.json", NULL);
-      g_autoptr(JsonParser) parser = json_parser_new ();
-      JsonNode *root, *node;
+  g_autofree char *file = g_build_filename (dir, "tokenizer_config.json", NULL);
+  g_autoptr(JsonParser) parser = json_parser_new ();
+  JsonNode *root, *node;
 
-      if (!json_parser_load_from_file (parser, file, NULL))
-        return NULL;
-      root = json_parser_get_root (parser);
-      if (root == NULL || !JSON_NODE_HOLDS_OBJECT (root))
-        return NULL;
-      node = json_object_get_member (json_node_get_object (root), "chat_template");
-      if (node == NULL || !JSON_NODE_HOLDS_VALUE (node) || json_node_get_value_type (node) != G_TYPE_STRING)
-        return NULL;
-      return g_strdup (json_node_get_string (node));
-    }
-  {
-    g_autoptr(UmGguf) g = um_gguf_open (model->path, NULL);
-    const char *t = g && um_gguf_find_key (g, "tokenizer.chat_template") >= 0
-                    ? um_gguf_get_string (g, "tokenizer.chat_template", NULL) : NULL;
-    return g_strdup (t);
-  }
+  if (!json_parser_load_from_file (parser, file, NULL))
+    return NULL;
+  root = json_parser_get_root (parser);
+  if (root == NULL || !JSON_NODE_HOLDS_OBJECT (root))
+    return NULL;
+  node = json_object_get_member (json_node_get_object (root), "chat_template");
+  if (node == NULL || !JSON_NODE_HOLDS_VALUE (node) || json_node_get_value_type (node) != G_TYPE_STRING)
+    return NULL;
+  return g_strdup (json_node_get_string (node));
+}
+
+/* Copies @key from @src if it is there. */
+static void
+copy_key (UmGgufWriter *w, UmGguf *src, const char *key)
+{
+  if (src != NULL && um_gguf_find_key (src, key) >= 0)
+    um_gguf_writer_copy_kv (w, src, key, NULL);
 }
 
 static void
@@ -761,13 +757,21 @@ write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
   g_autoptr(GPtrArray) tokens = g_ptr_array_new_with_free_func (g_free);
   g_autoptr(GArray) types = g_array_new (FALSE, FALSE, sizeof (gint32));
   g_autoptr(GPtrArray) merges = g_ptr_array_new ();
-  g_autofree char *chat_template = source_chat_template (model);
+  /* A GGUF source's own tokenizer keys are kept where they say more than
+   * the tokenizer can (token types such as unused padding, the
+   * pre-tokenizer's name, the chat template); a folder's come from its
+   * files. */
+  g_autoptr(UmGguf) src = model->format == UM_MODEL_FORMAT_GGUF ? um_gguf_open (model->path, NULL) : NULL;
+  g_autofree char *chat_template = src == NULL && model->path != NULL ? folder_chat_template (model->path) : NULL;
+  guint64 n_src_types = 0;
   gboolean heads_per_layer;
   char key[128];
 #define KEY(suffix) (g_snprintf (key, sizeof key, "%s.%s", arch, suffix), key)
 
   um_gguf_writer_set_string (w, "general.architecture", arch);
+  um_gguf_writer_set_string (w, "general.type", "model");
   um_gguf_writer_set_string (w, "general.name", model->display_name);
+  copy_key (w, src, "general.name");
   um_gguf_writer_set_u32 (w, "general.file_type", p->qt->file_type);
   um_gguf_writer_set_u32 (w, "general.quantization_version", 2);
   um_gguf_writer_set_u32 (w, KEY ("context_length"), c->max_seq_len);
@@ -858,8 +862,13 @@ write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
     g_ptr_array_add (merges, (gpointer) um_tokenizer_get_merge (tok, r));
   um_gguf_writer_set_string (w, "tokenizer.ggml.model", "gpt2");
   um_gguf_writer_set_string (w, "tokenizer.ggml.pre", tokenizer_pre (c->arch));
+  copy_key (w, src, "tokenizer.ggml.pre");
   um_gguf_writer_set_string_array (w, "tokenizer.ggml.tokens", (const char * const *) tokens->pdata, tokens->len);
   um_gguf_writer_set_i32_array (w, "tokenizer.ggml.token_type", types->data, types->len);
+  if (src != NULL && um_gguf_find_key (src, "tokenizer.ggml.token_type") >= 0
+      && um_gguf_get_array_info (src, "tokenizer.ggml.token_type", NULL, &n_src_types, NULL)
+      && n_src_types == types->len)
+    copy_key (w, src, "tokenizer.ggml.token_type");
   um_gguf_writer_set_string_array (w, "tokenizer.ggml.merges", (const char * const *) merges->pdata, merges->len);
   if (c->bos_id >= 0)
     um_gguf_writer_set_u32 (w, "tokenizer.ggml.bos_token_id", c->bos_id);
@@ -867,8 +876,10 @@ write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
   um_gguf_writer_set_u32 (w, "tokenizer.ggml.padding_token_id", c->pad_id);
   um_gguf_writer_set_u32 (w, "tokenizer.ggml.mask_token_id", c->mask_id);
   um_gguf_writer_set_bool (w, "tokenizer.ggml.add_bos_token", FALSE);
+  um_gguf_writer_set_bool (w, "tokenizer.ggml.add_eos_token", FALSE);
   if (chat_template != NULL)
     um_gguf_writer_set_string (w, "tokenizer.chat_template", chat_template);
+  copy_key (w, src, "tokenizer.chat_template");
 }
 
 /* One output tensor being converted. */
