@@ -74,7 +74,7 @@ typedef struct {
   const char *tokenizer;   /* tokenizer.json to copy in; NULL: the tiny fixture's */
   /* Families (arch other than LLaDA): the fixture tiny-<family>'s
    * config.json, tokenizer and generation_config.json with these shapes. */
-  guint    head_dim;       /* 0: d_model / n_heads */
+  guint    head_dim;       /* 0: d_model / n_heads (what Dream's and LLaDA-MoE's configs imply) */
   guint    n_experts;      /* 0: dense FFN of mlp_hidden */
   guint    n_experts_used;
   guint    expert_ffn;

@@ -785,7 +785,11 @@ write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
        * converter writes it), then the experts'. */
       if (c->mlp_hidden > 0)
         um_gguf_writer_set_u32 (w, KEY ("feed_forward_length"), c->mlp_hidden);
-      set_per_layer (w, KEY ("expert_feed_forward_length"), c->expert_ffn, p->layers,
+      /* llama.cpp reads one expert width for the model: pruning keeps the
+       * same count in every layer (the shapes are the same), so it stays a
+       * scalar. */
+      set_per_layer (w, KEY ("expert_feed_forward_length"),
+                     g_array_index (p->layers, UmPlannedLayer, MIN (c->n_dense_leading, c->n_layers - 1)).ffn, p->layers,
                      G_STRUCT_OFFSET (UmPlannedLayer, ffn));
       um_gguf_writer_set_u32 (w, KEY ("expert_count"), c->n_experts);
       um_gguf_writer_set_u32 (w, KEY ("expert_used_count"), c->n_experts_used);

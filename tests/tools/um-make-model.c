@@ -182,6 +182,11 @@ main (int argc, char **argv)
     spec.head_dim = head_dim;
   if (mlp > 0)
     spec.mlp_hidden = mlp;
+  if (spec.head_dim > 0 && spec.arch != UM_ARCH_RND1 && spec.head_dim * spec.n_heads != spec.d_model)
+    {
+      fprintf (stderr, "um-make-model: only RND1's configuration has a head size other than d_model / heads\n");
+      return 2;
+    }
   if (experts >= 0 && spec.arch != UM_ARCH_LLADA_MOE && spec.arch != UM_ARCH_RND1)
     {
       fprintf (stderr, "um-make-model: only LLaDA-MoE and RND1 models have experts\n");
