@@ -657,15 +657,15 @@ main (int argc, char **argv)
   g_test_add_func ("/memory/parse-size", test_parse_size);
   g_test_add_func ("/memory/streaming-identical", test_streaming_identical);
   {
-    /* Every model of the test data, the shipped demo model (its folder and
-     * its GGUF) and the generated 4-layer BF16 one. */
+    /* Every LLaDA model of the test data, the shipped demo model (its
+     * folder and its GGUF), the generated 4-layer BF16 ones (LLaDA,
+     * LLaDA-MoE, Dream) and the families' Q8_0 fixtures. */
     static const char *const models[] = {
       "generated", "demo-model", "demo-model/demo-model-Q8_0.gguf", "tiny-llada", "tiny-llada-f32.gguf",
       "tiny-llada-q8_0.gguf", "tiny-llada-q4_0.gguf", "small-kquant", "small-kquant-f32.gguf",
       "small-kquant-q4_1.gguf", "small-kquant-q5_0.gguf", "small-kquant-q5_1.gguf", "small-kquant-q4_k.gguf",
       "small-kquant-q4_k_m.gguf", "small-kquant-q5_k.gguf", "small-kquant-q5_k_m.gguf", "small-kquant-q6_k.gguf",
-      "generated-moe", "generated-dream", "tiny-dream", "tiny-dream-q8_0.gguf", "tiny-llada-moe",
-      "tiny-llada-moe-q8_0.gguf", "tiny-rnd1-f32.gguf", "tiny-rnd1-q8_0.gguf",
+      "generated-moe", "generated-dream", "tiny-dream-q8_0.gguf", "tiny-llada-moe-q8_0.gguf", "tiny-rnd1-q8_0.gguf",
     };
     for (guint i = 0; i < G_N_ELEMENTS (models); i++)
       {

@@ -254,37 +254,33 @@ um_parse_size (const char *s, guint64 *out)
   return TRUE;
 }
 
-/* Bits per weight of a layer's matrices as stored. */
-static double
-stored_bits (const UmModel *model)
+/* Bytes of every layer's matrices as stored (@type NULL) or as a
+ * conversion to @type writes them (0 if @type is not one). */
+static guint64
+layer_matrix_bytes (const UmModel *model, const char *type)
 {
-  const UmLayerWeights *L = &model->layers[0];
-  double bytes = 0, elems = 0;
-  for (int i = 0; i < UM_LAYER_N_MATS; i++)
-    {
-      const UmWeight *w = um_layer_mat (L, i);
-      bytes += (double) w->rows * w->row_bytes;
-      elems += (double) w->rows * w->cols;
-    }
-  return elems > 0 ? 8 * bytes / elems : 0;
-}
+  UmQuantizeOptions q = { type, 0, 0 };
+  g_autoptr(GArray) plan = NULL;
+  guint64 total = 0;
 
-static double
-type_bits (const char *type)
-{
-  static const struct { const char *name; UmDType t; } base[] = {
-    { "F32", UM_DTYPE_F32 }, { "F16", UM_DTYPE_F16 }, { "BF16", UM_DTYPE_BF16 }, { "Q8_0", UM_DTYPE_Q8_0 },
-    { "Q4_0", UM_DTYPE_Q4_0 }, { "Q4_1", UM_DTYPE_Q4_1 }, { "Q5_0", UM_DTYPE_Q5_0 }, { "Q5_1", UM_DTYPE_Q5_1 },
-    { "Q4_K", UM_DTYPE_Q4_K }, { "Q5_K", UM_DTYPE_Q5_K }, { "Q6_K", UM_DTYPE_Q6_K },
-    { "Q4_K_M", UM_DTYPE_Q4_K }, { "Q5_K_M", UM_DTYPE_Q5_K },
-  };
-  for (guint i = 0; i < G_N_ELEMENTS (base); i++)
-    if (g_ascii_strcasecmp (type, base[i].name) == 0)
-      {
-        const UmDTypeInfo *info = um_dtype_info (base[i].t);
-        return 8.0 * info->block_bytes / info->block_elems;
-      }
-  return 0;
+  if (type == NULL)
+    {
+      for (guint l = 0; l < model->cfg.n_layers; l++)
+        for (int i = 0; i < UM_LAYER_N_MATS; i++)
+          {
+            const UmWeight *w = um_layer_mat (&model->layers[l], i);
+            total += w->rows * w->row_bytes;
+          }
+      return total;
+    }
+  plan = um_quantize_plan_tensors (model, &q, NULL);
+  for (guint i = 0; plan != NULL && i < plan->len; i++)
+    {
+      const UmPlannedTensor *t = &g_array_index (plan, UmPlannedTensor, i);
+      if (t->layer >= 0 && t->kind >= UM_PLANNED_Q && t->kind <= UM_PLANNED_DOWN)
+        total += t->bytes;
+    }
+  return total;
 }
 
 static gboolean
@@ -313,9 +309,15 @@ um_plan_convert_type (const UmModel *model, const UmMemOptions *o)
 {
   const char *type = asked_type (o);
 
-  /* Converting up adds bytes and no information. */
-  if (type != NULL && type_bits (type) >= stored_bits (model) - 0.01)
-    type = NULL;
+  /* Converting up adds bytes and no information, converting to the same
+   * (a Q4_K_M file asked for Q4_K_M, whose layers mix Q4_K and Q6_K) only
+   * loses some: convert only where it saves at least 1 % of the layers. */
+  if (type != NULL)
+    {
+      guint64 to = layer_matrix_bytes (model, type);
+      if (to > 0 && to >= layer_matrix_bytes (model, NULL) / 100 * 99)
+        type = NULL;
+    }
   /* Pruning rewrites the file even without a new type: in the stored one. */
   if (type == NULL && prunes (o))
     type = um_dtype_name (model->layers[0].w_gate.dtype);

@@ -247,6 +247,8 @@ plan_add (Plan *p, const char *name, int layer, UmPlannedKind kind, const UmWeig
 
 /* The layer's tensors in the order llama.cpp's converters write them; a
  * tensor the layer does not have (data NULL) is skipped. */
+#define MAX_LAYER_TENSORS 16
+
 typedef struct {
   const char     *suffix;
   UmPlannedKind   kind;
@@ -277,13 +279,12 @@ layer_tensors (const UmLayerWeights *L, LayerTensor *out)
   };
   guint n = 0;
 
+  G_STATIC_ASSERT (G_N_ELEMENTS (all) == MAX_LAYER_TENSORS);
   for (guint i = 0; i < G_N_ELEMENTS (all); i++)
     if (all[i].w != NULL && all[i].w->data != NULL)
       out[n++] = all[i];
   return n;
 }
-
-#define MAX_LAYER_TENSORS 16
 
 static gboolean
 kind_is_expert_matrix (UmPlannedKind kind)
