@@ -345,15 +345,16 @@ test_rnd1_rows (void)
   float l[V];
   UmGenParams p;
   gint32 id;
-  double ent, h = 0.0, h2 = 0.0, z2 = 0.0;
+  double ent, prob, h = 0.0, h2 = 0.0, z2 = 0.0;
   const double tol = 1e-6;
 
   um_gen_params_init (&p);
   set_probs (l, probs, 4);
   p.greedy = TRUE;
   p.temperature = 1.0;
-  um_rnd1_row (s, l, &p, 0.5, &id, &ent);
+  um_rnd1_row (s, l, &p, 0.5, &id, &ent, &prob);
   g_assert_cmpint (id, ==, 0);
+  g_assert_cmpfloat_with_epsilon (prob, 0.5, tol);
   for (int i = 0; i < 4; i++)
     h -= probs[i] * log (probs[i]);
   /* The −1e30 logits are 0 after exp in double: no term. */
@@ -361,7 +362,7 @@ test_rnd1_rows (void)
 
   /* T only scales the entropy in greedy mode: p ∝ p^(1/T). */
   p.temperature = 0.5;
-  um_rnd1_row (s, l, &p, 0.5, &id, &ent);
+  um_rnd1_row (s, l, &p, 0.5, &id, &ent, &prob);
   g_assert_cmpint (id, ==, 0);
   for (int i = 0; i < 4; i++)
     z2 += probs[i] * probs[i];
@@ -371,20 +372,20 @@ test_rnd1_rows (void)
 
   /* T 0 is 1e-8: one token carries everything, entropy 0 (exp underflows). */
   p.temperature = 0.0;
-  um_rnd1_row (s, l, &p, 0.5, &id, &ent);
+  um_rnd1_row (s, l, &p, 0.5, &id, &ent, &prob);
   g_assert_cmpint (id, ==, 0);
   g_assert_cmpfloat (ent, ==, 0.0);
 
   /* Not greedy: drawn. */
   p.temperature = 1.0;
   p.greedy = FALSE;
-  um_rnd1_row (s, l, &p, 0.7, &id, &ent);
+  um_rnd1_row (s, l, &p, 0.7, &id, &ent, &prob);
   g_assert_cmpint (id, ==, 1);
 
   /* A filter leaves −inf logits: 0 · −inf is NaN in upstream's sum, and here. */
   p.greedy = TRUE;
   p.top_k = 2;
-  um_rnd1_row (s, l, &p, 0.5, &id, &ent);
+  um_rnd1_row (s, l, &p, 0.5, &id, &ent, &prob);
   g_assert_cmpint (id, ==, 0);
   g_assert_true (isnan (ent));
 }

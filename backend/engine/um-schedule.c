@@ -322,7 +322,7 @@ um_dream_row (UmRowScratch *s, const float *logits, const UmGenParams *p, double
 
 void
 um_rnd1_row (UmRowScratch *s, const float *logits, const UmGenParams *p, double u, gint32 *out_id,
-             double *out_entropy)
+             double *out_entropy, double *out_p)
 {
   const int V = s->vocab;
   const double t = MAX (p->temperature, 1e-8);
@@ -343,6 +343,7 @@ um_rnd1_row (UmRowScratch *s, const float *logits, const UmGenParams *p, double 
     lse = mx + log (total);
   }
   *out_id = p->greedy ? argmax (s->z, V) : draw (s->e, V, total, u);
+  *out_p = s->e[*out_id] / total;
   for (int v = 0; v < V; v++)
     {
       double logp = s->z[v] - lse;
