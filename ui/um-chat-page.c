@@ -1,8 +1,9 @@
 /* um-chat-page.c — multi-turn chat with an Instruct model (see um-chat-page.h).
  *
- * The token history follows the reference chat.py (um_chat_build_prompt):
- * each turn's prompt is the previous prompt + answer without EOS, then the
- * new user turn. A stopped answer is kept for reading but never enters the
+ * The token history is built by the model's chat template
+ * (um_model_build_chat_prompt; for LLaDA as its reference chat.py does): each
+ * turn's prompt is the previous prompt + answer without EOS, then the new
+ * user turn. A stopped answer is kept for reading but never enters the
  * history, so the next turn continues from the last complete one.
  *
  * The saved conversations (the Chats popover, delete, export as Markdown)
@@ -694,8 +695,8 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
     return FALSE;
 
   clear_error_rows (self);
-  if (!um_chat_build_prompt (model->tokenizer, base->len ? (const gint32 *) base->data : NULL,
-                             base->len, text, model->cfg.bos_id, model->cfg.eos_id, prompt, &error)
+  if (!um_model_build_chat_prompt (model, base->len ? (const gint32 *) base->data : NULL,
+                                   base->len, text, prompt, &error)
       || !um_gen_params_validate (&params, prompt->len, model->cfg.max_seq_len, &error))
     {
       g_autofree char *msg = g_strdup_printf (_("Cannot answer: %s"), error->message);
@@ -796,19 +797,19 @@ static void ensure_settings (UmChatPage *self);
 static void
 update_params_label (UmChatPage *self)
 {
-  const char *titles[UM_GEN_N_KEYS] = {
+  const char *titles[UM_GEN_N_BLOCK_KEYS] = {
     _("Length"), _("Steps"), _("Block Length"), _("Temperature"), _("Guidance Scale"), _("Remasking"),
   };
   const char *mode = self->have_mode ? um_mode_info_name (&self->mode_info) : NULL;
   g_autoptr(GString) text = g_string_new (NULL);
 
-  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
     {
       g_autofree char *note = self->settings ? um_settings_describe_source (self->settings, k, mode) : NULL;
       g_autofree char *value = um_settings_format_value (&self->params, k);
       /* Translators: a parameter and its value with where it comes from, e.g. "Temperature: 0.7 — recommended by the model" */
       g_string_append_printf (text, _("%s: %s"), titles[k], note ? note : value);
-      if (k + 1 < UM_GEN_N_KEYS)
+      if (k + 1 < UM_GEN_N_BLOCK_KEYS)
         g_string_append_c (text, '\n');
     }
   gtk_label_set_text (self->params_label, text->str);

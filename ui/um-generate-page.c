@@ -34,10 +34,10 @@ struct _UmGeneratePage {
   AdwFlap         *flap;
   /* The parameter rows by UmGenKey, their reset buttons, and what they
    * say below the description: where the value comes from. */
-  AdwActionRow    *param_rows[UM_GEN_N_KEYS];
-  GtkWidget       *reset_buttons[UM_GEN_N_KEYS];
-  char            *descriptions[UM_GEN_N_KEYS];
-  char            *source_notes[UM_GEN_N_KEYS];
+  AdwActionRow    *param_rows[UM_GEN_N_BLOCK_KEYS];
+  GtkWidget       *reset_buttons[UM_GEN_N_BLOCK_KEYS];
+  char            *descriptions[UM_GEN_N_BLOCK_KEYS];
+  char            *source_notes[UM_GEN_N_BLOCK_KEYS];
   GtkWidget       *reset_all_button;
   GtkLabel        *model_note_label;
 
@@ -454,8 +454,7 @@ um_generate_page_generate (UmGeneratePage *self)
   /* The prompt length decides where the canvas starts: tokenize it here
    * (cheap) so the view can be laid out before the first step. */
   ids = g_array_new (FALSE, FALSE, sizeof (gint32));
-  if (req.chat ? !um_chat_build_prompt (model->tokenizer, NULL, 0, prompt, model->cfg.bos_id,
-                                        model->cfg.eos_id, ids, &error)
+  if (req.chat ? !um_model_build_chat_prompt (model, NULL, 0, prompt, ids, &error)
                : !um_tokenizer_encode (model->tokenizer, prompt, -1, ids, &error))
     {
       gtk_label_set_text (self->stats_label, error->message);
@@ -623,7 +622,7 @@ update_sources (UmGeneratePage *self)
   const char *mode = self->have_mode ? um_mode_info_name (&self->mode_info) : NULL;
   guint32 user = self->settings ? um_settings_get_user_set (self->settings) : 0;
 
-  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
     {
       g_autofree char *note = self->settings ? um_settings_describe_source (self->settings, k, mode) : NULL;
       g_autofree char *subtitle = NULL;
@@ -660,14 +659,14 @@ update_sources (UmGeneratePage *self)
 const char *
 um_generate_page_get_source_note (UmGeneratePage *self, UmGenKey key)
 {
-  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self) && (guint) key < UM_GEN_N_KEYS, NULL);
+  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self) && (guint) key < UM_GEN_N_BLOCK_KEYS, NULL);
   return self->source_notes[key];
 }
 
 gboolean
 um_generate_page_get_reset_visible (UmGeneratePage *self, UmGenKey key)
 {
-  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self) && (guint) key < UM_GEN_N_KEYS, FALSE);
+  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self) && (guint) key < UM_GEN_N_BLOCK_KEYS, FALSE);
   return gtk_widget_get_visible (self->reset_buttons[key]);
 }
 
@@ -781,7 +780,7 @@ um_generate_page_finalize (GObject *object)
   g_array_unref (self->run_constraints);
   g_ptr_array_unref (self->snap_words);
   g_ptr_array_unref (self->run_words);
-  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
     {
       g_free (self->descriptions[k]);
       g_free (self->source_notes[k]);
@@ -841,8 +840,8 @@ um_generate_page_class_init (UmGeneratePageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, reset_all_button);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, model_note_label);
   {
-    static const char *const names[UM_GEN_N_KEYS] = { "length", "steps", "block", "temperature", "cfg", "remasking" };
-    for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    static const char *const names[UM_GEN_N_BLOCK_KEYS] = { "length", "steps", "block", "temperature", "cfg", "remasking" };
+    for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
       {
         g_autofree char *row = g_strdup_printf ("%s_row", names[k]);
         g_autofree char *reset = g_strdup_printf ("%s_reset", names[k]);
@@ -876,7 +875,7 @@ um_generate_page_init (UmGeneratePage *self)
    * disposing the template and the bin do not both unparent it. */
   self->flap = ADW_FLAP (adw_bin_get_child (ADW_BIN (self)));
   self->param_rows[UM_GEN_KEY_REMASKING] = ADW_ACTION_ROW (self->remasking_row);
-  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
     self->descriptions[k] = g_strdup (adw_action_row_get_subtitle (self->param_rows[k]));
   um_diffusion_view_set_token_text_func (self->view, token_text, self, NULL);
   gtk_text_buffer_set_text (gtk_text_view_get_buffer (self->prompt_view),

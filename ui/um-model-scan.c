@@ -43,12 +43,16 @@ um_model_probe (const char *path)
     {
       UmModelConfig cfg;
       g_autofree char *tok = g_build_filename (path, "tokenizer.json", NULL);
+      g_autofree char *vocab = g_build_filename (path, "vocab.json", NULL);
+      g_autofree char *merges = g_build_filename (path, "merges.txt", NULL);
       g_autoptr(UmTensorTable) table = NULL;
 
       e->format = g_strdup ("safetensors");
       if (!um_model_config_load_hf (&cfg, path, &error))
         e->problem = g_strdup (error->message);
-      else if (!g_file_test (tok, G_FILE_TEST_EXISTS))
+      /* Dream ships the slow vocab.json + merges.txt instead */
+      else if (!g_file_test (tok, G_FILE_TEST_EXISTS)
+               && !(g_file_test (vocab, G_FILE_TEST_EXISTS) && g_file_test (merges, G_FILE_TEST_EXISTS)))
         e->problem = g_strdup (_("tokenizer.json is missing"));
       else if ((table = um_safetensors_open_dir (path, &error)) == NULL)
         e->problem = g_strdup (error->message);

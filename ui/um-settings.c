@@ -58,14 +58,14 @@ enum { SOURCES_CHANGED, N_SIGNALS };
 static guint signals[N_SIGNALS];
 
 /* The property of each UmGenKey, in UmGenKey order. */
-static const guint key_props[UM_GEN_N_KEYS] = {
+static const guint key_props[UM_GEN_N_BLOCK_KEYS] = {
   PROP_GEN_LENGTH, PROP_STEPS, PROP_BLOCK_LENGTH, PROP_TEMPERATURE, PROP_CFG_SCALE, PROP_REMASKING,
 };
 
 static int
 prop_key (guint prop)
 {
-  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
     if (key_props[k] == prop)
       return (int) k;
   return -1;
@@ -351,13 +351,13 @@ apply_json (UmSettings *self, JsonObject *obj, GError **error)
           JsonNode *e = json_array_get_element (arr, i);
           if (!JSON_NODE_HOLDS_VALUE (e) || json_node_get_value_type (e) != G_TYPE_STRING)
             continue;
-          for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+          for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
             if (g_strcmp0 (json_node_get_string (e), g_param_spec_get_name (props[key_props[k]])) == 0)
               self->user_set |= UM_GEN_KEY_BIT ((int) k);
         }
     }
   else if (ok)
-    for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
       {
         GParamSpec *pspec = props[key_props[k]];
         g_auto(GValue) v = G_VALUE_INIT;
@@ -540,7 +540,7 @@ apply_defaults (UmSettings *self)
   um_gen_resolve (NULL, NULL, &self->model_layer, &self->profile_layer, &self->defaults);
   um_settings_get_params (self, &current);
   self->applying = TRUE;
-  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
     {
       g_auto(GValue) v = G_VALUE_INIT;
       GParamSpec *pspec = props[key_props[k]];
@@ -568,7 +568,7 @@ um_settings_resolve_with (UmSettings *self, const UmGenLayer *model, const UmGen
 
   um_settings_get_params (self, &current);
   um_gen_layer_init (&user);
-  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
     if (self->user_set & UM_GEN_KEY_BIT (k))
       um_gen_layer_take (&user, (UmGenKey) k, &current);
   um_gen_resolve (&current, &user, model, profile, out);
@@ -595,7 +595,7 @@ um_settings_set_layers (UmSettings *self, const UmGenLayer *model, const char *m
 UmGenSource
 um_settings_get_source (UmSettings *self, UmGenKey key)
 {
-  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_KEYS, UM_GEN_SOURCE_BUILTIN);
+  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_BLOCK_KEYS, UM_GEN_SOURCE_BUILTIN);
 
   return (self->user_set & UM_GEN_KEY_BIT (key)) ? UM_GEN_SOURCE_USER : self->defaults.source[key];
 }
@@ -603,7 +603,7 @@ um_settings_get_source (UmSettings *self, UmGenKey key)
 UmGenSource
 um_settings_get_default (UmSettings *self, UmGenKey key, UmGenParams *out)
 {
-  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_KEYS, UM_GEN_SOURCE_BUILTIN);
+  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_BLOCK_KEYS, UM_GEN_SOURCE_BUILTIN);
 
   *out = self->defaults.params;
   return self->defaults.source[key];
@@ -636,7 +636,7 @@ um_settings_get_user_set (UmSettings *self)
 void
 um_settings_reset (UmSettings *self, UmGenKey key)
 {
-  g_return_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_KEYS);
+  g_return_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_BLOCK_KEYS);
 
   self->user_set &= ~UM_GEN_KEY_BIT (key);
   schedule_save (self);
@@ -677,7 +677,7 @@ um_settings_describe_source (UmSettings *self, UmGenKey key, const char *mode_na
   UmGenSource source, def_source;
   g_autofree char *value = NULL, *def_value = NULL;
 
-  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_KEYS, NULL);
+  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_BLOCK_KEYS, NULL);
 
   um_settings_get_params (self, &current);
   source = um_settings_get_source (self, key);
@@ -766,7 +766,7 @@ um_settings_save (UmSettings *self, GError **error)
     }
   json_builder_set_member_name (b, "user-set");
   json_builder_begin_array (b);
-  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
     if (self->user_set & UM_GEN_KEY_BIT (k))
       json_builder_add_string_value (b, g_param_spec_get_name (props[key_props[k]]));
   json_builder_end_array (b);
