@@ -37,6 +37,7 @@ struct _UmSettings {
   /* Where the generation parameters come from (see um-settings.h). */
   guint32        user_set;      /* UM_GEN_KEY_BIT of the user's choices */
   gboolean       applying;      /* setting defaults or loading: not the user's doing */
+  UmArch         arch;          /* the loaded model's family */
   UmGenLayer     model_layer;
   char          *model_origin;
   UmGenLayer     profile_layer;
@@ -436,6 +437,15 @@ um_settings_get_params (UmSettings *self, UmGenParams *p)
       else
         p->threshold = self->threshold;
     }
+  /* Dream's and RND1's keys have no control: the model's or the family's
+   * values; the LLaDA controls' values do not reach another family. */
+  p->alg = self->defaults.params.alg;
+  p->eps = self->defaults.params.eps;
+  p->alg_temp = self->defaults.params.alg_temp;
+  p->top_p = self->defaults.params.top_p;
+  p->top_k = self->defaults.params.top_k;
+  p->greedy = self->defaults.params.greedy;
+  um_gen_params_drop_foreign (p, self->arch);
 }
 
 /* The names a string property takes, in the order of a combo row's items;
@@ -537,7 +547,7 @@ apply_defaults (UmSettings *self)
 {
   UmGenParams current;
 
-  um_gen_resolve (NULL, NULL, &self->model_layer, &self->profile_layer, &self->defaults);
+  um_gen_resolve_for (self->arch, NULL, NULL, &self->model_layer, &self->profile_layer, &self->defaults);
   um_settings_get_params (self, &current);
   self->applying = TRUE;
   for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
@@ -559,7 +569,11 @@ apply_defaults (UmSettings *self)
 }
 
 void
-um_settings_resolve_with (UmSettings *self, const UmGenLayer *model, const UmGenLayer *profile, UmGenResolved *out)
+um_settings_resolve_with (UmSettings       *self,
+                          UmArch            arch,
+                          const UmGenLayer *model,
+                          const UmGenLayer *profile,
+                          UmGenResolved    *out)
 {
   UmGenParams current;
   UmGenLayer user;
@@ -569,16 +583,22 @@ um_settings_resolve_with (UmSettings *self, const UmGenLayer *model, const UmGen
   um_settings_get_params (self, &current);
   um_gen_layer_init (&user);
   for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
-    if (self->user_set & UM_GEN_KEY_BIT (k))
+    if ((self->user_set & UM_GEN_KEY_BIT (k)) && um_gen_key_applies ((UmGenKey) k, arch))
       um_gen_layer_take (&user, (UmGenKey) k, &current);
-  um_gen_resolve (&current, &user, model, profile, out);
+  um_gen_resolve_for (arch, &current, &user, model, profile, out);
+  um_gen_params_drop_foreign (&out->params, arch);
 }
 
 void
-um_settings_set_layers (UmSettings *self, const UmGenLayer *model, const char *model_origin, const UmGenLayer *profile)
+um_settings_set_layers (UmSettings       *self,
+                        UmArch            arch,
+                        const UmGenLayer *model,
+                        const char       *model_origin,
+                        const UmGenLayer *profile)
 {
   g_return_if_fail (UM_IS_SETTINGS (self));
 
+  self->arch = arch;
   if (model != NULL)
     self->model_layer = *model;
   else

@@ -30,12 +30,15 @@ int          um_settings_get_threads (UmSettings *self);
  * settings.json ("user-set"). "sources-changed" tells when a source, the
  * layers or the defaults change. */
 void         um_settings_set_layers (UmSettings       *self,
+                                     UmArch            arch,           /* the model's family: its defaults */
                                      const UmGenLayer *model,          /* NULL: no model or no recommendation */
                                      const char       *model_origin,   /* "generation_config.json", … */
                                      const UmGenLayer *profile);       /* NULL: none */
 /* The parameters as they would be with these layers (the user's choices
- * kept), without changing anything: e.g. for a model about to be loaded. */
+ * kept), without changing anything: e.g. for a model about to be loaded.
+ * The options family @arch lacks are off (um_gen_params_drop_foreign ()). */
 void         um_settings_resolve_with (UmSettings       *self,
+                                       UmArch            arch,
                                        const UmGenLayer *model,
                                        const UmGenLayer *profile,
                                        UmGenResolved    *out);

@@ -233,7 +233,8 @@ update_gen_layers (UmWindow *self)
   if (self->settings == NULL)
     return;
   um_profile_gen_layer (self->profile, id, &profile);
-  um_settings_set_layers (self->settings, rec ? &rec->layer : NULL, rec ? rec->origin : NULL, &profile);
+  um_settings_set_layers (self->settings, rec ? rec->arch : UM_ARCH_LLADA, rec ? &rec->layer : NULL,
+                          rec ? rec->origin : NULL, &profile);
 }
 
 /* The pages need a model, except the Optimizer once asked for. */
@@ -379,8 +380,11 @@ build_engine_options (UmWindow *self, const char *path, UmEngineOptions *options
     UmGenLayer profile;
     UmGenResolved resolved;
     um_profile_gen_layer (self->profile, id, &profile);
-    um_settings_resolve_with (self->settings, &rec->layer, &profile, &resolved);
+    um_settings_resolve_with (self->settings, rec->arch, &rec->layer, &profile, &resolved);
     params = resolved.params;
+    /* Dream and RND1 ask for every mask's row in each pass. */
+    if (um_arch_info (rec->arch)->schedule != UM_SCHEDULE_BLOCK)
+      params.block_length = params.gen_length;
   }
   options->shape.gen_length = params.gen_length;
   options->shape.block_length = params.block_length;
