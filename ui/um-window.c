@@ -29,6 +29,7 @@ struct _UmWindow {
   GtkProgressBar  *loading_progress;
   GtkLabel        *memory_label;
   GtkLabel        *model_label;
+  GtkLabel        *family_label;
   GtkStack        *content_stack;
   AdwViewStack    *view_stack;
   UmGeneratePage  *generate_page;
@@ -68,6 +69,20 @@ UmEngine *
 um_window_get_engine (UmWindow *self)
 {
   return self->engine;
+}
+
+const char *
+um_window_get_subtitle (UmWindow *self)
+{
+  g_return_val_if_fail (UM_IS_WINDOW (self), NULL);
+  return adw_view_switcher_title_get_subtitle (self->switcher_title);
+}
+
+const char *
+um_window_get_family_label (UmWindow *self)
+{
+  g_return_val_if_fail (UM_IS_WINDOW (self), NULL);
+  return gtk_widget_get_visible (GTK_WIDGET (self->family_label)) ? gtk_label_get_text (self->family_label) : NULL;
 }
 
 gboolean
@@ -295,13 +310,19 @@ set_engine (UmWindow *self, UmEngine *engine)
   if (engine != NULL)
     {
       UmModel *model = um_engine_get_model (engine);
-      adw_view_switcher_title_set_subtitle (self->switcher_title, model->display_name);
+      const char *family = um_arch_info (model->cfg.arch)->name;
+      /* Translators: the header's subtitle: the model's name, then its family, e.g. "Dream-v0-Instruct-7B · Dream" */
+      g_autofree char *subtitle = g_strdup_printf (_("%s · %s"), model->display_name, family);
+      adw_view_switcher_title_set_subtitle (self->switcher_title, subtitle);
       gtk_label_set_text (self->model_label, model->display_name);
+      gtk_label_set_text (self->family_label, family);
+      gtk_widget_set_visible (GTK_WIDGET (self->family_label), TRUE);
     }
   else
     {
       adw_view_switcher_title_set_subtitle (self->switcher_title, NULL);
       gtk_label_set_text (self->model_label, _("Open Model"));
+      gtk_widget_set_visible (GTK_WIDGET (self->family_label), FALSE);
     }
   update_reload_action (self);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_HAS_ENGINE]);
@@ -857,6 +878,7 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmWindow, loading_progress);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, memory_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, model_label);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, family_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, content_stack);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, view_stack);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, generate_page);
