@@ -94,9 +94,7 @@ um_optimizer_page_current_shape (UmOptimizerPage *self, UmPlanShape *shape)
   if (win == NULL || um_window_get_settings (win) == NULL)
     return;
   um_settings_get_params (um_window_get_settings (win), &params);
-  shape->gen_length = params.gen_length;
-  shape->block_length = params.block_length;
-  shape->cfg = params.cfg_scale > 0;
+  um_settings_plan_shape (&params, um_settings_get_schedule (um_window_get_settings (win)), shape);
 }
 
 /* ---- the controls ---- */

@@ -7,6 +7,8 @@
 #include <glib-object.h>
 
 #include "um-gen-defaults.h"
+#include "um-model-config.h"
+#include "um-plan.h"
 #include "um-sampler.h"
 
 G_BEGIN_DECLS
@@ -33,9 +35,11 @@ void         um_settings_set_layers (UmSettings       *self,
                                      const UmGenLayer *model,          /* NULL: no model or no recommendation */
                                      const char       *model_origin,   /* "generation_config.json", … */
                                      const UmGenLayer *profile);       /* NULL: none */
-/* The parameters as they would be with these layers (the user's choices
- * kept), without changing anything: e.g. for a model about to be loaded. */
+/* The parameters of @family (NULL: the current one) as they would be with
+ * these layers (that family's user choices kept), without changing
+ * anything: e.g. for a model about to be loaded. */
 void         um_settings_resolve_with (UmSettings       *self,
+                                       const char       *family,
                                        const UmGenLayer *model,
                                        const UmGenLayer *profile,
                                        UmGenResolved    *out);
@@ -57,6 +61,27 @@ char        *um_settings_format_value (const UmGenParams *params, UmGenKey key);
 
 /* Binds an AdwComboRow's "selected" (Confidence, Random) to "remasking". */
 void         um_settings_bind_remasking (UmSettings *self, GObject *combo_row);
+/* Binds an AdwComboRow's "selected" (MaskGIT+, Top-k margin, Entropy,
+ * Origin) to "alg". */
+void         um_settings_bind_alg (UmSettings *self, GObject *combo_row);
+
+/* Each model family keeps its own generation parameters (length, steps,
+ * temperature, the schedule's options) and which of them are the user's:
+ * the properties hold the family named by "family" (um_arch_info ()->name,
+ * "LLaDA" by default). Setting another family keeps these aside and brings
+ * back what that family had (its defaults the first time); call
+ * um_settings_set_layers () after, for the new model's recommendation. */
+const char  *um_settings_get_family (UmSettings *self);
+void         um_settings_set_family (UmSettings *self, const char *family);
+/* The schedule of the current family (UM_SCHEDULE_BLOCK for an unknown one). */
+UmSchedule   um_settings_get_schedule (UmSettings *self);
+gboolean     um_settings_family_to_arch (const char *family, UmArch *out);
+/* Whether @schedule has the option of this property name ("block-length",
+ * "alg", "greedy", …; "constraints" for the word constraints): the pages
+ * show only those. */
+gboolean     um_schedule_uses (UmSchedule schedule, const char *property);
+/* The shape the memory plan is made for, for a generation of @params under @schedule. */
+void         um_settings_plan_shape (const UmGenParams *params, UmSchedule schedule, UmPlanShape *shape);
 
 /* Binds the Fast decoding controls both ways (their state is then what
  * um_settings_get_params fills in): the AdwExpanderRow's "enable-expansion",

@@ -10,6 +10,7 @@
 #include "um-memory-page.h"
 #include "um-mode-limits.h"
 #include "um-model-chooser.h"
+#include "um-model-scan.h"
 #include "um-optimizer-page.h"
 #include "um-worker.h"
 
@@ -298,6 +299,9 @@ update_reload_action (UmWindow *self)
 static void
 set_engine (UmWindow *self, UmEngine *engine)
 {
+  /* The pages offer the family's options, with its remembered values. */
+  if (engine != NULL)
+    um_settings_set_family (self->settings, um_arch_info (um_engine_get_model (engine)->cfg.arch)->name);
   /* Pages drop their references before the old engine goes. */
   um_generate_page_set_engine (self->generate_page, engine);
   um_chat_page_set_engine (self->chat_page, engine);
@@ -382,6 +386,11 @@ static void
 build_engine_options (UmWindow *self, const char *path, UmEngineOptions *options)
 {
   g_autofree char *id = um_model_identity (path);
+  /* The family's parameters are what it will run with: its description
+   * says which (a small file, or the GGUF's header). */
+  g_autoptr(UmModelEntry) probe = um_model_probe (path);
+  const char *family = probe->family;
+  UmArch arch = UM_ARCH_LLADA;
   UmDeviceKind env_device;
   UmGenParams params;
 
@@ -400,14 +409,12 @@ build_engine_options (UmWindow *self, const char *path, UmEngineOptions *options
     UmGenLayer profile;
     UmGenResolved resolved;
     um_profile_gen_layer (self->profile, id, &profile);
-    um_settings_resolve_with (self->settings, &rec->layer, &profile, &resolved);
+    um_settings_resolve_with (self->settings, family, &rec->layer, &profile, &resolved);
     params = resolved.params;
   }
-  options->shape.gen_length = params.gen_length;
-  options->shape.block_length = params.block_length;
-  options->shape.cfg = params.cfg_scale > 0;
-  /* Fast decoding's KV cache is memory too: plan for it when it is on. */
-  options->shape.kv_cache = params.cache != UM_CACHE_NONE;
+  if (family != NULL)
+    um_settings_family_to_arch (family, &arch);
+  um_settings_plan_shape (&params, um_arch_info (arch)->schedule, &options->shape);
 }
 
 void
