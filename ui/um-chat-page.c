@@ -793,24 +793,61 @@ static void ensure_settings (UmChatPage *self);
 
 /* The answers' parameters and where each comes from (the Generate page's
  * rows say the same). */
+static UmSchedule
+current_schedule (UmChatPage *self)
+{
+  return self->settings ? um_settings_get_schedule (self->settings) : UM_SCHEDULE_BLOCK;
+}
+
 static void
 update_params_label (UmChatPage *self)
 {
   const char *titles[UM_GEN_N_KEYS] = {
     _("Length"), _("Steps"), _("Block Length"), _("Temperature"), _("Guidance Scale"), _("Remasking"),
   };
+  const char *key_props[UM_GEN_N_KEYS] = {
+    "gen-length", "steps", "block-length", "temperature", "cfg-scale", "remasking",
+  };
   const char *mode = self->have_mode ? um_mode_info_name (&self->mode_info) : NULL;
+  UmSchedule schedule = current_schedule (self);
   g_autoptr(GString) text = g_string_new (NULL);
+  /* Only the options of the model family's schedule. */
+  struct { const char *prop, *title; char *value; } extra[] = {
+    { "alg", _("Algorithm"), um_settings_format_alg (self->params.alg) },
+    { "alg-temp", _("Position Temperature"), g_strdup_printf ("%g", self->params.alg_temp) },
+    { "eps", _("Final Time"), g_strdup_printf ("%g", self->params.eps) },
+    /* Translators: the value of Top-p or Top-k when the filter is off */
+    { "top-p", _("Top-p"), self->params.top_p > 0 && self->params.top_p < 1
+                           ? g_strdup_printf ("%g", self->params.top_p) : g_strdup (_("off")) },
+    { "top-k", _("Top-k"), self->params.top_k > 0 ? g_strdup_printf ("%d", self->params.top_k) : g_strdup (_("off")) },
+    { "greedy", _("Greedy Tokens"), g_strdup (self->params.greedy ? _("on") : _("off")) },
+  };
 
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     {
-      g_autofree char *note = self->settings ? um_settings_describe_source (self->settings, k, mode) : NULL;
-      g_autofree char *value = um_settings_format_value (&self->params, k);
+      g_autofree char *note = NULL;
+      g_autofree char *value = NULL;
+
+      if (!um_schedule_uses (schedule, key_props[k]))
+        continue;
+      note = self->settings ? um_settings_describe_source (self->settings, k, mode) : NULL;
+      value = um_settings_format_value (&self->params, k);
+      if (text->len > 0)
+        g_string_append_c (text, '\n');
       /* Translators: a parameter and its value with where it comes from, e.g. "Temperature: 0.7 — recommended by the model" */
       g_string_append_printf (text, _("%s: %s"), titles[k], note ? note : value);
-      if (k + 1 < UM_GEN_N_KEYS)
-        g_string_append_c (text, '\n');
     }
+  for (guint i = 0; i < G_N_ELEMENTS (extra); i++)
+    {
+      if (um_schedule_uses (schedule, extra[i].prop))
+        {
+          if (text->len > 0)
+            g_string_append_c (text, '\n');
+          g_string_append_printf (text, _("%s: %s"), extra[i].title, extra[i].value);
+        }
+      g_free (extra[i].value);
+    }
+  gtk_widget_set_visible (GTK_WIDGET (self->fast_button), um_schedule_uses (schedule, "fast-decoding"));
   gtk_label_set_text (self->params_label, text->str);
   gtk_widget_set_sensitive (self->params_reset_button,
                             self->settings != NULL && um_settings_get_user_set (self->settings) != 0);
@@ -868,6 +905,7 @@ um_chat_page_set_settings (UmChatPage *self, UmSettings *settings)
     return;
   g_set_object (&self->settings, settings);
   g_signal_connect_object (settings, "sources-changed", G_CALLBACK (update_params_label), self, G_CONNECT_SWAPPED);
+  g_signal_connect_object (settings, "notify::family", G_CALLBACK (update_params_label), self, G_CONNECT_SWAPPED);
   update_params_label (self);
   um_settings_bind_fast_decoding (settings, G_OBJECT (self->fast_row), G_OBJECT (self->cache_row),
                                   G_OBJECT (self->rule_row), G_OBJECT (self->threshold_adjustment),
@@ -895,6 +933,7 @@ um_chat_page_get_params (UmChatPage *self, UmGenParams *p)
       else
         p->threshold = gtk_adjustment_get_value (self->threshold_adjustment);
     }
+  um_gen_params_for_schedule (p, current_schedule (self));
 }
 
 static void
@@ -1244,6 +1283,7 @@ um_chat_page_class_init (UmChatPageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, placeholder_label);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, mode_button);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, params_label);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, fast_button);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, params_reset_button);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, limits_revealer);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, limits_label);

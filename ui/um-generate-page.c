@@ -16,6 +16,13 @@ struct _UmGeneratePage {
   GtkSwitch       *chat_switch;
   GtkSpinButton   *length_spin, *steps_spin, *block_spin, *temperature_spin, *cfg_spin;
   AdwComboRow     *remasking_row;
+  /* The timestep (Dream) and entropy (RND1) schedules' options. */
+  AdwComboRow     *alg_row;
+  AdwActionRow    *alg_temp_row, *eps_row, *top_p_row, *top_k_row, *greedy_row;
+  GtkSpinButton   *alg_temp_spin, *eps_spin, *top_p_spin, *top_k_spin;
+  GtkSwitch       *greedy_switch;
+  AdwPreferencesGroup *params_group, *fast_group;
+  UmSchedule       schedule;         /* whose options are shown */
   AdwExpanderRow  *fast_row;
   AdwComboRow     *cache_row, *rule_row;
   AdwActionRow    *threshold_row, *factor_row;
@@ -74,6 +81,9 @@ static guint signals[N_SIGNALS];
 static void update_problem (UmGeneratePage *self);
 static void update_sources (UmGeneratePage *self);
 
+/* The Algorithm row's items (um_settings_bind_alg's order). */
+static const UmAlg alg_items[] = { UM_ALG_MASKGIT_PLUS, UM_ALG_TOPK_MARGIN, UM_ALG_ENTROPY, UM_ALG_ORIGIN };
+
 static void
 read_params (UmGeneratePage *self, UmGenParams *p)
 {
@@ -87,6 +97,12 @@ read_params (UmGeneratePage *self, UmGenParams *p)
   p->temperature = gtk_spin_button_get_value (self->temperature_spin);
   p->cfg_scale = gtk_spin_button_get_value (self->cfg_spin);
   p->remasking = adw_combo_row_get_selected (self->remasking_row) == 1 ? UM_REMASK_RANDOM : UM_REMASK_LOW_CONFIDENCE;
+  p->alg = alg_items[MIN (adw_combo_row_get_selected (self->alg_row), G_N_ELEMENTS (alg_items) - 1)];
+  p->alg_temp = gtk_spin_button_get_value (self->alg_temp_spin);
+  p->eps = gtk_spin_button_get_value (self->eps_spin);
+  p->top_p = gtk_spin_button_get_value (self->top_p_spin);
+  p->top_k = gtk_spin_button_get_value_as_int (self->top_k_spin);
+  p->greedy = gtk_switch_get_active (self->greedy_switch);
 
   p->cache = UM_CACHE_NONE;
   p->threshold = 0.0;
@@ -122,6 +138,8 @@ read_params (UmGeneratePage *self, UmGenParams *p)
     }
   p->constraints = self->snap_constraints->len ? (const UmGenConstraint *) self->snap_constraints->data : NULL;
   p->n_constraints = (int) self->snap_constraints->len;
+  /* Hidden options of another family's schedule neither act nor fail. */
+  um_gen_params_for_schedule (p, self->schedule);
 }
 
 /* ---- word constraints ---- */
@@ -321,7 +339,9 @@ update_problem (UmGeneratePage *self)
   g_clear_pointer (&self->problem, g_free);
   if (!um_gen_params_validate (&p, 0, max_len, &error))
     {
-      if (p.gen_length % p.block_length != 0)
+      if (self->schedule != UM_SCHEDULE_BLOCK)
+        self->problem = g_strdup (error->message);
+      else if (p.gen_length % p.block_length != 0)
         self->problem = g_strdup_printf (_("The length (%d) must be a multiple of the block length (%d)."),
                                          p.gen_length, p.block_length);
       else if (p.steps % (p.gen_length / p.block_length) != 0)
@@ -679,6 +699,66 @@ um_generate_page_get_model_note (UmGeneratePage *self)
          ? gtk_label_get_text (self->model_note_label) : NULL;
 }
 
+/* Only the options of the model family's schedule are shown. */
+static void
+update_family (UmGeneratePage *self)
+{
+  static const char *const key_props[UM_GEN_N_KEYS] = {
+    "gen-length", "steps", "block-length", "temperature", "cfg-scale", "remasking",
+  };
+  const struct { gpointer widget; const char *prop; } extra[] = {
+    { self->alg_row, "alg" }, { self->alg_temp_row, "alg-temp" }, { self->eps_row, "eps" },
+    { self->top_p_row, "top-p" }, { self->top_k_row, "top-k" }, { self->greedy_row, "greedy" },
+    { self->fast_group, "fast-decoding" }, { self->constraints_group, "constraints" },
+  };
+  UmSchedule schedule = self->settings ? um_settings_get_schedule (self->settings) : UM_SCHEDULE_BLOCK;
+  const char *description, *temperature;
+
+  self->schedule = schedule;
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    gtk_widget_set_visible (GTK_WIDGET (self->param_rows[k]), um_schedule_uses (schedule, key_props[k]));
+  for (guint i = 0; i < G_N_ELEMENTS (extra); i++)
+    gtk_widget_set_visible (GTK_WIDGET (extra[i].widget), um_schedule_uses (schedule, extra[i].prop));
+
+  switch (schedule)
+    {
+    case UM_SCHEDULE_TIMESTEP:
+      description = _("Dream’s schedule: each step commits the share of the masks that the noise schedule gives, "
+                      "the positions chosen by the algorithm.");
+      temperature = _("0 always picks the most likely token");
+      break;
+    case UM_SCHEDULE_ENTROPY:
+      description = _("RND1’s schedule: each step keeps the most uncertain positions masked and commits the rest.");
+      temperature = _("Scales the uncertainty that decides which positions wait; without Greedy Tokens it also "
+                      "samples the tokens");
+      break;
+    case UM_SCHEDULE_BLOCK:
+    default:
+      description = _("The reference schedule: the answer is split into blocks, and each block gets an equal share "
+                      "of the steps.");
+      temperature = _("0 always picks the most likely token");
+      break;
+    }
+  adw_preferences_group_set_description (self->params_group, description);
+  if (g_strcmp0 (self->descriptions[UM_GEN_KEY_TEMPERATURE], temperature) != 0)
+    {
+      g_free (self->descriptions[UM_GEN_KEY_TEMPERATURE]);
+      self->descriptions[UM_GEN_KEY_TEMPERATURE] = g_strdup (temperature);
+      /* The row's subtitle is the description and the source: redo it. */
+      g_clear_pointer (&self->source_notes[UM_GEN_KEY_TEMPERATURE], g_free);
+      adw_action_row_set_subtitle (self->param_rows[UM_GEN_KEY_TEMPERATURE], temperature);
+    }
+  update_problem (self);
+  update_sources (self);
+}
+
+UmSchedule
+um_generate_page_get_schedule (UmGeneratePage *self)
+{
+  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self), UM_SCHEDULE_BLOCK);
+  return self->schedule;
+}
+
 void
 um_generate_page_set_settings (UmGeneratePage *self, UmSettings *settings)
 {
@@ -697,14 +777,25 @@ um_generate_page_set_settings (UmGeneratePage *self, UmSettings *settings)
                           G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
   /* Bound, not copied once: the model's recommendation may change it. */
   um_settings_bind_remasking (settings, G_OBJECT (self->remasking_row));
+  um_settings_bind_alg (settings, G_OBJECT (self->alg_row));
+  g_object_bind_property (settings, "alg-temp", self->alg_temp_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "eps", self->eps_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "top-p", self->top_p_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "top-k", self->top_k_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "greedy", self->greedy_switch, "active",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_signal_connect_object (settings, "notify::family", G_CALLBACK (update_family), self, G_CONNECT_SWAPPED);
   g_signal_connect_object (settings, "sources-changed", G_CALLBACK (update_sources), self, G_CONNECT_SWAPPED);
   /* "Your choice — the model recommends …" depends on the value too. */
   g_signal_connect_object (settings, "notify", G_CALLBACK (update_sources), self, G_CONNECT_SWAPPED);
   um_settings_bind_fast_decoding (settings, G_OBJECT (self->fast_row), G_OBJECT (self->cache_row),
                                   G_OBJECT (self->rule_row), G_OBJECT (self->threshold_adjustment),
                                   G_OBJECT (self->factor_adjustment));
-  update_problem (self);
-  update_sources (self);
+  update_family (self);
 }
 
 void
@@ -819,6 +910,19 @@ um_generate_page_class_init (UmGeneratePageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, temperature_spin);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, cfg_spin);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, remasking_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, alg_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, alg_temp_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, eps_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, top_p_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, top_k_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, greedy_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, alg_temp_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, eps_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, top_p_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, top_k_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, greedy_switch);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, params_group);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, fast_group);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, fast_row);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, cache_row);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, rule_row);
@@ -879,6 +983,8 @@ um_generate_page_init (UmGeneratePage *self)
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     self->descriptions[k] = g_strdup (adw_action_row_get_subtitle (self->param_rows[k]));
   um_diffusion_view_set_token_text_func (self->view, token_text, self, NULL);
+  /* Without settings: LLaDA's block schedule (the other rows start hidden). */
+  self->schedule = UM_SCHEDULE_BLOCK;
   gtk_text_buffer_set_text (gtk_text_view_get_buffer (self->prompt_view),
                             _("What is free software? Answer in two sentences."), -1);
   g_signal_connect_swapped (self->length_spin, "value-changed", G_CALLBACK (on_param_changed), self);
@@ -887,6 +993,12 @@ um_generate_page_init (UmGeneratePage *self)
   g_signal_connect_swapped (self->temperature_spin, "value-changed", G_CALLBACK (on_param_changed), self);
   g_signal_connect_swapped (self->cfg_spin, "value-changed", G_CALLBACK (on_param_changed), self);
   g_signal_connect_swapped (self->remasking_row, "notify::selected", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->alg_row, "notify::selected", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->alg_temp_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->eps_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->top_p_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->top_k_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->greedy_switch, "notify::active", G_CALLBACK (on_param_changed), self);
   g_signal_connect (self->step_adjustment, "value-changed", G_CALLBACK (on_scale_changed), self);
   g_signal_connect_swapped (self->fast_row, "notify::enable-expansion", G_CALLBACK (on_param_changed), self);
   g_signal_connect_swapped (self->cache_row, "notify::selected", G_CALLBACK (on_param_changed), self);

@@ -750,6 +750,32 @@ um_schedule_uses (UmSchedule schedule, const char *property)
 }
 
 void
+um_gen_params_for_schedule (UmGenParams *p, UmSchedule schedule)
+{
+  if (!um_schedule_uses (schedule, "block-length"))
+    p->block_length = p->gen_length;
+  if (!um_schedule_uses (schedule, "cfg-scale"))
+    p->cfg_scale = 0.0;
+  if (!um_schedule_uses (schedule, "remasking"))
+    p->remasking = UM_REMASK_LOW_CONFIDENCE;
+  if (!um_schedule_uses (schedule, "logits-eos-inf"))
+    p->logits_eos_inf = FALSE;
+  if (!um_schedule_uses (schedule, "confidence-eos-eot-inf"))
+    p->confidence_eos_eot_inf = FALSE;
+  if (!um_schedule_uses (schedule, "fast-decoding"))
+    {
+      p->cache = UM_CACHE_NONE;
+      p->threshold = 0.0;
+      p->factor = 0.0;
+    }
+  if (!um_schedule_uses (schedule, "constraints"))
+    {
+      p->constraints = NULL;
+      p->n_constraints = 0;
+    }
+}
+
+void
 um_settings_plan_shape (const UmGenParams *params, UmSchedule schedule, UmPlanShape *shape)
 {
   gboolean blocks = schedule == UM_SCHEDULE_BLOCK;
@@ -934,6 +960,20 @@ um_settings_format_value (const UmGenParams *p, UmGenKey key)
     case UM_GEN_KEY_BLOCK_LENGTH:
     case UM_GEN_N_KEYS:
     default: return um_gen_params_format (p, key);
+    }
+}
+
+char *
+um_settings_format_alg (UmAlg alg)
+{
+  /* As the Algorithm row names them. */
+  switch (alg)
+    {
+    case UM_ALG_MASKGIT_PLUS: return g_strdup (_("Probability (MaskGIT+)"));
+    case UM_ALG_TOPK_MARGIN: return g_strdup (_("Margin (Top-k)"));
+    case UM_ALG_ENTROPY: return g_strdup (_("Entropy"));
+    case UM_ALG_ORIGIN:
+    default: return g_strdup (_("Random (Origin)"));
     }
 }
 

@@ -59,6 +59,9 @@ char        *um_settings_describe_source (UmSettings *self, UmGenKey key, const 
 /* The value of @key as shown in the app (locale's decimal point). */
 char        *um_settings_format_value (const UmGenParams *params, UmGenKey key);
 
+/* Dream's algorithm as the app names it. */
+char        *um_settings_format_alg (UmAlg alg);
+
 /* Binds an AdwComboRow's "selected" (Confidence, Random) to "remasking". */
 void         um_settings_bind_remasking (UmSettings *self, GObject *combo_row);
 /* Binds an AdwComboRow's "selected" (MaskGIT+, Top-k margin, Entropy,
@@ -80,6 +83,10 @@ gboolean     um_settings_family_to_arch (const char *family, UmArch *out);
  * "alg", "greedy", …; "constraints" for the word constraints): the pages
  * show only those. */
 gboolean     um_schedule_uses (UmSchedule schedule, const char *property);
+/* Leaves out of @p what @schedule does not have (its defaults instead),
+ * so that settings kept for another schedule neither act nor fail: with no
+ * blocks the answer is one block, no guidance, no fast decoding. */
+void         um_gen_params_for_schedule (UmGenParams *p, UmSchedule schedule);
 /* The shape the memory plan is made for, for a generation of @params under @schedule. */
 void         um_settings_plan_shape (const UmGenParams *params, UmSchedule schedule, UmPlanShape *shape);
 
