@@ -9,6 +9,13 @@
 
 #include <string.h>
 
+/* The settings property of each option whose row (or group) a schedule
+ * shows or not (um_schedule_uses ()); the first ones in UmGenKey order. */
+static const char *const option_props[] = {
+  "gen-length", "steps", "block-length", "temperature", "cfg-scale", "remasking",
+  "alg", "alg-temp", "eps", "top-p", "top-k", "greedy", "fast-decoding", "constraints",
+};
+
 struct _UmGeneratePage {
   AdwBin           parent_instance;
 
@@ -23,6 +30,7 @@ struct _UmGeneratePage {
   GtkSwitch       *greedy_switch;
   AdwPreferencesGroup *params_group, *fast_group;
   UmSchedule       schedule;         /* whose options are shown */
+  GtkWidget       *option_widgets[G_N_ELEMENTS (option_props)];
   AdwExpanderRow  *fast_row;
   AdwComboRow     *cache_row, *rule_row;
   AdwActionRow    *threshold_row, *factor_row;
@@ -703,22 +711,12 @@ um_generate_page_get_model_note (UmGeneratePage *self)
 static void
 update_family (UmGeneratePage *self)
 {
-  static const char *const key_props[UM_GEN_N_KEYS] = {
-    "gen-length", "steps", "block-length", "temperature", "cfg-scale", "remasking",
-  };
-  const struct { gpointer widget; const char *prop; } extra[] = {
-    { self->alg_row, "alg" }, { self->alg_temp_row, "alg-temp" }, { self->eps_row, "eps" },
-    { self->top_p_row, "top-p" }, { self->top_k_row, "top-k" }, { self->greedy_row, "greedy" },
-    { self->fast_group, "fast-decoding" }, { self->constraints_group, "constraints" },
-  };
   UmSchedule schedule = self->settings ? um_settings_get_schedule (self->settings) : UM_SCHEDULE_BLOCK;
   const char *description, *temperature;
 
   self->schedule = schedule;
-  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
-    gtk_widget_set_visible (GTK_WIDGET (self->param_rows[k]), um_schedule_uses (schedule, key_props[k]));
-  for (guint i = 0; i < G_N_ELEMENTS (extra); i++)
-    gtk_widget_set_visible (GTK_WIDGET (extra[i].widget), um_schedule_uses (schedule, extra[i].prop));
+  for (guint i = 0; i < G_N_ELEMENTS (option_props); i++)
+    gtk_widget_set_visible (self->option_widgets[i], um_schedule_uses (schedule, option_props[i]));
 
   switch (schedule)
     {
@@ -750,6 +748,16 @@ update_family (UmGeneratePage *self)
     }
   update_problem (self);
   update_sources (self);
+}
+
+gboolean
+um_generate_page_get_option_visible (UmGeneratePage *self, const char *property)
+{
+  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self), FALSE);
+  for (guint i = 0; i < G_N_ELEMENTS (option_props); i++)
+    if (g_str_equal (property, option_props[i]))
+      return gtk_widget_get_visible (self->option_widgets[i]);
+  g_return_val_if_reached (FALSE);
 }
 
 UmSchedule
@@ -985,6 +993,18 @@ um_generate_page_init (UmGeneratePage *self)
   um_diffusion_view_set_token_text_func (self->view, token_text, self, NULL);
   /* Without settings: LLaDA's block schedule (the other rows start hidden). */
   self->schedule = UM_SCHEDULE_BLOCK;
+  {
+    GtkWidget *extra[] = {
+      GTK_WIDGET (self->alg_row), GTK_WIDGET (self->alg_temp_row), GTK_WIDGET (self->eps_row),
+      GTK_WIDGET (self->top_p_row), GTK_WIDGET (self->top_k_row), GTK_WIDGET (self->greedy_row),
+      GTK_WIDGET (self->fast_group), GTK_WIDGET (self->constraints_group),
+    };
+    G_STATIC_ASSERT (G_N_ELEMENTS (option_props) == UM_GEN_N_KEYS + G_N_ELEMENTS (extra));
+    for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+      self->option_widgets[k] = GTK_WIDGET (self->param_rows[k]);
+    for (guint i = 0; i < G_N_ELEMENTS (extra); i++)
+      self->option_widgets[UM_GEN_N_KEYS + i] = extra[i];
+  }
   gtk_text_buffer_set_text (gtk_text_view_get_buffer (self->prompt_view),
                             _("What is free software? Answer in two sentences."), -1);
   g_signal_connect_swapped (self->length_spin, "value-changed", G_CALLBACK (on_param_changed), self);

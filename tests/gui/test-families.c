@@ -1,0 +1,353 @@
+/* Model families in the app: the pages offer only the options of the
+ * family's schedule (Dream's algorithm and the rest, RND1's greedy tokens,
+ * LLaDA's blocks) and keep each family's values; the model chooser and the
+ * header name the family; a Dream model (tests/data/tiny-dream, which
+ * shifts its logits) runs and the diffusion view shows each token where
+ * the engine committed it. */
+#include "config.h"
+
+#include <adwaita.h>
+#include <glib/gstdio.h>
+#include <string.h>
+
+#include "um-chat-page.h"
+#include "um-generate-page.h"
+#include "um-gguf.h"
+#include "um-model-chooser.h"
+#include "um-preferences.h"
+#include "um-settings.h"
+#include "um-test-util.h"
+#include "um-window.h"
+
+static char *tmp_dir;
+
+static void
+wait_for (gboolean (*done) (gpointer), gpointer data, int timeout_s)
+{
+  gint64 end = g_get_monotonic_time () + (gint64) timeout_s * G_USEC_PER_SEC;
+  while (!done (data))
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, end);
+      g_main_context_iteration (NULL, TRUE);
+    }
+}
+
+static gboolean
+not_loading (gpointer win)
+{
+  return !um_window_get_loading (win);
+}
+
+static gboolean
+mapped (gpointer widget)
+{
+  return gtk_widget_get_mapped (widget);
+}
+
+static gboolean
+not_running (gpointer page)
+{
+  return !um_generate_page_get_running (page);
+}
+
+static gboolean
+scanned (gpointer chooser)
+{
+  return um_model_chooser_get_scanned (chooser);
+}
+
+/* A window with settings of its own (a fresh file per test). */
+static UmWindow *
+make_window (const char *settings_name)
+{
+  g_autofree char *settings_path = g_build_filename (tmp_dir, settings_name, NULL);
+  g_autoptr(UmSettings) settings = NULL;
+  UmWindow *win;
+
+  g_remove (settings_path);
+  settings = um_settings_new (settings_path);
+  win = um_window_new (NULL, settings);
+  gtk_window_set_default_size (GTK_WINDOW (win), 1180, 780);
+  gtk_window_present (GTK_WINDOW (win));
+  wait_for (mapped, win, 10);
+  return win;
+}
+
+static void
+destroy_window (UmWindow *win)
+{
+  g_object_ref (win);
+  gtk_window_destroy (GTK_WINDOW (win));
+  while (g_main_context_pending (NULL))
+    g_main_context_iteration (NULL, FALSE);
+  g_assert_finalize_object (win);
+}
+
+static void
+load (UmWindow *win, const char *path)
+{
+  um_window_load_model (win, path);
+  wait_for (not_loading, win, 30);
+  if (um_window_get_error_message (win) != NULL)
+    g_error ("%s: %s", path, um_window_get_error_message (win));
+  g_assert_nonnull (um_window_get_engine (win));
+}
+
+static const char *const block_only[] = { "block-length", "cfg-scale", "remasking", "fast-decoding", "constraints", NULL };
+static const char *const timestep_only[] = { "alg", "alg-temp", "eps", "top-p", "top-k", NULL };
+static const char *const entropy_only[] = { "greedy", NULL };
+static const char *const every_schedule[] = { "gen-length", "steps", "temperature", NULL };
+
+/* The Generate page shows exactly @shown of the schedules' options; the
+ * Chat page lists the same; Preferences has LLaDA's EOS switches only for
+ * the block schedule. */
+static void
+assert_options (UmWindow *win, const char *const *shown, const char *chat_has, const char *chat_lacks)
+{
+  UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  UmChatPage *chat = UM_CHAT_PAGE (um_window_get_chat_page (win));
+  const char *const *all[] = { block_only, timestep_only, entropy_only };
+  const char *text = um_chat_page_get_params_text (chat);
+  GtkWidget *prefs = um_preferences_new (um_window_get_settings (win));
+
+  for (guint i = 0; every_schedule[i] != NULL; i++)
+    g_assert_true (um_generate_page_get_option_visible (page, every_schedule[i]));
+  for (guint a = 0; a < G_N_ELEMENTS (all); a++)
+    for (guint i = 0; all[a][i] != NULL; i++)
+      {
+        gboolean want = all[a] == shown;
+        if (um_generate_page_get_option_visible (page, all[a][i]) != want)
+          g_error ("option “%s” is %s", all[a][i], want ? "hidden" : "shown");
+      }
+  if (strstr (text, chat_has) == NULL || strstr (text, chat_lacks) != NULL)
+    g_error ("the chat's parameters do not fit the family: %s", text);
+  g_assert_cmpint (um_preferences_get_eos_visible (UM_PREFERENCES (prefs)), ==, shown == block_only);
+  gtk_window_destroy (GTK_WINDOW (prefs));
+}
+
+/* Switching the settings' family, as loading a model does: the options
+ * follow, each family keeps its own values, and a value that would break
+ * LLaDA's blocks is no problem for Dream, which has none. */
+static void
+test_options_follow_family (void)
+{
+  UmWindow *win = make_window ("settings-options.json");
+  UmSettings *settings = um_window_get_settings (win);
+  UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  UmGenParams p;
+
+  g_assert_cmpstr (um_settings_get_family (settings), ==, "LLaDA");
+  assert_options (win, block_only, "Block Length", "Algorithm");
+  g_object_set (settings, "gen-length", 100, "fast-decoding", TRUE, NULL);
+  /* 100 tokens do not make blocks of 32. */
+  g_assert_nonnull (um_generate_page_get_problem (page));
+
+  um_settings_set_family (settings, "Dream");
+  g_assert_cmpint (um_generate_page_get_schedule (page), ==, UM_SCHEDULE_TIMESTEP);
+  assert_options (win, timestep_only, "Algorithm", "Block Length");
+  g_object_set (settings, "gen-length", 100, "alg", "entropy", "top-p", 0.95, NULL);
+  g_assert_null (um_generate_page_get_problem (page));
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpint (p.gen_length, ==, 100);
+  g_assert_cmpint (p.alg, ==, UM_ALG_ENTROPY);
+  g_assert_cmpfloat (p.top_p, ==, 0.95);
+  /* LLaDA's fast decoding (still on in the settings) does not reach Dream. */
+  g_assert_cmpint (p.cache, ==, UM_CACHE_NONE);
+  g_assert_cmpfloat (p.threshold, ==, 0.0);
+  g_assert_cmpint (p.block_length, ==, p.gen_length);
+  {
+    UmGenParams chat;
+    um_chat_page_get_params (UM_CHAT_PAGE (um_window_get_chat_page (win)), &chat);
+    g_assert_cmpint (chat.cache, ==, UM_CACHE_NONE);
+    g_assert_cmpint (chat.alg, ==, UM_ALG_ENTROPY);
+  }
+  g_assert_nonnull (strstr (um_chat_page_get_params_text (UM_CHAT_PAGE (um_window_get_chat_page (win))),
+                            "Entropy"));
+
+  um_settings_set_family (settings, "RND1");
+  assert_options (win, entropy_only, "Greedy Tokens", "Algorithm");
+
+  um_settings_set_family (settings, "LLaDA-MoE");
+  assert_options (win, block_only, "Guidance Scale", "Top-k");
+
+  um_settings_set_family (settings, "Dream");
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpint (p.alg, ==, UM_ALG_ENTROPY);
+  um_settings_set_family (settings, "LLaDA");
+  assert_options (win, block_only, "Block Length", "Algorithm");
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpint (p.gen_length, ==, 100);
+  g_assert_cmpint (p.cache, !=, UM_CACHE_NONE);
+  destroy_window (win);
+}
+
+static void
+copy_data_file (const char *from_dir, const char *name, const char *to_dir)
+{
+  g_autofree char *from = g_build_filename (from_dir, name, NULL);
+  g_autofree char *to = g_build_filename (to_dir, name, NULL);
+  g_autofree char *bytes = NULL;
+  gsize len;
+
+  g_assert_true (g_file_get_contents (from, &bytes, &len, NULL));
+  um_test_write_file (to, bytes, len);
+}
+
+static GtkWidget *
+find_row (GtkListBox *list, const char *path)
+{
+  for (GtkWidget *w = gtk_widget_get_first_child (GTK_WIDGET (list)); w != NULL; w = gtk_widget_get_next_sibling (w))
+    if (g_strcmp0 (g_object_get_data (G_OBJECT (w), "path"), path) == 0)
+      return w;
+  return NULL;
+}
+
+/* The chooser lists a Dream snapshot as Dream ships it (vocab.json +
+ * merges.txt, no tokenizer.json) and a Dream GGUF, naming the family. */
+static void
+test_chooser_names_family (void)
+{
+  const char *hub = g_getenv ("HF_HUB_CACHE");
+  g_autofree char *snap = g_build_filename (hub, "models--Dream-org--Dream-Tiny", "snapshots", "0123abcd", NULL);
+  g_autofree char *gguf_snap = g_build_filename (hub, "models--someone--Dream-GGUF", "snapshots", "0123abcd", NULL);
+  g_autofree char *gguf = g_build_filename (gguf_snap, "dream-tiny.gguf", NULL);
+  g_autofree char *dream = um_test_data_path ("tiny-dream");
+  g_autofree char *settings_path = g_build_filename (tmp_dir, "settings-chooser.json", NULL);
+  g_autoptr(UmSettings) settings = um_settings_new (settings_path);
+  static const char *const files[] = { "config.json", "generation_config.json", "model.safetensors", "vocab.json",
+                                       "merges.txt", "tokenizer_config.json" };
+  GtkWidget *chooser;
+  GtkWidget *row;
+
+  g_mkdir_with_parents (snap, 0755);
+  g_mkdir_with_parents (gguf_snap, 0755);
+  for (guint i = 0; i < G_N_ELEMENTS (files); i++)
+    copy_data_file (dream, files[i], snap);
+  {
+    /* The chooser reads only the GGUF's header. */
+    g_autoptr(UmGgufWriter) w = um_gguf_writer_new ();
+    g_autoptr(GError) error = NULL;
+    um_gguf_writer_set_string (w, "general.architecture", "dream");
+    g_assert_true (um_gguf_writer_begin (w, gguf, &error) && um_gguf_writer_finish (w, &error));
+    g_assert_no_error (error);
+  }
+  chooser = um_model_chooser_new (settings);
+  gtk_window_present (GTK_WINDOW (chooser));
+  wait_for (scanned, chooser, 30);
+
+  row = find_row (um_model_chooser_get_list (UM_MODEL_CHOOSER (chooser)), gguf);
+  g_assert_nonnull (row);
+  g_assert_cmpstr (g_object_get_data (G_OBJECT (row), "family"), ==, "Dream");
+  g_assert_true (g_str_has_prefix (adw_action_row_get_subtitle (ADW_ACTION_ROW (row)), "Dream · gguf · "));
+
+  row = find_row (um_model_chooser_get_list (UM_MODEL_CHOOSER (chooser)), snap);
+  g_assert_nonnull (row);
+  if (!gtk_list_box_row_get_activatable (GTK_LIST_BOX_ROW (row)))
+    g_error ("the Dream snapshot cannot be loaded: %s", adw_action_row_get_subtitle (ADW_ACTION_ROW (row)));
+  g_assert_cmpstr (g_object_get_data (G_OBJECT (row), "family"), ==, "Dream");
+  g_assert_true (g_str_has_prefix (adw_action_row_get_subtitle (ADW_ACTION_ROW (row)), "Dream · safetensors · "));
+
+  gtk_window_destroy (GTK_WINDOW (chooser));
+}
+
+typedef struct {
+  UmDiffusionView *view;
+  int commits;        /* cells filled so far, as the steps said */
+  gboolean agree;
+} StepWatch;
+
+/* After each step, the view has exactly the cells committed so far. */
+static void
+on_steps_recorded (UmDiffusionView *view, GParamSpec *pspec, StepWatch *w)
+{
+  g_autoptr(GArray) shown = um_diffusion_view_get_shown_ids (view);
+  int filled = 0;
+
+  for (guint i = 0; i < shown->len; i++)
+    filled += g_array_index (shown, gint32, i) != 508;   /* tiny-dream's mask */
+  if (filled < w->commits)
+    w->agree = FALSE;
+  w->commits = filled;
+}
+
+/* A Dream model: the header names the family, Generate shows Dream's
+ * options, a run ends with the view showing the answer exactly (tokens
+ * where they were committed, not one row off), and LLaDA's options come
+ * back with a LLaDA model while Dream's choices are kept for Dream. */
+static void
+test_dream_model (void)
+{
+  g_autofree char *dream = um_test_data_path ("tiny-dream");
+  g_autofree char *llada = um_test_data_path ("tiny-llada");
+  UmWindow *win = make_window ("settings-dream.json");
+  UmSettings *settings = um_window_get_settings (win);
+  UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  UmDiffusionView *view = um_generate_page_get_view (page);
+  StepWatch watch = { view, 0, TRUE };
+  g_autoptr(GArray) shown = NULL;
+  GArray *got;
+  gulong id;
+  UmGenParams p;
+
+  load (win, dream);
+  g_assert_cmpstr (um_settings_get_family (settings), ==, "Dream");
+  g_assert_cmpstr (um_window_get_family_label (win), ==, "Dream");
+  g_assert_true (g_str_has_suffix (um_window_get_subtitle (win), " · Dream"));
+  assert_options (win, timestep_only, "Algorithm", "Block Length");
+
+  um_generate_page_set_prompt (page, "What is free software?");
+  g_object_set (settings, "gen-length", 16, "steps", 8, "alg", "maskgit_plus", "temperature", 0.0,
+                "chat-template", TRUE, NULL);
+  g_assert_null (um_generate_page_get_problem (page));
+  id = g_signal_connect (view, "notify::n-steps-recorded", G_CALLBACK (on_steps_recorded), &watch);
+  um_generate_page_generate (page);
+  g_assert_true (um_generate_page_get_running (page));
+  wait_for (not_running, page, 60);
+  g_signal_handler_disconnect (view, id);
+
+  g_assert_null (um_generate_page_get_last_error (page));
+  got = um_generate_page_get_last_ids (page);
+  g_assert_cmpuint (got->len, ==, 16);
+  g_assert_true (watch.agree);
+  g_assert_cmpint (um_diffusion_view_get_n_steps_recorded (view), ==, 8);
+  shown = um_diffusion_view_get_shown_ids (view);
+  g_assert_cmpmem (shown->data, shown->len * 4, got->data, got->len * 4);
+
+  load (win, llada);
+  g_assert_cmpstr (um_window_get_family_label (win), ==, "LLaDA");
+  assert_options (win, block_only, "Block Length", "Algorithm");
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpint (p.gen_length, !=, 16);
+
+  load (win, dream);
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpint (p.gen_length, ==, 16);
+  g_assert_cmpint (p.steps, ==, 8);
+  g_assert_cmpint (p.alg, ==, UM_ALG_MASKGIT_PLUS);
+  destroy_window (win);
+}
+
+int
+main (int argc, char **argv)
+{
+  int rc;
+
+  tmp_dir = g_dir_make_tmp ("unmask-gui-XXXXXX", NULL);
+  {
+    g_autofree char *data_home = g_build_filename (tmp_dir, "data", NULL);
+    /* The chooser's cache: set before any thread starts. */
+    g_autofree char *hub = g_build_filename (tmp_dir, "hub", NULL);
+    g_setenv ("XDG_DATA_HOME", data_home, TRUE);
+    g_setenv ("HF_HUB_CACHE", hub, TRUE);
+  }
+  gtk_test_init (&argc, &argv, NULL);
+  adw_init ();
+
+  g_test_add_func ("/families/options-follow-family", test_options_follow_family);
+  g_test_add_func ("/families/chooser-names-family", test_chooser_names_family);
+  g_test_add_func ("/families/dream-model", test_dream_model);
+  rc = g_test_run ();
+  um_test_rmtree (tmp_dir);
+  g_free (tmp_dir);
+  return rc;
+}
