@@ -111,7 +111,8 @@ snapshot_committed (UmDiffusionView *self,
 {
   const Glyph *glyph = um_diffusion_view_cell_glyph (self, cell);
   graphene_rect_t rect = GRAPHENE_RECT_INIT (cell->x, cell->y, cell->w, self->cell_h);
-  gboolean current = cell->step == self->shown_step;
+  /* A token in place from the start was never the news of a step. */
+  gboolean current = cell->step >= 0 && cell->step == self->shown_step;
   double p = current ? self->anim_progress : 1.0;
   float opacity = 1.f;
   GdkRGBA bg, text;
@@ -258,7 +259,7 @@ um_diffusion_view_draw (GtkWidget   *widget,
         gtk_snapshot_append_color (snapshot, &pal.bar,
                                    &GRAPHENE_RECT_INIT (cell->bar_x - 1, cell->y + 1,
                                                         2, self->cell_h - 2));
-      if (cell->step >= 0)
+      if (cell_filled (cell))
         snapshot_committed (self, snapshot, cell, &pal);
       else if (self->mask_node != NULL)
         {

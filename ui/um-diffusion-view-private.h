@@ -43,6 +43,7 @@ typedef struct {
   gint32 id;          /* last id committed here; kept while masked so that
                        * scrubbing back and forth reuses the glyph */
   int    step;        /* step that committed it, as shown; -1: masked */
+  gint32 fixed_id;    /* in place before the first step, or -1 */
   float  confidence;
   Glyph *glyph;       /* of id, borrowed from glyphs; NULL: not looked up */
   int    x, y, w;     /* from the last stored flow */
@@ -123,6 +124,14 @@ struct _UmDiffusionView {
 #define COLOR_LOW       0xff6666
 #define COLOR_MEDIUM    0xffaa33
 #define COLOR_HIGH      0x66cc66
+
+/* Whether the cell shows a token (committed by the shown step or before,
+ * or in place from the start); its id is then cell->id. */
+static inline gboolean
+cell_filled (const Cell *cell)
+{
+  return cell->step >= 0 || cell->fixed_id >= 0;
+}
 
 /* Layout (um-diffusion-view.c). */
 void         um_diffusion_view_ensure_metrics (UmDiffusionView *self);

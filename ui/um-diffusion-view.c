@@ -235,7 +235,7 @@ flow (UmDiffusionView *self, int width, gboolean store)
   for (int i = 0; i < self->gen_length; i++)
     {
       Cell *cell = &self->cells[i];
-      const Glyph *glyph = cell->step >= 0 ? um_diffusion_view_cell_glyph (self, cell) : NULL;
+      const Glyph *glyph = cell_filled (cell) ? um_diffusion_view_cell_glyph (self, cell) : NULL;
       gboolean boundary = i > 0 && i % self->block_length == 0;
       int w = glyph != NULL ? glyph->width : self->mask_w;
       int gap = CELL_GAP;
@@ -334,7 +334,7 @@ update_accessible (UmDiffusionView *self)
           Cell *cell = &self->cells[i];
           const Glyph *glyph;
 
-          if (cell->step < 0)
+          if (!cell_filled (cell))
             {
               n_masked++;
               continue;
@@ -439,7 +439,15 @@ show_step (UmDiffusionView *self, int step)
   if (step < self->shown_step)
     {
       for (int i = 0; i < self->gen_length; i++)
-        self->cells[i].step = -1;
+        {
+          Cell *cell = &self->cells[i];
+          cell->step = -1;
+          if (cell->fixed_id >= 0 && cell->id != cell->fixed_id)
+            {
+              cell->id = cell->fixed_id;
+              cell->glyph = NULL;
+            }
+        }
       from = 0;
     }
   for (int k = from; k <= step; k++)
@@ -499,6 +507,7 @@ reset_canvas (UmDiffusionView *self, int gen_length)
     {
       self->cells[i].id = -1;
       self->cells[i].step = -1;
+      self->cells[i].fixed_id = -1;
       self->cells[i].bar_x = -1;
     }
   g_array_set_size (self->commits, 0);
@@ -609,11 +618,14 @@ um_diffusion_view_describe_position (UmDiffusionView *self,
   if (!self->has_run || index < 0 || index >= self->gen_length)
     return NULL;
   cell = &self->cells[index];
-  if (cell->step < 0)
+  if (!cell_filled (cell))
     /* Translators: a still masked position of the generated text. */
     return g_strdup_printf (_("Position %d · Masked"), index + 1);
   um_diffusion_view_ensure_metrics (self);
   token = escape_for_tip (um_diffusion_view_cell_glyph (self, cell)->text);
+  if (cell->step < 0)
+    /* Translators: a token in place before the first step (a word constraint, a reserved end slot). */
+    return g_strdup_printf (_("Position %d · token “%s” · in place from the start"), index + 1, token);
   /* Translators: a committed position: its token, the model's confidence
    * in it (0 to 1) and the step that committed it. */
   return g_strdup_printf (_("Position %d · token “%s” · confidence %.2f · step %d"),
@@ -1113,8 +1125,37 @@ um_diffusion_view_get_shown_ids (UmDiffusionView *self)
   ids = g_array_sized_new (FALSE, FALSE, sizeof (gint32), self->gen_length);
   for (int i = 0; i < self->gen_length; i++)
     {
-      gint32 id = self->cells[i].step >= 0 ? self->cells[i].id : self->mask_id;
+      gint32 id = cell_filled (&self->cells[i]) ? self->cells[i].id : self->mask_id;
       g_array_append_val (ids, id);
     }
   return ids;
+}
+
+void
+um_diffusion_view_set_fixed (UmDiffusionView *self,
+                             const gint32    *positions,
+                             const gint32    *ids,
+                             int              n)
+{
+  g_return_if_fail (UM_IS_DIFFUSION_VIEW (self));
+  g_return_if_fail (n <= 0 || (positions != NULL && ids != NULL));
+
+  for (int i = 0; i < n; i++)
+    {
+      gint64 pos = (gint64) positions[i] - self->prompt_len;
+      Cell *cell;
+
+      if (pos < 0 || pos >= self->gen_length || ids[i] < 0)
+        continue;
+      cell = &self->cells[pos];
+      cell->fixed_id = ids[i];
+      /* A cell committed in the shown step keeps its token until replay goes back. */
+      if (cell->step < 0 && cell->id != ids[i])
+        {
+          cell->id = ids[i];
+          cell->glyph = NULL;
+        }
+    }
+  invalidate_flow (self);
+  schedule_accessible (self);
 }

@@ -67,6 +67,7 @@ struct _UmGeneratePage {
   int              committed;
   gboolean         variable_steps;   /* threshold or factor: steps is only a bound */
   gboolean         updating_scale;
+  gboolean         fixed_seen;       /* the run's tokens in place from the start are known */
   UmModeInfo       mode_info;
   gboolean         have_mode;
   UmLimitsWarning     limits;
@@ -401,6 +402,31 @@ update_stats (UmGeneratePage *self, int step, int n_steps, int n_this, double el
   gtk_label_set_text (self->stats_label, text);
 }
 
+/* The answer's tokens that no step commits (word constraints, RND1's
+ * reserved end slot) are in the canvas from the first step on. */
+static void
+show_fixed (UmGeneratePage *self, const UmStepEvent *ev)
+{
+  gint32 mask = um_engine_get_model (self->engine)->cfg.mask_id;
+  g_autoptr(GArray) positions = g_array_new (FALSE, FALSE, sizeof (gint32));
+  g_autoptr(GArray) ids = g_array_new (FALSE, FALSE, sizeof (gint32));
+  int k = 0;
+
+  self->fixed_seen = TRUE;
+  /* ev->positions is ascending. */
+  for (gint32 i = ev->prompt_len; i < ev->seq_len; i++)
+    {
+      while (k < ev->n_committed && ev->positions[k] < i)
+        k++;
+      if (ev->canvas[i] == mask || (k < ev->n_committed && ev->positions[k] == i))
+        continue;
+      g_array_append_val (positions, i);
+      g_array_append_val (ids, ev->canvas[i]);
+    }
+  um_diffusion_view_set_fixed (self->view, (const gint32 *) (gpointer) positions->data,
+                               (const gint32 *) (gpointer) ids->data, (int) positions->len);
+}
+
 static void
 on_step (const UmStepEvent *ev, gpointer user_data)
 {
@@ -408,6 +434,8 @@ on_step (const UmStepEvent *ev, gpointer user_data)
 
   if (self->cancellable == NULL)
     return;
+  if (!self->fixed_seen)
+    show_fixed (self, ev);
   um_diffusion_view_add_step (self->view, ev->step, ev->positions, ev->ids, ev->confidences, ev->n_committed);
   self->committed += ev->n_committed;
   /* The slider follows the run unless the user is looking at an older step. */
@@ -519,6 +547,7 @@ um_generate_page_generate (UmGeneratePage *self)
   gtk_widget_set_sensitive (GTK_WIDGET (self->step_scale), TRUE);
   gtk_widget_set_sensitive (GTK_WIDGET (self->copy_button), FALSE);
   self->committed = 0;
+  self->fixed_seen = FALSE;
   self->started = g_get_monotonic_time ();
   self->variable_steps = req.params.threshold > 0 || req.params.factor > 0;
   update_stats (self, 0, req.params.steps, -1, 0.0);

@@ -327,6 +327,47 @@ test_dream_model (void)
   destroy_window (win);
 }
 
+/* Word constraints are in the canvas from the start: the view shows them
+ * there before any step (they were masks before), and the final canvas is
+ * the answer. The same path shows RND1's reserved end slot. */
+static void
+test_fixed_tokens_shown (void)
+{
+  g_autofree char *llada = um_test_data_path ("tiny-llada");
+  UmWindow *win = make_window ("settings-fixed.json");
+  UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  UmDiffusionView *view = um_generate_page_get_view (page);
+  g_autoptr(GArray) shown = NULL;
+  g_autoptr(GArray) start = NULL;
+  GArray *got;
+  int filled = 0;
+
+  load (win, llada);
+  um_generate_page_set_prompt (page, "What is free software?");
+  g_object_set (um_window_get_settings (win), "gen-length", 16, "steps", 16, "block-length", 8,
+                "temperature", 0.0, NULL);
+  um_generate_page_add_constraint (page, 5, "France");
+  um_generate_page_generate (page);
+  wait_for (not_running, page, 60);
+  g_assert_null (um_generate_page_get_last_error (page));
+  got = um_generate_page_get_last_ids (page);
+  shown = um_diffusion_view_get_shown_ids (view);
+  g_assert_cmpmem (shown->data, shown->len * 4, got->data, got->len * 4);
+
+  um_diffusion_view_set_shown_step (view, -1);
+  start = um_diffusion_view_get_shown_ids (view);
+  for (guint i = 0; i < start->len; i++)
+    if (g_array_index (start, gint32, i) != 508)   /* tiny-llada's mask */
+      {
+        g_assert_cmpint (g_array_index (start, gint32, i), ==, g_array_index (got, gint32, i));
+        filled++;
+      }
+  /* " France" is at least one token, at offset 5. */
+  g_assert_cmpint (filled, >=, 1);
+  g_assert_cmpint (g_array_index (start, gint32, 5), !=, 508);
+  destroy_window (win);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -345,6 +386,7 @@ main (int argc, char **argv)
 
   g_test_add_func ("/families/options-follow-family", test_options_follow_family);
   g_test_add_func ("/families/chooser-names-family", test_chooser_names_family);
+  g_test_add_func ("/families/fixed-tokens-shown", test_fixed_tokens_shown);
   g_test_add_func ("/families/dream-model", test_dream_model);
   rc = g_test_run ();
   um_test_rmtree (tmp_dir);
