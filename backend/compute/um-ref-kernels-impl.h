@@ -104,6 +104,84 @@ FN (swiglu) (const REAL *gate, const REAL *up, size_t n, REAL *out)
     out[i] = gate[i] / (1 + R_EXP (-gate[i])) * up[i];
 }
 
+/* x[rows, n] += b[n] */
+static void
+FN (add_bias) (REAL *x, int64_t rows, const UmWeight *b)
+{
+  const float *bv = b->data;
+  for (int64_t r = 0; r < rows; r++)
+    for (uint64_t i = 0; i < b->cols; i++)
+      x[r * b->cols + i] += bv[i];
+}
+
+/* One token's mixture of experts, as llama.cpp's build_moe_ffn: router
+ * probabilities (softmax or sigmoid of x · routerᵀ), the top n_experts_used
+ * by probability plus the selection bias (ties to the lower index), their
+ * unbiased probabilities as weights, renormalised (sum clamped as llama.cpp
+ * does) and scaled when the configuration says so, and out = Σ w_e ·
+ * down_e (silu (gate_e x) · up_e x). */
+static void
+FN (moe_ffn) (const UmModelConfig *c, const UmLayerWeights *W, const REAL *x, REAL *out)
+{
+  const guint E = W->n_experts, K = c->n_experts_used;
+  const int64_t D = c->d_model, F = W->ffn;
+  g_autofree REAL *p = g_new (REAL, E), *sel = g_new (REAL, E);
+  g_autofree REAL *g = g_new (REAL, F), *u = g_new (REAL, F), *y = g_new (REAL, D);
+  g_autofree guint *chosen = g_new (guint, K);
+  g_autofree gboolean *taken = g_new0 (gboolean, E);
+  g_autofree REAL *w = g_new (REAL, K);
+  REAL mx = -INFINITY, sum = 0;
+
+  FN (matmul) (x, 1, &W->router, p);
+  if (c->router_func == UM_ROUTER_SIGMOID)
+    for (guint e = 0; e < E; e++)
+      p[e] = 1 / (1 + R_EXP (-p[e]));
+  else
+    {
+      for (guint e = 0; e < E; e++)
+        mx = MAX (mx, p[e]);
+      for (guint e = 0; e < E; e++)
+        sum += p[e] = R_EXP (p[e] - mx);
+      for (guint e = 0; e < E; e++)
+        p[e] /= sum;
+    }
+  for (guint e = 0; e < E; e++)
+    sel[e] = p[e] + (W->router_bias.data != NULL ? ((const float *) W->router_bias.data)[e] : 0);
+  sum = 0;
+  for (guint k = 0; k < K; k++)
+    {
+      guint best = E;
+      for (guint e = 0; e < E; e++)
+        if (!taken[e] && (best == E || sel[e] > sel[best]))
+          best = e;
+      taken[best] = TRUE;
+      chosen[k] = best;
+      w[k] = p[best];
+      sum += w[k];
+    }
+  for (guint k = 0; k < K; k++)
+    {
+      if (c->router_norm)
+        w[k] /= MAX (sum, (REAL) 6.103515625e-5);
+      if (c->router_scale != 1.0)
+        w[k] *= (REAL) c->router_scale;
+    }
+  for (int64_t i = 0; i < D; i++)
+    out[i] = 0;
+  for (guint k = 0; k < K; k++)
+    {
+      UmWeight gate = um_weight_expert (&W->w_gate, E, chosen[k]);
+      UmWeight up = um_weight_expert (&W->w_up, E, chosen[k]);
+      UmWeight down = um_weight_expert (&W->w_down, E, chosen[k]);
+      FN (matmul) (x, 1, &gate, g);
+      FN (matmul) (x, 1, &up, u);
+      FN (swiglu) (g, u, F, g);
+      FN (matmul) (g, 1, &down, y);
+      for (int64_t i = 0; i < D; i++)
+        out[i] += w[k] * y[i];
+    }
+}
+
 gboolean
 FN (forward) (const UmModel *model, const gint32 *ids, int seq_len, REAL *logits,
               GError **error)
@@ -151,6 +229,18 @@ FN (forward) (const UmModel *model, const gint32 *ids, int seq_len, REAL *logits
       FN (matmul) (h, L, &W->wq, q);
       FN (matmul) (h, L, &W->wk, k);
       FN (matmul) (h, L, &W->wv, v);
+      if (W->bq.data != NULL)
+        {
+          FN (add_bias) (q, L, &W->bq);
+          FN (add_bias) (k, L, &W->bk);
+          FN (add_bias) (v, L, &W->bv);
+        }
+      /* QK-norm: each head's vector on its own, before the rotation. */
+      if (W->q_norm.data != NULL)
+        {
+          FN (rms_norm) (q, L * H, hd, W->q_norm.data, (REAL) c->rms_eps, q);
+          FN (rms_norm) (k, L * Hkv, hd, W->k_norm.data, (REAL) c->rms_eps, k);
+        }
       FN (rope) (q, L, pos, H, hd, c->rope_theta, c->rope_interleaved);
       FN (rope) (k, L, pos, Hkv, hd, c->rope_theta, c->rope_interleaved);
       FN (attention) (q, k, v, L, H, Hkv, hd, att);
@@ -158,6 +248,17 @@ FN (forward) (const UmModel *model, const gint32 *ids, int seq_len, REAL *logits
       for (int64_t i = 0; i < L * D; i++)
         x[i] += h[i];
       FN (rms_norm) (x, L, D, W->ffn_norm.data, (REAL) c->rms_eps, h);
+      if (W->n_experts > 0)
+        {
+          g_autofree REAL *y = g_new (REAL, D);
+          for (int64_t t = 0; t < L; t++)
+            {
+              FN (moe_ffn) (c, W, h + t * D, y);
+              for (int64_t i = 0; i < D; i++)
+                x[t * D + i] += y[i];
+            }
+          continue;
+        }
       FN (matmul) (h, L, &W->w_gate, g);
       FN (matmul) (h, L, &W->w_up, u);
       FN (swiglu) (g, u, L * F, g);

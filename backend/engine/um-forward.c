@@ -5,12 +5,16 @@
 #include "um-choose.h"
 #include "um-error.h"
 #include "um-layer-store.h"
+#include "um-moe.h"
 #include "um-prefetch.h"
 #include "um-quant.h"
 
 /* The work buffers of a pass, carved from one device arena. */
 typedef enum {
   SLOT_X, SLOT_H, SLOT_Q, SLOT_K, SLOT_V, SLOT_ATT, SLOT_GATE, SLOT_UP, SLOT_XS, SLOT_LOGITS,
+  SLOT_ROUTER,   /* MoE: the router's logits of a chunk of rows */
+  SLOT_EX,       /* MoE: an expert's group of input rows */
+  SLOT_EY,       /* MoE: an expert's output rows */
   N_SLOTS
 } Slot;
 
@@ -18,6 +22,11 @@ typedef enum {
 
 typedef struct {
   UmDevWeight *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+  /* NULL where the family or layer has none */
+  UmDevWeight *bq, *bk, *bv, *q_norm, *k_norm, *router, *router_bias;
+  /* MoE layers: expert e's gate, up and down at [3e], [3e+1], [3e+2]
+   * (slices of the stacked w_gate, w_up, w_down, which are then NULL). */
+  UmDevWeight **experts;
 } DevLayer;
 
 /* A layer-streaming slot: device memory for one layer's matrices and views
@@ -25,6 +34,8 @@ typedef struct {
 typedef struct {
   UmBuf       *buf;
   UmDevWeight *mats[UM_LAYER_N_MATS];
+  UmDevWeight **experts;      /* views of the experts' slices (MoE layers), 3 per expert */
+  guint        n_experts;
   int          shaped_for;    /* layer whose shapes the views have, -1 none */
   int          requested;     /* layer last asked of the prefetcher, -1 none */
 } StreamSlot;
@@ -58,6 +69,10 @@ struct _UmForward {
   UmBuf         **kv_views;       /* 2 per layer: K, V */
   int             kv_rows;        /* canvas rows the cache holds (n_seq·seq_len) */
   UmForwardStats  stats;
+  UmMoeRouting    routing;        /* MoE: the current chunk's routing */
+  float          *host_router;    /* MoE: the router's logits of a chunk, downloaded */
+  size_t          host_router_floats;
+  float          *host_bias;      /* MoE: a layer's selection bias, downloaded once per pass */
 };
 
 void
@@ -111,6 +126,10 @@ um_forward_free (UmForward *fw)
       for (int i = 0; i < UM_LAYER_N_MATS; i++)
         if (fw->stream[s].mats[i] != NULL)
           fw->be->ops->weight_free (fw->be, fw->stream[s].mats[i]);
+      for (guint i = 0; i < 3 * fw->stream[s].n_experts; i++)
+        if (fw->stream[s].experts[i] != NULL)
+          fw->be->ops->weight_free (fw->be, fw->stream[s].experts[i]);
+      g_free (fw->stream[s].experts);
       if (fw->stream[s].buf != NULL)
         fw->be->ops->buf_free (fw->be, fw->stream[s].buf);
     }
@@ -124,6 +143,11 @@ um_forward_free (UmForward *fw)
   g_clear_pointer (&fw->dev_weights, g_ptr_array_unref);
   g_free (fw->host_rows);
   g_free (fw->host_logits);
+  g_free (fw->host_router);
+  g_free (fw->host_bias);
+  um_moe_routing_clear (&fw->routing);
+  for (guint l = 0; fw->layers != NULL && l < fw->model->cfg.n_layers; l++)
+    g_free (fw->layers[l].experts);
   g_free (fw->layers);
   g_free (fw);
 }
@@ -205,12 +229,13 @@ typedef struct {
   const UmWeight *src;
   UmDevWeight   **dst;
   DevWeightKind   kind;
+  guint           n_experts;  /* > 0: @src stacks this many experts, loaded one slice each into dst[0…] */
 } DevWeightRef;
 
 static guint
 max_device_weights (const UmModel *model)
 {
-  return 3 + 9 * model->cfg.n_layers;
+  return 3 + 16 * model->cfg.n_layers;
 }
 
 /* The weights a forward with @o (embed_on_host resolved) loads onto the
@@ -225,7 +250,10 @@ device_weights (const UmModel *model, const UmForwardOptions *o, UmForward *fw, 
   guint n = 0;
 
 #define ADD(src_, dst_, kind_) G_STMT_START { \
-    out[n].src = (src_); out[n].dst = fw ? (dst_) : NULL; out[n].kind = (kind_); n++; } G_STMT_END
+    out[n].src = (src_); out[n].dst = fw ? (dst_) : NULL; out[n].kind = (kind_); out[n].n_experts = 0; \
+    n++; } G_STMT_END
+  /* Small tensors the family or layer may lack. */
+#define ADD_OPT(src_, dst_) G_STMT_START { if ((src_)->data != NULL) ADD (src_, dst_, DW_NORM); } G_STMT_END
   if (!o->embed_on_host)
     ADD (&model->tok_embd, &fw->tok_embd, DW_EMBED);
   ADD (&model->out_norm, &fw->out_norm, DW_NORM);
@@ -237,16 +265,35 @@ device_weights (const UmModel *model, const UmForwardOptions *o, UmForward *fw, 
       DevLayer *dst = fw ? &fw->layers[l] : NULL;
       ADD (&src->attn_norm, &dst->attn_norm, DW_NORM);
       ADD (&src->ffn_norm, &dst->ffn_norm, DW_NORM);
+      ADD_OPT (&src->bq, &dst->bq);
+      ADD_OPT (&src->bk, &dst->bk);
+      ADD_OPT (&src->bv, &dst->bv);
+      ADD_OPT (&src->q_norm, &dst->q_norm);
+      ADD_OPT (&src->k_norm, &dst->k_norm);
+      ADD_OPT (&src->router, &dst->router);
+      ADD_OPT (&src->router_bias, &dst->router_bias);
       if (o->stream_slots > 0)
         continue;
       ADD (&src->wq, &dst->wq, DW_LAYER);
       ADD (&src->wk, &dst->wk, DW_LAYER);
       ADD (&src->wv, &dst->wv, DW_LAYER);
       ADD (&src->wo, &dst->wo, DW_LAYER);
+      if (src->n_experts > 0)
+        {
+          /* One device weight per expert slice: the products run per expert. */
+          for (int i = 0; i < 3; i++)
+            {
+              const UmWeight *m = i == 0 ? &src->w_gate : i == 1 ? &src->w_up : &src->w_down;
+              ADD (m, dst->experts + i, DW_LAYER);
+              out[n - 1].n_experts = src->n_experts;
+            }
+          continue;
+        }
       ADD (&src->w_gate, &dst->w_gate, DW_LAYER);
       ADD (&src->w_up, &dst->w_up, DW_LAYER);
       ADD (&src->w_down, &dst->w_down, DW_LAYER);
     }
+#undef ADD_OPT
 #undef ADD
   return n;
 }
@@ -281,6 +328,10 @@ um_forward_new_with (UmModel                *model,
   fw->cancellable = cancellable;
   fw->dev_weights = g_ptr_array_new ();
   fw->layers = g_new0 (DevLayer, c->n_layers);
+  um_moe_routing_init (&fw->routing);
+  for (guint l = 0; l < c->n_layers; l++)
+    if (model->layers[l].n_experts > 0)
+      fw->layers[l].experts = g_new0 (UmDevWeight *, 3 * model->layers[l].n_experts);
 
   n_refs = device_weights (model, &fw->opts, fw, refs);
   /* Progress counts the bytes this backend is given. */
@@ -290,8 +341,21 @@ um_forward_new_with (UmModel                *model,
   if (streaming (fw) && !setup_streaming (fw, error))
     return NULL;
   for (guint i = 0; i < n_refs; i++)
-    if ((*refs[i].dst = load_weight (fw, refs[i].src, error)) == NULL)
-      return NULL;
+    {
+      if (refs[i].n_experts == 0)
+        {
+          if ((*refs[i].dst = load_weight (fw, refs[i].src, error)) == NULL)
+            return NULL;
+          continue;
+        }
+      /* dst points at the slot of this matrix of expert 0; experts are 3 apart. */
+      for (guint e = 0; e < refs[i].n_experts; e++)
+        {
+          UmWeight slice = um_weight_expert (refs[i].src, refs[i].n_experts, e);
+          if ((refs[i].dst[3 * e] = load_weight (fw, &slice, error)) == NULL)
+            return NULL;
+        }
+    }
   if (c->tied_embeddings)
     fw->output = fw->tok_embd;
   fw->progress_cb = NULL;
@@ -316,9 +380,14 @@ arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_
 {
   const UmModelConfig *c = &model->cfg;
   const size_t T = (size_t) n_seq * seq_len;
-  const size_t D = c->d_model, F = c->mlp_hidden, V = c->vocab_size;
+  const size_t D = c->d_model, V = c->vocab_size;
   const size_t QD = (size_t) c->n_heads * c->head_dim, KVD = (size_t) c->n_kv_heads * c->head_dim;
   const gboolean subset = (size_t) n_rows < T;
+  const gboolean moe = c->n_experts > 0;
+  /* The FFN buffers hold a chunk of dense rows or one expert's group (at
+   * most the chunk). */
+  const size_t F = MAX (c->mlp_hidden, moe ? c->expert_ffn : 0);
+  const size_t chunk = chunk_rows ((int) T, row_chunk);
   const size_t floats[N_SLOTS] = {
     [SLOT_X] = T * D,
     [SLOT_H] = T * MAX (D, QD),
@@ -330,6 +399,9 @@ arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_
     [SLOT_UP] = chunk_rows ((int) T, row_chunk) * F,
     [SLOT_XS] = subset ? (size_t) n_rows * D : 0,
     [SLOT_LOGITS] = chunk_rows (n_rows, row_chunk) * V,
+    [SLOT_ROUTER] = moe ? chunk * c->n_experts : 0,
+    [SLOT_EX] = moe ? chunk * D : 0,
+    [SLOT_EY] = moe ? chunk * D : 0,
   };
 
   a->total = 0;
@@ -435,6 +507,14 @@ um_forward_bytes (const UmModel          *model,
   out->host_logits = host_logit_floats (model, &o, shape->backend_chooses, shape->guided, n) * sizeof (float);
   out->host_index = MAX (pass_index_count (T, n < T ? n : 0), shape->kv_cache ? cached_index_count (T, n) : 0)
                     * sizeof (gint32);
+  /* MoE: a chunk's router logits and its routing (a row, scale, choice and
+   * weight per token and expert used), and a selection bias. */
+  if (model->cfg.n_experts > 0)
+    {
+      const size_t chunk = chunk_rows (T, o.row_chunk), E = model->cfg.n_experts, k = model->cfg.n_experts_used;
+      out->host_index += chunk * E * sizeof (float) + chunk * k * (2 * sizeof (gint32) + sizeof (float) + sizeof (double))
+                         + (E + 1) * sizeof (int) + 3 * E * sizeof (double);
+    }
 }
 
 /* The arena at least @bytes long (its views are made per pass). */
@@ -591,10 +671,33 @@ stream_layer (UmForward *fw, guint l, DevLayer *out, GError **error)
               return FALSE;
             }
         }
+      /* MoE: a view per expert slice of the stacked gate, up and down. */
+      for (guint i = 0; i < 3 * slot->n_experts; i++)
+        if (slot->experts[i] != NULL)
+          ops->weight_free (fw->be, slot->experts[i]);
+      g_free (slot->experts);
+      slot->experts = NULL;
+      slot->n_experts = W->n_experts;
+      if (W->n_experts > 0)
+        slot->experts = g_new0 (UmDevWeight *, 3 * W->n_experts);
+      for (guint e = 0; e < W->n_experts; e++)
+        for (int i = 0; i < 3; i++)
+          {
+            const UmWeight *stacked = um_layer_mat (W, 4 + i);
+            UmWeight slice = um_weight_expert (stacked, W->n_experts, e);
+            size_t off = layout.offset[4 + i] + (size_t) e * slice.rows * slice.row_bytes;
+            slot->experts[3 * e + i] = ops->weight_view (fw->be, slot->buf, off, &slice, error);
+            if (slot->experts[3 * e + i] == NULL)
+              {
+                slot->shaped_for = -1;
+                return FALSE;
+              }
+          }
       slot->shaped_for = l;
     }
-  out->attn_norm = fw->layers[l].attn_norm;
-  out->ffn_norm = fw->layers[l].ffn_norm;
+  /* The small tensors stay resident; the matrices are the slot's. */
+  *out = fw->layers[l];
+  out->experts = slot->experts;
   out->wq = m[0];
   out->wk = m[1];
   out->wv = m[2];
@@ -613,16 +716,78 @@ stream_layer (UmForward *fw, guint l, DevLayer *out, GError **error)
   return TRUE;
 }
 
-/* RMSNorm, SwiGLU MLP and residual on @m rows of @xr, @chunk rows at a time. */
+/* Host room for @floats router logits. */
 static gboolean
-mlp_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, UmBuf *h, UmBuf *gate,
-          UmBuf *up, int m, GError **error)
+host_router (UmForward *fw, size_t floats, GError **error)
+{
+  if (floats <= fw->host_router_floats)
+    return TRUE;
+  g_free (fw->host_router);
+  fw->host_router = g_try_new (float, floats);
+  fw->host_router_floats = fw->host_router != NULL ? floats : 0;
+  if (fw->host_router == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of host memory for the router's logits");
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/* The mixture of experts on @c normalized rows @hc, added into the
+ * residual rows @xc: the router's logits come to the host, which groups
+ * the rows by expert (um-moe.h); each expert then runs once over its
+ * group — gather, gate and up products, SwiGLU, down product — and its
+ * output is added into the group's residual rows, weighted. */
+static gboolean
+moe_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xc, UmBuf *hc, int c, UmBuf **b,
+          GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+  UmBackend *be = fw->be;
+  const UmModelConfig *cfg = &fw->model->cfg;
+  const int D = cfg->d_model, F = W->ffn, E = W->n_experts;
+  UmMoeRouting *r = &fw->routing;
+
+  if (!host_router (fw, (size_t) c * E, error)
+      || !matmul (fw, hc, c, L->router, &W->router, b[SLOT_ROUTER], error)
+      || !ops->buf_download (be, b[SLOT_ROUTER], 0, fw->host_router, (size_t) c * E * sizeof (float), error))
+    return FALSE;
+  um_moe_route (cfg, fw->host_router, W->router_bias.data, c, r);
+  for (int e = 0; e < E; e++)
+    {
+      const int n = r->offset[e + 1] - r->offset[e];
+      const gint32 *rows = r->rows + r->offset[e];
+      UmDevWeight *const *X = L->experts + 3 * e;
+      UmWeight hw[3];
+
+      if (n == 0)
+        continue;
+      hw[0] = um_weight_expert (&W->w_gate, E, e);
+      hw[1] = um_weight_expert (&W->w_up, E, e);
+      hw[2] = um_weight_expert (&W->w_down, E, e);
+      if (!ops->get_rows (be, hc, D, rows, n, b[SLOT_EX], error)
+          || !matmul (fw, b[SLOT_EX], n, X[0], &hw[0], b[SLOT_GATE], error)
+          || !matmul (fw, b[SLOT_EX], n, X[1], &hw[1], b[SLOT_UP], error)
+          || !ops->swiglu (be, b[SLOT_GATE], b[SLOT_UP], (size_t) n * F, b[SLOT_GATE], error)
+          || !matmul (fw, b[SLOT_GATE], n, X[2], &hw[2], b[SLOT_EY], error)
+          || !ops->add_rows_scaled (be, xc, D, rows, r->scale + r->offset[e], n, b[SLOT_EY], error))
+        return FALSE;
+    }
+  return TRUE;
+}
+
+/* RMSNorm, the FFN (dense SwiGLU or mixture of experts) and the residual on
+ * @m rows of @xr, @chunk rows at a time. */
+static gboolean
+mlp_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, UmBuf *h, UmBuf **b, int m,
+          GError **error)
 {
   const UmBackendOps *ops = fw->be->ops;
   UmBackend *be = fw->be;
   const int D = fw->model->cfg.d_model, F = W->ffn;
   const float eps = (float) fw->model->cfg.rms_eps;
   const int chunk = chunk_rows (m, fw->opts.row_chunk);
+  UmBuf *gate = b[SLOT_GATE], *up = b[SLOT_UP];
 
   for (int r0 = 0; r0 < m; r0 += chunk)
     {
@@ -644,12 +809,15 @@ mlp_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, 
         }
       {
         UmBuf *xc = whole ? xr : v[0], *hc = whole ? h : v[1];
-        ok = ops->rms_norm (be, xc, c, D, L->ffn_norm, eps, hc, error)
-             && matmul (fw, hc, c, L->w_gate, &W->w_gate, gate, error)
-             && matmul (fw, hc, c, L->w_up, &W->w_up, up, error)
-             && ops->swiglu (be, gate, up, (size_t) c * F, gate, error)
-             && matmul (fw, gate, c, L->w_down, &W->w_down, hc, error)
-             && ops->add (be, xc, hc, (size_t) c * D, error);
+        ok = ops->rms_norm (be, xc, c, D, L->ffn_norm, eps, hc, error);
+        if (ok && W->n_experts > 0)
+          ok = moe_rows (fw, L, W, xc, hc, c, b, error);
+        else if (ok)
+          ok = matmul (fw, hc, c, L->w_gate, &W->w_gate, gate, error)
+               && matmul (fw, hc, c, L->w_up, &W->w_up, up, error)
+               && ops->swiglu (be, gate, up, (size_t) c * F, gate, error)
+               && matmul (fw, gate, c, L->w_down, &W->w_down, hc, error)
+               && ops->add (be, xc, hc, (size_t) c * D, error);
       }
       free_views (fw, v, 2);
       if (!ok)
@@ -704,6 +872,43 @@ head_rows (UmForward *fw, UmBuf *xf, UmBuf *h, UmBuf *out, int n, const HeadOut 
         return FALSE;
     }
   return TRUE;
+}
+
+/* What follows a projection to q or k: the bias (Dream), the per-head
+ * RMSNorm (QK-norm) and RoPE, on @rows rows of @n_heads heads. */
+static gboolean
+finish_qk (UmForward *fw, UmBuf *x, int rows, const gint32 *pos, int n_heads, const UmDevWeight *bias,
+           const UmDevWeight *norm, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+  const UmModelConfig *c = &fw->model->cfg;
+  const int hd = c->head_dim;
+
+  return (bias == NULL || ops->add_bias (fw->be, x, rows, n_heads * hd, bias, error))
+         && (norm == NULL || ops->rms_norm (fw->be, x, rows * n_heads, hd, norm, (float) c->rms_eps, x, error))
+         && ops->rope (fw->be, x, rows, pos, n_heads, hd, c->rope_theta, c->rope_interleaved, error);
+}
+
+/* q of @rows normalized rows @h, ready for attention. */
+static gboolean
+q_proj (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *h, int rows, const gint32 *pos,
+        UmBuf *q, GError **error)
+{
+  return matmul (fw, h, rows, L->wq, &W->wq, q, error)
+         && finish_qk (fw, q, rows, pos, W->n_heads, L->bq, L->q_norm, error);
+}
+
+/* k and v of @rows normalized rows @h. */
+static gboolean
+kv_proj (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *h, int rows, const gint32 *pos,
+         UmBuf *k, UmBuf *v, GError **error)
+{
+  const int kvd = W->n_kv_heads * fw->model->cfg.head_dim;
+
+  return matmul (fw, h, rows, L->wk, &W->wk, k, error)
+         && matmul (fw, h, rows, L->wv, &W->wv, v, error)
+         && (L->bv == NULL || fw->be->ops->add_bias (fw->be, v, rows, kvd, L->bv, error))
+         && finish_qk (fw, k, rows, pos, W->n_kv_heads, L->bk, L->k_norm, error);
 }
 
 static gboolean
@@ -766,28 +971,25 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
         }
 
       if (!ops->rms_norm (be, b[SLOT_X], T, D, L->attn_norm, eps, b[SLOT_H], error)
-          || !matmul (fw, b[SLOT_H], T, L->wk, &W->wk, kb, error)
-          || !matmul (fw, b[SLOT_H], T, L->wv, &W->wv, vb, error)
-          || !ops->rope (be, kb, T, pos, Hkv, hd, c->rope_theta, c->rope_interleaved, error))
+          || !kv_proj (fw, L, W, b[SLOT_H], T, pos, kb, vb, error))
         return FALSE;
       if (last)
         {
           /* h is free once k and v exist: reuse it for the selected rows. */
           if (!ops->get_rows (be, b[SLOT_H], D, rows, n, b[SLOT_ATT], error)
-              || !matmul (fw, b[SLOT_ATT], n, L->wq, &W->wq, b[SLOT_Q], error)
+              || !q_proj (fw, L, W, b[SLOT_ATT], n, sel_pos, b[SLOT_Q], error)
               || !ops->get_rows (be, b[SLOT_X], D, rows, n, b[SLOT_XS], error))
             return FALSE;
         }
-      else if (!matmul (fw, b[SLOT_H], T, L->wq, &W->wq, b[SLOT_Q], error))
+      else if (!q_proj (fw, L, W, b[SLOT_H], T, pos, b[SLOT_Q], error))
         return FALSE;
-      if (!ops->rope (be, b[SLOT_Q], m, last ? sel_pos : pos, H, hd, c->rope_theta, c->rope_interleaved, error)
-          || !ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, kb, vb, seq_len, H, Hkv, hd,
-                              b[SLOT_ATT], error))
+      if (!ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, kb, vb, seq_len, H, Hkv, hd,
+                           b[SLOT_ATT], error))
         return FALSE;
       fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
       if (!matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
           || !ops->add (be, xr, b[SLOT_H], (size_t) m * D, error)
-          || !mlp_rows (fw, L, W, xr, b[SLOT_H], b[SLOT_GATE], b[SLOT_UP], m, error))
+          || !mlp_rows (fw, L, W, xr, b[SLOT_H], b, m, error))
         return FALSE;
     }
 
@@ -988,8 +1190,7 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
           L = &streamed;
         }
       if (!ops->rms_norm (be, b[SLOT_X], m, D, L->attn_norm, eps, b[SLOT_H], error)
-          || !matmul (fw, b[SLOT_H], m, L->wq, &W->wq, b[SLOT_Q], error)
-          || !ops->rope (be, b[SLOT_Q], m, pos, H, hd, c->rope_theta, c->rope_interleaved, error))
+          || !q_proj (fw, L, W, b[SLOT_H], m, pos, b[SLOT_Q], error))
         return FALSE;
       /* Each sequence's rows are contiguous in the cache: their fresh K and
        * V are computed straight into it. */
@@ -1001,10 +1202,7 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
                                 error);
           v[1] = v[0] ? ops->buf_view (be, fw->kv_views[2 * l], off, len * kvd_bytes, error) : NULL;
           v[2] = v[1] ? ops->buf_view (be, fw->kv_views[2 * l + 1], off, len * kvd_bytes, error) : NULL;
-          ok = v[2] != NULL
-               && matmul (fw, v[0], len, L->wk, &W->wk, v[1], error)
-               && matmul (fw, v[0], len, L->wv, &W->wv, v[2], error)
-               && ops->rope (be, v[1], len, pos + s * len, Hkv, hd, c->rope_theta, c->rope_interleaved, error);
+          ok = v[2] != NULL && kv_proj (fw, L, W, v[0], len, pos + s * len, v[1], v[2], error);
           free_views (fw, v, 4);
         }
       ok = ok
@@ -1012,7 +1210,7 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
                               hd, b[SLOT_ATT], error)
            && matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
            && ops->add (be, b[SLOT_X], b[SLOT_H], (size_t) m * D, error)
-           && mlp_rows (fw, L, W, b[SLOT_X], b[SLOT_H], b[SLOT_GATE], b[SLOT_UP], m, error);
+           && mlp_rows (fw, L, W, b[SLOT_X], b[SLOT_H], b, m, error);
       fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
     }
   if (!ok || g_cancellable_set_error_if_cancelled (cancellable, error))

@@ -13,6 +13,7 @@
 #define MAX_LAYERS   1024u
 #define MAX_VOCAB    (1u << 24)
 #define MAX_SEQ      (1u << 20)
+#define MAX_EXPERTS  4096u
 
 static const UmArchInfo arch_infos[UM_ARCH_N] = {
   [UM_ARCH_LLADA]     = { UM_ARCH_LLADA,     "LLaDA",     "llada",     FALSE, UM_SCHEDULE_BLOCK },
@@ -174,26 +175,107 @@ check_unsupported (JsonObject *obj, const char *file, GError **error)
   return TRUE;
 }
 
-gboolean
-um_model_config_load_hf (UmModelConfig *cfg,
-                         const char    *dir,
-                         GError       **error)
+/* An id: an integer, or (generation_config.json may list several end ids)
+ * the first integer of an array. Absent or null leaves *out untouched. */
+static gboolean
+get_id (JsonObject *obj, const char *file, const char *key, gint64 *out, GError **error)
 {
-  g_autofree char *config_path = g_build_filename (dir, "config.json", NULL);
-  g_autofree char *gen_path = g_build_filename (dir, "generation_config.json", NULL);
-  g_autoptr(JsonNode) root = NULL;
-  g_autoptr(JsonNode) gen_root = NULL;
-  const char *file = "config.json";
-  JsonObject *obj, *gen;
+  JsonNode *node = json_object_get_member (obj, key);
+
+  if (node != NULL && JSON_NODE_TYPE (node) == JSON_NODE_ARRAY)
+    {
+      JsonArray *a = json_node_get_array (node);
+      JsonNode *first = json_array_get_length (a) > 0 ? json_array_get_element (a, 0) : NULL;
+      gint64 v;
+
+      if (first == NULL || JSON_NODE_TYPE (first) != JSON_NODE_VALUE
+          || json_node_get_value_type (first) != G_TYPE_INT64
+          || (v = json_node_get_int (first)) < 0 || v > MAX_VOCAB)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “%s” is not a token id or a list of them",
+                       file, key);
+          return FALSE;
+        }
+      *out = v;
+      return TRUE;
+    }
+  return get_int (obj, file, key, OPTIONAL, 0, MAX_VOCAB, out, error);
+}
+
+/* A string field: absent or null leaves *out untouched. */
+static gboolean
+get_string (JsonObject *obj, const char *file, const char *key, const char **out, GError **error)
+{
+  JsonNode *node = json_object_get_member (obj, key);
+
+  if (node == NULL || JSON_NODE_HOLDS_NULL (node))
+    return TRUE;
+  if (JSON_NODE_TYPE (node) != JSON_NODE_VALUE || json_node_get_value_type (node) != G_TYPE_STRING)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “%s” is not a string", file, key);
+      return FALSE;
+    }
+  *out = json_node_get_string (node);
+  return TRUE;
+}
+
+/* Whether @obj's "architectures" array holds a name starting with @prefix. */
+static gboolean
+has_architecture (JsonObject *obj, const char *prefix)
+{
+  JsonNode *node = json_object_get_member (obj, "architectures");
+  JsonArray *a;
+
+  if (node == NULL || JSON_NODE_TYPE (node) != JSON_NODE_ARRAY)
+    return FALSE;
+  a = json_node_get_array (node);
+  for (guint i = 0; i < json_array_get_length (a); i++)
+    {
+      JsonNode *e = json_array_get_element (a, i);
+      if (JSON_NODE_TYPE (e) == JSON_NODE_VALUE && json_node_get_value_type (e) == G_TYPE_STRING
+          && g_str_has_prefix (json_node_get_string (e), prefix))
+        return TRUE;
+    }
+  return FALSE;
+}
+
+/* The family of a config.json. LLaDA and LLaDA-MoE both say "llada": the
+ * MoE one has Hugging Face (not OLMo) keys and experts. */
+static gboolean
+detect_arch (JsonObject *obj, const char *file, UmArch *arch, GError **error)
+{
+  const char *type = NULL;
+
+  if (!get_string (obj, file, "model_type", &type, error))
+    return FALSE;
+  if (has_architecture (obj, "LLaDAMoE") || g_strcmp0 (type, "lladamoe") == 0
+      || g_strcmp0 (type, "llada_moe") == 0
+      || (g_strcmp0 (type, "llada") == 0 && !json_object_has_member (obj, "d_model")
+          && json_object_has_member (obj, "num_experts")))
+    *arch = UM_ARCH_LLADA_MOE;
+  else if (g_strcmp0 (type, "Dream") == 0 || g_strcmp0 (type, "dream") == 0 || has_architecture (obj, "Dream"))
+    *arch = UM_ARCH_DREAM;
+  else if (g_strcmp0 (type, "rnd1") == 0 || has_architecture (obj, "RND1"))
+    *arch = UM_ARCH_RND1;
+  else if (type == NULL || g_str_equal (type, "llada") || json_object_has_member (obj, "d_model"))
+    *arch = UM_ARCH_LLADA;
+  else
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                   "%s: “model_type” is “%s”; Unmask runs LLaDA, Dream, LLaDA-MoE and RND1 models", file, type);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/* LLaDA-8B / 1.5: OLMo's keys. */
+static gboolean
+load_olmo (UmModelConfig *cfg, JsonObject *obj, JsonObject *gen, const char *file, GError **error)
+{
   gint64 n_layers = 0, d_model = 0, n_heads = 0, n_kv = 0, mlp = 0, vocab = 0, emb = 0;
   gint64 max_seq = 4096, mask = 0, eos = 0, pad = -1, bos = -1;
   double theta = 10000.0, eps = 1e-5;
-  GError *local_error = NULL;
 
-  memset (cfg, 0, sizeof *cfg);
-  obj = load_object (config_path, file, TRUE, &root, error);
-  if (obj == NULL)
-    return FALSE;
   if (!check_unsupported (obj, file, error))
     return FALSE;
   if (!get_int (obj, file, "n_layers", REQUIRED, 1, MAX_LAYERS, &n_layers, error)
@@ -216,13 +298,6 @@ um_model_config_load_hf (UmModelConfig *cfg,
   if (!get_int (obj, file, "n_kv_heads", OPTIONAL, 1, MAX_DIM, &n_kv, error)
       || !get_int (obj, file, "embedding_size", OPTIONAL, 1, MAX_VOCAB, &emb, error))
     return FALSE;
-
-  gen = load_object (gen_path, "generation_config.json", FALSE, &gen_root, &local_error);
-  if (local_error != NULL)
-    {
-      g_propagate_error (error, local_error);
-      return FALSE;
-    }
   if (gen != NULL
       && !get_int (gen, "generation_config.json", "bos_token_id", OPTIONAL, 0, MAX_VOCAB, &bos, error))
     return FALSE;
@@ -243,9 +318,235 @@ um_model_config_load_hf (UmModelConfig *cfg,
   cfg->eos_id = eos;
   cfg->pad_id = pad >= 0 ? pad : eos;
   cfg->bos_id = bos;
-  cfg->eot_id = -1;
-  cfg->arch = UM_ARCH_LLADA;
+  return TRUE;
+}
+
+/* A key whose presence with another value than the neutral one changes the
+ * forward pass in a way we do not implement. */
+static gboolean
+refuse_if (JsonObject *obj, const char *file, const char *key, gboolean refused, GError **error)
+{
+  if (refused)
+    g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "%s: “%s” is not supported (only %s)", file, key,
+                 g_str_equal (key, "moe_router_score_function") ? "“softmax” or “sigmoid”"
+                 : g_str_equal (key, "moe_layer_freq") ? "dense layers first, then expert layers"
+                 : g_str_equal (key, "partial_rotary_factor") ? "1"
+                 : g_str_equal (key, "decoder_sparse_step") ? "1"
+                 : "false, null or empty");
+  return !refused;
+}
+
+static gboolean
+node_is_set (JsonObject *obj, const char *key)
+{
+  JsonNode *n = json_object_get_member (obj, key);
+  if (n == NULL || JSON_NODE_HOLDS_NULL (n))
+    return FALSE;
+  if (JSON_NODE_TYPE (n) == JSON_NODE_VALUE && json_node_get_value_type (n) == G_TYPE_BOOLEAN)
+    return json_node_get_boolean (n);
+  if (JSON_NODE_TYPE (n) == JSON_NODE_ARRAY)
+    return json_array_get_length (json_node_get_array (n)) > 0;
+  if (JSON_NODE_TYPE (n) == JSON_NODE_OBJECT)
+    return json_object_get_size (json_node_get_object (n)) > 0;
+  return TRUE;
+}
+
+/* LLaDA-MoE's moe_layer_freq: 1 for an expert layer. Dense layers must
+ * come first (n_dense_leading), as the forward assumes. */
+static gboolean
+read_layer_freq (JsonObject *obj, const char *file, guint n_layers, guint *n_dense, GError **error)
+{
+  JsonNode *node = json_object_get_member (obj, "moe_layer_freq");
+  JsonArray *a;
+  gboolean seen_moe = FALSE;
+
+  *n_dense = 0;
+  if (node == NULL || JSON_NODE_HOLDS_NULL (node))
+    return TRUE;
+  if (JSON_NODE_TYPE (node) != JSON_NODE_ARRAY
+      || json_array_get_length (a = json_node_get_array (node)) != n_layers)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "%s: “moe_layer_freq” is not a list of one 0 or 1 per layer (%u layers)", file, n_layers);
+      return FALSE;
+    }
+  for (guint l = 0; l < n_layers; l++)
+    {
+      JsonNode *e = json_array_get_element (a, l);
+      gint64 v = -1;
+      if (JSON_NODE_TYPE (e) == JSON_NODE_VALUE && json_node_get_value_type (e) == G_TYPE_INT64)
+        v = json_node_get_int (e);
+      if (v != 0 && v != 1)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “moe_layer_freq”[%u] is not 0 or 1", file, l);
+          return FALSE;
+        }
+      if (v == 1)
+        seen_moe = TRUE;
+      else if (seen_moe)
+        return refuse_if (obj, file, "moe_layer_freq", TRUE, error);
+      else
+        (*n_dense)++;
+    }
+  return TRUE;
+}
+
+/* Dream (Qwen2 keys), LLaDA-MoE (OLMoE-like keys) and RND1 (Qwen3-MoE keys). */
+static gboolean
+load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *gen, const char *file,
+                GError **error)
+{
+  const char *gen_file = "generation_config.json";
+  gint64 n_layers = 0, d_model = 0, n_heads = 0, n_kv = 0, mlp = 0, vocab = 0, head_dim = 0;
+  gint64 max_seq = 4096, mask = -1, eos = -1, pad = -1, bos = -1;
+  gint64 n_exp = 0, n_used = 0, exp_ffn = 0;
+  double theta = 10000.0, eps = 1e-6;
+  gboolean moe = arch == UM_ARCH_LLADA_MOE || arch == UM_ARCH_RND1;
+  const char *score = "softmax";
+
+  if (!get_int (obj, file, "num_hidden_layers", REQUIRED, 1, MAX_LAYERS, &n_layers, error)
+      || !get_int (obj, file, "hidden_size", REQUIRED, 1, MAX_DIM, &d_model, error)
+      || !get_int (obj, file, "num_attention_heads", REQUIRED, 1, MAX_DIM, &n_heads, error)
+      || !get_int (obj, file, "vocab_size", REQUIRED, 1, MAX_VOCAB, &vocab, error)
+      || !get_int (obj, file, "intermediate_size", moe ? OPTIONAL : REQUIRED, 1, MAX_DIM, &mlp, error)
+      || !get_int (obj, file, "max_position_embeddings", OPTIONAL, 1, MAX_SEQ, &max_seq, error)
+      || !get_double (obj, file, "rope_theta", OPTIONAL, &theta, error)
+      || !get_double (obj, file, "rms_norm_eps", OPTIONAL, &eps, error)
+      || !get_id (obj, file, "mask_token_id", &mask, error)
+      || !get_id (obj, file, "eos_token_id", &eos, error)
+      || !get_id (obj, file, "pad_token_id", &pad, error)
+      || !get_id (obj, file, "bos_token_id", &bos, error))
+    return FALSE;
+  n_kv = n_heads;
+  if (!get_int (obj, file, "num_key_value_heads", OPTIONAL, 1, MAX_DIM, &n_kv, error)
+      || !get_int (obj, file, "head_dim", OPTIONAL, 1, MAX_DIM, &head_dim, error))
+    return FALSE;
+  if (gen != NULL
+      && ((eos < 0 && !get_id (gen, gen_file, "eos_token_id", &eos, error))
+          || (bos < 0 && !get_id (gen, gen_file, "bos_token_id", &bos, error))
+          || (pad < 0 && !get_id (gen, gen_file, "pad_token_id", &pad, error))))
+    return FALSE;
+  /* Options that would change the forward pass. */
+  if (!refuse_if (obj, file, "rope_scaling", node_is_set (obj, "rope_scaling"), error)
+      || !refuse_if (obj, file, "use_sliding_window", node_is_set (obj, "use_sliding_window"), error)
+      || !refuse_if (obj, file, "clip_qkv", node_is_set (obj, "clip_qkv"), error)
+      || !refuse_if (obj, file, "mlp_only_layers", node_is_set (obj, "mlp_only_layers"), error)
+      || !refuse_if (obj, file, "shared_expert_intermediate_size",
+                     node_is_set (obj, "shared_expert_intermediate_size"), error)
+      || !refuse_if (obj, file, "moe_router_enable_expert_bias",
+                     node_is_set (obj, "moe_router_enable_expert_bias"), error))
+    return FALSE;
+  {
+    double partial = 1.0;
+    gint64 sparse_step = 1;
+    if (!get_double (obj, file, "partial_rotary_factor", OPTIONAL, &partial, error)
+        || !refuse_if (obj, file, "partial_rotary_factor", partial != 1.0, error)
+        || !get_int (obj, file, "decoder_sparse_step", OPTIONAL, 0, G_MAXINT32, &sparse_step, error)
+        || !refuse_if (obj, file, "decoder_sparse_step", sparse_step != 1, error))
+      return FALSE;
+  }
+  /* Experts: any count is read so that validation can name it. */
+  if (moe)
+    {
+      if (!get_int (obj, file, "num_experts", REQUIRED, 0, G_MAXUINT32, &n_exp, error)
+          || !get_int (obj, file, "num_experts_per_tok", REQUIRED, 0, G_MAXUINT32, &n_used, error)
+          || !get_int (obj, file, "moe_intermediate_size", OPTIONAL, 0, G_MAXUINT32, &exp_ffn, error)
+          || !get_int (obj, file, "expert_intermediate_size", OPTIONAL, 0, G_MAXUINT32, &exp_ffn, error))
+        return FALSE;
+      if (exp_ffn == 0)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “%s” is missing or 0", file,
+                       arch == UM_ARCH_LLADA_MOE ? "expert_intermediate_size" : "moe_intermediate_size");
+          return FALSE;
+        }
+      /* The dense layers' width, if there are any. */
+      if (!get_int (obj, file, "dense_intermediate_size", OPTIONAL, 1, MAX_DIM, &mlp, error))
+        return FALSE;
+      score = "softmax";
+      if (!get_string (obj, file, "moe_router_score_function", &score, error)
+          || !refuse_if (obj, file, "moe_router_score_function",
+                      !g_str_equal (score, "softmax") && !g_str_equal (score, "sigmoid"), error)
+          || !read_layer_freq (obj, file, n_layers, &cfg->n_dense_leading, error))
+        return FALSE;
+      cfg->n_experts = n_exp;
+      cfg->n_experts_used = n_used;
+      cfg->expert_ffn = exp_ffn;
+      cfg->router_func = g_str_equal (score, "sigmoid") ? UM_ROUTER_SIGMOID : UM_ROUTER_SOFTMAX;
+      /* RND1 forces norm_topk_prob true; LLaDA-MoE's upstream code never
+       * renormalises, and its released config says null. */
+      cfg->router_norm = get_bool (obj, "norm_topk_prob", arch == UM_ARCH_RND1);
+    }
+  if (mask < 0)
+    {
+      /* Real LLaDA-MoE configs may lack it; llama.cpp's converter hard-codes this id. */
+      if (arch == UM_ARCH_LLADA_MOE && vocab > 156895)
+        mask = 156895;
+      else
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “mask_token_id” is missing", file);
+          return FALSE;
+        }
+    }
+  if (eos < 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “eos_token_id” is missing", file);
+      return FALSE;
+    }
+
+  cfg->n_layers = n_layers;
+  cfg->d_model = d_model;
+  cfg->n_heads = n_heads;
+  cfg->n_kv_heads = n_kv;
+  cfg->head_dim = head_dim > 0 ? head_dim : d_model % n_heads == 0 ? d_model / n_heads : 0;
+  cfg->mlp_hidden = mlp > 0 ? mlp : cfg->expert_ffn;
+  cfg->vocab_size = vocab;
+  cfg->max_seq_len = max_seq;
+  cfg->rope_theta = theta;
+  cfg->rms_eps = eps;
+  cfg->tied_embeddings = get_bool (obj, "tie_word_embeddings", FALSE);
+  cfg->mask_id = mask;
+  cfg->eos_id = eos;
+  cfg->pad_id = pad >= 0 ? pad : eos;
+  cfg->bos_id = bos;
+  /* Qwen2 (Dream) always has q/k/v biases; the others say attention_bias. */
+  cfg->qkv_bias = arch == UM_ARCH_DREAM || get_bool (obj, "attention_bias", FALSE);
+  cfg->qk_norm = arch == UM_ARCH_RND1 || (arch == UM_ARCH_LLADA_MOE && get_bool (obj, "qk_layernorm", TRUE));
+  return TRUE;
+}
+
+gboolean
+um_model_config_load_hf (UmModelConfig *cfg,
+                         const char    *dir,
+                         GError       **error)
+{
+  g_autofree char *config_path = g_build_filename (dir, "config.json", NULL);
+  g_autofree char *gen_path = g_build_filename (dir, "generation_config.json", NULL);
+  g_autoptr(JsonNode) root = NULL;
+  g_autoptr(JsonNode) gen_root = NULL;
+  const char *file = "config.json";
+  JsonObject *obj, *gen;
+  GError *local_error = NULL;
+  UmArch arch;
+
+  memset (cfg, 0, sizeof *cfg);
+  obj = load_object (config_path, file, TRUE, &root, error);
+  if (obj == NULL)
+    return FALSE;
+  if (!detect_arch (obj, file, &arch, error))
+    return FALSE;
+  gen = load_object (gen_path, "generation_config.json", FALSE, &gen_root, &local_error);
+  if (local_error != NULL)
+    {
+      g_propagate_error (error, local_error);
+      return FALSE;
+    }
   cfg->router_scale = 1.0;
+  if (arch == UM_ARCH_LLADA ? !load_olmo (cfg, obj, gen, file, error)
+                            : !load_hf_family (cfg, arch, obj, gen, file, error))
+    return FALSE;
+  cfg->arch = arch;
+  cfg->shift_logits = um_arch_info (arch)->shift_logits;
+  cfg->eot_id = -1;
   return um_model_config_validate (cfg, file, error);
 }
 
@@ -259,12 +560,38 @@ um_model_config_validate (const UmModelConfig *cfg,
     FAIL ("%s: the number of layers (%u) is zero or absurd", source, cfg->n_layers);
   if (cfg->d_model == 0 || cfg->d_model > MAX_DIM || cfg->mlp_hidden == 0 || cfg->mlp_hidden > MAX_DIM)
     FAIL ("%s: d_model (%u) or the MLP size (%u) is zero or absurd", source, cfg->d_model, cfg->mlp_hidden);
-  if (cfg->n_heads == 0 || cfg->d_model % cfg->n_heads != 0)
-    FAIL ("%s: n_heads (%u) does not divide d_model (%u)", source, cfg->n_heads, cfg->d_model);
-  if (cfg->head_dim != cfg->d_model / cfg->n_heads || cfg->head_dim % 2 != 0)
-    FAIL ("%s: the head size (%u) must be d_model / n_heads and even for RoPE", source, cfg->head_dim);
+  if (cfg->n_heads == 0 || cfg->n_heads > MAX_DIM)
+    FAIL ("%s: n_heads (%u) is zero or absurd", source, cfg->n_heads);
+  /* LLaDA's head size is d_model / n_heads; the other families may say it
+   * (RND1: 8 heads of 16 on a 64-wide model). */
+  if (cfg->head_dim == 0)
+    FAIL ("%s: n_heads (%u) does not divide d_model (%u) and no head size is given",
+          source, cfg->n_heads, cfg->d_model);
+  if (cfg->arch == UM_ARCH_LLADA && cfg->head_dim != cfg->d_model / cfg->n_heads)
+    FAIL ("%s: the head size (%u) must be d_model / n_heads for LLaDA", source, cfg->head_dim);
+  if (cfg->head_dim % 2 != 0)
+    FAIL ("%s: the head size (%u) must be even for RoPE", source, cfg->head_dim);
+  if ((guint64) cfg->n_heads * cfg->head_dim > MAX_DIM)
+    FAIL ("%s: %u heads of size %u are absurdly wide", source, cfg->n_heads, cfg->head_dim);
   if (cfg->n_kv_heads == 0 || cfg->n_heads % cfg->n_kv_heads != 0)
     FAIL ("%s: n_kv_heads (%u) does not divide n_heads (%u)", source, cfg->n_kv_heads, cfg->n_heads);
+  if ((cfg->arch == UM_ARCH_LLADA_MOE || cfg->arch == UM_ARCH_RND1) && cfg->n_experts == 0)
+    FAIL ("%s: the number of experts is 0 for a mixture-of-experts family (%s)",
+          source, um_arch_info (cfg->arch)->name);
+  if (cfg->n_experts > 0)
+    {
+      if (cfg->n_experts > MAX_EXPERTS)
+        FAIL ("%s: the number of experts (%u) is absurd (at most %u)", source, cfg->n_experts, MAX_EXPERTS);
+      if (cfg->n_experts_used == 0 || cfg->n_experts_used > cfg->n_experts)
+        FAIL ("%s: the number of experts per token (%u) must be 1 to the number of experts (%u)",
+              source, cfg->n_experts_used, cfg->n_experts);
+      if (cfg->expert_ffn == 0 || cfg->expert_ffn > MAX_DIM)
+        FAIL ("%s: the expert FFN size (%u) is zero or absurd", source, cfg->expert_ffn);
+      if (cfg->n_dense_leading > cfg->n_layers)
+        FAIL ("%s: %u leading dense layers of %u", source, cfg->n_dense_leading, cfg->n_layers);
+      if (!(cfg->router_scale > 0.0) || !isfinite (cfg->router_scale))
+        FAIL ("%s: the routed weights' scale (%g) must be a positive number", source, cfg->router_scale);
+    }
   if (cfg->vocab_size == 0 || cfg->vocab_size > MAX_VOCAB)
     FAIL ("%s: the vocabulary size (%u) is zero or absurd", source, cfg->vocab_size);
   if (cfg->max_seq_len == 0 || cfg->max_seq_len > MAX_SEQ)
@@ -285,11 +612,39 @@ um_model_config_validate (const UmModelConfig *cfg,
   return TRUE;
 }
 
+/* Parameters of the model with @experts experts counted per MoE layer:
+ * all of them for the total, the ones a token uses for the active count. */
+static uint64_t
+count_params (const UmModelConfig *cfg, uint64_t experts)
+{
+  uint64_t d = cfg->d_model, f = cfg->mlp_hidden, v = cfg->vocab_size;
+  uint64_t qd = (uint64_t) cfg->n_heads * cfg->head_dim, kv = (uint64_t) cfg->n_kv_heads * cfg->head_dim;
+  uint64_t attn = d /* attn_norm */ + 2 * qd * d /* q, out */ + 2 * kv * d + d /* ffn_norm */;
+  uint64_t total = v * d * (cfg->tied_embeddings ? 1 : 2) + d;
+
+  if (cfg->qkv_bias)
+    attn += qd + 2 * kv;
+  if (cfg->qk_norm)
+    attn += 2 * (uint64_t) cfg->head_dim;
+  for (guint l = 0; l < cfg->n_layers; l++)
+    {
+      total += attn;
+      if (um_model_config_layer_is_moe (cfg, l))
+        total += (uint64_t) cfg->n_experts * d /* router */ + experts * 3 * d * cfg->expert_ffn;
+      else
+        total += 3 * d * f;
+    }
+  return total;
+}
+
 uint64_t
 um_model_config_n_params (const UmModelConfig *cfg)
 {
-  uint64_t d = cfg->d_model, f = cfg->mlp_hidden, v = cfg->vocab_size;
-  uint64_t kv = (uint64_t) cfg->n_kv_heads * cfg->head_dim;
-  uint64_t layer = d /* attn_norm */ + d * d * 2 /* q, out */ + 2 * kv * d + d /* ff_norm */ + 3 * d * f;
-  return v * d * (cfg->tied_embeddings ? 1 : 2) + d + cfg->n_layers * layer;
+  return count_params (cfg, cfg->n_experts);
+}
+
+uint64_t
+um_model_config_n_active_params (const UmModelConfig *cfg)
+{
+  return count_params (cfg, cfg->n_experts_used);
 }

@@ -103,7 +103,10 @@ um_model_config_layer_is_moe (const UmModelConfig *cfg, guint l)
   return cfg->n_experts > 0 && l >= cfg->n_dense_leading;
 }
 
-/* Parameter count implied by the configuration. */
+/* Parameter count implied by the configuration (every expert). */
 uint64_t um_model_config_n_params (const UmModelConfig *cfg);
+/* The parameters one token uses: the same with n_experts_used experts per
+ * MoE layer (the router counts whole). Equal to the total for dense models. */
+uint64_t um_model_config_n_active_params (const UmModelConfig *cfg);
 
 G_END_DECLS

@@ -1,4 +1,5 @@
-/* Filling an UmModel from a llama.cpp GGUF file of architecture "llada". */
+/* Filling an UmModel from a llama.cpp GGUF file of architecture "llada",
+ * "dream", "llada-moe" or "rnd1" (llama.cpp's keys and tensor names). */
 #include "um-model-gguf.h"
 
 #include <string.h>
@@ -9,6 +10,18 @@
 #define MAX_DIM    (1u << 20)
 #define MAX_LAYERS 1024u
 #define MAX_VOCAB  (1u << 24)
+
+/* "{arch}.{suffix}": the arch-prefixed key names of llama.cpp. */
+typedef struct {
+  char buf[128];
+} Key;
+
+static const char *
+arch_key (Key *k, const UmModelConfig *c, const char *suffix)
+{
+  g_snprintf (k->buf, sizeof k->buf, "%s.%s", um_arch_info (c->arch)->gguf_arch, suffix);
+  return k->buf;
+}
 
 /* An optional unsigned key: absent leaves *out as is. */
 static gboolean
@@ -80,9 +93,11 @@ G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (LayerCounts, layer_counts_clear)
  * each from 1 to MAX_DIM) and its maximum into *max. Absent: *out stays
  * NULL unless @required. */
 static gboolean
-read_per_layer (UmGguf *g, const char *key, gboolean required, guint n_layers,
+read_per_layer (UmGguf *g, const UmModelConfig *c, const char *key, gboolean required,
                 guint32 **out, guint *max, GError **error)
 {
+  const guint n_layers = c->n_layers;
+  Key block_count;
   const char *file = um_gguf_file_name (g);
   gint idx = um_gguf_find_key (g, key);
   g_autofree guint32 *vals = NULL;
@@ -103,8 +118,8 @@ read_per_layer (UmGguf *g, const char *key, gboolean required, guint n_layers,
       if (n != n_layers)
         {
           g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
-                       "%s: “%s” has %" G_GUINT64_FORMAT " per-layer values but llada.block_count is %u",
-                       file, key, n, n_layers);
+                       "%s: “%s” has %" G_GUINT64_FORMAT " per-layer values but %s is %u",
+                       file, key, n, arch_key (&block_count, c, "block_count"), n_layers);
           return FALSE;
         }
     }
@@ -136,55 +151,148 @@ read_per_layer (UmGguf *g, const char *key, gboolean required, guint n_layers,
 }
 
 /* The per-layer counts, the configuration's maxima and the head size. A
- * pruned model has fewer heads than d_model / head_size, so the head size
- * comes from llada.attention.key_length when present. */
+ * pruned LLaDA has fewer heads than d_model / head_size, so the head size
+ * comes from {arch}.attention.key_length when present; RND1 says it too
+ * (its queries are wider than the model). */
 static gboolean
 read_counts (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
 {
   UmModelConfig *c = &model->cfg;
   const char *file = um_gguf_file_name (g);
+  gboolean llada = c->arch == UM_ARCH_LLADA;
   guint key_len = 0, value_len = 0;
+  Key k1, k2, k3;
 
-  if (!read_per_layer (g, "llada.attention.head_count", TRUE, c->n_layers, &lc->heads, &c->n_heads, error)
-      || !read_per_layer (g, "llada.attention.head_count_kv", FALSE, c->n_layers, &lc->kv_heads,
+  /* The MoE families' feed_forward_length is the dense width the
+   * converter copies from the config; their expert layers do not use it. */
+  if (!read_per_layer (g, c, arch_key (&k1, c, "attention.head_count"), TRUE, &lc->heads, &c->n_heads, error)
+      || !read_per_layer (g, c, arch_key (&k1, c, "attention.head_count_kv"), FALSE, &lc->kv_heads,
                           &c->n_kv_heads, error)
-      || !read_per_layer (g, "llada.feed_forward_length", TRUE, c->n_layers, &lc->ffn, &c->mlp_hidden, error)
-      || !opt_u32 (g, "llada.attention.key_length", MAX_DIM, &key_len, error)
-      || !opt_u32 (g, "llada.attention.value_length", MAX_DIM, &value_len, error))
+      || !read_per_layer (g, c, arch_key (&k1, c, "feed_forward_length"), c->n_experts == 0, &lc->ffn,
+                          &c->mlp_hidden, error)
+      || !opt_u32 (g, arch_key (&k1, c, "attention.key_length"), MAX_DIM, &key_len, error)
+      || !opt_u32 (g, arch_key (&k2, c, "attention.value_length"), MAX_DIM, &value_len, error))
     return FALSE;
   if (lc->kv_heads == NULL)
     {
       lc->kv_heads = g_memdup2 (lc->heads, c->n_layers * sizeof (guint32));
       c->n_kv_heads = c->n_heads;
     }
+  if (lc->ffn == NULL)
+    {
+      /* Only expert layers: the dense width is the experts'. */
+      lc->ffn = g_new (guint32, c->n_layers);
+      for (guint l = 0; l < c->n_layers; l++)
+        lc->ffn[l] = c->expert_ffn;
+      c->mlp_hidden = c->expert_ffn;
+    }
   if (value_len != 0 && key_len != 0 && value_len != key_len)
     {
-      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
-                   "%s: llada.attention.value_length (%u) differs from llada.attention.key_length (%u)",
-                   file, value_len, key_len);
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "%s: %s (%u) differs from %s (%u)",
+                   file, k2.buf, value_len, k1.buf, key_len);
       return FALSE;
     }
   if (key_len == 0)
     key_len = value_len;
+  if (key_len % 2 != 0
+      || (key_len == 0 && (um_gguf_find_key (g, k1.buf) >= 0 || um_gguf_find_key (g, k2.buf) >= 0)))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "%s: %s is %u; RoPE needs an even, non-zero head size", file, k1.buf, key_len);
+      return FALSE;
+    }
   if (key_len != 0)
     c->head_dim = key_len;
   else
     c->head_dim = c->d_model % c->n_heads == 0 ? c->d_model / c->n_heads : 0;
-  if ((guint64) c->n_heads * c->head_dim > c->d_model)
+  if (llada && (guint64) c->n_heads * c->head_dim > c->d_model)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
-                   "%s: llada.attention.head_count: %u heads of size %u do not fit in llada.embedding_length (%u)",
-                   file, c->n_heads, c->head_dim, c->d_model);
+                   "%s: %s: %u heads of size %u do not fit in %s (%u)", file,
+                   arch_key (&k1, c, "attention.head_count"), c->n_heads, c->head_dim,
+                   arch_key (&k2, c, "embedding_length"), c->d_model);
       return FALSE;
     }
   for (guint l = 0; l < c->n_layers; l++)
     if (lc->heads[l] % lc->kv_heads[l] != 0)
       {
         g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
-                     "%s: layer %u: llada.attention.head_count_kv (%u) does not divide "
-                     "llada.attention.head_count (%u)", file, l, lc->kv_heads[l], lc->heads[l]);
+                     "%s: layer %u: %s (%u) does not divide %s (%u)", file, l,
+                     arch_key (&k1, c, "attention.head_count_kv"), lc->kv_heads[l],
+                     arch_key (&k3, c, "attention.head_count"), lc->heads[l]);
         return FALSE;
       }
+  return TRUE;
+}
+
+/* An optional boolean key: absent leaves *out as is. */
+static gboolean
+opt_bool (UmGguf *g, const char *key, gboolean *out, GError **error)
+{
+  if (um_gguf_find_key (g, key) < 0)
+    return TRUE;
+  return um_gguf_get_bool (g, key, out, error);
+}
+
+/* A count that may be absurd (0, 2^31): read whole so that validation can
+ * name the value instead of a parser limit. */
+static gboolean
+opt_count (UmGguf *g, const char *key, guint *out, GError **error)
+{
+  return opt_u32 (g, key, G_MAXUINT32, out, error);
+}
+
+/* Mixture-of-experts keys (llama.cpp's names). */
+static gboolean
+read_moe (UmModel *model, UmGguf *g, GError **error)
+{
+  UmModelConfig *c = &model->cfg;
+  const char *file = um_gguf_file_name (g);
+  guint gating = 0, groups = 0, ffn = 0;
+  double scale = 0.0;
+  Key k;
+
+  if (um_gguf_find_key (g, arch_key (&k, c, "expert_count")) < 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “%s” is missing", file, k.buf);
+      return FALSE;
+    }
+  if (!opt_count (g, k.buf, &c->n_experts, error)
+      || !opt_count (g, arch_key (&k, c, "expert_used_count"), &c->n_experts_used, error)
+      || !opt_count (g, arch_key (&k, c, "expert_feed_forward_length"), &c->expert_ffn, error)
+      || !opt_u32 (g, arch_key (&k, c, "leading_dense_block_count"), MAX_LAYERS, &c->n_dense_leading, error)
+      || !opt_u32 (g, arch_key (&k, c, "expert_gating_func"), G_MAXUINT32, &gating, error)
+      || !opt_u32 (g, arch_key (&k, c, "expert_group_count"), G_MAXUINT32, &groups, error)
+      || !opt_f64 (g, arch_key (&k, c, "expert_weights_scale"), &scale, error))
+    return FALSE;
+  /* llama.cpp's graphs: LLaDA-MoE does not renormalise, RND1 does (as
+   * Qwen3-MoE); the key, when written, decides. */
+  c->router_norm = c->arch == UM_ARCH_RND1;
+  if (!opt_bool (g, arch_key (&k, c, "expert_weights_norm"), &c->router_norm, error))
+    return FALSE;
+  if (c->expert_ffn == 0)
+    {
+      /* llama.cpp's fallback: the dense width shared among the used experts. */
+      if (!opt_u32 (g, arch_key (&k, c, "feed_forward_length"), MAX_DIM, &ffn, error))
+        return FALSE;
+      if (c->n_experts_used != 0)
+        c->expert_ffn = ffn / c->n_experts_used;
+    }
+  if (gating > 2)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "%s: %s is %u; only softmax (1) and sigmoid (2) "
+                   "routers are supported", file, arch_key (&k, c, "expert_gating_func"), gating);
+      return FALSE;
+    }
+  c->router_func = gating == 2 ? UM_ROUTER_SIGMOID : UM_ROUTER_SOFTMAX;
+  if (groups > 1)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "%s: %s is %u; grouped expert routing is not "
+                   "supported", file, arch_key (&k, c, "expert_group_count"), groups);
+      return FALSE;
+    }
+  /* llama.cpp scales only by a value other than 0 and 1. */
+  c->router_scale = scale != 0.0 ? scale : 1.0;
   return TRUE;
 }
 
@@ -196,59 +304,76 @@ read_config (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
   const char *arch;
   gboolean flag = FALSE;
   guint rope_dims = 0;
+  UmArch family;
+  Key k;
 
   arch = um_gguf_get_string (g, "general.architecture", error);
   if (arch == NULL)
     return FALSE;
-  if (!g_str_equal (arch, "llada"))
+  if (!um_arch_from_gguf (arch, &family))
     {
       g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
-                   "%s: general.architecture is “%s”; Unmask runs “llada” models", file, arch);
+                   "%s: general.architecture is “%s”; Unmask runs “llada”, “dream”, “llada-moe” and “rnd1” "
+                   "models", file, arch);
       return FALSE;
     }
   memset (c, 0, sizeof *c);
+  c->arch = family;
   c->max_seq_len = 4096;
   c->rope_theta = 10000.0;
   c->rms_eps = 1e-5;
-  if (!req_u32 (g, "llada.block_count", MAX_LAYERS, &c->n_layers, error)
-      || !req_u32 (g, "llada.embedding_length", MAX_DIM, &c->d_model, error))
+  c->router_scale = 1.0;
+  if (!req_u32 (g, arch_key (&k, c, "block_count"), MAX_LAYERS, &c->n_layers, error)
+      || !req_u32 (g, arch_key (&k, c, "embedding_length"), MAX_DIM, &c->d_model, error))
     return FALSE;
   if (c->n_layers == 0)
     {
-      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: llada.block_count is 0", file);
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: %s is 0", file, arch_key (&k, c, "block_count"));
       return FALSE;
     }
-  if (!read_counts (model, g, lc, error)
-      || !opt_u32 (g, "llada.context_length", 1u << 20, &c->max_seq_len, error)
-      || !opt_f64 (g, "llada.rope.freq_base", &c->rope_theta, error)
-      || !opt_f64 (g, "llada.attention.layer_norm_rms_epsilon", &c->rms_eps, error)
-      || !opt_u32 (g, "llada.rope.dimension_count", MAX_DIM, &rope_dims, error))
+  if ((family == UM_ARCH_LLADA_MOE || family == UM_ARCH_RND1) && !read_moe (model, g, error))
     return FALSE;
+  if (!read_counts (model, g, lc, error)
+      || !opt_u32 (g, arch_key (&k, c, "context_length"), 1u << 20, &c->max_seq_len, error)
+      || !opt_f64 (g, arch_key (&k, c, "rope.freq_base"), &c->rope_theta, error)
+      || !opt_f64 (g, arch_key (&k, c, "attention.layer_norm_rms_epsilon"), &c->rms_eps, error)
+      || !opt_u32 (g, arch_key (&k, c, "rope.dimension_count"), MAX_DIM, &rope_dims, error))
+    return FALSE;
+  if (rope_dims > c->head_dim)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "%s: %s is %u, above the head size (%u)", file, k.buf, rope_dims, c->head_dim);
+      return FALSE;
+    }
   if (rope_dims != 0 && rope_dims != c->head_dim)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
-                   "%s: llada.rope.dimension_count is %u; only RoPE over the whole head (%u) is supported",
-                   file, rope_dims, c->head_dim);
+                   "%s: %s is %u; only RoPE over the whole head (%u) is supported",
+                   file, k.buf, rope_dims, c->head_dim);
       return FALSE;
     }
-  if (um_gguf_find_key (g, "llada.attention.causal") >= 0
-      && (!um_gguf_get_bool (g, "llada.attention.causal", &flag, error) || flag))
+  if (!opt_bool (g, arch_key (&k, c, "attention.causal"), &flag, error))
+    return FALSE;
+  if (flag)
     {
-      if (flag)
-        g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
-                     "%s: llada.attention.causal is true; LLaDA attention is bidirectional", file);
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                   "%s: %s is true; diffusion models attend in both directions", file, k.buf);
       return FALSE;
     }
-  if (um_gguf_find_key (g, "diffusion.shift_logits") >= 0
-      && (!um_gguf_get_bool (g, "diffusion.shift_logits", &flag, error) || flag))
+  /* llama.cpp shifts unless the file says false: Dream and RND1 files do
+   * not say, LLaDA and LLaDA-MoE ones write false. */
+  c->shift_logits = um_arch_info (family)->shift_logits;
+  if (!opt_bool (g, "diffusion.shift_logits", &c->shift_logits, error))
+    return FALSE;
+  if (family == UM_ARCH_LLADA && c->shift_logits)
     {
-      if (flag)
-        g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
-                     "%s: diffusion.shift_logits is true (a Dream-style model); not supported", file);
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                   "%s: diffusion.shift_logits is true for a LLaDA model; not supported", file);
       return FALSE;
     }
-  /* GGUF stores Q and K rows permuted for the interleaved rotation. */
-  c->rope_interleaved = TRUE;
+  /* Only LLaDA's converter permutes Q and K rows for the interleaved
+   * rotation; the others run NEOX RoPE on the rows as trained. */
+  c->rope_interleaved = family == UM_ARCH_LLADA;
   c->mask_id = c->eos_id = c->bos_id = c->eot_id = c->pad_id = -1;
   if (!opt_id (g, "tokenizer.ggml.mask_token_id", &c->mask_id, error)
       || !opt_id (g, "tokenizer.ggml.eos_token_id", &c->eos_id, error)
@@ -310,17 +435,37 @@ read_tokenizer (UmModel *model, UmGguf *g, GError **error)
   return TRUE;
 }
 
+static gboolean
+has_qkv_bias (const UmTensorTable *t)
+{
+  for (guint i = 0; i < um_tensor_table_size (t); i++)
+    {
+      const char *name = um_tensor_table_get (t, i)->name;
+      if (g_str_has_prefix (name, "blk.")
+          && (g_str_has_suffix (name, ".attn_q.bias") || g_str_has_suffix (name, ".attn_k.bias")
+              || g_str_has_suffix (name, ".attn_v.bias")))
+        return TRUE;
+    }
+  return FALSE;
+}
+
 gboolean
 um_model_load_gguf (UmModel *model, GError **error)
 {
   UmGguf *g = um_gguf_open (model->path, error);
+
+  return g != NULL && um_model_load_gguf_from (model, g, error);
+}
+
+gboolean
+um_model_load_gguf_from (UmModel *model, UmGguf *g, GError **error)
+{
   const UmTensorInfo *embd;
   guint vocab = 0;
   g_auto(LayerCounts) lc = { NULL, NULL, NULL };
   UmModelConfig check;
+  Key k;
 
-  if (g == NULL)
-    return FALSE;
   model->gguf = g;
   model->tensors = um_gguf_get_tensors (g);
   if (!read_config (model, g, &lc, error) || !read_tokenizer (model, g, error))
@@ -335,13 +480,13 @@ um_model_load_gguf (UmModel *model, GError **error)
       return FALSE;
     }
   model->cfg.vocab_size = embd->shape[0];
-  if (!opt_u32 (g, "llada.vocab_size", MAX_VOCAB, &vocab, error))
+  if (!opt_u32 (g, arch_key (&k, &model->cfg, "vocab_size"), MAX_VOCAB, &vocab, error))
     return FALSE;
   if (vocab != 0 && vocab != model->cfg.vocab_size)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
-                   "%s: llada.vocab_size is %u but token_embd.weight has %u rows",
-                   um_gguf_file_name (g), vocab, model->cfg.vocab_size);
+                   "%s: %s is %u but token_embd.weight has %u rows",
+                   um_gguf_file_name (g), k.buf, vocab, model->cfg.vocab_size);
       return FALSE;
     }
   model->cfg.tied_embeddings = um_tensor_table_lookup (model->tensors, "output.weight") == NULL;
@@ -349,6 +494,8 @@ um_model_load_gguf (UmModel *model, GError **error)
   /* Ids missing from the metadata come from the vocabulary. */
   if (model->cfg.mask_id < 0)
     model->cfg.mask_id = um_tokenizer_token_to_id (model->tokenizer, "<|mdm_mask|>");
+  if (model->cfg.mask_id < 0)
+    model->cfg.mask_id = um_tokenizer_token_to_id (model->tokenizer, "<|mask|>");
   if (model->cfg.eos_id < 0)
     model->cfg.eos_id = um_tokenizer_token_to_id (model->tokenizer, "<|endoftext|>");
   um_model_resolve_special_ids (model);
@@ -377,7 +524,7 @@ um_model_load_gguf (UmModel *model, GError **error)
    * head_dim: the rest of the configuration is checked as for the full
    * width, the per-layer counts were checked by read_counts(). */
   check = model->cfg;
-  if ((guint64) check.n_heads * check.head_dim != check.d_model
+  if (check.arch == UM_ARCH_LLADA && (guint64) check.n_heads * check.head_dim != check.d_model
       && check.head_dim != 0 && check.d_model % check.head_dim == 0)
     check.n_heads = check.n_kv_heads = check.d_model / check.head_dim;
   if (!um_model_config_validate (&check, um_gguf_file_name (g), error))
@@ -389,11 +536,21 @@ um_model_load_gguf (UmModel *model, GError **error)
       model->layers[l].n_kv_heads = lc.kv_heads[l];
       model->layers[l].ffn = lc.ffn[l];
     }
+  /* llama.cpp's biases are optional: any one there means all of them,
+   * so a file that lost some is refused rather than run without (LLaDA
+   * has none). */
+  model->cfg.qkv_bias = model->cfg.arch != UM_ARCH_LLADA && has_qkv_bias (model->tensors);
+  model->cfg.qk_norm = model->cfg.arch == UM_ARCH_LLADA_MOE || model->cfg.arch == UM_ARCH_RND1;
   {
     static const UmWeightNames gguf_names = {
-      "token_embd.weight", "output_norm.weight", "output.weight",
-      "blk.", "attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-      "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
+      .tok_embd = "token_embd.weight", .out_norm = "output_norm.weight", .output = "output.weight",
+      .layer_prefix = "blk.", .attn_norm = "attn_norm.weight", .wq = "attn_q.weight", .wk = "attn_k.weight",
+      .wv = "attn_v.weight", .wo = "attn_output.weight", .ffn_norm = "ffn_norm.weight",
+      .w_gate = "ffn_gate.weight", .w_up = "ffn_up.weight", .w_down = "ffn_down.weight",
+      .bq = "attn_q.bias", .bk = "attn_k.bias", .bv = "attn_v.bias",
+      .q_norm = "attn_q_norm.weight", .k_norm = "attn_k_norm.weight",
+      .router = "ffn_gate_inp.weight",
+      .exp_gate = "ffn_gate_exps.weight", .exp_up = "ffn_up_exps.weight", .exp_down = "ffn_down_exps.weight",
     };
     return um_model_bind_weights (model, &gguf_names, error);
   }

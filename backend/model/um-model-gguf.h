@@ -1,19 +1,29 @@
 /* um-model-gguf.h — internal: filling an UmModel from a llama.cpp GGUF. */
 #pragma once
 
+#include "um-gguf.h"
 #include "um-model.h"
 
 G_BEGIN_DECLS
 
 gboolean um_model_load_gguf (UmModel *model, GError **error);
+/* The same from a file already open (the fuzzer's, in memory); @model
+ * takes @g over, and frees it with itself. */
+gboolean um_model_load_gguf_from (UmModel *model, UmGguf *g, GError **error);
 void     um_model_gguf_release (UmModel *model);
 
 /* Tensor names of one file layout; layer tensors are
- * layer_prefix + index + "." + suffix. */
+ * layer_prefix + index + "." + suffix. The optional ones are looked up only
+ * when the configuration has them (biases, QK-norm, experts). Experts are
+ * either stacked in one tensor per matrix ([E, rows, cols], GGUF), or, when
+ * experts_prefix is set, one tensor per expert named
+ * layer_prefix + index + "." + experts_prefix + e + "." + suffix (HF). */
 typedef struct {
   const char *tok_embd, *out_norm, *output;
   const char *layer_prefix;
   const char *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+  const char *bq, *bk, *bv, *q_norm, *k_norm;
+  const char *router, *experts_prefix, *exp_gate, *exp_up, *exp_down;
 } UmWeightNames;
 
 /* Binds every weight by name, checking shapes against the configuration. */

@@ -64,7 +64,8 @@ um_model_bind_weight (UmModel    *model,
   return TRUE;
 }
 
-/* Norm vectors are tiny; keep them as aligned floats whatever the file holds. */
+/* Norms, biases and routers are small; keep them as aligned floats whatever
+ * the file holds. */
 gboolean
 um_model_weight_to_f32 (UmModel *model, UmWeight *w, GError **error)
 {
@@ -89,7 +90,7 @@ um_model_weight_to_f32 (UmModel *model, UmWeight *w, GError **error)
     {
       g_free (copy);
       g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
-                   "%s: norm tensor “%s” is stored as %s; only float types are supported for norms",
+                   "%s: tensor “%s” is stored as %s; norms, biases and routers must be float",
                    model->display_name, w->name, um_dtype_name (w->dtype));
       return FALSE;
     }
@@ -97,6 +98,175 @@ um_model_weight_to_f32 (UmModel *model, UmWeight *w, GError **error)
   w->dtype = UM_DTYPE_F32;
   w->data = copy;
   w->row_bytes = w->cols * sizeof (float);
+  return TRUE;
+}
+
+/* A stacked expert tensor [E, rows, cols] (GGUF's ffn_*_exps), seen as the
+ * 2-D [E·rows, cols] the forward slices with um_weight_expert(). */
+static gboolean
+bind_stacked (UmModel *model, UmWeight *w, const char *name, guint n_experts,
+              uint64_t rows, uint64_t cols, GError **error)
+{
+  const UmTensorInfo *info = um_tensor_table_lookup (model->tensors, name);
+
+  if (info == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: tensor “%s” is missing", model->display_name, name);
+      return FALSE;
+    }
+  if (info->dtype == UM_DTYPE_I32)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "%s: tensor “%s” is integer, not a weight",
+                   info->file, name);
+      return FALSE;
+    }
+  if (info->n_dims != 3 || info->shape[0] != n_experts || info->shape[1] != rows || info->shape[2] != cols)
+    {
+      g_autofree char *shape = um_tensor_shape_string (info);
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "%s: tensor “%s” has shape %s but the configuration implies [%u, %" G_GUINT64_FORMAT
+                   ", %" G_GUINT64_FORMAT "]", info->file, name, shape, n_experts, rows, cols);
+      return FALSE;
+    }
+  w->name = info->name;
+  w->dtype = info->dtype;
+  w->rows = n_experts * rows;
+  w->cols = cols;
+  w->row_bytes = info->n_bytes / w->rows;
+  w->data = info->data;
+  return TRUE;
+}
+
+/* Experts stored one tensor each (Hugging Face): a view when they lie one
+ * after the other in one file, in order; otherwise copied, in their stored
+ * format, into one buffer the model owns (64-byte aligned, like a
+ * mapping's pages, for the vector kernels). */
+static gboolean
+bind_split_experts (UmModel *model, UmWeight *w, const char *prefix, const char *suffix,
+                    guint n_experts, uint64_t rows, uint64_t cols, GError **error)
+{
+  g_autofree UmWeight *parts = g_new0 (UmWeight, n_experts);
+  g_autofree const UmTensorInfo **infos = g_new0 (const UmTensorInfo *, n_experts);
+  gboolean contiguous = TRUE;
+  uint64_t part_bytes;
+  guint8 *raw, *dst;
+
+  for (guint e = 0; e < n_experts; e++)
+    {
+      g_autofree char *name = g_strdup_printf ("%s%u.%s", prefix, e, suffix);
+      if (!um_model_bind_weight (model, &parts[e], name, rows, cols, error))
+        return FALSE;
+      infos[e] = um_tensor_table_lookup (model->tensors, name);
+      if (parts[e].dtype != parts[0].dtype)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                       "%s: tensor “%s” is stored as %s but expert 0's as %s; the experts of a layer must "
+                       "share one format", infos[e]->file, name, um_dtype_name (parts[e].dtype),
+                       um_dtype_name (parts[0].dtype));
+          return FALSE;
+        }
+      if (e > 0 && (infos[e]->file != infos[0]->file
+                    || infos[e]->data != infos[e - 1]->data + infos[e - 1]->n_bytes))
+        contiguous = FALSE;
+    }
+  *w = parts[0];
+  w->rows = (uint64_t) n_experts * rows;
+  w->name = g_strdup_printf ("%s*.%s", prefix, suffix);
+  g_ptr_array_add (model->owned, (char *) w->name);
+  if (contiguous)
+    return TRUE;
+
+  part_bytes = infos[0]->n_bytes;
+  raw = g_try_malloc (part_bytes * n_experts + 63);
+  if (raw == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "%s: no memory to gather the %u experts of “%s” (%.1f MiB)", model->display_name,
+                   n_experts, w->name, (double) part_bytes * n_experts / 1048576.0);
+      return FALSE;
+    }
+  g_ptr_array_add (model->owned, raw);
+  dst = (guint8 *) (((uintptr_t) raw + 63) & ~(uintptr_t) 63);
+  for (guint e = 0; e < n_experts; e++)
+    um_tensor_data_read (infos[e]->data, part_bytes, dst + e * part_bytes);
+  w->data = dst;
+  return TRUE;
+}
+
+/* The mixture-of-experts FFN of layer @l: router and experts. */
+static gboolean
+bind_experts (UmModel *model, const UmWeightNames *names, guint l, UmLayerWeights *L, GError **error)
+{
+  const UmModelConfig *c = &model->cfg;
+  uint64_t d = c->d_model, f = c->expert_ffn;
+  guint E = c->n_experts;
+  char name[256];
+  const struct { UmWeight *w; const char *suffix; uint64_t rows, cols; } mats[] = {
+    { &L->w_gate, names->exp_gate, f, d },
+    { &L->w_up, names->exp_up, f, d },
+    { &L->w_down, names->exp_down, d, f },
+  };
+
+  if (names->router == NULL)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "%s: this layout has no experts",
+                   model->display_name);
+      return FALSE;
+    }
+  L->n_experts = E;
+  L->ffn = f;
+  g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, l, names->router);
+  if (!um_model_bind_weight (model, &L->router, name, E, d, error)
+      || !um_model_weight_to_f32 (model, &L->router, error))
+    return FALSE;
+  for (guint i = 0; i < G_N_ELEMENTS (mats); i++)
+    {
+      if (names->experts_prefix != NULL)
+        {
+          g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, l, names->experts_prefix);
+          if (!bind_split_experts (model, mats[i].w, name, mats[i].suffix, E, mats[i].rows, mats[i].cols, error))
+            return FALSE;
+        }
+      else
+        {
+          g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, l, mats[i].suffix);
+          if (!bind_stacked (model, mats[i].w, name, E, mats[i].rows, mats[i].cols, error))
+            return FALSE;
+        }
+    }
+  return TRUE;
+}
+
+/* Biases and QK-norm weights of layer @l: small vectors, held as float. */
+static gboolean
+bind_attention_extras (UmModel *model, const UmWeightNames *names, guint l, UmLayerWeights *L, GError **error)
+{
+  const UmModelConfig *c = &model->cfg;
+  uint64_t qd = (uint64_t) L->n_heads * c->head_dim, kvd = (uint64_t) L->n_kv_heads * c->head_dim;
+  const struct { gboolean want; UmWeight *w; const char *suffix; uint64_t cols; } vecs[] = {
+    { c->qkv_bias, &L->bq, names->bq, qd },
+    { c->qkv_bias, &L->bk, names->bk, kvd },
+    { c->qkv_bias, &L->bv, names->bv, kvd },
+    { c->qk_norm, &L->q_norm, names->q_norm, c->head_dim },
+    { c->qk_norm, &L->k_norm, names->k_norm, c->head_dim },
+  };
+  char name[256];
+
+  for (guint i = 0; i < G_N_ELEMENTS (vecs); i++)
+    {
+      if (!vecs[i].want)
+        continue;
+      if (vecs[i].suffix == NULL)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "%s: this layout has no %s",
+                       model->display_name, i < 3 ? "attention biases" : "QK-norm");
+          return FALSE;
+        }
+      g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, l, vecs[i].suffix);
+      if (!um_model_bind_weight (model, vecs[i].w, name, 1, vecs[i].cols, error)
+          || !um_model_weight_to_f32 (model, vecs[i].w, error))
+        return FALSE;
+    }
   return TRUE;
 }
 
@@ -120,6 +290,7 @@ um_model_bind_weights (UmModel *model, const UmWeightNames *names, GError **erro
   for (guint l = 0; l < c->n_layers; l++)
     {
       UmLayerWeights *L = &model->layers[l];
+      gboolean moe = um_model_config_layer_is_moe (c, l);
       if (L->n_heads == 0)
         {
           L->n_heads = c->n_heads;
@@ -140,14 +311,17 @@ um_model_bind_weights (UmModel *model, const UmWeightNames *names, GError **erro
         { &L->w_up, names->w_up, f, d },
         { &L->w_down, names->w_down, d, f },
       };
-      for (guint i = 0; i < G_N_ELEMENTS (per_layer); i++)
+      /* A MoE layer binds its experts instead of the dense FFN (the last three). */
+      for (guint i = 0; i < G_N_ELEMENTS (per_layer) - (moe ? 3 : 0); i++)
         {
           g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, l, per_layer[i].suffix);
           if (!um_model_bind_weight (model, per_layer[i].w, name, per_layer[i].rows, per_layer[i].cols, error))
             return FALSE;
         }
       if (!um_model_weight_to_f32 (model, &L->attn_norm, error)
-          || !um_model_weight_to_f32 (model, &L->ffn_norm, error))
+          || !um_model_weight_to_f32 (model, &L->ffn_norm, error)
+          || !bind_attention_extras (model, names, l, L, error)
+          || (moe && !bind_experts (model, names, l, L, error)))
         return FALSE;
     }
   return TRUE;
@@ -188,13 +362,19 @@ bos_from_tokenizer_config (UmModel *model, const char *dir, gint32 *bos, GError 
   return TRUE;
 }
 
-/* Ids the configuration does not carry come from the vocabulary. */
+/* Ids the configuration does not carry come from the vocabulary: the end
+ * of a turn is each family's chat template's (LLaDA's Llama-3 one, Dream's
+ * and RND1's ChatML, LLaDA-MoE's Ling one). */
 void
 um_model_resolve_special_ids (UmModel *model)
 {
+  static const char *const eot[UM_ARCH_N] = {
+    [UM_ARCH_LLADA] = "<|eot_id|>", [UM_ARCH_DREAM] = "<|im_end|>",
+    [UM_ARCH_LLADA_MOE] = "<|role_end|>", [UM_ARCH_RND1] = "<|im_end|>",
+  };
   UmModelConfig *c = &model->cfg;
   if (c->eot_id < 0)
-    c->eot_id = um_tokenizer_token_to_id (model->tokenizer, "<|eot_id|>");
+    c->eot_id = um_tokenizer_token_to_id (model->tokenizer, eot[um_arch_info (c->arch)->arch]);
   if (c->bos_id < 0)
     c->bos_id = um_tokenizer_token_to_id (model->tokenizer, "<|startoftext|>");
 }
@@ -227,12 +407,27 @@ load_hf_dir (UmModel *model, GError **error)
     return FALSE;
   model->layers = g_new0 (UmLayerWeights, model->cfg.n_layers);
   {
-    static const UmWeightNames hf_names = {
-      "model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight",
-      "model.transformer.blocks.", "attn_norm.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight",
-      "attn_out.weight", "ff_norm.weight", "ff_proj.weight", "up_proj.weight", "ff_out.weight",
+    /* LLaDA: OLMo's names. */
+    static const UmWeightNames olmo_names = {
+      .tok_embd = "model.transformer.wte.weight", .out_norm = "model.transformer.ln_f.weight",
+      .output = "model.transformer.ff_out.weight", .layer_prefix = "model.transformer.blocks.",
+      .attn_norm = "attn_norm.weight", .wq = "q_proj.weight", .wk = "k_proj.weight", .wv = "v_proj.weight",
+      .wo = "attn_out.weight", .ffn_norm = "ff_norm.weight", .w_gate = "ff_proj.weight",
+      .w_up = "up_proj.weight", .w_down = "ff_out.weight",
     };
-    return um_model_bind_weights (model, &hf_names, error);
+    /* Dream, LLaDA-MoE, RND1: the Llama/Qwen names. */
+    static const UmWeightNames hf_names = {
+      .tok_embd = "model.embed_tokens.weight", .out_norm = "model.norm.weight", .output = "lm_head.weight",
+      .layer_prefix = "model.layers.", .attn_norm = "input_layernorm.weight",
+      .wq = "self_attn.q_proj.weight", .wk = "self_attn.k_proj.weight", .wv = "self_attn.v_proj.weight",
+      .wo = "self_attn.o_proj.weight", .ffn_norm = "post_attention_layernorm.weight",
+      .w_gate = "mlp.gate_proj.weight", .w_up = "mlp.up_proj.weight", .w_down = "mlp.down_proj.weight",
+      .bq = "self_attn.q_proj.bias", .bk = "self_attn.k_proj.bias", .bv = "self_attn.v_proj.bias",
+      .q_norm = "self_attn.q_norm.weight", .k_norm = "self_attn.k_norm.weight",
+      .router = "mlp.gate.weight", .experts_prefix = "mlp.experts.",
+      .exp_gate = "gate_proj.weight", .exp_up = "up_proj.weight", .exp_down = "down_proj.weight",
+    };
+    return um_model_bind_weights (model, model->cfg.arch == UM_ARCH_LLADA ? &olmo_names : &hf_names, error);
   }
 }
 

@@ -1,0 +1,178 @@
+/* The one forward pass on the new families (Dream: q/k/v biases, GQA,
+ * NEOX RoPE; LLaDA-MoE: QK-norm, softmax top-k experts; RND1: query width
+ * ≠ model width, renormalised top-k) against the independent float64
+ * fixtures, in every form they come in (HF safetensors, GGUF F32 and
+ * Q8_0), on the CPU backend; and the same logits whatever way the weights
+ * are held (layer streaming, row chunks) and whichever rows are asked. */
+#include <math.h>
+#include <string.h>
+
+#include "um-backend.h"
+#include "um-error.h"
+#include "um-forward.h"
+#include "um-layer-store.h"
+#include "um-model.h"
+#include "um-quant.h"
+#include "um-ref-kernels.h"
+#include "um-test-util.h"
+
+typedef struct {
+  const char *family;      /* expected file stem */
+  const char *model;       /* path in tests/data */
+  const char *key;         /* entry of the expected file */
+} Case;
+
+static const Case cases[] = {
+  { "tiny-dream", "tiny-dream", "logits" },
+  { "tiny-dream", "tiny-dream-f32.gguf", "gguf_f32" },
+  { "tiny-dream", "tiny-dream-q8_0.gguf", "gguf_q8_0" },
+  { "tiny-llada-moe", "tiny-llada-moe", "logits" },
+  { "tiny-llada-moe", "tiny-llada-moe-f32.gguf", "gguf_f32" },
+  { "tiny-llada-moe", "tiny-llada-moe-q8_0.gguf", "gguf_q8_0" },
+  { "tiny-rnd1", "tiny-rnd1", "logits" },
+  { "tiny-rnd1", "tiny-rnd1-f32.gguf", "gguf_f32" },
+  { "tiny-rnd1", "tiny-rnd1-q8_0.gguf", "gguf_q8_0" },
+};
+
+static UmModel *
+load_model (const char *name)
+{
+  g_autofree char *path = um_test_data_path (name);
+  g_autoptr(GError) error = NULL;
+  UmModel *model = um_model_load (path, NULL, &error);
+  g_assert_no_error (error);
+  g_assert_nonnull (model);
+  return model;
+}
+
+/* The expected logits [ids->len, V] of @c. */
+static double *
+expected (const Case *c, GArray **ids_out, guint V)
+{
+  g_autofree char *json = g_strconcat (c->family, ".expected.json", NULL);
+  g_autoptr(JsonParser) parser = um_test_load_json (json);
+  JsonObject *entry = json_object_get_object_member (json_node_get_object (json_parser_get_root (parser)), c->key);
+  GArray *ids = um_test_json_ids (json_object_get_array_member (entry, "ids"));
+  JsonArray *values = json_object_get_array_member (entry, "values");
+  double *want = g_new (double, (size_t) ids->len * V);
+
+  g_assert_cmpuint (json_array_get_length (values), ==, ids->len);
+  for (guint r = 0; r < ids->len; r++)
+    {
+      JsonArray *row = json_array_get_array_element (values, r);
+      g_assert_cmpuint (json_array_get_length (row), ==, V);
+      for (guint v = 0; v < V; v++)
+        want[(size_t) r * V + v] = json_array_get_double_element (row, v);
+    }
+  *ids_out = ids;
+  return want;
+}
+
+static float *
+run (UmModel *model, const UmForwardOptions *o, const GArray *ids, const gint32 *rows, int n_rows)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmBackend) be = um_backend_cpu_new (0, 0, &error);
+  UmLayerStore *store = NULL;
+  UmForwardOptions opts = *o;
+  const guint V = model->cfg.vocab_size;
+  float *logits = g_new (float, (size_t) (rows ? n_rows : (int) ids->len) * V);
+
+  if (opts.stream_slots > 0)
+    {
+      store = um_layer_store_new (be, model, UM_STORE_ZSTD, 1, NULL, NULL, NULL, &error);
+      g_assert_no_error (error);
+      opts.store = store;
+    }
+  {
+    g_autoptr(UmForward) fw = um_forward_new_with (model, be, &opts, NULL, NULL, NULL, &error);
+    g_assert_no_error (error);
+    g_assert_true (um_forward_logits (fw, (const gint32 *) ids->data, 1, ids->len, rows, n_rows, logits, NULL,
+                                      &error));
+    g_assert_no_error (error);
+  }
+  if (store != NULL)
+    um_layer_store_free (store);
+  return logits;
+}
+
+static void
+test_case (gconstpointer data)
+{
+  const Case *c = data;
+  g_autoptr(UmModel) model = load_model (c->model);
+  const guint V = model->cfg.vocab_size;
+  g_autoptr(GArray) ids = NULL;
+  g_autofree double *want = expected (c, &ids, V);
+  UmForwardOptions o;
+  double tol, err;
+
+  um_forward_options_init (&o);
+  /* The naive float32 forward's distance from float64, times a margin:
+   * float32 rounding's own error on this model, whatever the CPU. */
+  tol = um_test_f32_tolerance (model, (const gint32 *) ids->data, ids->len, want, c->model);
+  {
+    g_autofree float *logits = run (model, &o, ids, NULL, 0);
+    err = um_test_rel_error (logits, want, (size_t) ids->len * V);
+    g_test_message ("%s %s: max relative error %.3g, tolerance %.3g (%s kernels)", c->model, c->key, err, tol,
+                    um_quant_simd_level ());
+    g_assert_cmpfloat (err, <, tol);
+  }
+  /* Requested rows only: the last layer runs on them alone (queries,
+   * biases, QK-norm and the experts' routing on a subset). */
+  {
+    const gint32 rows[] = { 0, 5, 6, 14, 15 };
+    g_autofree float *sel = run (model, &o, ids, rows, G_N_ELEMENTS (rows));
+    for (guint i = 0; i < G_N_ELEMENTS (rows); i++)
+      g_assert_cmpfloat (um_test_rel_error (sel + (size_t) i * V, want + (size_t) rows[i] * V, V), <, tol);
+  }
+  /* Layers streamed through two slots, and the FFN and head in chunks of
+   * 3 rows (an expert's group then spans chunks): the same products on
+   * the same rows, so the same tolerance holds. */
+  {
+    g_autofree float *streamed = NULL, *chunked = NULL;
+    o.stream_slots = 2;
+    streamed = run (model, &o, ids, NULL, 0);
+    g_assert_cmpfloat (um_test_rel_error (streamed, want, (size_t) ids->len * V), <, tol);
+    o.stream_slots = 0;
+    o.row_chunk = 3;
+    chunked = run (model, &o, ids, NULL, 0);
+    g_assert_cmpfloat (um_test_rel_error (chunked, want, (size_t) ids->len * V), <, tol);
+  }
+}
+
+/* What each family's description says, read from its files. */
+static void
+test_descriptions (void)
+{
+  g_autoptr(UmModel) dream = load_model ("tiny-dream");
+  g_autoptr(UmModel) moe = load_model ("tiny-llada-moe-q8_0.gguf");
+  g_autoptr(UmModel) rnd1 = load_model ("tiny-rnd1-f32.gguf");
+
+  g_assert_cmpint (dream->cfg.arch, ==, UM_ARCH_DREAM);
+  g_assert_true (dream->cfg.qkv_bias && dream->cfg.shift_logits && !dream->cfg.qk_norm);
+  g_assert_cmpuint (dream->cfg.n_experts, ==, 0);
+  g_assert_false (dream->cfg.rope_interleaved);
+  g_assert_cmpint (moe->cfg.arch, ==, UM_ARCH_LLADA_MOE);
+  g_assert_true (moe->cfg.qk_norm && !moe->cfg.shift_logits && !moe->cfg.router_norm);
+  g_assert_cmpuint (moe->cfg.n_experts, ==, 8);
+  g_assert_cmpuint (moe->cfg.n_experts_used, ==, 3);
+  g_assert_cmpuint (moe->layers[1].n_experts, ==, 8);
+  g_assert_cmpint (rnd1->cfg.arch, ==, UM_ARCH_RND1);
+  g_assert_true (rnd1->cfg.qk_norm && rnd1->cfg.shift_logits && rnd1->cfg.router_norm);
+  g_assert_cmpuint (rnd1->cfg.n_heads * rnd1->cfg.head_dim, ==, 128);
+  g_assert_cmpuint (rnd1->cfg.d_model, ==, 64);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      g_autofree char *name = g_strdup_printf ("/family-forward/%s/%s", cases[i].model, cases[i].key);
+      g_test_add_data_func (name, &cases[i], test_case);
+    }
+  g_test_add_func ("/family-forward/descriptions", test_descriptions);
+  return g_test_run ();
+}
