@@ -256,7 +256,9 @@ test_families (void)
     um_settings_get_params (settings, &p);
     g_assert_cmpint (p.steps, ==, 64);
     g_assert_cmpint (p.remasking, ==, UM_REMASK_RANDOM);
-    g_assert_cmpint (p.alg, ==, UM_ALG_ORIGIN);
+    /* Dream's option is left out of LLaDA's parameters. */
+    g_assert_cmpint (p.alg, ==, UM_ALG_ENTROPY);
+    g_assert_cmpfloat (p.top_p, ==, 0.0);
   }
   um_test_rmtree (dir);
 }

@@ -696,7 +696,7 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
   clear_error_rows (self);
   if (!um_chat_build_prompt (model->tokenizer, base->len ? (const gint32 *) base->data : NULL,
                              base->len, text, model->cfg.bos_id, model->cfg.eos_id, prompt, &error)
-      || !um_gen_params_validate (&params, prompt->len, model->cfg.max_seq_len, &error))
+      || !um_gen_params_validate_for (&params, model->cfg.arch, prompt->len, model->cfg.max_seq_len, &error))
     {
       g_autofree char *msg = g_strdup_printf (_("Cannot answer: %s"), error->message);
       add_error_row (self, msg, FALSE);
@@ -793,6 +793,8 @@ static void ensure_settings (UmChatPage *self);
 
 /* The answers' parameters and where each comes from (the Generate page's
  * rows say the same). */
+static void on_fast_rule_selected (UmChatPage *self);
+
 static UmSchedule
 current_schedule (UmChatPage *self)
 {
@@ -848,6 +850,9 @@ update_params_label (UmChatPage *self)
       g_free (extra[i].value);
     }
   gtk_widget_set_visible (GTK_WIDGET (self->fast_button), um_schedule_uses (schedule, "fast-decoding"));
+  gtk_widget_set_visible (GTK_WIDGET (self->cache_row), um_schedule_uses (schedule, "cache"));
+  gtk_widget_set_visible (GTK_WIDGET (self->rule_row), um_schedule_uses (schedule, "factor"));
+  on_fast_rule_selected (self);
   gtk_label_set_text (self->params_label, text->str);
   gtk_widget_set_sensitive (self->params_reset_button,
                             self->settings != NULL && um_settings_get_user_set (self->settings) != 0);
@@ -928,7 +933,7 @@ um_chat_page_get_params (UmChatPage *self, UmGenParams *p)
   if (adw_expander_row_get_enable_expansion (self->fast_row))
     {
       p->cache = (UmCacheMode) MIN (adw_combo_row_get_selected (self->cache_row), UM_CACHE_DUAL);
-      if (adw_combo_row_get_selected (self->rule_row) == 1)
+      if (adw_combo_row_get_selected (self->rule_row) == 1 && um_schedule_uses (current_schedule (self), "factor"))
         p->factor = gtk_adjustment_get_value (self->factor_adjustment);
       else
         p->threshold = gtk_adjustment_get_value (self->threshold_adjustment);
@@ -939,7 +944,9 @@ um_chat_page_get_params (UmChatPage *self, UmGenParams *p)
 static void
 on_fast_rule_selected (UmChatPage *self)
 {
-  gboolean factor = adw_combo_row_get_selected (self->rule_row) == 1;
+  /* Dream's fast decoding has the threshold only. */
+  gboolean factor = um_schedule_uses (current_schedule (self), "factor")
+                    && adw_combo_row_get_selected (self->rule_row) == 1;
   gtk_widget_set_visible (GTK_WIDGET (self->threshold_row), !factor);
   gtk_widget_set_visible (GTK_WIDGET (self->factor_row), factor);
 }

@@ -13,7 +13,7 @@
  * shows or not (um_schedule_uses ()); the first ones in UmGenKey order. */
 static const char *const option_props[] = {
   "gen-length", "steps", "block-length", "temperature", "cfg-scale", "remasking",
-  "alg", "alg-temp", "eps", "top-p", "top-k", "greedy", "fast-decoding", "constraints",
+  "alg", "alg-temp", "eps", "top-p", "top-k", "greedy", "fast-decoding", "cache", "factor", "constraints",
 };
 
 struct _UmGeneratePage {
@@ -119,7 +119,7 @@ read_params (UmGeneratePage *self, UmGenParams *p)
   if (adw_expander_row_get_enable_expansion (self->fast_row))
     {
       p->cache = (UmCacheMode) MIN (adw_combo_row_get_selected (self->cache_row), UM_CACHE_DUAL);
-      if (adw_combo_row_get_selected (self->rule_row) == 1)
+      if (adw_combo_row_get_selected (self->rule_row) == 1 && um_schedule_uses (self->schedule, "factor"))
         p->factor = gtk_adjustment_get_value (self->factor_adjustment);
       else
         p->threshold = gtk_adjustment_get_value (self->threshold_adjustment);
@@ -273,7 +273,8 @@ um_generate_page_get_params (UmGeneratePage *self, UmGenParams *params)
 static void
 on_rule_selected (UmGeneratePage *self)
 {
-  gboolean factor = adw_combo_row_get_selected (self->rule_row) == 1;
+  /* Dream's fast decoding has the threshold only. */
+  gboolean factor = um_schedule_uses (self->schedule, "factor") && adw_combo_row_get_selected (self->rule_row) == 1;
   gtk_widget_set_visible (GTK_WIDGET (self->threshold_row), !factor);
   gtk_widget_set_visible (GTK_WIDGET (self->factor_row), factor);
   update_problem (self);
@@ -335,6 +336,19 @@ um_generate_page_get_mode_label (UmGeneratePage *self)
   return self->have_mode ? gtk_button_get_label (self->mode_button) : NULL;
 }
 
+/* The family whose schedule runs: the model's, else the settings'. */
+static UmArch
+current_arch (UmGeneratePage *self)
+{
+  UmArch arch = UM_ARCH_LLADA;
+
+  if (self->engine != NULL)
+    return um_engine_get_model (self->engine)->cfg.arch;
+  if (self->settings != NULL)
+    um_settings_family_to_arch (um_settings_get_family (self->settings), &arch);
+  return arch;
+}
+
 /* Explains, before running, which rule of the schedule the parameters break. */
 static void
 update_problem (UmGeneratePage *self)
@@ -346,7 +360,7 @@ update_problem (UmGeneratePage *self)
 
   read_params (self, &p);
   g_clear_pointer (&self->problem, g_free);
-  if (!um_gen_params_validate (&p, 0, max_len, &error))
+  if (!um_gen_params_validate_for (&p, current_arch (self), 0, max_len, &error))
     {
       if (self->schedule != UM_SCHEDULE_BLOCK)
         self->problem = g_strdup (error->message);
@@ -531,7 +545,7 @@ um_generate_page_generate (UmGeneratePage *self)
     self->snap_words = tmp_w;
     req.params.constraints = self->run_constraints->len ? (const UmGenConstraint *) self->run_constraints->data : NULL;
   }
-  if (!um_gen_params_validate (&req.params, ids->len, model->cfg.max_seq_len, &error))
+  if (!um_gen_params_validate_for (&req.params, model->cfg.arch, ids->len, model->cfg.max_seq_len, &error))
     {
       gtk_label_set_text (self->problem_label, error->message);
       gtk_widget_set_visible (GTK_WIDGET (self->problem_label), TRUE);
@@ -746,6 +760,7 @@ update_family (UmGeneratePage *self)
   self->schedule = schedule;
   for (guint i = 0; i < G_N_ELEMENTS (option_props); i++)
     gtk_widget_set_visible (self->option_widgets[i], um_schedule_uses (schedule, option_props[i]));
+  on_rule_selected (self);
 
   switch (schedule)
     {
@@ -767,6 +782,12 @@ update_family (UmGeneratePage *self)
       break;
     }
   adw_preferences_group_set_description (self->params_group, description);
+  adw_expander_row_set_subtitle (self->fast_row,
+                               um_schedule_uses (schedule, "cache")
+                               ? _("Cache keys and values per block and commit every confident token at once; "
+                                   "Steps becomes a maximum")
+                               : _("Commit every token above the confidence threshold at once; Steps becomes a "
+                                   "maximum"));
   if (g_strcmp0 (self->descriptions[UM_GEN_KEY_TEMPERATURE], temperature) != 0)
     {
       g_free (self->descriptions[UM_GEN_KEY_TEMPERATURE]);
@@ -1026,7 +1047,8 @@ um_generate_page_init (UmGeneratePage *self)
     GtkWidget *extra[] = {
       GTK_WIDGET (self->alg_row), GTK_WIDGET (self->alg_temp_row), GTK_WIDGET (self->eps_row),
       GTK_WIDGET (self->top_p_row), GTK_WIDGET (self->top_k_row), GTK_WIDGET (self->greedy_row),
-      GTK_WIDGET (self->fast_group), GTK_WIDGET (self->constraints_group),
+      GTK_WIDGET (self->fast_group), GTK_WIDGET (self->cache_row), GTK_WIDGET (self->rule_row),
+      GTK_WIDGET (self->constraints_group),
     };
     G_STATIC_ASSERT (G_N_ELEMENTS (option_props) == UM_GEN_N_KEYS + G_N_ELEMENTS (extra));
     for (guint k = 0; k < UM_GEN_N_KEYS; k++)

@@ -83,7 +83,7 @@ static const guint key_props[UM_GEN_N_KEYS] = {
  * family is not imposed on another. */
 static const guint family_props[] = {
   PROP_GEN_LENGTH, PROP_STEPS, PROP_BLOCK_LENGTH, PROP_TEMPERATURE, PROP_CFG_SCALE, PROP_REMASKING,
-  PROP_ALG, PROP_ALG_TEMP, PROP_EPS, PROP_TOP_P, PROP_TOP_K, PROP_GREEDY,
+  PROP_ALG, PROP_ALG_TEMP, PROP_EPS, PROP_TOP_P, PROP_TOP_K, PROP_GREEDY, PROP_FAST_DECODING,
 };
 
 static int
@@ -270,7 +270,7 @@ um_settings_class_init (UmSettingsClass *klass)
   /* Dream's timestep schedule: the confidence rule (um-sampler.h UmAlg),
    * the temperature of the positions' draw (0: the most confident), the
    * schedule's last time, and the token filters (0: off). */
-  props[PROP_ALG] = g_param_spec_string ("alg", NULL, NULL, "origin", f);
+  props[PROP_ALG] = g_param_spec_string ("alg", NULL, NULL, "entropy", f);
   props[PROP_ALG_TEMP] = g_param_spec_double ("alg-temp", NULL, NULL, 0.0, 10.0, 0.0, f);
   props[PROP_EPS] = g_param_spec_double ("eps", NULL, NULL, 1e-6, 0.5, 1e-3, f);
   props[PROP_TOP_P] = g_param_spec_double ("top-p", NULL, NULL, 0.0, 1.0, 0.0, f);
@@ -297,7 +297,7 @@ um_settings_init (UmSettings *self)
   self->fast_rule = g_strdup ("threshold");
   self->threshold = 0.9;
   self->factor = 1.0;
-  self->alg = g_strdup ("origin");
+  self->alg = g_strdup ("entropy");
   self->eps = 1e-3;
   self->family = g_strdup ("LLaDA");
   self->families = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, (GDestroyNotify) json_object_unref);
@@ -538,23 +538,6 @@ um_settings_get_load_warning (UmSettings *self)
   return self->load_warning;
 }
 
-/* UmAlg by its name in Dream's generation_config.json. */
-static const char * const alg_names[] = {
-  [UM_ALG_ORIGIN] = "origin", [UM_ALG_MASKGIT_PLUS] = "maskgit_plus",
-  [UM_ALG_TOPK_MARGIN] = "topk_margin", [UM_ALG_ENTROPY] = "entropy",
-};
-
-static void
-alg_from_name (const char *name, UmAlg *out)
-{
-  for (guint i = 0; i < G_N_ELEMENTS (alg_names); i++)
-    if (g_strcmp0 (name, alg_names[i]) == 0)
-      {
-        *out = (UmAlg) i;
-        return;
-      }
-}
-
 /* A per-family property's value into @p. */
 static void
 set_param (UmGenParams *p, guint prop, const GValue *v)
@@ -567,7 +550,7 @@ set_param (UmGenParams *p, guint prop, const GValue *v)
     case PROP_TEMPERATURE: p->temperature = g_value_get_double (v); break;
     case PROP_CFG_SCALE: p->cfg_scale = g_value_get_double (v); break;
     case PROP_REMASKING: um_remasking_from_string (g_value_get_string (v), &p->remasking); break;
-    case PROP_ALG: alg_from_name (g_value_get_string (v), &p->alg); break;
+    case PROP_ALG: um_alg_from_string (g_value_get_string (v), &p->alg); break;
     case PROP_ALG_TEMP: p->alg_temp = g_value_get_double (v); break;
     case PROP_EPS: p->eps = g_value_get_double (v); break;
     case PROP_TOP_P: p->top_p = g_value_get_double (v); break;
@@ -575,6 +558,15 @@ set_param (UmGenParams *p, guint prop, const GValue *v)
     case PROP_GREEDY: p->greedy = g_value_get_boolean (v); break;
     default: g_assert_not_reached ();
     }
+}
+
+static UmSchedule
+family_schedule (const char *family)
+{
+  UmArch arch = UM_ARCH_LLADA;
+
+  um_settings_family_to_arch (family, &arch);
+  return um_arch_info (arch)->schedule;
 }
 
 /* The parameters of @family: the properties' values for the current one,
@@ -586,6 +578,8 @@ family_params (UmSettings *self, const char *family, UmGenParams *p, guint32 *us
   gboolean current = family == NULL || g_strcmp0 (family, self->family) == 0;
   JsonObject *obj = current ? NULL : g_hash_table_lookup (self->families, family);
   JsonNode *set = obj ? json_object_get_member (obj, "user-set") : NULL;
+  UmSchedule schedule = family_schedule (current ? self->family : family);
+  gboolean fast = FALSE;
 
   um_gen_params_init (p);
   for (guint i = 0; i < G_N_ELEMENTS (family_props); i++)
@@ -607,7 +601,10 @@ family_params (UmSettings *self, const char *family, UmGenParams *p, guint32 *us
           g_value_init (&v, pspec->value_type);
           g_param_value_set_default (pspec, &v);
         }
-      set_param (p, family_props[i], &v);
+      if (family_props[i] == PROP_FAST_DECODING)
+        fast = g_value_get_boolean (&v);
+      else
+        set_param (p, family_props[i], &v);
     }
   if (user_set != NULL)
     *user_set = current ? self->user_set
@@ -615,15 +612,17 @@ family_params (UmSettings *self, const char *family, UmGenParams *p, guint32 *us
   p->logits_eos_inf = self->logits_eos_inf;
   p->confidence_eos_eot_inf = self->confidence_eos_eot_inf;
   p->seed = (guint64) self->seed;
-  if (self->fast_decoding)
+  if (fast)
     {
       if (!um_cache_mode_from_string (self->cache, &p->cache))
         p->cache = UM_CACHE_DUAL;
-      if (g_strcmp0 (self->fast_rule, "factor") == 0)
+      /* A schedule without the factor rule (Dream's) has the threshold. */
+      if (g_strcmp0 (self->fast_rule, "factor") == 0 && um_schedule_uses (schedule, "factor"))
         p->factor = self->factor;
       else
         p->threshold = self->threshold;
     }
+  um_gen_params_for_schedule (p, schedule);
 }
 
 void
@@ -724,25 +723,28 @@ um_settings_family_to_arch (const char *family, UmArch *out)
 UmSchedule
 um_settings_get_schedule (UmSettings *self)
 {
-  UmArch arch = UM_ARCH_LLADA;
-
   g_return_val_if_fail (UM_IS_SETTINGS (self), UM_SCHEDULE_BLOCK);
-  um_settings_family_to_arch (self->family, &arch);
-  return um_arch_info (arch)->schedule;
+  return family_schedule (self->family);
 }
 
 gboolean
 um_schedule_uses (UmSchedule schedule, const char *property)
 {
-  /* Each schedule's options, as its upstream sampler has them. */
+  /* Each schedule's options, as its upstream sampler has them
+   * (um_gen_params_validate_for ()): Dream's fast decoding is
+   * Fast-dLLM's confidence threshold only (no blocks, so no cache and no
+   * factor rule). */
   static const char * const block[] = {
     "gen-length", "steps", "block-length", "temperature", "cfg-scale", "remasking",
-    "logits-eos-inf", "confidence-eos-eot-inf", "fast-decoding", "constraints", NULL
+    "logits-eos-inf", "confidence-eos-eot-inf", "fast-decoding", "cache", "factor", "constraints", NULL
   };
   static const char * const timestep[] = {
-    "gen-length", "steps", "temperature", "alg", "alg-temp", "eps", "top-p", "top-k", NULL
+    "gen-length", "steps", "temperature", "alg", "alg-temp", "eps", "top-p", "top-k", "fast-decoding",
+    "constraints", NULL
   };
-  static const char * const entropy[] = { "gen-length", "steps", "temperature", "greedy", NULL };
+  static const char * const entropy[] = {
+    "gen-length", "steps", "temperature", "greedy", "top-p", "top-k", "constraints", NULL
+  };
   const char * const *list = schedule == UM_SCHEDULE_TIMESTEP ? timestep
                              : schedule == UM_SCHEDULE_ENTROPY ? entropy : block;
 
@@ -752,27 +754,46 @@ um_schedule_uses (UmSchedule schedule, const char *property)
 void
 um_gen_params_for_schedule (UmGenParams *p, UmSchedule schedule)
 {
+  UmGenParams def;
+
+  um_gen_params_init (&def);
   if (!um_schedule_uses (schedule, "block-length"))
     p->block_length = p->gen_length;
   if (!um_schedule_uses (schedule, "cfg-scale"))
     p->cfg_scale = 0.0;
   if (!um_schedule_uses (schedule, "remasking"))
-    p->remasking = UM_REMASK_LOW_CONFIDENCE;
+    p->remasking = def.remasking;
   if (!um_schedule_uses (schedule, "logits-eos-inf"))
     p->logits_eos_inf = FALSE;
   if (!um_schedule_uses (schedule, "confidence-eos-eot-inf"))
     p->confidence_eos_eot_inf = FALSE;
-  if (!um_schedule_uses (schedule, "fast-decoding"))
+  if (!um_schedule_uses (schedule, "cache"))
+    p->cache = UM_CACHE_NONE;
+  if (!um_schedule_uses (schedule, "factor") && p->factor > 0.0)
     {
-      p->cache = UM_CACHE_NONE;
-      p->threshold = 0.0;
+      /* The rule the schedule has instead, at its setting. */
       p->factor = 0.0;
+      p->threshold = 0.0;
     }
+  if (!um_schedule_uses (schedule, "fast-decoding"))
+    p->threshold = 0.0;
   if (!um_schedule_uses (schedule, "constraints"))
     {
       p->constraints = NULL;
       p->n_constraints = 0;
     }
+  if (!um_schedule_uses (schedule, "alg"))
+    p->alg = def.alg;
+  if (!um_schedule_uses (schedule, "alg-temp"))
+    p->alg_temp = 0.0;
+  if (!um_schedule_uses (schedule, "eps"))
+    p->eps = def.eps;
+  if (!um_schedule_uses (schedule, "top-p"))
+    p->top_p = 0.0;
+  if (!um_schedule_uses (schedule, "top-k"))
+    p->top_k = 0;
+  if (!um_schedule_uses (schedule, "greedy"))
+    p->greedy = FALSE;
 }
 
 void
@@ -832,7 +853,9 @@ apply_defaults (UmSettings *self)
     {
       g_auto(GValue) v = G_VALUE_INIT;
       GParamSpec *pspec = props[key_props[k]];
-      if ((self->user_set & UM_GEN_KEY_BIT (k))
+      /* Options the family's schedule does not have are left alone: they do nothing for it. */
+      if (!um_schedule_uses (family_schedule (self->family), g_param_spec_get_name (pspec))
+          || (self->user_set & UM_GEN_KEY_BIT (k))
           || um_gen_params_equal_at (&current, &self->defaults.params, (UmGenKey) k))
         continue;
       params_to_value (&self->defaults.params, (UmGenKey) k, &v);

@@ -93,9 +93,19 @@ load (UmWindow *win, const char *path)
   g_assert_nonnull (um_window_get_engine (win));
 }
 
-static const char *const block_only[] = { "block-length", "cfg-scale", "remasking", "fast-decoding", "constraints", NULL };
-static const char *const timestep_only[] = { "alg", "alg-temp", "eps", "top-p", "top-k", NULL };
-static const char *const entropy_only[] = { "greedy", NULL };
+/* The options some schedules have and others not, and each schedule's. */
+static const char *const optional[] = {
+  "block-length", "cfg-scale", "remasking", "fast-decoding", "cache", "factor", "constraints",
+  "alg", "alg-temp", "eps", "top-p", "top-k", "greedy", NULL
+};
+static const char *const block_options[] = {
+  "block-length", "cfg-scale", "remasking", "fast-decoding", "cache", "factor", "constraints", NULL
+};
+/* Dream's fast decoding is Fast-dLLM's threshold, without cache or factor. */
+static const char *const timestep_options[] = {
+  "alg", "alg-temp", "eps", "top-p", "top-k", "fast-decoding", "constraints", NULL
+};
+static const char *const entropy_options[] = { "greedy", "top-p", "top-k", "constraints", NULL };
 static const char *const every_schedule[] = { "gen-length", "steps", "temperature", NULL };
 
 /* The Generate page shows exactly @shown of the schedules' options; the
@@ -106,22 +116,20 @@ assert_options (UmWindow *win, const char *const *shown, const char *chat_has, c
 {
   UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
   UmChatPage *chat = UM_CHAT_PAGE (um_window_get_chat_page (win));
-  const char *const *all[] = { block_only, timestep_only, entropy_only };
   const char *text = um_chat_page_get_params_text (chat);
   GtkWidget *prefs = um_preferences_new (um_window_get_settings (win));
 
   for (guint i = 0; every_schedule[i] != NULL; i++)
     g_assert_true (um_generate_page_get_option_visible (page, every_schedule[i]));
-  for (guint a = 0; a < G_N_ELEMENTS (all); a++)
-    for (guint i = 0; all[a][i] != NULL; i++)
-      {
-        gboolean want = all[a] == shown;
-        if (um_generate_page_get_option_visible (page, all[a][i]) != want)
-          g_error ("option “%s” is %s", all[a][i], want ? "hidden" : "shown");
-      }
+  for (guint i = 0; optional[i] != NULL; i++)
+    {
+      gboolean want = g_strv_contains (shown, optional[i]);
+      if (um_generate_page_get_option_visible (page, optional[i]) != want)
+        g_error ("option “%s” is %s", optional[i], want ? "hidden" : "shown");
+    }
   if (strstr (text, chat_has) == NULL || strstr (text, chat_lacks) != NULL)
     g_error ("the chat's parameters do not fit the family: %s", text);
-  g_assert_cmpint (um_preferences_get_eos_visible (UM_PREFERENCES (prefs)), ==, shown == block_only);
+  g_assert_cmpint (um_preferences_get_eos_visible (UM_PREFERENCES (prefs)), ==, shown == block_options);
   gtk_window_destroy (GTK_WINDOW (prefs));
 }
 
@@ -137,14 +145,14 @@ test_options_follow_family (void)
   UmGenParams p;
 
   g_assert_cmpstr (um_settings_get_family (settings), ==, "LLaDA");
-  assert_options (win, block_only, "Block Length", "Algorithm");
+  assert_options (win, block_options, "Block Length", "Algorithm");
   g_object_set (settings, "gen-length", 100, "fast-decoding", TRUE, NULL);
   /* 100 tokens do not make blocks of 32. */
   g_assert_nonnull (um_generate_page_get_problem (page));
 
   um_settings_set_family (settings, "Dream");
   g_assert_cmpint (um_generate_page_get_schedule (page), ==, UM_SCHEDULE_TIMESTEP);
-  assert_options (win, timestep_only, "Algorithm", "Block Length");
+  assert_options (win, timestep_options, "Algorithm", "Block Length");
   g_object_set (settings, "gen-length", 100, "alg", "entropy", "top-p", 0.95, NULL);
   g_assert_null (um_generate_page_get_problem (page));
   um_generate_page_get_params (page, &p);
@@ -161,23 +169,37 @@ test_options_follow_family (void)
     g_assert_cmpint (chat.cache, ==, UM_CACHE_NONE);
     g_assert_cmpint (chat.alg, ==, UM_ALG_ENTROPY);
   }
+  /* Dream's own fast decoding: the threshold, whatever rule LLaDA uses. */
+  g_object_set (settings, "fast-decoding", TRUE, "fast-rule", "factor", "threshold", 0.8, NULL);
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpint (p.cache, ==, UM_CACHE_NONE);
+  g_assert_cmpfloat (p.factor, ==, 0.0);
+  g_assert_cmpfloat (p.threshold, ==, 0.8);
+  g_assert_null (um_generate_page_get_problem (page));
+  {
+    UmGenParams chat;
+    um_chat_page_get_params (UM_CHAT_PAGE (um_window_get_chat_page (win)), &chat);
+    g_assert_cmpfloat (chat.threshold, ==, 0.8);
+    g_assert_cmpfloat (chat.factor, ==, 0.0);
+  }
   g_assert_nonnull (strstr (um_chat_page_get_params_text (UM_CHAT_PAGE (um_window_get_chat_page (win))),
                             "Entropy"));
 
   um_settings_set_family (settings, "RND1");
-  assert_options (win, entropy_only, "Greedy Tokens", "Algorithm");
+  assert_options (win, entropy_options, "Greedy Tokens", "Algorithm");
 
   um_settings_set_family (settings, "LLaDA-MoE");
-  assert_options (win, block_only, "Guidance Scale", "Top-k");
+  assert_options (win, block_options, "Guidance Scale", "Top-k");
 
   um_settings_set_family (settings, "Dream");
   um_generate_page_get_params (page, &p);
   g_assert_cmpint (p.alg, ==, UM_ALG_ENTROPY);
   um_settings_set_family (settings, "LLaDA");
-  assert_options (win, block_only, "Block Length", "Algorithm");
+  assert_options (win, block_options, "Block Length", "Algorithm");
   um_generate_page_get_params (page, &p);
   g_assert_cmpint (p.gen_length, ==, 100);
   g_assert_cmpint (p.cache, !=, UM_CACHE_NONE);
+  g_assert_cmpfloat (p.factor, >, 0.0);
   destroy_window (win);
 }
 
@@ -293,7 +315,7 @@ test_dream_model (void)
   g_assert_cmpstr (um_settings_get_family (settings), ==, "Dream");
   g_assert_cmpstr (um_window_get_family_label (win), ==, "Dream");
   g_assert_true (g_str_has_suffix (um_window_get_subtitle (win), " · Dream"));
-  assert_options (win, timestep_only, "Algorithm", "Block Length");
+  assert_options (win, timestep_options, "Algorithm", "Block Length");
 
   um_generate_page_set_prompt (page, "What is free software?");
   g_object_set (settings, "gen-length", 16, "steps", 8, "alg", "maskgit_plus", "temperature", 0.0,
@@ -315,7 +337,7 @@ test_dream_model (void)
 
   load (win, llada);
   g_assert_cmpstr (um_window_get_family_label (win), ==, "LLaDA");
-  assert_options (win, block_only, "Block Length", "Algorithm");
+  assert_options (win, block_options, "Block Length", "Algorithm");
   um_generate_page_get_params (page, &p);
   g_assert_cmpint (p.gen_length, !=, 16);
 
