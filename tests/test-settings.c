@@ -195,19 +195,31 @@ test_families (void)
     UmGenResolved r;
 
     g_assert_cmpstr (um_settings_get_family (settings), ==, "LLaDA");
-    g_assert_cmpint (um_settings_get_schedule (settings), ==, UM_SCHEDULE_BLOCK);
+    g_assert_cmpint (um_settings_get_arch (settings), ==, UM_ARCH_LLADA);
     g_object_set (settings, "steps", 64, "remasking", "random", NULL);
     g_assert_true (um_settings_get_user_set (settings) & UM_GEN_KEY_BIT (UM_GEN_KEY_STEPS));
 
     /* A family met for the first time starts from the defaults, none the user's. */
     um_settings_set_family (settings, "Dream");
-    g_assert_cmpint (um_settings_get_schedule (settings), ==, UM_SCHEDULE_TIMESTEP);
+    g_assert_cmpint (um_settings_get_arch (settings), ==, UM_ARCH_DREAM);
     um_settings_get_params (settings, &p);
     g_assert_cmpint (p.steps, ==, 128);
     g_assert_cmpint (p.remasking, ==, UM_REMASK_LOW_CONFIDENCE);
+    /* Dream's README temperature, a built-in default (exact: the same literal). */
+    g_assert_cmpfloat (p.temperature, ==, 0.2);
+    g_assert_cmpint (um_settings_get_source (settings, UM_GEN_KEY_TEMPERATURE), ==, UM_GEN_SOURCE_BUILTIN);
     g_assert_cmpuint (um_settings_get_user_set (settings), ==, 0);
-    g_object_set (settings, "steps", 256, "alg", "entropy", "alg-temp", 0.5, "top-p", 0.9, "top-k", 40,
+    /* Dream's steps follow the length until the user chooses them. */
+    g_object_set (settings, "gen-length", 48, NULL);
+    um_settings_get_params (settings, &p);
+    g_assert_cmpint (p.steps, ==, 48);
+    g_assert_cmpuint (um_settings_get_user_set (settings), ==, UM_GEN_KEY_BIT (UM_GEN_KEY_GEN_LENGTH));
+    g_object_set (settings, "steps", 256, "alg", "maskgit_plus", "alg-temp", 0.5, "top-p", 0.9, "top-k", 40,
                   "eps", 0.01, NULL);
+    g_assert_true (um_settings_get_user_set (settings) & UM_GEN_KEY_BIT (UM_GEN_KEY_ALG));
+    g_object_set (settings, "gen-length", 64, NULL);
+    um_settings_get_params (settings, &p);
+    g_assert_cmpint (p.steps, ==, 256);
 
     /* What LLaDA would run with, seen from Dream. */
     um_settings_resolve_with (settings, "LLaDA", NULL, NULL, &r);
@@ -215,7 +227,7 @@ test_families (void)
     g_assert_cmpint (r.source[UM_GEN_KEY_STEPS], ==, UM_GEN_SOURCE_USER);
 
     um_settings_set_family (settings, "RND1");
-    g_assert_cmpint (um_settings_get_schedule (settings), ==, UM_SCHEDULE_ENTROPY);
+    g_assert_cmpint (um_settings_get_arch (settings), ==, UM_ARCH_RND1);
     g_object_set (settings, "greedy", TRUE, NULL);
 
     um_settings_set_family (settings, "LLaDA");
@@ -237,13 +249,14 @@ test_families (void)
     g_assert_cmpstr (um_settings_get_family (settings), ==, "Dream");
     um_settings_get_params (settings, &p);
     g_assert_cmpint (p.steps, ==, 256);
-    g_assert_cmpint (p.alg, ==, UM_ALG_ENTROPY);
+    g_assert_cmpint (p.alg, ==, UM_ALG_MASKGIT_PLUS);
     /* Written and read back as decimal text: the same doubles. */
     g_assert_cmpfloat (p.alg_temp, ==, 0.5);
     g_assert_cmpfloat (p.top_p, ==, 0.9);
     g_assert_cmpfloat (p.eps, ==, 0.01);
     g_assert_cmpint (p.top_k, ==, 40);
     g_assert_true (um_settings_get_user_set (settings) & UM_GEN_KEY_BIT (UM_GEN_KEY_STEPS));
+    g_assert_true (um_settings_get_user_set (settings) & UM_GEN_KEY_BIT (UM_GEN_KEY_TOP_K));
 
     um_settings_resolve_with (settings, "RND1", NULL, NULL, &r);
     g_assert_true (r.params.greedy);

@@ -795,10 +795,10 @@ static void ensure_settings (UmChatPage *self);
  * rows say the same). */
 static void on_fast_rule_selected (UmChatPage *self);
 
-static UmSchedule
-current_schedule (UmChatPage *self)
+static UmArch
+current_arch (UmChatPage *self)
 {
-  return self->settings ? um_settings_get_schedule (self->settings) : UM_SCHEDULE_BLOCK;
+  return self->settings ? um_settings_get_arch (self->settings) : UM_ARCH_LLADA;
 }
 
 static void
@@ -806,31 +806,19 @@ update_params_label (UmChatPage *self)
 {
   const char *titles[UM_GEN_N_KEYS] = {
     _("Length"), _("Steps"), _("Block Length"), _("Temperature"), _("Guidance Scale"), _("Remasking"),
-  };
-  const char *key_props[UM_GEN_N_KEYS] = {
-    "gen-length", "steps", "block-length", "temperature", "cfg-scale", "remasking",
+    _("Algorithm"), _("Final Time"), _("Position Temperature"), _("Top-p"), _("Top-k"), _("Greedy Tokens"),
   };
   const char *mode = self->have_mode ? um_mode_info_name (&self->mode_info) : NULL;
-  UmSchedule schedule = current_schedule (self);
+  UmArch arch = current_arch (self);
   g_autoptr(GString) text = g_string_new (NULL);
-  /* Only the options of the model family's schedule. */
-  struct { const char *prop, *title; char *value; } extra[] = {
-    { "alg", _("Algorithm"), um_settings_format_alg (self->params.alg) },
-    { "alg-temp", _("Position Temperature"), g_strdup_printf ("%g", self->params.alg_temp) },
-    { "eps", _("Final Time"), g_strdup_printf ("%g", self->params.eps) },
-    /* Translators: the value of Top-p or Top-k when the filter is off */
-    { "top-p", _("Top-p"), self->params.top_p > 0 && self->params.top_p < 1
-                           ? g_strdup_printf ("%g", self->params.top_p) : g_strdup (_("off")) },
-    { "top-k", _("Top-k"), self->params.top_k > 0 ? g_strdup_printf ("%d", self->params.top_k) : g_strdup (_("off")) },
-    { "greedy", _("Greedy Tokens"), g_strdup (self->params.greedy ? _("on") : _("off")) },
-  };
 
+  /* Only the parameters of the model family's schedule. */
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     {
       g_autofree char *note = NULL;
       g_autofree char *value = NULL;
 
-      if (!um_schedule_uses (schedule, key_props[k]))
+      if (!um_gen_key_applies ((UmGenKey) k, arch))
         continue;
       note = self->settings ? um_settings_describe_source (self->settings, k, mode) : NULL;
       value = um_settings_format_value (&self->params, k);
@@ -839,19 +827,9 @@ update_params_label (UmChatPage *self)
       /* Translators: a parameter and its value with where it comes from, e.g. "Temperature: 0.7 — recommended by the model" */
       g_string_append_printf (text, _("%s: %s"), titles[k], note ? note : value);
     }
-  for (guint i = 0; i < G_N_ELEMENTS (extra); i++)
-    {
-      if (um_schedule_uses (schedule, extra[i].prop))
-        {
-          if (text->len > 0)
-            g_string_append_c (text, '\n');
-          g_string_append_printf (text, _("%s: %s"), extra[i].title, extra[i].value);
-        }
-      g_free (extra[i].value);
-    }
-  gtk_widget_set_visible (GTK_WIDGET (self->fast_button), um_schedule_uses (schedule, "fast-decoding"));
-  gtk_widget_set_visible (GTK_WIDGET (self->cache_row), um_schedule_uses (schedule, "cache"));
-  gtk_widget_set_visible (GTK_WIDGET (self->rule_row), um_schedule_uses (schedule, "factor"));
+  gtk_widget_set_visible (GTK_WIDGET (self->fast_button), um_family_has_option (arch, "fast-decoding"));
+  gtk_widget_set_visible (GTK_WIDGET (self->cache_row), um_family_has_option (arch, "cache"));
+  gtk_widget_set_visible (GTK_WIDGET (self->rule_row), um_family_has_option (arch, "factor"));
   on_fast_rule_selected (self);
   gtk_label_set_text (self->params_label, text->str);
   gtk_widget_set_sensitive (self->params_reset_button,
@@ -933,19 +911,19 @@ um_chat_page_get_params (UmChatPage *self, UmGenParams *p)
   if (adw_expander_row_get_enable_expansion (self->fast_row))
     {
       p->cache = (UmCacheMode) MIN (adw_combo_row_get_selected (self->cache_row), UM_CACHE_DUAL);
-      if (adw_combo_row_get_selected (self->rule_row) == 1 && um_schedule_uses (current_schedule (self), "factor"))
+      if (adw_combo_row_get_selected (self->rule_row) == 1 && um_family_has_option (current_arch (self), "factor"))
         p->factor = gtk_adjustment_get_value (self->factor_adjustment);
       else
         p->threshold = gtk_adjustment_get_value (self->threshold_adjustment);
     }
-  um_gen_params_for_schedule (p, current_schedule (self));
+  um_gen_params_for_family (p, current_arch (self));
 }
 
 static void
 on_fast_rule_selected (UmChatPage *self)
 {
   /* Dream's fast decoding has the threshold only. */
-  gboolean factor = um_schedule_uses (current_schedule (self), "factor")
+  gboolean factor = um_family_has_option (current_arch (self), "factor")
                     && adw_combo_row_get_selected (self->rule_row) == 1;
   gtk_widget_set_visible (GTK_WIDGET (self->threshold_row), !factor);
   gtk_widget_set_visible (GTK_WIDGET (self->factor_row), factor);

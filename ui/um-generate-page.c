@@ -9,11 +9,11 @@
 
 #include <string.h>
 
-/* The settings property of each option whose row (or group) a schedule
- * shows or not (um_schedule_uses ()); the first ones in UmGenKey order. */
+/* The settings property of each option whose row (or group) a family
+ * shows or not (um_family_has_option ()); the first ones in UmGenKey order. */
 static const char *const option_props[] = {
   "gen-length", "steps", "block-length", "temperature", "cfg-scale", "remasking",
-  "alg", "alg-temp", "eps", "top-p", "top-k", "greedy", "fast-decoding", "cache", "factor", "constraints",
+  "alg", "eps", "alg-temp", "top-p", "top-k", "greedy", "fast-decoding", "cache", "factor", "constraints",
 };
 
 struct _UmGeneratePage {
@@ -25,11 +25,10 @@ struct _UmGeneratePage {
   AdwComboRow     *remasking_row;
   /* The timestep (Dream) and entropy (RND1) schedules' options. */
   AdwComboRow     *alg_row;
-  AdwActionRow    *alg_temp_row, *eps_row, *top_p_row, *top_k_row, *greedy_row;
   GtkSpinButton   *alg_temp_spin, *eps_spin, *top_p_spin, *top_k_spin;
   GtkSwitch       *greedy_switch;
   AdwPreferencesGroup *params_group, *fast_group;
-  UmSchedule       schedule;         /* whose options are shown */
+  UmArch           arch;             /* the family whose options are shown */
   GtkWidget       *option_widgets[G_N_ELEMENTS (option_props)];
   AdwExpanderRow  *fast_row;
   AdwComboRow     *cache_row, *rule_row;
@@ -119,7 +118,7 @@ read_params (UmGeneratePage *self, UmGenParams *p)
   if (adw_expander_row_get_enable_expansion (self->fast_row))
     {
       p->cache = (UmCacheMode) MIN (adw_combo_row_get_selected (self->cache_row), UM_CACHE_DUAL);
-      if (adw_combo_row_get_selected (self->rule_row) == 1 && um_schedule_uses (self->schedule, "factor"))
+      if (adw_combo_row_get_selected (self->rule_row) == 1 && um_family_has_option (self->arch, "factor"))
         p->factor = gtk_adjustment_get_value (self->factor_adjustment);
       else
         p->threshold = gtk_adjustment_get_value (self->threshold_adjustment);
@@ -148,7 +147,7 @@ read_params (UmGeneratePage *self, UmGenParams *p)
   p->constraints = self->snap_constraints->len ? (const UmGenConstraint *) self->snap_constraints->data : NULL;
   p->n_constraints = (int) self->snap_constraints->len;
   /* Hidden options of another family's schedule neither act nor fail. */
-  um_gen_params_for_schedule (p, self->schedule);
+  um_gen_params_for_family (p, self->arch);
 }
 
 /* ---- word constraints ---- */
@@ -274,7 +273,7 @@ static void
 on_rule_selected (UmGeneratePage *self)
 {
   /* Dream's fast decoding has the threshold only. */
-  gboolean factor = um_schedule_uses (self->schedule, "factor") && adw_combo_row_get_selected (self->rule_row) == 1;
+  gboolean factor = um_family_has_option (self->arch, "factor") && adw_combo_row_get_selected (self->rule_row) == 1;
   gtk_widget_set_visible (GTK_WIDGET (self->threshold_row), !factor);
   gtk_widget_set_visible (GTK_WIDGET (self->factor_row), factor);
   update_problem (self);
@@ -362,7 +361,7 @@ update_problem (UmGeneratePage *self)
   g_clear_pointer (&self->problem, g_free);
   if (!um_gen_params_validate_for (&p, current_arch (self), 0, max_len, &error))
     {
-      if (self->schedule != UM_SCHEDULE_BLOCK)
+      if (um_arch_info (current_arch (self))->schedule != UM_SCHEDULE_BLOCK)
         self->problem = g_strdup (error->message);
       else if (p.gen_length % p.block_length != 0)
         self->problem = g_strdup_printf (_("The length (%d) must be a multiple of the block length (%d)."),
@@ -524,8 +523,7 @@ um_generate_page_generate (UmGeneratePage *self)
   /* The prompt length decides where the canvas starts: tokenize it here
    * (cheap) so the view can be laid out before the first step. */
   ids = g_array_new (FALSE, FALSE, sizeof (gint32));
-  if (req.chat ? !um_chat_build_prompt (model->tokenizer, NULL, 0, prompt, model->cfg.bos_id,
-                                        model->cfg.eos_id, ids, &error)
+  if (req.chat ? !um_model_build_chat_prompt (model, NULL, 0, prompt, ids, &error)
                : !um_tokenizer_encode (model->tokenizer, prompt, -1, ids, &error))
     {
       gtk_label_set_text (self->stats_label, error->message);
@@ -754,15 +752,15 @@ um_generate_page_get_model_note (UmGeneratePage *self)
 static void
 update_family (UmGeneratePage *self)
 {
-  UmSchedule schedule = self->settings ? um_settings_get_schedule (self->settings) : UM_SCHEDULE_BLOCK;
+  UmArch arch = self->settings ? um_settings_get_arch (self->settings) : UM_ARCH_LLADA;
   const char *description, *temperature;
 
-  self->schedule = schedule;
+  self->arch = arch;
   for (guint i = 0; i < G_N_ELEMENTS (option_props); i++)
-    gtk_widget_set_visible (self->option_widgets[i], um_schedule_uses (schedule, option_props[i]));
+    gtk_widget_set_visible (self->option_widgets[i], um_family_has_option (arch, option_props[i]));
   on_rule_selected (self);
 
-  switch (schedule)
+  switch (um_arch_info (arch)->schedule)
     {
     case UM_SCHEDULE_TIMESTEP:
       description = _("Dream’s schedule: each step commits the share of the masks that the noise schedule gives, "
@@ -783,7 +781,7 @@ update_family (UmGeneratePage *self)
     }
   adw_preferences_group_set_description (self->params_group, description);
   adw_expander_row_set_subtitle (self->fast_row,
-                               um_schedule_uses (schedule, "cache")
+                               um_family_has_option (arch, "cache")
                                ? _("Cache keys and values per block and commit every confident token at once; "
                                    "Steps becomes a maximum")
                                : _("Commit every token above the confidence threshold at once; Steps becomes a "
@@ -814,7 +812,7 @@ UmSchedule
 um_generate_page_get_schedule (UmGeneratePage *self)
 {
   g_return_val_if_fail (UM_IS_GENERATE_PAGE (self), UM_SCHEDULE_BLOCK);
-  return self->schedule;
+  return um_arch_info (self->arch)->schedule;
 }
 
 void
@@ -969,11 +967,6 @@ um_generate_page_class_init (UmGeneratePageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, cfg_spin);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, remasking_row);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, alg_row);
-  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, alg_temp_row);
-  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, eps_row);
-  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, top_p_row);
-  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, top_k_row);
-  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, greedy_row);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, alg_temp_spin);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, eps_spin);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, top_p_spin);
@@ -1003,13 +996,15 @@ um_generate_page_class_init (UmGeneratePageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, reset_all_button);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, model_note_label);
   {
-    static const char *const names[UM_GEN_N_KEYS] = { "length", "steps", "block", "temperature", "cfg", "remasking" };
+    static const char *const names[UM_GEN_N_KEYS] = {
+      "length", "steps", "block", "temperature", "cfg", "remasking", "alg", "eps", "alg_temp", "top_p", "top_k", "greedy",
+    };
     for (guint k = 0; k < UM_GEN_N_KEYS; k++)
       {
         g_autofree char *row = g_strdup_printf ("%s_row", names[k]);
         g_autofree char *reset = g_strdup_printf ("%s_reset", names[k]);
-        /* The remasking row is bound as remasking_row too. */
-        if (k != UM_GEN_KEY_REMASKING)
+        /* The combo rows are bound as remasking_row and alg_row. */
+        if (k != UM_GEN_KEY_REMASKING && k != UM_GEN_KEY_ALG)
           gtk_widget_class_bind_template_child_full (widget_class, row, FALSE,
                                                      G_STRUCT_OFFSET (UmGeneratePage, param_rows)
                                                      + k * sizeof (gpointer));
@@ -1038,15 +1033,14 @@ um_generate_page_init (UmGeneratePage *self)
    * disposing the template and the bin do not both unparent it. */
   self->flap = ADW_FLAP (adw_bin_get_child (ADW_BIN (self)));
   self->param_rows[UM_GEN_KEY_REMASKING] = ADW_ACTION_ROW (self->remasking_row);
+  self->param_rows[UM_GEN_KEY_ALG] = ADW_ACTION_ROW (self->alg_row);
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     self->descriptions[k] = g_strdup (adw_action_row_get_subtitle (self->param_rows[k]));
   um_diffusion_view_set_token_text_func (self->view, token_text, self, NULL);
   /* Without settings: LLaDA's block schedule (the other rows start hidden). */
-  self->schedule = UM_SCHEDULE_BLOCK;
+  self->arch = UM_ARCH_LLADA;
   {
     GtkWidget *extra[] = {
-      GTK_WIDGET (self->alg_row), GTK_WIDGET (self->alg_temp_row), GTK_WIDGET (self->eps_row),
-      GTK_WIDGET (self->top_p_row), GTK_WIDGET (self->top_k_row), GTK_WIDGET (self->greedy_row),
       GTK_WIDGET (self->fast_group), GTK_WIDGET (self->cache_row), GTK_WIDGET (self->rule_row),
       GTK_WIDGET (self->constraints_group),
     };

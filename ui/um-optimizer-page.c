@@ -94,7 +94,8 @@ um_optimizer_page_current_shape (UmOptimizerPage *self, UmPlanShape *shape)
   if (win == NULL || um_window_get_settings (win) == NULL)
     return;
   um_settings_get_params (um_window_get_settings (win), &params);
-  um_settings_plan_shape (&params, um_settings_get_schedule (um_window_get_settings (win)), shape);
+  um_settings_plan_shape (&params, um_arch_info (um_settings_get_arch (um_window_get_settings (win)))->schedule,
+                          shape);
 }
 
 /* ---- the controls ---- */

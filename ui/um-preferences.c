@@ -30,10 +30,10 @@ double_to_int64 (GBinding *b, const GValue *from, GValue *to, gpointer data)
 static void
 update_family (UmPreferences *self)
 {
-  UmSchedule schedule = um_settings_get_schedule (self->settings);
+  UmArch arch = um_settings_get_arch (self->settings);
 
-  gtk_widget_set_visible (self->eos_row, um_schedule_uses (schedule, "logits-eos-inf"));
-  gtk_widget_set_visible (self->eot_row, um_schedule_uses (schedule, "confidence-eos-eot-inf"));
+  gtk_widget_set_visible (self->eos_row, um_family_has_option (arch, "logits-eos-inf"));
+  gtk_widget_set_visible (self->eot_row, um_family_has_option (arch, "confidence-eos-eot-inf"));
 }
 
 gboolean

@@ -75,6 +75,7 @@ static guint signals[N_SIGNALS];
 /* The property of each UmGenKey, in UmGenKey order. */
 static const guint key_props[UM_GEN_N_KEYS] = {
   PROP_GEN_LENGTH, PROP_STEPS, PROP_BLOCK_LENGTH, PROP_TEMPERATURE, PROP_CFG_SCALE, PROP_REMASKING,
+  PROP_ALG, PROP_EPS, PROP_ALG_TEMP, PROP_TOP_P, PROP_TOP_K, PROP_GREEDY,
 };
 
 /* The properties each family keeps for itself: a family's schedule gives
@@ -84,6 +85,13 @@ static const guint key_props[UM_GEN_N_KEYS] = {
 static const guint family_props[] = {
   PROP_GEN_LENGTH, PROP_STEPS, PROP_BLOCK_LENGTH, PROP_TEMPERATURE, PROP_CFG_SCALE, PROP_REMASKING,
   PROP_ALG, PROP_ALG_TEMP, PROP_EPS, PROP_TOP_P, PROP_TOP_K, PROP_GREEDY, PROP_FAST_DECODING,
+};
+
+/* Their names, usable before the class exists (pages without settings);
+ * class_init checks that they agree. */
+static const char * const key_names[UM_GEN_N_KEYS] = {
+  "gen-length", "steps", "block-length", "temperature", "cfg-scale", "remasking",
+  "alg", "eps", "alg-temp", "top-p", "top-k", "greedy",
 };
 
 static int
@@ -106,6 +114,8 @@ save_timeout (gpointer data)
     g_warning ("Could not save settings: %s", error->message);
   return G_SOURCE_REMOVE;
 }
+
+static void apply_defaults (UmSettings *self);
 
 static void
 schedule_save (UmSettings *self)
@@ -201,7 +211,10 @@ um_settings_set_property (GObject *object, guint id, const GValue *value, GParam
       self->user_set |= UM_GEN_KEY_BIT (key);
     g_object_notify_by_pspec (object, pspec);
     schedule_save (self);
-    if (newly_user)
+    /* Defaults that follow the length (Dream's and RND1's steps) follow it. */
+    if (key == UM_GEN_KEY_GEN_LENGTH && !self->applying)
+      apply_defaults (self);
+    else if (newly_user)
       g_signal_emit (self, signals[SOURCES_CHANGED], 0);
   }
 }
@@ -280,6 +293,8 @@ um_settings_class_init (UmSettingsClass *klass)
   /* um_arch_info ()->name of the model the generation parameters are for. */
   props[PROP_FAMILY] = g_param_spec_string ("family", NULL, NULL, "LLaDA", f);
   g_object_class_install_properties (object_class, N_PROPS, props);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    g_assert (g_str_equal (key_names[k], g_param_spec_get_name (props[key_props[k]])));
 
   signals[SOURCES_CHANGED] = g_signal_new ("sources-changed", G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST,
                                            0, NULL, NULL, NULL, G_TYPE_NONE, 0);
@@ -305,7 +320,7 @@ um_settings_init (UmSettings *self)
   g_ptr_array_add (self->recent, NULL);
   um_gen_layer_init (&self->model_layer);
   um_gen_layer_init (&self->profile_layer);
-  um_gen_resolve (NULL, NULL, NULL, NULL, &self->defaults);
+  um_gen_resolve_for (UM_ARCH_LLADA, NULL, NULL, NULL, NULL, &self->defaults);
 }
 
 /* A member's value as the type of @pspec, or FALSE and an error when the
@@ -560,13 +575,13 @@ set_param (UmGenParams *p, guint prop, const GValue *v)
     }
 }
 
-static UmSchedule
-family_schedule (const char *family)
+static UmArch
+family_arch (const char *family)
 {
   UmArch arch = UM_ARCH_LLADA;
 
   um_settings_family_to_arch (family, &arch);
-  return um_arch_info (arch)->schedule;
+  return arch;
 }
 
 /* The parameters of @family: the properties' values for the current one,
@@ -578,7 +593,7 @@ family_params (UmSettings *self, const char *family, UmGenParams *p, guint32 *us
   gboolean current = family == NULL || g_strcmp0 (family, self->family) == 0;
   JsonObject *obj = current ? NULL : g_hash_table_lookup (self->families, family);
   JsonNode *set = obj ? json_object_get_member (obj, "user-set") : NULL;
-  UmSchedule schedule = family_schedule (current ? self->family : family);
+  UmArch arch = family_arch (current ? self->family : family);
   gboolean fast = FALSE;
 
   um_gen_params_init (p);
@@ -617,12 +632,12 @@ family_params (UmSettings *self, const char *family, UmGenParams *p, guint32 *us
       if (!um_cache_mode_from_string (self->cache, &p->cache))
         p->cache = UM_CACHE_DUAL;
       /* A schedule without the factor rule (Dream's) has the threshold. */
-      if (g_strcmp0 (self->fast_rule, "factor") == 0 && um_schedule_uses (schedule, "factor"))
+      if (g_strcmp0 (self->fast_rule, "factor") == 0 && um_family_has_option (arch, "factor"))
         p->factor = self->factor;
       else
         p->threshold = self->threshold;
     }
-  um_gen_params_for_schedule (p, schedule);
+  um_gen_params_for_family (p, arch);
 }
 
 void
@@ -720,80 +735,65 @@ um_settings_family_to_arch (const char *family, UmArch *out)
   return FALSE;
 }
 
-UmSchedule
-um_settings_get_schedule (UmSettings *self)
+UmArch
+um_settings_get_arch (UmSettings *self)
 {
-  g_return_val_if_fail (UM_IS_SETTINGS (self), UM_SCHEDULE_BLOCK);
-  return family_schedule (self->family);
+  g_return_val_if_fail (UM_IS_SETTINGS (self), UM_ARCH_LLADA);
+  return family_arch (self->family);
 }
 
 gboolean
-um_schedule_uses (UmSchedule schedule, const char *property)
+um_family_has_option (UmArch arch, const char *property)
 {
-  /* Each schedule's options, as its upstream sampler has them
-   * (um_gen_params_validate_for ()): Dream's fast decoding is
-   * Fast-dLLM's confidence threshold only (no blocks, so no cache and no
-   * factor rule). */
+  /* The options that are not model parameters (UmGenKey), by schedule
+   * (um_gen_params_validate_for ()): Dream's fast decoding is Fast-dLLM's
+   * confidence threshold only (no blocks, so no cache and no factor rule). */
   static const char * const block[] = {
-    "gen-length", "steps", "block-length", "temperature", "cfg-scale", "remasking",
     "logits-eos-inf", "confidence-eos-eot-inf", "fast-decoding", "cache", "factor", "constraints", NULL
   };
-  static const char * const timestep[] = {
-    "gen-length", "steps", "temperature", "alg", "alg-temp", "eps", "top-p", "top-k", "fast-decoding",
-    "constraints", NULL
-  };
-  static const char * const entropy[] = {
-    "gen-length", "steps", "temperature", "greedy", "top-p", "top-k", "constraints", NULL
-  };
-  const char * const *list = schedule == UM_SCHEDULE_TIMESTEP ? timestep
-                             : schedule == UM_SCHEDULE_ENTROPY ? entropy : block;
+  static const char * const timestep[] = { "fast-decoding", "constraints", NULL };
+  static const char * const entropy[] = { "constraints", NULL };
+  UmSchedule schedule = um_arch_info (arch)->schedule;
 
-  return g_strv_contains (list, property);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (g_strcmp0 (property, key_names[k]) == 0)
+      return um_gen_key_applies ((UmGenKey) k, arch);
+  return g_strv_contains (schedule == UM_SCHEDULE_TIMESTEP ? timestep
+                          : schedule == UM_SCHEDULE_ENTROPY ? entropy : block, property);
 }
 
 void
-um_gen_params_for_schedule (UmGenParams *p, UmSchedule schedule)
+um_gen_params_for_family (UmGenParams *p, UmArch arch)
 {
   UmGenParams def;
+  UmGenLayer out;
 
-  um_gen_params_init (&def);
-  if (!um_schedule_uses (schedule, "block-length"))
+  /* The family's own defaults for what it does not have: they are the
+   * values its validation accepts. Without blocks the answer is one block. */
+  um_gen_params_init_for_arch (&def, arch);
+  um_gen_layer_init (&out);
+  out.params = *p;
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (!um_gen_key_applies ((UmGenKey) k, arch))
+      um_gen_layer_take (&out, (UmGenKey) k, &def);
+  *p = out.params;
+  if (!um_gen_key_applies (UM_GEN_KEY_BLOCK_LENGTH, arch))
     p->block_length = p->gen_length;
-  if (!um_schedule_uses (schedule, "cfg-scale"))
-    p->cfg_scale = 0.0;
-  if (!um_schedule_uses (schedule, "remasking"))
-    p->remasking = def.remasking;
-  if (!um_schedule_uses (schedule, "logits-eos-inf"))
+  if (!um_family_has_option (arch, "logits-eos-inf"))
     p->logits_eos_inf = FALSE;
-  if (!um_schedule_uses (schedule, "confidence-eos-eot-inf"))
+  if (!um_family_has_option (arch, "confidence-eos-eot-inf"))
     p->confidence_eos_eot_inf = FALSE;
-  if (!um_schedule_uses (schedule, "cache"))
+  if (!um_family_has_option (arch, "cache"))
     p->cache = UM_CACHE_NONE;
-  if (!um_schedule_uses (schedule, "factor") && p->factor > 0.0)
-    {
-      /* The rule the schedule has instead, at its setting. */
-      p->factor = 0.0;
-      p->threshold = 0.0;
-    }
-  if (!um_schedule_uses (schedule, "fast-decoding"))
+  if (!um_family_has_option (arch, "factor"))
+    p->factor = 0.0;
+  if (!um_family_has_option (arch, "fast-decoding"))
     p->threshold = 0.0;
-  if (!um_schedule_uses (schedule, "constraints"))
+  if (!um_family_has_option (arch, "constraints"))
     {
       p->constraints = NULL;
       p->n_constraints = 0;
     }
-  if (!um_schedule_uses (schedule, "alg"))
-    p->alg = def.alg;
-  if (!um_schedule_uses (schedule, "alg-temp"))
-    p->alg_temp = 0.0;
-  if (!um_schedule_uses (schedule, "eps"))
-    p->eps = def.eps;
-  if (!um_schedule_uses (schedule, "top-p"))
-    p->top_p = 0.0;
-  if (!um_schedule_uses (schedule, "top-k"))
-    p->top_k = 0;
-  if (!um_schedule_uses (schedule, "greedy"))
-    p->greedy = FALSE;
 }
 
 void
@@ -831,6 +831,12 @@ params_to_value (const UmGenParams *p, UmGenKey key, GValue *v)
     case UM_GEN_KEY_BLOCK_LENGTH: g_value_init (v, G_TYPE_INT); g_value_set_int (v, p->block_length); break;
     case UM_GEN_KEY_TEMPERATURE: g_value_init (v, G_TYPE_DOUBLE); g_value_set_double (v, p->temperature); break;
     case UM_GEN_KEY_CFG_SCALE: g_value_init (v, G_TYPE_DOUBLE); g_value_set_double (v, p->cfg_scale); break;
+    case UM_GEN_KEY_ALG: g_value_init (v, G_TYPE_STRING); g_value_set_string (v, um_alg_to_string (p->alg)); break;
+    case UM_GEN_KEY_EPS: g_value_init (v, G_TYPE_DOUBLE); g_value_set_double (v, p->eps); break;
+    case UM_GEN_KEY_ALG_TEMP: g_value_init (v, G_TYPE_DOUBLE); g_value_set_double (v, p->alg_temp); break;
+    case UM_GEN_KEY_TOP_P: g_value_init (v, G_TYPE_DOUBLE); g_value_set_double (v, p->top_p); break;
+    case UM_GEN_KEY_TOP_K: g_value_init (v, G_TYPE_INT); g_value_set_int (v, p->top_k); break;
+    case UM_GEN_KEY_GREEDY: g_value_init (v, G_TYPE_BOOLEAN); g_value_set_boolean (v, p->greedy); break;
     case UM_GEN_KEY_REMASKING:
     case UM_GEN_N_KEYS:
     default:
@@ -844,21 +850,31 @@ params_to_value (const UmGenParams *p, UmGenKey key, GValue *v)
 static void
 apply_defaults (UmSettings *self)
 {
+  UmArch arch = family_arch (self->family);
   UmGenParams current;
+  UmGenLayer user;
+  UmGenResolved with_user;
 
-  um_gen_resolve (NULL, NULL, &self->model_layer, &self->profile_layer, &self->defaults);
+  um_gen_resolve_for (arch, NULL, NULL, &self->model_layer, &self->profile_layer, &self->defaults);
   um_settings_get_params (self, &current);
+  /* What the other keys become next to the user's choices: Dream's and
+   * RND1's built-in steps follow the length, the user's included. */
+  um_gen_layer_init (&user);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (self->user_set & UM_GEN_KEY_BIT (k))
+      um_gen_layer_take (&user, (UmGenKey) k, &current);
+  um_gen_resolve_for (arch, &current, &user, &self->model_layer, &self->profile_layer, &with_user);
   self->applying = TRUE;
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     {
       g_auto(GValue) v = G_VALUE_INIT;
       GParamSpec *pspec = props[key_props[k]];
       /* Options the family's schedule does not have are left alone: they do nothing for it. */
-      if (!um_schedule_uses (family_schedule (self->family), g_param_spec_get_name (pspec))
+      if (!um_gen_key_applies ((UmGenKey) k, arch)
           || (self->user_set & UM_GEN_KEY_BIT (k))
-          || um_gen_params_equal_at (&current, &self->defaults.params, (UmGenKey) k))
+          || um_gen_params_equal_at (&current, &with_user.params, (UmGenKey) k))
         continue;
-      params_to_value (&self->defaults.params, (UmGenKey) k, &v);
+      params_to_value (&with_user.params, (UmGenKey) k, &v);
       /* Out of the app's range (a model's value the UI cannot show):
        * the property keeps its value rather than half-apply it. */
       if (g_param_value_validate (pspec, &v))
@@ -887,7 +903,7 @@ um_settings_resolve_with (UmSettings       *self,
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     if (user_set & UM_GEN_KEY_BIT (k))
       um_gen_layer_take (&user, (UmGenKey) k, &current);
-  um_gen_resolve (&current, &user, model, profile, out);
+  um_gen_resolve_for (family_arch (family ? family : self->family), &current, &user, model, profile, out);
 }
 
 void
@@ -978,6 +994,14 @@ um_settings_format_value (const UmGenParams *p, UmGenKey key)
     case UM_GEN_KEY_CFG_SCALE: return g_strdup_printf ("%g", p->cfg_scale);
     /* As the Remasking row names them. */
     case UM_GEN_KEY_REMASKING: return g_strdup (p->remasking == UM_REMASK_RANDOM ? _("Random") : _("Confidence"));
+    case UM_GEN_KEY_ALG: return um_settings_format_alg (p->alg);
+    case UM_GEN_KEY_EPS: return g_strdup_printf ("%g", p->eps);
+    case UM_GEN_KEY_ALG_TEMP: return g_strdup_printf ("%g", p->alg_temp);
+    /* Translators: the value of Top-p or Top-k when the filter is off */
+    case UM_GEN_KEY_TOP_P: return p->top_p > 0 && p->top_p < 1 ? g_strdup_printf ("%g", p->top_p) : g_strdup (_("off"));
+    case UM_GEN_KEY_TOP_K: return p->top_k > 0 ? g_strdup_printf ("%d", p->top_k) : g_strdup (_("off"));
+    /* Translators: the value of Greedy Tokens */
+    case UM_GEN_KEY_GREEDY: return g_strdup (p->greedy ? _("on") : _("off"));
     case UM_GEN_KEY_GEN_LENGTH:
     case UM_GEN_KEY_STEPS:
     case UM_GEN_KEY_BLOCK_LENGTH:
@@ -1167,10 +1191,15 @@ um_settings_set_family (UmSettings *self, const char *family)
   self->applying = TRUE;
   apply_family_object (self, theirs);
   self->applying = FALSE;
+  /* The model's recommendation was another family's: until the new
+   * model's layers come (um_settings_set_layers ()), the family's own
+   * defaults and the profile's. */
+  um_gen_layer_init (&self->model_layer);
+  g_clear_pointer (&self->model_origin, g_free);
+  apply_defaults (self);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_FAMILY]);
   g_object_thaw_notify (G_OBJECT (self));
   schedule_save (self);
-  g_signal_emit (self, signals[SOURCES_CHANGED], 0);
 }
 
 gboolean

@@ -25,10 +25,11 @@ void         um_settings_get_params (UmSettings *self, UmGenParams *params);
 int          um_settings_get_threads (UmSettings *self);
 
 /* The generation parameters the model may recommend (UmGenKey: length,
- * steps, block length, temperature, guidance, remasking) are the user's
- * once changed through a property (a control bound to it); the others
- * follow um_gen_resolve () of the model's and the profile's layers given
- * here, and change when these do. Which are the user's is remembered in
+ * steps, block length, temperature, guidance, remasking, and Dream's and
+ * RND1's alg, eps, alg-temp, top-p, top-k, greedy) are the user's once
+ * changed through a property (a control bound to it); the others follow
+ * um_gen_resolve_for () of the current family with the model's and the
+ * profile's layers given here, and change when these do. Which are the user's is remembered in
  * settings.json ("user-set"). "sources-changed" tells when a source, the
  * layers or the defaults change. */
 void         um_settings_set_layers (UmSettings       *self,
@@ -76,17 +77,19 @@ void         um_settings_bind_alg (UmSettings *self, GObject *combo_row);
  * um_settings_set_layers () after, for the new model's recommendation. */
 const char  *um_settings_get_family (UmSettings *self);
 void         um_settings_set_family (UmSettings *self, const char *family);
-/* The schedule of the current family (UM_SCHEDULE_BLOCK for an unknown one). */
-UmSchedule   um_settings_get_schedule (UmSettings *self);
+/* The current family (LLaDA for an unknown name). */
+UmArch       um_settings_get_arch (UmSettings *self);
 gboolean     um_settings_family_to_arch (const char *family, UmArch *out);
-/* Whether @schedule has the option of this property name ("block-length",
- * "alg", "greedy", …; "constraints" for the word constraints): the pages
- * show only those. */
-gboolean     um_schedule_uses (UmSchedule schedule, const char *property);
-/* Leaves out of @p what @schedule does not have (its defaults instead),
- * so that settings kept for another schedule neither act nor fail: with no
- * blocks the answer is one block, no guidance, no fast decoding. */
-void         um_gen_params_for_schedule (UmGenParams *p, UmSchedule schedule);
+/* Whether family @arch has the option of this property name: the model
+ * parameters as um_gen_key_applies () says ("block-length", "alg",
+ * "greedy", …), the others by schedule ("fast-decoding", "cache",
+ * "factor", "constraints", the EOS flags). The pages show only those. */
+gboolean     um_family_has_option (UmArch arch, const char *property);
+/* Leaves out of @p what family @arch does not have (its defaults
+ * instead), so that settings of another kind neither act nor fail: with no
+ * blocks the answer is one block, no guidance, no block cache.
+ * um_settings_get_params () gives them so already. */
+void         um_gen_params_for_family (UmGenParams *p, UmArch arch);
 /* The shape the memory plan is made for, for a generation of @params under @schedule. */
 void         um_settings_plan_shape (const UmGenParams *params, UmSchedule schedule, UmPlanShape *shape);
 

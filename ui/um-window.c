@@ -930,7 +930,6 @@ on_settings_changed (UmSettings *settings, GParamSpec *pspec, UmWindow *self)
 {
   UmGenParams params;
   um_settings_get_params (settings, &params);
-  um_gen_params_for_schedule (&params, um_settings_get_schedule (settings));
   if (self->chat_page != NULL)
     um_chat_page_set_params (self->chat_page, &params);
 }
@@ -944,7 +943,6 @@ um_window_new (GtkApplication *app, UmSettings *settings)
   self->settings = g_object_ref (settings);
   um_generate_page_set_settings (self->generate_page, settings);
   um_settings_get_params (settings, &params);
-  um_gen_params_for_schedule (&params, um_settings_get_schedule (settings));
   um_chat_page_set_params (self->chat_page, &params);
   g_signal_connect_object (settings, "notify", G_CALLBACK (on_settings_changed), self, 0);
   /* The optimizer profile: a corrupt one is moved aside and the banner says so. */

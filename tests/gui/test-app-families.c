@@ -153,10 +153,26 @@ test_options_follow_family (void)
   um_settings_set_family (settings, "Dream");
   g_assert_cmpint (um_generate_page_get_schedule (page), ==, UM_SCHEDULE_TIMESTEP);
   assert_options (win, timestep_options, "Algorithm", "Block Length");
+  /* Dream's defaults: its README's temperature, steps that follow the length. */
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpfloat (p.temperature, ==, 0.2);   /* the literal of the defaults, exact */
+  g_assert_false (um_generate_page_get_reset_visible (page, UM_GEN_KEY_ALG));
   g_object_set (settings, "gen-length", 100, "alg", "entropy", "top-p", 0.95, NULL);
   g_assert_null (um_generate_page_get_problem (page));
+  /* Dream's options are model parameters like the others: where they come
+   * from, and a reset button once chosen. */
+  g_assert_true (um_generate_page_get_reset_visible (page, UM_GEN_KEY_ALG));
+  g_assert_nonnull (strstr (um_generate_page_get_source_note (page, UM_GEN_KEY_TOP_P), "your choice"));
+  g_assert_false (um_generate_page_get_reset_visible (page, UM_GEN_KEY_EPS));
+  /* The row's reset button (its action and target from the template). */
+  g_assert_true (gtk_widget_activate_action (GTK_WIDGET (win), "win.reset-param", "s", "top_p"));
+  g_assert_false (um_generate_page_get_reset_visible (page, UM_GEN_KEY_TOP_P));
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpfloat (p.top_p, ==, 0.0);
+  g_object_set (settings, "top-p", 0.95, NULL);
   um_generate_page_get_params (page, &p);
   g_assert_cmpint (p.gen_length, ==, 100);
+  g_assert_cmpint (p.steps, ==, 100);
   g_assert_cmpint (p.alg, ==, UM_ALG_ENTROPY);
   g_assert_cmpfloat (p.top_p, ==, 0.95);
   /* LLaDA's fast decoding (still on in the settings) does not reach Dream. */
