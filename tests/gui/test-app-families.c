@@ -14,6 +14,8 @@
 #include "um-generate-page.h"
 #include "um-gguf.h"
 #include "um-model-chooser.h"
+#include "um-model-scan.h"
+#include "um-optimizer-page.h"
 #include "um-preferences.h"
 #include "um-settings.h"
 #include "um-test-util.h"
@@ -406,6 +408,46 @@ test_fixed_tokens_shown (void)
   destroy_window (win);
 }
 
+static gboolean
+page_planned (gpointer page)
+{
+  return !um_optimizer_page_get_busy (page) && um_optimizer_page_get_plan (page) != NULL;
+}
+
+/* The Optimizer plans a mixture of experts: it names the family and how
+ * much of the model one token uses, and its Standard plan holds every
+ * expert's weights as stored (not a dense model's share). */
+static void
+test_moe_optimizer (void)
+{
+  g_autofree char *moe = um_test_data_path ("tiny-llada-moe");
+  g_autoptr(UmModelEntry) entry = um_model_probe (moe);
+  UmWindow *win = make_window ("settings-moe.json");
+  UmOptimizerPage *page = UM_OPTIMIZER_PAGE (um_window_get_optimizer_page (win));
+  const UmModelConfig *cfg;
+  const UmPlan *plan;
+  const char *summary;
+
+  load (win, moe);
+  cfg = &um_engine_get_model (um_window_get_engine (win))->cfg;
+  g_assert_cmpuint (cfg->n_experts, ==, 8);
+  g_assert_cmpuint (um_model_config_n_active_params (cfg), <, um_model_config_n_params (cfg));
+  um_window_show_optimizer (win);
+  wait_for (page_planned, page, 30);
+
+  summary = um_optimizer_page_get_model_summary (page);
+  g_assert_nonnull (summary);
+  if (!g_str_has_prefix (summary, "LLaDA-MoE · ") || strstr (summary, "active per token (3 of 8 experts)") == NULL)
+    g_error ("the optimizer's model line: %s", summary);
+
+  plan = um_optimizer_page_get_plan (page);
+  g_assert_cmpint (plan->mode, ==, UM_MEM_STANDARD);
+  g_assert_true (entry->loadable);
+  g_test_message ("plan weights %" G_GUINT64_FORMAT ", tensors %" G_GUINT64_FORMAT, plan->weight_bytes, entry->size);
+  g_assert_cmpuint (plan->weight_bytes, ==, entry->size);
+  destroy_window (win);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -426,6 +468,7 @@ main (int argc, char **argv)
   g_test_add_func ("/families/chooser-names-family", test_chooser_names_family);
   g_test_add_func ("/families/fixed-tokens-shown", test_fixed_tokens_shown);
   g_test_add_func ("/families/dream-model", test_dream_model);
+  g_test_add_func ("/families/moe-optimizer", test_moe_optimizer);
   rc = g_test_run ();
   um_test_rmtree (tmp_dir);
   g_free (tmp_dir);
