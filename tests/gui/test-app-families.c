@@ -1,9 +1,10 @@
 /* Model families in the app: the pages offer only the options of the
  * family's schedule (Dream's algorithm and the rest, RND1's greedy tokens,
  * LLaDA's blocks) and keep each family's values; the model chooser and the
- * header name the family; a Dream model (tests/data/tiny-dream, which
- * shifts its logits) runs and the diffusion view shows each token where
- * the engine committed it. */
+ * header name the family; Dream (tests/data/tiny-dream) and RND1, which
+ * shift their logits, run and the diffusion view shows each token where
+ * the engine committed it, RND1's reserved pad slot and word constraints
+ * from the start; the Optimizer plans LLaDA-MoE with every expert. */
 #include "config.h"
 
 #include <adwaita.h>
@@ -408,6 +409,47 @@ test_fixed_tokens_shown (void)
   destroy_window (win);
 }
 
+/* RND1 (shifted, entropy-ordered) reserves the answer's last position for
+ * a pad token that no step commits: the view shows it from the start, and
+ * ends with the answer exactly. */
+static void
+test_rnd1_model (void)
+{
+  g_autofree char *rnd1 = um_test_data_path ("tiny-rnd1");
+  UmWindow *win = make_window ("settings-rnd1.json");
+  UmSettings *settings = um_window_get_settings (win);
+  UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  UmDiffusionView *view = um_generate_page_get_view (page);
+  const UmModelConfig *cfg;
+  g_autoptr(GArray) shown = NULL;
+  g_autoptr(GArray) start = NULL;
+  GArray *got;
+
+  load (win, rnd1);
+  cfg = &um_engine_get_model (um_window_get_engine (win))->cfg;
+  g_assert_cmpstr (um_window_get_family_label (win), ==, "RND1");
+  assert_options (win, entropy_options, "Greedy Tokens", "Algorithm");
+
+  um_generate_page_set_prompt (page, "What is free software?");
+  g_object_set (settings, "gen-length", 12, "steps", 4, "greedy", TRUE, "chat-template", FALSE, NULL);
+  g_assert_null (um_generate_page_get_problem (page));
+  um_generate_page_generate (page);
+  wait_for (not_running, page, 60);
+  g_assert_null (um_generate_page_get_last_error (page));
+  got = um_generate_page_get_last_ids (page);
+  g_assert_cmpuint (got->len, ==, 12);
+  g_assert_cmpint (g_array_index (got, gint32, 11), ==, cfg->pad_id);
+  shown = um_diffusion_view_get_shown_ids (view);
+  g_assert_cmpmem (shown->data, shown->len * 4, got->data, got->len * 4);
+
+  um_diffusion_view_set_shown_step (view, -1);
+  start = um_diffusion_view_get_shown_ids (view);
+  for (guint i = 0; i < 11; i++)
+    g_assert_cmpint (g_array_index (start, gint32, i), ==, cfg->mask_id);
+  g_assert_cmpint (g_array_index (start, gint32, 11), ==, cfg->pad_id);
+  destroy_window (win);
+}
+
 static gboolean
 page_planned (gpointer page)
 {
@@ -468,6 +510,7 @@ main (int argc, char **argv)
   g_test_add_func ("/families/chooser-names-family", test_chooser_names_family);
   g_test_add_func ("/families/fixed-tokens-shown", test_fixed_tokens_shown);
   g_test_add_func ("/families/dream-model", test_dream_model);
+  g_test_add_func ("/families/rnd1-model", test_rnd1_model);
   g_test_add_func ("/families/moe-optimizer", test_moe_optimizer);
   rc = g_test_run ();
   um_test_rmtree (tmp_dir);
