@@ -668,8 +668,10 @@ update_model_note (UmGeneratePage *self)
           g_string_append_printf (list, "%s%s %s", i ? ", " : "", n->key, n->value);
           g_string_append_printf (tooltip, "%s%s: %s", i ? "\n" : "", n->key, n->reason);
         }
+      /* Not only samplers Unmask lacks: Dream's files hold its class
+       * defaults, which are no recommendation. The tooltip says why each. */
       /* Translators: %s is a list of settings as written in the model's files, e.g. "top_p 0.95, top_k 50" */
-      g_string_append_printf (text, _("The model also recommends %s, which Unmask’s sampler does not apply."),
+      g_string_append_printf (text, _("The model’s files also set %s, which Unmask does not apply (the tooltip says why)."),
                               list->str);
     }
   for (guint i = 0; rec != NULL && i < rec->warnings->len; i++)

@@ -335,6 +335,14 @@ test_dream_model (void)
   g_assert_cmpstr (um_window_get_family_label (win), ==, "Dream");
   g_assert_true (g_str_has_suffix (um_window_get_subtitle (win), " · Dream"));
   assert_options (win, timestep_options, "Algorithm", "Block Length");
+  /* tiny-dream's generation_config.json is DreamGenerationConfig's class
+   * defaults (alg origin, 512 steps): said, not applied; Dream's own
+   * defaults hold. */
+  g_assert_nonnull (um_generate_page_get_model_note (page));
+  g_assert_nonnull (strstr (um_generate_page_get_model_note (page), "alg"));
+  um_generate_page_get_params (page, &p);
+  g_assert_cmpint (p.alg, ==, UM_ALG_ENTROPY);
+  g_assert_cmpint (p.steps, ==, p.gen_length);
 
   um_generate_page_set_prompt (page, "What is free software?");
   g_object_set (settings, "gen-length", 16, "steps", 8, "alg", "maskgit_plus", "temperature", 0.0,
