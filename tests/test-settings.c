@@ -250,7 +250,8 @@ test_families (void)
     um_settings_get_params (settings, &p);
     g_assert_cmpint (p.steps, ==, 256);
     g_assert_cmpint (p.alg, ==, UM_ALG_MASKGIT_PLUS);
-    /* Written and read back as decimal text: the same doubles. */
+    /* Exact: json-glib writes a double with 17 significant digits and
+     * reads it back correctly rounded, which returns the same double. */
     g_assert_cmpfloat (p.alg_temp, ==, 0.5);
     g_assert_cmpfloat (p.top_p, ==, 0.9);
     g_assert_cmpfloat (p.eps, ==, 0.01);

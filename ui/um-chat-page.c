@@ -1,6 +1,6 @@
 /* um-chat-page.c — multi-turn chat with an Instruct model (see um-chat-page.h).
  *
- * The token history follows the reference chat.py (um_chat_build_prompt):
+ * The token history follows the reference chat.py (um_model_build_chat_prompt):
  * each turn's prompt is the previous prompt + answer without EOS, then the
  * new user turn. A stopped answer is kept for reading but never enters the
  * history, so the next turn continues from the last complete one.
@@ -694,8 +694,9 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
     return FALSE;
 
   clear_error_rows (self);
-  if (!um_chat_build_prompt (model->tokenizer, base->len ? (const gint32 *) base->data : NULL,
-                             base->len, text, model->cfg.bos_id, model->cfg.eos_id, prompt, &error)
+  /* The model's own template (ChatML for Dream, Ling's for LLaDA-MoE, …). */
+  if (!um_model_build_chat_prompt (model, base->len ? (const gint32 *) base->data : NULL, base->len, text,
+                                   prompt, &error)
       || !um_gen_params_validate_for (&params, model->cfg.arch, prompt->len, model->cfg.max_seq_len, &error))
     {
       g_autofree char *msg = g_strdup_printf (_("Cannot answer: %s"), error->message);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "um-chat-page.h"
+#include "um-chat-store.h"
 #include "um-generate-page.h"
 #include "um-gguf.h"
 #include "um-model-chooser.h"
@@ -51,6 +52,12 @@ static gboolean
 not_running (gpointer page)
 {
   return !um_generate_page_get_running (page);
+}
+
+static gboolean
+chat_idle (gpointer chat)
+{
+  return !um_chat_page_get_busy (chat);
 }
 
 static gboolean
@@ -361,6 +368,26 @@ test_dream_model (void)
   g_assert_cmpint (um_diffusion_view_get_n_steps_recorded (view), ==, 8);
   shown = um_diffusion_view_get_shown_ids (view);
   g_assert_cmpmem (shown->data, shown->len * 4, got->data, got->len * 4);
+
+  /* A chat turn in the model's own template (ChatML), not LLaDA's. */
+  {
+    UmChatPage *chat = UM_CHAT_PAGE (um_window_get_chat_page (win));
+    g_autofree char *store = g_build_filename (tmp_dir, "chats", NULL);
+    g_autoptr(GArray) want = g_array_new (FALSE, FALSE, sizeof (gint32));
+    g_autoptr(GError) error = NULL;
+    UmChatConversation *conv;
+
+    g_assert_true (um_model_build_chat_prompt (um_engine_get_model (um_window_get_engine (win)), NULL, 0, "Hello",
+                                               want, &error));
+    g_assert_no_error (error);
+    um_chat_page_set_store_dir (chat, store);
+    um_chat_page_send (chat, "Hello");
+    wait_for (chat_idle, chat, 60);
+    conv = um_chat_page_get_conversation (chat);
+    g_assert_cmpuint (conv->messages->len, ==, 2);
+    g_assert_cmpuint (conv->ids->len, >, want->len);
+    g_assert_cmpmem (conv->ids->data, want->len * 4, want->data, want->len * 4);
+  }
 
   load (win, llada);
   g_assert_cmpstr (um_window_get_family_label (win), ==, "LLaDA");
