@@ -783,11 +783,11 @@ update_family (UmGeneratePage *self)
     }
   adw_preferences_group_set_description (self->params_group, description);
   adw_expander_row_set_subtitle (self->fast_row,
-                               um_family_has_option (arch, "cache")
-                               ? _("Cache keys and values per block and commit every confident token at once; "
-                                   "Steps becomes a maximum")
-                               : _("Commit every token above the confidence threshold at once; Steps becomes a "
-                                   "maximum"));
+                                 um_family_has_option (arch, "cache")
+                                 ? _("Cache keys and values per block and commit every confident token at once; "
+                                     "Steps becomes a maximum")
+                                 : _("Commit every token above the confidence threshold at once; Steps becomes a "
+                                     "maximum"));
   if (g_strcmp0 (self->descriptions[UM_GEN_KEY_TEMPERATURE], temperature) != 0)
     {
       g_free (self->descriptions[UM_GEN_KEY_TEMPERATURE]);
