@@ -1,8 +1,9 @@
 /* um-chat-page.c — multi-turn chat with an Instruct model (see um-chat-page.h).
  *
- * The token history follows the reference chat.py (um_model_build_chat_prompt):
- * each turn's prompt is the previous prompt + answer without EOS, then the
- * new user turn. A stopped answer is kept for reading but never enters the
+ * The token history is built by the model's chat template
+ * (um_model_build_chat_prompt; for LLaDA as its reference chat.py does): each
+ * turn's prompt is the previous prompt + answer without EOS, then the new
+ * user turn. A stopped answer is kept for reading but never enters the
  * history, so the next turn continues from the last complete one.
  *
  * The saved conversations (the Chats popover, delete, export as Markdown)
@@ -694,7 +695,6 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
     return FALSE;
 
   clear_error_rows (self);
-  /* The model's own template (ChatML for Dream, Ling's for LLaDA-MoE, …). */
   if (!um_model_build_chat_prompt (model, base->len ? (const gint32 *) base->data : NULL, base->len, text,
                                    prompt, &error)
       || !um_gen_params_validate_for (&params, model->cfg.arch, prompt->len, model->cfg.max_seq_len, &error))
