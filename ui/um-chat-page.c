@@ -695,8 +695,8 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
     return FALSE;
 
   clear_error_rows (self);
-  if (!um_model_build_chat_prompt (model, base->len ? (const gint32 *) base->data : NULL, base->len, text,
-                                   prompt, &error)
+  if (!um_model_build_chat_prompt (model, base->len ? (const gint32 *) base->data : NULL,
+                                   base->len, text, prompt, &error)
       || !um_gen_params_validate_for (&params, model->cfg.arch, prompt->len, model->cfg.max_seq_len, &error))
     {
       g_autofree char *msg = g_strdup_printf (_("Cannot answer: %s"), error->message);
