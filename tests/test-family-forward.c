@@ -96,6 +96,29 @@ run (UmModel *model, const UmForwardOptions *o, const GArray *ids, const gint32 
   return logits;
 }
 
+/* The naive float32 forward's distance from float64, times a margin:
+ * float32 rounding's own error on this model, whatever the CPU. The
+ * largest error of one run is a noisy statistic (on tiny-dream it is
+ * 7.0e-5 on the F32 weights and 2.6e-5 on their Q8_0 rounding, which
+ * hardly changes the magnitudes the sums see), so the scale is taken over
+ * the family's three forms: same architecture, same activations up to the
+ * weights' 8-bit rounding. */
+static double
+family_tolerance (const Case *c)
+{
+  double tol = 0.0;
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    if (g_str_equal (cases[i].family, c->family))
+      {
+        g_autoptr(UmModel) model = load_model (cases[i].model);
+        g_autoptr(GArray) ids = NULL;
+        g_autofree double *want = expected (&cases[i], &ids, model->cfg.vocab_size);
+        tol = MAX (tol, um_test_f32_tolerance (model, (const gint32 *) ids->data, ids->len, want, cases[i].model));
+      }
+  return tol;
+}
+
 static void
 test_case (gconstpointer data)
 {
@@ -108,9 +131,7 @@ test_case (gconstpointer data)
   double tol, err;
 
   um_forward_options_init (&o);
-  /* The naive float32 forward's distance from float64, times a margin:
-   * float32 rounding's own error on this model, whatever the CPU. */
-  tol = um_test_f32_tolerance (model, (const gint32 *) ids->data, ids->len, want, c->model);
+  tol = family_tolerance (c);
   {
     g_autofree float *logits = run (model, &o, ids, NULL, 0);
     err = um_test_rel_error (logits, want, (size_t) ids->len * V);
