@@ -187,6 +187,18 @@ test_timestep_counts (void)
   g_assert_cmpfloat (ts[32], ==, (float) 1e-3);
   for (int i = 1; i <= 32; i++)
     g_assert_cmpfloat (ts[i], <, ts[i - 1]);
+  /* torch.linspace's own float32 values (torch 2.11, CPU and CUDA), where
+   * a multiply then an add would round twice and land one ulp away (e.g.
+   * 0.62537503 for the first): compared exactly, each decimal is the
+   * float's value as Python prints it, which rounds back to that float. */
+  um_timesteps_f32 (1e-3, 8, ts);
+  g_assert_cmpfloat (ts[3], ==, 0.625374972820282f);
+  um_timesteps_f32 (1e-3, 10, ts);
+  g_assert_cmpfloat (ts[7], ==, 0.30070000886917114f);
+  um_timesteps_f32 (1e-3, 11, ts);
+  g_assert_cmpfloat (ts[6], ==, 0.4550909101963043f);
+  um_timesteps_f32 (1e-3, 12, ts);
+  g_assert_cmpfloat (ts[7], ==, 0.41725000739097595f);
 
   /* The fixture's per-step commit counts are the schedule's counts. */
   g_assert_cmpuint (json_array_get_length (cases), >, 0);

@@ -57,8 +57,9 @@ int      um_logit_rows (gboolean      shift,
                         gint32       *rows,
                         gint32       *row_of);
 
-/* torch.linspace (1, eps, steps + 1) in float32 as torch's kernel computes
- * it (the first half from 1, the second from eps): @ts gets steps + 1 values. */
+/* torch.linspace (1, eps, steps + 1) in float32 as torch's kernels compute
+ * it (the first half from 1, the second from eps, each a fused
+ * multiply-add): @ts gets steps + 1 values. */
 void     um_timesteps_f32 (double eps, int steps, float *ts);
 
 /* Tokens step @i of @steps commits of @n_masked: int (n·(1 − s/t)) in
