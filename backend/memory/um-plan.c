@@ -382,23 +382,45 @@ make_shadow (const UmModel *model, const char *type, const UmMemOptions *o, Shad
         case UM_PLANNED_GATE: w = L ? &L->w_gate : NULL; break;
         case UM_PLANNED_UP: w = L ? &L->w_up : NULL; break;
         case UM_PLANNED_DOWN: w = L ? &L->w_down : NULL; break;
-        default: break;   /* norms stay float vectors */
+        /* Small tensors stay float in memory (as the model holds them),
+         * whatever the file's type; biases shrink with pruned heads. */
+        case UM_PLANNED_Q_BIAS: w = L ? &L->bq : NULL; break;
+        case UM_PLANNED_K_BIAS: w = L ? &L->bk : NULL; break;
+        case UM_PLANNED_V_BIAS: w = L ? &L->bv : NULL; break;
+        default: break;   /* norms, QK-norms and the router keep their shapes */
         }
       if (w != NULL)
-        set_weight (w, t->dtype, t->rows, t->cols, t->bytes);
+        {
+          const void *data = w->data;
+          if (um_planned_kind_is_vector (t->kind))
+            {
+              set_weight (w, UM_DTYPE_F32, 1, t->cols, t->cols * sizeof (float));
+              /* Still there (the forward lists the small tensors that have
+               * data); shadows are never read. */
+              w->data = data;
+            }
+          else
+            set_weight (w, t->dtype, t->rows, t->cols, t->bytes);
+        }
     }
   if (c->tied_embeddings)
     s->m.output = s->m.tok_embd;
+  s->m.cfg.expert_ffn = 0;
   for (guint l = 0; l < c->n_layers; l++)
     {
       UmLayerWeights *L = &s->layers[l];
       L->n_heads = L->wq.rows / c->head_dim;
       L->n_kv_heads = L->wk.rows / c->head_dim;
-      L->ffn = L->w_gate.rows;
+      L->ffn = L->w_gate.rows / MAX (L->n_experts, 1);
       s->m.cfg.n_heads = MAX (s->m.cfg.n_heads, L->n_heads);
       s->m.cfg.n_kv_heads = MAX (s->m.cfg.n_kv_heads, L->n_kv_heads);
-      s->m.cfg.mlp_hidden = MAX (s->m.cfg.mlp_hidden, L->ffn);
+      if (L->n_experts > 0)
+        s->m.cfg.expert_ffn = MAX (s->m.cfg.expert_ffn, L->ffn);
+      else
+        s->m.cfg.mlp_hidden = MAX (s->m.cfg.mlp_hidden, L->ffn);
     }
+  if (c->n_experts > 0 && s->m.cfg.mlp_hidden == 0)
+    s->m.cfg.mlp_hidden = model->cfg.mlp_hidden;
   return TRUE;
 }
 
@@ -422,13 +444,18 @@ cpu_scratch (const UmModel *m, UmProducts products, int T, int n, int chunk)
   for (guint l = 0; l < m->cfg.n_layers; l++)
     {
       const UmLayerWeights *L = &m->layers[l];
-      const struct { const UmWeight *w; int rows; } p[] = {
-        { &L->wq, T }, { &L->wk, T }, { &L->wv, T }, { &L->wo, T },
-        { &L->w_gate, mlp_rows }, { &L->w_up, mlp_rows }, { &L->w_down, mlp_rows },
+      /* A MoE layer multiplies by one expert's slice at a time, at most
+       * every row routed to it. */
+      const guint E = MAX (L->n_experts, 1);
+      const struct { const UmWeight *w; guint64 rows; int m; } p[] = {
+        { &L->wq, L->wq.rows, T }, { &L->wk, L->wk.rows, T }, { &L->wv, L->wv.rows, T }, { &L->wo, L->wo.rows, T },
+        { &L->w_gate, L->w_gate.rows / E, mlp_rows }, { &L->w_up, L->w_up.rows / E, mlp_rows },
+        { &L->w_down, L->w_down.rows / E, mlp_rows },
+        { &L->router, L->router.rows, mlp_rows },
       };
       for (guint i = 0; i < G_N_ELEMENTS (p); i++)
-        best = MAX (best, um_cpu_matmul_scratch_bytes (p[i].w->dtype, p[i].w->rows, p[i].w->cols, p[i].rows,
-                                                       products));
+        if (p[i].w->rows > 0)   /* a dense layer has no router */
+          best = MAX (best, um_cpu_matmul_scratch_bytes (p[i].w->dtype, p[i].rows, p[i].w->cols, p[i].m, products));
     }
   best = MAX (best, um_cpu_matmul_scratch_bytes (m->output.dtype, m->output.rows, m->output.cols, head_rows,
                                                  products));
