@@ -14,15 +14,23 @@
 void
 um_cli_gen_options_init (UmCliGenOptions *o, int gen_length, int steps, int block_length)
 {
+  UmGenParams p;
+
+  um_gen_params_init (&p);
   memset (o, 0, sizeof *o);
   o->gen_length = gen_length;
   o->steps = steps;
   o->block_length = block_length;
+  o->eps = p.eps;
+  o->alg_temp = p.alg_temp;
+  o->top_p = p.top_p;
+  o->top_k = p.top_k;
   o->constraint_list = g_array_new (FALSE, FALSE, sizeof (UmGenConstraint));
 }
 
-/* The five numeric generation options remember that they were given: a
- * value given is the user's and wins over the model's recommendation. */
+/* The generation options that are UmGenKeys remember that they were
+ * given: a value given is the user's and wins over the model's
+ * recommendation. */
 static gboolean
 parse_gen_option (const char *name, const char *value, gpointer data, GError **error)
 {
@@ -30,39 +38,132 @@ parse_gen_option (const char *name, const char *value, gpointer data, GError **e
   UmGenKey key;
   g_autofree char *key_name = NULL;
 
-  /* "--gen-length" → "gen_length" */
+  /* "--gen-length" → "gen_length"; --no-greedy is greedy's "false". */
   key_name = g_strdelimit (g_strdup (name + 2), "-", '_');
-  if (!um_gen_key_from_name (key_name, &key))
+  if (g_str_equal (key_name, "no_greedy"))
+    key = UM_GEN_KEY_GREEDY;
+  else if (!um_gen_key_from_name (key_name, &key))
     {
       g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_UNKNOWN_OPTION, "unknown option %s", name);
       return FALSE;
     }
-  if (key == UM_GEN_KEY_TEMPERATURE || key == UM_GEN_KEY_CFG_SCALE)
+  switch (key)
     {
-      char *end = NULL;
-      /* As G_OPTION_ARG_DOUBLE reads it: the locale's form or the C one. */
-      double v = g_strtod (value, &end);
-      if (end == value || *end != '\0' || !isfinite (v))
-        {
-          g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s must be a number, not “%s”", name, value);
-          return FALSE;
-        }
-      *(key == UM_GEN_KEY_TEMPERATURE ? &o->temperature : &o->cfg_scale) = v;
-    }
-  else
-    {
-      gint64 v;
-      if (!g_ascii_string_to_signed (value, 10, G_MININT, G_MAXINT, &v, NULL))
-        {
-          g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s must be a whole number, not “%s”", name,
-                       value);
-          return FALSE;
-        }
-      *(key == UM_GEN_KEY_GEN_LENGTH ? &o->gen_length : key == UM_GEN_KEY_STEPS ? &o->steps : &o->block_length) =
-        (int) v;
+    case UM_GEN_KEY_TEMPERATURE:
+    case UM_GEN_KEY_CFG_SCALE:
+    case UM_GEN_KEY_EPS:
+    case UM_GEN_KEY_ALG_TEMP:
+    case UM_GEN_KEY_TOP_P:
+      {
+        char *end = NULL;
+        /* As G_OPTION_ARG_DOUBLE reads it: the locale's form or the C one. */
+        double v = g_strtod (value, &end);
+        if (end == value || *end != '\0' || !isfinite (v))
+          {
+            g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s must be a number, not “%s”", name,
+                         value);
+            return FALSE;
+          }
+        *(key == UM_GEN_KEY_TEMPERATURE ? &o->temperature
+          : key == UM_GEN_KEY_CFG_SCALE ? &o->cfg_scale
+          : key == UM_GEN_KEY_EPS       ? &o->eps
+          : key == UM_GEN_KEY_ALG_TEMP  ? &o->alg_temp
+                                        : &o->top_p) = v;
+      }
+      break;
+    case UM_GEN_KEY_ALG:
+      g_free (o->alg);
+      o->alg = g_strdup (value);
+      break;
+    case UM_GEN_KEY_GREEDY:
+      o->greedy = !g_str_equal (key_name, "no_greedy");
+      break;
+    case UM_GEN_KEY_GEN_LENGTH:
+    case UM_GEN_KEY_STEPS:
+    case UM_GEN_KEY_BLOCK_LENGTH:
+    case UM_GEN_KEY_TOP_K:
+    case UM_GEN_KEY_REMASKING:
+    case UM_GEN_N_KEYS:
+    default:
+      {
+        gint64 v;
+        if (!g_ascii_string_to_signed (value, 10, G_MININT, G_MAXINT, &v, NULL))
+          {
+            g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s must be a whole number, not “%s”", name,
+                         value);
+            return FALSE;
+          }
+        *(key == UM_GEN_KEY_GEN_LENGTH ? &o->gen_length
+          : key == UM_GEN_KEY_STEPS    ? &o->steps
+          : key == UM_GEN_KEY_TOP_K    ? &o->top_k
+                                       : &o->block_length) = (int) v;
+      }
+      break;
     }
   o->given |= UM_GEN_KEY_BIT (key);
   return TRUE;
+}
+
+/* What each family's schedule is, for help and errors. */
+static const char *
+schedule_name (UmArch arch)
+{
+  switch (um_arch_info (arch)->schedule)
+    {
+    case UM_SCHEDULE_TIMESTEP: return "timestep schedule";
+    case UM_SCHEDULE_ENTROPY: return "entropy schedule";
+    case UM_SCHEDULE_BLOCK:
+    default: return "block schedule";
+    }
+}
+
+/* "LLaDA and LLaDA-MoE": the families whose schedule has @key. */
+static char *
+families_with (UmGenKey key)
+{
+  g_autoptr(GString) s = g_string_new (NULL);
+  int n = 0, seen = 0;
+
+  for (int a = 0; a < UM_ARCH_N; a++)
+    n += um_gen_key_applies (key, (UmArch) a);
+  for (int a = 0; a < UM_ARCH_N; a++)
+    if (um_gen_key_applies (key, (UmArch) a))
+      {
+        seen++;
+        g_string_append_printf (s, "%s%s", seen == 1 ? "" : seen == n ? " and " : ", ", um_arch_info ((UmArch) a)->name);
+      }
+  return g_string_free (g_steal_pointer (&s), FALSE);
+}
+
+/* The built-in defaults of each family, for --help. */
+static char *
+defaults_description (void)
+{
+  g_autoptr(GString) s = g_string_new ("Unset generation options come from the model's recommendation "
+                                       "(generation_config.json or GGUF metadata), then the optimizer profile, "
+                                       "then each family's defaults:\n");
+
+  for (int a = 0; a < UM_ARCH_N; a++)
+    {
+      UmGenParams p;
+      gboolean first = TRUE;
+      um_gen_params_init_for_arch (&p, (UmArch) a);
+      g_string_append_printf (s, "  %s (%s):", um_arch_info ((UmArch) a)->name, schedule_name ((UmArch) a));
+      for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+        {
+          g_autofree char *key = NULL, *v = NULL;
+          if (!um_gen_key_applies ((UmGenKey) k, (UmArch) a) || k == UM_GEN_KEY_GEN_LENGTH)
+            continue;
+          key = g_strdelimit (g_strdup (um_gen_key_name ((UmGenKey) k)), "_", '-');
+          v = um_arch_info ((UmArch) a)->schedule != UM_SCHEDULE_BLOCK && k == UM_GEN_KEY_STEPS
+                ? g_strdup ("gen-length") : um_gen_params_format (&p, (UmGenKey) k);
+          g_string_append_printf (s, "%s --%s %s", first ? "" : ",", key, v);
+          first = FALSE;
+        }
+      g_string_append_c (s, '\n');
+    }
+  g_string_append (s, "See README.md, “Schedules”, for how each differs from llama.cpp's diffusion sampler.");
+  return g_string_free (g_steal_pointer (&s), FALSE);
 }
 
 void
@@ -70,15 +171,16 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
 {
   GOptionEntry entries[] = {
     { "gen-length", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option, "Tokens to generate", "N" },
-    { "steps", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option, "Diffusion steps in all", "N" },
-    { "block-length", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option, "Tokens per semi-autoregressive block", "N" },
-    { "temperature", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option, "Gumbel temperature (0: greedy)", "T" },
-    { "cfg-scale", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option, "Classifier-free guidance scale (0: off)", "S" },
-    { "remasking", 0, 0, G_OPTION_ARG_STRING, &o->remasking, "low_confidence (default) or random", "WHICH" },
-    { "seed", 0, 0, G_OPTION_ARG_INT64, &o->seed, "Random seed for temperature and random remasking", "N" },
-    { "logits-eos-inf", 0, 0, G_OPTION_ARG_NONE, &o->logits_eos_inf, "Never choose EOS", NULL },
-    { "confidence-eos-eot-inf", 0, 0, G_OPTION_ARG_NONE, &o->confidence_eos_eot_inf,
-      "Commit EOS/EOT only after everything else", NULL },
+    { "steps", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option,
+      "Diffusion steps in all (RND1: forward passes)", "N" },
+    { "temperature", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option,
+      "LLaDA: Gumbel temperature, Dream: sampling temperature (0: greedy), RND1: scales logits and entropies", "T" },
+    { "seed", 0, 0, G_OPTION_ARG_INT64, &o->seed, "Random seed for sampling and the random rules", "N" },
+    { "threshold", 0, 0, G_OPTION_ARG_DOUBLE, &o->threshold,
+      "Parallel decoding (e.g. 0.9): commit every mask whose confidence is ≥ T (LLaDA, LLaDA-MoE: in the block, "
+      "at least one; Dream: p of its token, besides the schedule's count)", "T" },
+    { "constraint", 0, 0, G_OPTION_ARG_STRING_ARRAY, &o->constraints,
+      "Place WORD at answer position POS before decoding (repeatable)", "POS:WORD" },
     { "threads", 0, 0, G_OPTION_ARG_INT, &o->threads, "CPU threads (default: all cores)", "N" },
     { "device", 0, 0, G_OPTION_ARG_STRING, &o->device, "cpu, cuda or auto (default: a usable GPU, else the CPU)",
       "DEVICE" },
@@ -86,14 +188,43 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
       "Keep activations f32 with quantized weights (no 8-bit integer products)", NULL },
     { "int8", 0, 0, G_OPTION_ARG_NONE, &o->int8,
       "8-bit integer products with every quantized type, Q8_0 included", NULL },
+    { NULL }
+  };
+  GOptionEntry block_entries[] = {
+    { "block-length", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option, "Tokens per semi-autoregressive block", "N" },
+    { "cfg-scale", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option, "Classifier-free guidance scale (0: off)", "S" },
+    { "remasking", 0, 0, G_OPTION_ARG_STRING, &o->remasking, "low_confidence (default) or random", "WHICH" },
+    { "logits-eos-inf", 0, 0, G_OPTION_ARG_NONE, &o->logits_eos_inf, "Never choose EOS", NULL },
+    { "confidence-eos-eot-inf", 0, 0, G_OPTION_ARG_NONE, &o->confidence_eos_eot_inf,
+      "Commit EOS/EOT only after everything else", NULL },
     { "cache", 0, 0, G_OPTION_ARG_STRING, &o->kv_cache,
       "Block KV cache: none (default, exact), prefix or dual (approximate, faster)", "MODE" },
-    { "threshold", 0, 0, G_OPTION_ARG_DOUBLE, &o->threshold,
-      "Parallel decoding: commit every masked position of the block with confidence ≥ T (e.g. 0.9)", "T" },
     { "factor", 0, 0, G_OPTION_ARG_DOUBLE, &o->factor,
       "Parallel decoding: commit the top n with (n + 1)(1 − c(n)) < F (e.g. 1.0)", "F" },
-    { "constraint", 0, 0, G_OPTION_ARG_STRING_ARRAY, &o->constraints,
-      "Place WORD at answer position POS before decoding (repeatable)", "POS:WORD" },
+    { NULL }
+  };
+  GOptionEntry dream_entries[] = {
+    { "alg", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option,
+      "Confidence rule: maskgit_plus (max p), topk_margin (p1 − p2), entropy (−H, default) or origin (random)",
+      "RULE" },
+    { "eps", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option,
+      "Last time of linspace(1, eps, steps + 1) (default 0.001)", "E" },
+    { "alg-temp", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option,
+      "> 0: draw the positions from softmax(confidence / T) instead of the most confident (default 0)", "T" },
+    { NULL }
+  };
+  GOptionEntry filter_entries[] = {
+    { "top-p", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option,
+      "Nucleus filter before the softmax (1: off, the default; Dream's README uses 0.95)", "P" },
+    { "top-k", 0, 0, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option,
+      "Keep the K largest logits (0: off, the default)", "K" },
+    { NULL }
+  };
+  GOptionEntry rnd1_entries[] = {
+    { "greedy", 0, G_OPTION_FLAG_NO_ARG, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option,
+      "Arg-max tokens; the temperature then only orders by entropy (default: drawn)", NULL },
+    { "no-greedy", 0, G_OPTION_FLAG_NO_ARG, G_OPTION_ARG_CALLBACK, (gpointer) parse_gen_option,
+      "Draw the tokens (overrides a model's greedy recommendation)", NULL },
     { NULL }
   };
   GOptionEntry mem_entries[] = {
@@ -119,10 +250,30 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
   GOptionGroup *mem = g_option_group_new ("memory", "Memory options:", "Show memory-mode options", NULL, NULL);
   g_option_group_add_entries (mem, mem_entries);
   g_option_context_add_group (ctx, mem);
-  GOptionGroup *group = g_option_group_new ("generation", "Generation options:", "Show generation options",
+  GOptionGroup *group = g_option_group_new ("generation", "Generation options (every family):",
+                                            "Show generation options", o, NULL);
+  GOptionGroup *block = g_option_group_new ("block", "LLaDA and LLaDA-MoE options (block schedule):",
+                                            "Show LLaDA and LLaDA-MoE options", o, NULL);
+  GOptionGroup *dream = g_option_group_new ("dream", "Dream options (timestep schedule):", "Show Dream options",
                                             o, NULL);
+  GOptionGroup *filters = g_option_group_new ("filters", "Dream and RND1 options (logit filters):",
+                                              "Show Dream and RND1 filter options", o, NULL);
+  GOptionGroup *rnd1 = g_option_group_new ("rnd1", "RND1 options (entropy schedule):", "Show RND1 options", o, NULL);
+  g_autofree char *description = defaults_description ();
+
   g_option_group_add_entries (group, entries);
   g_option_context_add_group (ctx, group);
+  g_option_group_add_entries (block, block_entries);
+  g_option_context_add_group (ctx, block);
+  g_option_group_add_entries (dream, dream_entries);
+  g_option_context_add_group (ctx, dream);
+  g_option_group_add_entries (filters, filter_entries);
+  g_option_context_add_group (ctx, filters);
+  g_option_group_add_entries (rnd1, rnd1_entries);
+  g_option_context_add_group (ctx, rnd1);
+  /* Only generate and chat resolve unset options that way. */
+  if (o->resolve)
+    g_option_context_set_description (ctx, description);
 }
 
 gboolean
@@ -151,6 +302,17 @@ um_cli_gen_options_to_params (const UmCliGenOptions *o, UmGenParams *p, GError *
     }
   p->threshold = o->threshold;
   p->factor = o->factor;
+  if (o->alg != NULL && !um_alg_from_string (o->alg, &p->alg))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "--alg must be maskgit_plus, topk_margin, entropy or origin, not “%s”", o->alg);
+      return FALSE;
+    }
+  p->eps = o->eps;
+  p->alg_temp = o->alg_temp;
+  p->top_p = o->top_p;
+  p->top_k = o->top_k;
+  p->greedy = o->greedy;
   g_array_set_size (o->constraint_list, 0);
   for (guint i = 0; o->constraints != NULL && o->constraints[i] != NULL; i++)
     {
@@ -200,6 +362,7 @@ void
 um_cli_gen_options_clear (UmCliGenOptions *o)
 {
   g_clear_pointer (&o->remasking, g_free);
+  g_clear_pointer (&o->alg, g_free);
   g_clear_pointer (&o->device, g_free);
   g_clear_pointer (&o->mode, g_free);
   g_clear_pointer (&o->budget, g_free);
@@ -217,6 +380,7 @@ resolve_params (UmCliGenOptions *o, UmGenParams *p, const char *model, const UmP
                 const char *model_id, GError **error)
 {
   UmGenLayer user, profile_layer;
+  UmArch arch;
 
   um_gen_layer_init (&user);
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
@@ -226,11 +390,23 @@ resolve_params (UmCliGenOptions *o, UmGenParams *p, const char *model, const UmP
   o->recommendation = um_gen_recommendation_load (model);
   for (guint i = 0; i < o->recommendation->warnings->len; i++)
     fprintf (stderr, "unmask-cli: %s\n", (const char *) g_ptr_array_index (o->recommendation->warnings, i));
+  /* An option the model's family does not have is a mistake, not a no-op. */
+  arch = o->recommendation->arch;
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (um_gen_layer_has (&user, (UmGenKey) k) && !um_gen_key_applies ((UmGenKey) k, arch))
+      {
+        g_autofree char *flag = g_strdelimit (g_strdup (um_gen_key_name ((UmGenKey) k)), "_", '-');
+        g_autofree char *with = families_with ((UmGenKey) k);
+        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                     "--%s is not an option of %s models (%s); only %s %s it (see unmask-cli generate --help-all)",
+                     flag, um_arch_info (arch)->name, schedule_name (arch), with, strchr (with, ' ') ? "have" : "has");
+        return FALSE;
+      }
   if (profile != NULL)
     um_profile_gen_layer (profile, model_id, &profile_layer);
   else
     um_gen_layer_init (&profile_layer);
-  um_gen_resolve (p, &user, &o->recommendation->layer, &profile_layer, &o->resolved);
+  um_gen_resolve_for (arch, p, &user, &o->recommendation->layer, &profile_layer, &o->resolved);
   *p = o->resolved.params;
   return um_gen_resolved_validate (&o->resolved, o->recommendation->origin, 0, G_MAXUINT, error);
 }
@@ -258,11 +434,15 @@ um_cli_print_defaults (const UmCliGenOptions *o)
     [UM_GEN_SOURCE_USER] = "given on the command line",
   };
 
-  fprintf (stderr, "unmask-cli: generation settings:\n");
+  fprintf (stderr, "unmask-cli: generation settings (%s, %s):\n", um_arch_info (o->resolved.arch)->name,
+           schedule_name (o->resolved.arch));
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     {
-      g_autofree char *v = um_gen_params_format (&o->resolved.params, (UmGenKey) k);
+      g_autofree char *v = NULL;
       UmGenSource s = o->resolved.source[k];
+      if (!um_gen_key_applies ((UmGenKey) k, o->resolved.arch))
+        continue;
+      v = um_gen_params_format (&o->resolved.params, (UmGenKey) k);
       fprintf (stderr, "  %-13s %-15s %s", um_gen_key_name ((UmGenKey) k), v, said[s]);
       if (s == UM_GEN_SOURCE_MODEL && o->recommendation->origin != NULL)
         fprintf (stderr, " (%s)", o->recommendation->origin);
@@ -291,6 +471,8 @@ um_cli_defaults_json (JsonBuilder *b, const UmCliGenOptions *o)
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     {
       const UmGenParams *p = &o->resolved.params;
+      if (!um_gen_key_applies ((UmGenKey) k, o->resolved.arch))
+        continue;
       json_builder_set_member_name (b, um_gen_key_name ((UmGenKey) k));
       json_builder_begin_object (b);
       json_builder_set_member_name (b, "value");
@@ -301,6 +483,12 @@ um_cli_defaults_json (JsonBuilder *b, const UmCliGenOptions *o)
         case UM_GEN_KEY_BLOCK_LENGTH: json_builder_add_int_value (b, p->block_length); break;
         case UM_GEN_KEY_TEMPERATURE: json_builder_add_double_value (b, p->temperature); break;
         case UM_GEN_KEY_CFG_SCALE: json_builder_add_double_value (b, p->cfg_scale); break;
+        case UM_GEN_KEY_ALG: json_builder_add_string_value (b, um_alg_to_string (p->alg)); break;
+        case UM_GEN_KEY_EPS: json_builder_add_double_value (b, p->eps); break;
+        case UM_GEN_KEY_ALG_TEMP: json_builder_add_double_value (b, p->alg_temp); break;
+        case UM_GEN_KEY_TOP_P: json_builder_add_double_value (b, p->top_p > 0.0 && p->top_p < 1.0 ? p->top_p : 1.0); break;
+        case UM_GEN_KEY_TOP_K: json_builder_add_int_value (b, p->top_k); break;
+        case UM_GEN_KEY_GREEDY: json_builder_add_boolean_value (b, p->greedy); break;
         case UM_GEN_KEY_REMASKING:
         case UM_GEN_N_KEYS:
         default: json_builder_add_string_value (b, um_remasking_to_string (p->remasking)); break;
@@ -411,6 +599,9 @@ um_cli_engine_options (UmCliGenOptions *o, UmGenParams *p, int prompt_length,
       opts->shape.block_length = p->block_length;
       opts->shape.cfg = p->cfg_scale > 0;
       opts->shape.kv_cache = p->cache != UM_CACHE_NONE;
+      /* Dream and RND1 ask for every mask's row in each pass. */
+      if (o->resolve && um_arch_info (o->resolved.arch)->schedule != UM_SCHEDULE_BLOCK)
+        opts->shape.block_length = p->gen_length;
       /* Said, not enforced: the run is what the command line asks. */
       if (mode_from_profile
           && ((profile->limit_gen_length > 0 && p->gen_length > profile->limit_gen_length)
@@ -576,7 +767,7 @@ trace_to_json (GPtrArray *trace)
 int
 um_cli_generate (int argc, char **argv)
 {
-  g_autoptr(GOptionContext) ctx = g_option_context_new ("— generate with a LLaDA model");
+  g_autoptr(GOptionContext) ctx = g_option_context_new ("— generate with a diffusion LM (LLaDA, LLaDA-MoE, Dream, RND1)");
   g_autofree char *model = NULL, *prompt = NULL, *ids_text = NULL;
   gboolean chat = FALSE, json = FALSE, no_live = FALSE;
   /* Cleared on return: the params' constraints point into it. */
@@ -758,8 +949,8 @@ um_cli_chat (int argc, char **argv)
       g_strstrip (line);
       if (line[0] == '\0')
         continue;
-      if (!um_chat_build_prompt (m->tokenizer, history->len ? (const gint32 *) history->data : NULL,
-                                 history->len, line, m->cfg.bos_id, m->cfg.eos_id, prompt, &error))
+      if (!um_model_build_chat_prompt (m, history->len ? (const gint32 *) history->data : NULL,
+                                       history->len, line, prompt, &error))
         return um_cli_fail (error);
       um_gen_request_init (&req);
       req.params = params;

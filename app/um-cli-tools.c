@@ -139,10 +139,7 @@ load_tokenizer (const char *model, const char *tokenizer, UmModel **model_out, G
   if (tokenizer != NULL)
     return um_tokenizer_new_from_file (tokenizer, error);
   if (g_file_test (model, G_FILE_TEST_IS_DIR))
-    {
-      g_autofree char *path = g_build_filename (model, "tokenizer.json", NULL);
-      return um_tokenizer_new_from_file (path, error);
-    }
+    return um_tokenizer_new_from_dir (model, error);
   *model_out = um_model_load (model, NULL, error);
   return *model_out ? (*model_out)->tokenizer : NULL;
 }

@@ -68,7 +68,14 @@ typedef struct {
   double   threshold;
   double   factor;
   char   **constraints;        /* "POS:WORD" as given */
-  /* Which of gen_length … cfg_scale the command line gave (UM_GEN_KEY_BIT;
+  /* Dream's timestep and RND1's entropy schedules */
+  char    *alg;
+  double   eps;
+  double   alg_temp;
+  double   top_p;
+  int      top_k;
+  gboolean greedy;
+  /* Which UmGenKey parameters the command line gave (UM_GEN_KEY_BIT;
    * remasking: given when not NULL). */
   guint32  given;
   gboolean verbose;

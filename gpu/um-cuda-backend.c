@@ -19,6 +19,7 @@
 
 #include "um-cuda-attention.h"
 #include "um-cuda-kernels.h"
+#include "um-cuda-report.h"
 #include "um-cuda-tiles.h"
 #include "um-error.h"
 #include "um-half.h"
@@ -213,6 +214,7 @@ typedef struct {
   Scratch        index;         /* uploaded index arrays */
   Scratch        att_scores;    /* attention scores of a tile of queries */
   gboolean       exact_attention;   /* UNMASK_CUDA_EXACT_ATTENTION: the fp32 kernel */
+  gboolean       exact_products;    /* UNMASK_CUDA_EXACT_PRODUCTS: fp32 activations for every weight type */
 
   /* Dequantized weight tiles, two in turn: the dequant stream fills one
    * while the compute stream multiplies the other. tile_ready[b]: tiles[b]
@@ -347,6 +349,23 @@ upload_index (CudaCtx *c, const gint32 *host, int n, GError **error)
   if (!scratch_ensure (c, &c->index, MAX ((size_t) n, 1) * sizeof (int32_t), error)
       || !cuda_ok (cudaMemcpyAsync (c->index.ptr, host, (size_t) n * sizeof (int32_t), cudaMemcpyHostToDevice,
                                     c->stream), "copying indices", error))
+    return NULL;
+  return c->index.ptr;
+}
+
+/* upload_index of @n indices and @n floats beside them in the index
+ * scratch: [indices | values]; the values are at the result + n. */
+static const int32_t *
+upload_index_values (CudaCtx *c, const gint32 *host, const float *values, int n, GError **error)
+{
+  const size_t bytes = (size_t) MAX (n, 0) * sizeof (int32_t);
+  G_STATIC_ASSERT (sizeof (float) == sizeof (int32_t));
+
+  if (!scratch_ensure (c, &c->index, MAX (2 * bytes, 1), error)
+      || !cuda_ok (cudaMemcpyAsync (c->index.ptr, host, bytes, cudaMemcpyHostToDevice, c->stream),
+                   "copying indices", error)
+      || !cuda_ok (cudaMemcpyAsync ((char *) c->index.ptr + bytes, values, bytes, cudaMemcpyHostToDevice, c->stream),
+                   "copying indices", error))
     return NULL;
   return c->index.ptr;
 }
@@ -1012,6 +1031,65 @@ cuda_add (UmBackend *be, UmBuf *x, UmBuf *y, size_t n, GError **error)
   return cuda_ok (um_cuda_add (x->ptr, y->ptr, n, CTX (be)->stream), "add", error);
 }
 
+/* Whether @buf holds @rows rows of @dim floats; an error naming @what if not
+ * (a kernel would write past the buffer's end). */
+static gboolean
+check_rows (UmBuf *buf, int64_t rows, int dim, const char *what, GError **error)
+{
+  if ((guint64) rows * (guint64) dim > buf->bytes / sizeof (float))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "cuda: %s: %" G_GINT64_FORMAT " rows of %d floats do not fit a buffer of %zu bytes", what, rows,
+                   dim, buf->bytes);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+static gboolean
+cuda_add_bias (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *bias, GError **error)
+{
+  if (rows <= 0 || dim <= 0)
+    return TRUE;
+  /* As for the norms: the kernel reads @dim floats. */
+  if (bias->w.dtype != UM_DTYPE_F32 || bias->w.rows * bias->w.cols < (guint64) dim)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cuda: bias “%s” is not %d F32 values", bias->w.name, dim);
+      return FALSE;
+    }
+  return check_rows (x, rows, dim, "adding a bias", error)
+         && cuda_ok (um_cuda_add_bias (x->ptr, rows, dim, bias->dev, CTX (be)->stream), "adding a bias", error);
+}
+
+static gboolean
+cuda_add_rows_scaled (UmBackend *be, UmBuf *dst, int dim, const gint32 *rows, const float *scale, int n,
+                      UmBuf *src, GError **error)
+{
+  CudaCtx *c;
+  const int32_t *d_rows;
+  int64_t dst_rows;
+
+  if (n <= 0 || dim <= 0)
+    return TRUE;
+  if (!check_rows (src, n, dim, "adding rows", error))
+    return FALSE;
+  /* Checked here, not on the device: a row past dst would be a write into
+   * another buffer. */
+  dst_rows = (int64_t) (dst->bytes / sizeof (float) / (size_t) dim);
+  for (int i = 0; i < n; i++)
+    if (rows[i] < 0 || rows[i] >= dst_rows)
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                     "cuda: adding rows: row %d is outside a buffer of %" G_GINT64_FORMAT " rows", rows[i], dst_rows);
+        return FALSE;
+      }
+  c = CTX (be);
+  d_rows = upload_index_values (c, rows, scale, n, error);
+  return d_rows != NULL
+         && cuda_ok (um_cuda_add_rows_scaled (dst->ptr, dim, d_rows, (const float *) (d_rows + n), n, src->ptr,
+                                              c->stream), "adding rows", error);
+}
+
 /* out[m, N] (row-major) = x[m, K] · Wᵀ. In cuBLAS's column-major terms:
  * outᵀ (N × m, ld N) = op(W) · xᵀ with W stored as a K × N column-major
  * matrix (op = T) and xᵀ as K × m (op = N). */
@@ -1162,7 +1240,9 @@ matmul_product (CudaCtx *c, const float *x, int rows, const UmDevWeight *dw, flo
 
   if (w->dtype == UM_DTYPE_F32)
     return gemm (c, dw->dev, CUDA_R_32F, n, k, x, CUDA_R_32F, rows, out, n, error);
-  if (w->dtype == UM_DTYPE_BF16)
+  /* UNMASK_CUDA_EXACT_PRODUCTS: the CPU's exact products (the weight
+   * dequantized to f32, fp32 activations), e.g. to check against it. */
+  if (w->dtype == UM_DTYPE_BF16 || c->exact_products)
     return matmul_f32_tiles (c, dw, x, rows, out, error);
   if (quantized
       && (!tiles_begin (c, dw, UM_CUDA_OUT_F16, &t, error) || !tiles_dequant (c, &t, 0, error)
@@ -1265,78 +1345,10 @@ static const UmBackendOps cuda_ops = {
   .attention = cuda_attention,
   .swiglu = cuda_swiglu,
   .add = cuda_add,
+  .add_bias = cuda_add_bias,
+  .add_rows_scaled = cuda_add_rows_scaled,
   .choose = cuda_choose,
 };
-
-/* Why no device is usable, or NULL: the same words for report and backend. */
-static char *
-probe_devices (int *count)
-{
-  cudaError_t e = cudaGetDeviceCount (count);
-  int driver = 0, runtime = 0;
-
-  if (e == cudaSuccess && *count > 0)
-    return NULL;
-  (void) cudaGetLastError ();
-  cudaDriverGetVersion (&driver);
-  *count = 0;
-  if (driver == 0)
-    return g_strdup ("no NVIDIA driver is installed");
-  cudaRuntimeGetVersion (&runtime);
-  /* Any failure with a driver older than the runtime is most likely that. */
-  if (e == cudaErrorInsufficientDriver || (e != cudaErrorNoDevice && e != cudaSuccess && driver < runtime))
-    return g_strdup_printf ("the NVIDIA driver supports CUDA up to %d.%d, but Unmask was built with CUDA %d.%d: "
-                            "update the driver", driver / 1000, driver % 1000 / 10, runtime / 1000,
-                            runtime % 1000 / 10);
-  if (e == cudaErrorNoDevice || e == cudaSuccess)
-    return g_strdup ("the NVIDIA driver found no CUDA device");
-  return g_strdup_printf ("CUDA is not usable: %s", cudaGetErrorString (e));
-}
-
-UmGpuReport *
-um_gpu_report_new (void)
-{
-  UmGpuReport *r = g_new0 (UmGpuReport, 1);
-  int count = 0;
-
-  r->built_with_cuda = TRUE;
-  r->devices = g_array_new (FALSE, TRUE, sizeof (UmGpuDevice));
-  cudaRuntimeGetVersion (&r->runtime_version);
-  cudaDriverGetVersion (&r->driver_version);
-  r->why_none = probe_devices (&count);
-  for (int i = 0; i < count; i++)
-    {
-      struct cudaDeviceProp prop;
-      UmGpuDevice d = { 0 };
-      size_t free_b = 0, total_b = 0;
-      if (cudaGetDeviceProperties (&prop, i) != cudaSuccess)
-        continue;
-      /* The kernels are built for sm_80 and newer: an older GPU is not
-       * usable, and saying so here keeps `auto` and the optimizer off it. */
-      if (prop.major < 8)
-        {
-          g_autofree char *old = r->not_usable;
-          r->not_usable = g_strdup_printf ("%s%s[%d] %s has compute capability %d.%d; Unmask needs 8.0 or newer",
-                                           old ? old : "", old ? "; " : "", i, prop.name, prop.major, prop.minor);
-          continue;
-        }
-      d.index = i;
-      g_strlcpy (d.name, prop.name, sizeof d.name);
-      d.cc_major = prop.major;
-      d.cc_minor = prop.minor;
-      d.multiprocessors = prop.multiProcessorCount;
-      d.total_bytes = prop.totalGlobalMem;
-      if (cudaSetDevice (i) == cudaSuccess && cudaMemGetInfo (&free_b, &total_b) == cudaSuccess)
-        d.free_bytes = free_b;
-      g_array_append_val (r->devices, d);
-    }
-  (void) cudaGetLastError ();
-  if (count > 0 && r->devices->len == 0 && r->why_none == NULL)
-    r->why_none = g_strdup (r->not_usable ? r->not_usable : "no CUDA device could be queried");
-  else if (r->devices->len > 0)
-    g_clear_pointer (&r->why_none, g_free);   /* one usable GPU is enough */
-  return r;
-}
 
 /* The device memory a context sets aside by its limits: a stack for every
  * thread the GPU can hold resident, the device malloc heap and the printf
@@ -1366,7 +1378,7 @@ um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
   UmBackend *be;
   CudaCtx *c;
 
-  if ((why = probe_devices (&count)) != NULL)
+  if ((why = um_cuda_probe_devices (&count)) != NULL)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cuda: %s", why);
       return NULL;
@@ -1410,6 +1422,7 @@ um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
   c = g_new0 (CudaCtx, 1);
   c->device = device;
   c->exact_attention = g_getenv ("UNMASK_CUDA_EXACT_ATTENTION") != NULL;
+  c->exact_products = g_getenv ("UNMASK_CUDA_EXACT_PRODUCTS") != NULL;
   c->total = total_b;
   g_mutex_init (&c->host_lock);
   g_mutex_init (&c->stage_lock);

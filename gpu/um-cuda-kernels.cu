@@ -796,6 +796,61 @@ um_cuda_add (float *x, const float *y, size_t n, cudaStream_t stream)
   return launch_status ();
 }
 
+/* One rounding per element, as um_cpu_add_bias (): bit-identical. */
+static __global__ void
+add_bias_kernel (float *x, int64_t total, int dim, const float *bias)
+{
+  for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (int64_t) blockDim.x * gridDim.x)
+    x[i] += bias[i % dim];
+}
+
+extern "C" cudaError_t
+um_cuda_add_bias (float *x, int rows, int dim, const float *bias, cudaStream_t stream)
+{
+  if (rows <= 0 || dim <= 0)
+    return cudaSuccess;
+  if (x == NULL || bias == NULL || (int64_t) rows * dim > UM_CUDA_MAX_ELEMS)
+    return cudaErrorInvalidValue;
+  UM_LAUNCH ((add_bias_kernel), grid_1d ((int64_t) rows * dim, UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream,
+              x, (int64_t) rows * dim, dim, bias);
+  return launch_status ();
+}
+
+/* The rows are distinct (the contract), so every element of dst has at most
+ * one writer and no atomics are needed.  The product and the sum are rounded
+ * separately (no FMA), as um_cpu_add_rows_scaled () does in ISO C: the same
+ * bits. */
+static __global__ void
+add_rows_scaled_kernel (float *dst, int dim, const int32_t *rows, const float *scale, int64_t total,
+                        const float *src)
+{
+  for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (int64_t) blockDim.x * gridDim.x)
+    {
+      const int64_t r = i / dim, c = i % dim;
+      /* The backend checks the rows; this only keeps a caller's bug from
+       * writing before dst. */
+      if (rows[r] < 0)
+        continue;
+      float *d = dst + (int64_t) rows[r] * dim + c;
+      *d = __fadd_rn (*d, __fmul_rn (scale[r], src[i]));
+    }
+}
+
+extern "C" cudaError_t
+um_cuda_add_rows_scaled (float *dst, int dim, const int32_t *rows, const float *scale, int n, const float *src,
+                         cudaStream_t stream)
+{
+  if (n <= 0 || dim <= 0)
+    return cudaSuccess;
+  if (dst == NULL || rows == NULL || scale == NULL || src == NULL || (int64_t) n * dim > UM_CUDA_MAX_ELEMS)
+    return cudaErrorInvalidValue;
+  UM_LAUNCH ((add_rows_scaled_kernel), grid_1d ((int64_t) n * dim, UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream,
+              dst, dim, rows, scale, (int64_t) n * dim, src);
+  return launch_status ();
+}
+
 template <typename OutT>
 static __global__ void
 convert_kernel (const float *src, size_t n, OutT *dst)

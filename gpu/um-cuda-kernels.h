@@ -65,6 +65,15 @@ cudaError_t um_cuda_swiglu (const float *gate, const float *up, size_t n, float 
 /* x += y */
 cudaError_t um_cuda_add (float *x, const float *y, size_t n, cudaStream_t stream);
 
+/* x[r, :] += bias for r < rows, @dim floats per row (bias: dim floats). */
+cudaError_t um_cuda_add_bias (float *x, int rows, int dim, const float *bias, cudaStream_t stream);
+
+/* dst[rows[i], :] += scale[i] · src[i, :] for i < n, @dim floats per row;
+ * @rows (distinct) and @scale on the device.  Product and sum rounded
+ * separately, as on the CPU. */
+cudaError_t um_cuda_add_rows_scaled (float *dst, int dim, const int32_t *rows, const float *scale, int n,
+                                     const float *src, cudaStream_t stream);
+
 /* dst = (half or bfloat16) src, round to nearest even. */
 cudaError_t um_cuda_convert_f32 (const float *src, size_t n, void *dst, UmCudaOutType to, cudaStream_t stream);
 

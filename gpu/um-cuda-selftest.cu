@@ -441,10 +441,9 @@ test_get_rows (void)
 }
 
 static void
-test_rms_norm (void)
+test_rms_norm_case (int rows, int dim, float eps)
 {
-  const int rows = 5, dim = 4096 + 3;
-  const float eps = 1e-5f;
+  char what[96];
   std::vector<float> x ((size_t) rows * dim), w ((size_t) dim);
 
   for (auto &v : x)
@@ -469,7 +468,8 @@ test_rms_norm (void)
           for (int i = 0; i < dim; i++)
             ok = ok && close_to (got[r * dim + i], x[r * dim + i] * scale * w[i], 1e-5, 1e-6);
         }
-      expect (ok, in_place ? "rms_norm in place" : "rms_norm values");
+      snprintf (what, sizeof what, "rms_norm %s, %d rows of %d", in_place ? "in place" : "values", rows, dim);
+      expect (ok, what);
     }
   CHECK_CUDA (cudaFree (d_x));
   CHECK_CUDA (cudaFree (d_w));
@@ -477,12 +477,21 @@ test_rms_norm (void)
 }
 
 static void
-test_rope (void)
+test_rms_norm (void)
 {
-  const int rows = 6, n_heads = 3, hd = 128;
-  const double theta = 500000.0;
+  test_rms_norm_case (5, 4096 + 3, 1e-5f);
+  /* Per-head QK-norm: T·H rows of head_dim 16, far fewer values per row
+   * than threads in the block. */
+  test_rms_norm_case (37 * 8, 16, 1e-6f);
+}
+
+static void
+test_rope_case (int n_heads, int hd, double theta)
+{
+  const int rows = 6;
   std::vector<float> x ((size_t) rows * n_heads * hd);
   std::vector<int32_t> pos = { 0, 1, 2, 1000, 4095, 77 };
+  char what[96];
 
   for (auto &v : x)
     v = rng_float (-1, 1);
@@ -510,10 +519,21 @@ test_rope (void)
       bool ok = true;
       for (size_t i = 0; i < x.size (); i++)
         ok = ok && close_to (got[i], want[i], 1e-6, 1e-6);
-      expect (ok, inter ? "rope interleaved" : "rope halves");
+      snprintf (what, sizeof what, "rope %s, %d heads of %d", inter ? "interleaved" : "halves (NEOX)", n_heads, hd);
+      expect (ok, what);
       CHECK_CUDA (cudaFree (d_x));
     }
   CHECK_CUDA (cudaFree (d_pos));
+}
+
+static void
+test_rope (void)
+{
+  test_rope_case (3, 128, 500000.0);
+  /* The new families: head_dim 16, 8 query heads (RND1's q is twice the
+   * model's width), 2 KV heads; θ 1e6 (Dream, RND1) and 5e4 (LLaDA-MoE). */
+  test_rope_case (8, 16, 1e6);
+  test_rope_case (2, 16, 5e4);
 }
 
 /* out row i = softmax (q_i · K_sᵀ / sqrt (hd)) · V_s in double. */
@@ -611,6 +631,8 @@ test_attention (void)
   test_attention_case (2, 45, 2, 2, 256, all, 1.0f);
   test_attention_case (2, 45, 3, 3, 80, all, 1.0f);    /* hd not a multiple of 16 */
   test_attention_case (2, 45, 2, 1, 7, all, 1.0f);     /* tiny, odd */
+  test_attention_case (2, 45, 4, 2, 16, all, 1.0f);    /* Dream: head_dim 16, GQA 2 */
+  test_attention_case (2, 45, 8, 2, 16, all, 1.0f);    /* RND1: 8 heads on 2 KV heads */
 
   /* A subset: rows of sequence 0, a few of 1, one of 2 (the last layer). */
   for (int i = 0; i < 20; i++)
@@ -676,6 +698,60 @@ test_elementwise (void)
   CHECK_CUDA (cudaFree (d_out));
 }
 
+/* The two ops of the new families' forward (biases; an expert's output
+ * into the residual), bit for bit: each element is one rounded sum (add_bias)
+ * or a rounded product then a rounded sum (add_rows_scaled), as on the CPU.
+ * The product goes through a volatile so that no host compiler fuses the
+ * reference into an FMA either. */
+static void
+test_add_bias_rows (void)
+{
+  const int rows = 70, dim = 37, n = 5;
+  std::vector<float> x ((size_t) rows * dim), bias ((size_t) dim), src ((size_t) n * dim);
+  const std::vector<int32_t> which = { 69, 0, 12, 3, 40 };
+  const std::vector<float> scale = { 0.25f, -1.5f, 0.3333333f, 1.0f, 7.125f };
+
+  for (auto &v : x)
+    v = rng_float (-4, 4);
+  for (auto &v : bias)
+    v = rng_float (-1, 1);
+  for (auto &v : src)
+    v = rng_float (-2, 2);
+  float *d_x = to_device (x), *d_bias = to_device (bias), *d_src = to_device (src);
+  float *d_scale = to_device (scale);
+  int32_t *d_rows = to_device (which);
+
+  expect (um_cuda_add_bias (d_x, rows, dim, d_bias, 0) == cudaSuccess, "add_bias launch");
+  std::vector<float> got = from_device (d_x, x.size ()), want = x;
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < dim; j++)
+      want[(size_t) r * dim + j] += bias[j];
+  expect (memcmp (got.data (), want.data (), x.size () * 4) == 0, "add_bias values (bit-exact)");
+
+  expect (um_cuda_add_rows_scaled (d_x, dim, d_rows, d_scale, n, d_src, 0) == cudaSuccess,
+          "add_rows_scaled launch");
+  got = from_device (d_x, x.size ());
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < dim; j++)
+      {
+        volatile float p = scale[i] * src[(size_t) i * dim + j];
+        want[(size_t) which[i] * dim + j] += p;
+      }
+  expect (memcmp (got.data (), want.data (), x.size () * 4) == 0,
+          "add_rows_scaled values (bit-exact, other rows untouched)");
+
+  expect (um_cuda_add_bias (NULL, 0, dim, NULL, 0) == cudaSuccess, "add_bias of no rows is a no-op");
+  expect (um_cuda_add_rows_scaled (NULL, dim, NULL, NULL, 0, NULL, 0) == cudaSuccess,
+          "add_rows_scaled of no rows is a no-op");
+  expect (um_cuda_add_rows_scaled (d_x, dim, NULL, d_scale, 1, d_src, 0) == cudaErrorInvalidValue,
+          "add_rows_scaled without rows refused");
+  CHECK_CUDA (cudaFree (d_x));
+  CHECK_CUDA (cudaFree (d_bias));
+  CHECK_CUDA (cudaFree (d_src));
+  CHECK_CUDA (cudaFree (d_scale));
+  CHECK_CUDA (cudaFree (d_rows));
+}
+
 /* 126464×4096 Q4_0 → f16: 2^29 elements, 1 GiB out, offsets past 2^31 bytes. */
 static void
 test_big (void)
@@ -723,6 +799,7 @@ main (int argc, char **argv)
   test_rope ();
   test_attention ();
   test_elementwise ();
+  test_add_bias_rows ();
   if (argc > 1 && strcmp (argv[1], "--big") == 0)
     test_big ();
   CHECK_CUDA (cudaDeviceSynchronize ());

@@ -104,6 +104,8 @@ typedef struct {
   const gint32 *idx;
   int n_heads, n_kv_heads, head_dim, seq_len, nq;
   gboolean interleaved;
+  double theta;           /* RoPE; 0: 500000 */
+  const float *scale;     /* add_rows_scaled: one per index */
 } Args;
 
 static int
@@ -290,9 +292,10 @@ op_rope (UmBackend *be, UmBuf **in, UmBuf *out, gpointer data)
   g_autoptr(GError) error = NULL;
   gint32 identity[64];
 
-  g_assert_true (be->ops->rope (be, in[0], a->rows, a->idx, a->n_heads, a->head_dim, 500000.0, a->interleaved,
-                                &error));
+  g_assert_true (be->ops->rope (be, in[0], a->rows, a->idx, a->n_heads, a->head_dim,
+                                a->theta > 0 ? a->theta : 500000.0, a->interleaved, &error));
   /* Rotated in place; copy to the output buffer the harness reads. */
+  g_assert_cmpint (a->rows, <=, (int) G_N_ELEMENTS (identity));
   for (int i = 0; i < a->rows; i++)
     identity[i] = i;
   g_assert_true (be->ops->get_rows (be, in[0], a->n_heads * a->head_dim, identity, a->rows, out, &error));
@@ -389,6 +392,187 @@ test_get_rows (void)
   float *in[1] = { x };
   fill (x, n, 1.0);
   g_assert_cmpfloat (run_both (op_get_rows, in, &n, 1, 4 * 77, &a), ==, 0.0);
+}
+
+/* ---- the new families' ops and shapes (Dream, LLaDA-MoE, RND1) ---- */
+
+/* out = the first @rows rows of @src (@dim floats each): where the in-place
+ * ops below start from, in the buffer the harness reads. */
+static void
+copy_rows (UmBackend *be, UmBuf *src, int rows, int dim, UmBuf *out)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree gint32 *identity = g_new (gint32, rows);
+  for (int i = 0; i < rows; i++)
+    identity[i] = i;
+  g_assert_true (be->ops->get_rows (be, src, dim, identity, rows, out, &error));
+  g_assert_no_error (error);
+}
+
+static void
+op_add_bias (UmBackend *be, UmBuf **in, UmBuf *out, gpointer data)
+{
+  Args *a = data;
+  g_autoptr(GError) error = NULL;
+  copy_rows (be, in[0], a->rows, a->dim, out);
+  g_assert_true (be->ops->add_bias (be, out, a->rows, a->dim, a->dw[which (be)], &error));
+  g_assert_no_error (error);
+}
+
+/* Equal bits on both backends: one rounded sum per element, of the same
+ * operands. */
+static void
+test_add_bias (void)
+{
+  /* Dream's q, k and v widths (4·16 and 2·16), and one past a block. */
+  const int dims[] = { 64, 32, 257 };
+  for (guint d = 0; d < G_N_ELEMENTS (dims); d++)
+    {
+      Args a = { .rows = 37, .dim = dims[d] };
+      size_t n = (size_t) a.rows * a.dim;
+      g_autofree float *bias = g_new (float, a.dim), *x = g_new (float, n);
+      float *in[1] = { x };
+      fill (bias, a.dim, 1.0);
+      fill (x, n, 3.0);
+      a.w = (UmWeight) { "bias", UM_DTYPE_F32, 1, a.dim, (guint64) a.dim * 4, bias };
+      load_weight (&a);
+      g_assert_cmpfloat (run_both (op_add_bias, in, &n, 1, n, &a), ==, 0.0);
+      free_weight (&a);
+    }
+}
+
+static void
+op_add_rows_scaled (UmBackend *be, UmBuf **in, UmBuf *out, gpointer data)
+{
+  Args *a = data;
+  g_autoptr(GError) error = NULL;
+  copy_rows (be, in[0], a->rows, a->dim, out);
+  g_assert_true (be->ops->add_rows_scaled (be, out, a->dim, a->idx, a->scale, a->nq, in[1], &error));
+  g_assert_no_error (error);
+}
+
+/* Equal bits on both backends: each element gets one rounded product and
+ * one rounded sum (the CPU is built as ISO C, without FMA contraction; the
+ * GPU kernel rounds each explicitly), and rows untouched stay as they were.
+ * Applied twice in a row, as consecutive experts do. */
+static void
+test_add_rows_scaled (void)
+{
+  const gint32 rows[] = { 12, 0, 5, 19, 7, 3 };
+  const float scale[] = { 0.7f, -1.25f, 0.1f, 3.0f, 0.33333334f, 1.0f };
+  Args a = { .rows = 20, .dim = 64, .idx = rows, .scale = scale, .nq = G_N_ELEMENTS (rows) };
+  size_t sizes[2] = { (size_t) 20 * 64, G_N_ELEMENTS (rows) * 64 };
+  g_autofree float *dst = g_new (float, sizes[0]), *src = g_new (float, sizes[1]);
+  float *in[2] = { dst, src };
+  g_autoptr(GError) error = NULL;
+  const gint32 bad[] = { 3, 20 };
+  UmBuf *b0, *b1;
+
+  fill (dst, sizes[0], 2.0);
+  fill (src, sizes[1], 2.0);
+  g_assert_cmpfloat (run_both (op_add_rows_scaled, in, sizes, 2, sizes[0], &a), ==, 0.0);
+
+  /* The GPU refuses a row outside the buffer (it would write into another
+   * one) instead of writing there; no rows is a no-op. */
+  b0 = upload (gpu, dst, sizes[0]);
+  b1 = upload (gpu, src, sizes[1]);
+  g_assert_false (gpu->ops->add_rows_scaled (gpu, b0, 64, bad, scale, 2, b1, &error));
+  g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
+  g_clear_error (&error);
+  g_assert_true (gpu->ops->add_rows_scaled (gpu, b0, 64, NULL, NULL, 0, b1, &error));
+  g_assert_no_error (error);
+  gpu->ops->buf_free (gpu, b0);
+  gpu->ops->buf_free (gpu, b1);
+}
+
+/* The shapes the new families give the existing ops: NEOX RoPE on 16-wide
+ * heads whose total width differs from the model's (RND1: 8 heads of 16 on
+ * d_model 64) and on the 2 KV heads; per-head QK-norm (T·H rows of 16);
+ * the router's F32 [E, D] product; an expert's slice of a stacked Q8_0
+ * expert matrix; GQA attention with head_dim 16. Tolerances as above. */
+static void
+test_family_shapes (void)
+{
+  const gint32 pos[] = { 0, 1, 2, 3, 40, 41, 60, 61, 62, 63, 100 };
+  const int T = G_N_ELEMENTS (pos), D = 64, E = 8, F = 32;
+
+  for (int h = 0; h < 3; h++)
+    {
+      const int heads[] = { 8, 2, 4 };
+      const double thetas[] = { 1e6, 1e6, 5e4 };
+      Args a = { .rows = T, .n_heads = heads[h], .head_dim = 16, .idx = pos, .theta = thetas[h] };
+      size_t n = (size_t) T * heads[h] * 16;
+      g_autofree float *x = g_new (float, n);
+      float *in[1] = { x };
+      fill (x, n, 2.0);
+      g_assert_cmpfloat (run_both (op_rope, in, &n, 1, n, &a), <, 1e-5);
+    }
+
+  {
+    /* q of RND1 viewed as [T·8, 16], one norm weight per head dimension. */
+    Args a = { .rows = T * 8, .dim = 16 };
+    size_t n = (size_t) T * 8 * 16;
+    g_autofree float *w = g_new (float, 16), *x = g_new (float, n);
+    float *in[1] = { x };
+    fill (w, 16, 1.0);
+    fill (x, n, 3.0);
+    a.w = (UmWeight) { "q_norm", UM_DTYPE_F32, 1, 16, 16 * 4, w };
+    load_weight (&a);
+    g_assert_cmpfloat (run_both (op_rms_norm, in, &n, 1, n, &a), <, 1e-6);
+    free_weight (&a);
+  }
+
+  {
+    /* The router: x[T, D] · routerᵀ, F32 weights: fp32 products. */
+    Args a = { .rows = T };
+    g_autofree float *wstore = NULL, *x = g_new (float, (size_t) T * D);
+    float *in[1] = { x };
+    size_t n = (size_t) T * D;
+    make_weight (&a, UM_DTYPE_F32, E, D, &wstore);
+    load_weight (&a);
+    fill (x, n, 1.0);
+    g_assert_cmpfloat (run_both (op_matmul, in, &n, 1, (size_t) T * E, &a), <, 1e-5);
+    free_weight (&a);
+  }
+
+  {
+    /* Expert 5's gate rows out of the stacked [E·F, D] Q8_0 matrix, loaded
+     * on its own (um_weight_expert), for the 4 rows routed to it. */
+    Args stacked = { 0 }, a = { .rows = 4 };
+    g_autofree float *wstore = NULL, *x = g_new (float, (size_t) 4 * D);
+    float *in[1] = { x };
+    size_t n = (size_t) 4 * D;
+    make_weight (&stacked, UM_DTYPE_Q8_0, E * F, D, &wstore);
+    a.w = um_weight_expert (&stacked.w, E, 5);
+    g_assert_cmpuint (a.w.rows, ==, F);
+    load_weight (&a);
+    fill (x, n, 1.0);
+    g_assert_cmpfloat (run_both (op_matmul, in, &n, 1, (size_t) 4 * F, &a), <, 5e-3);
+    free_weight (&a);
+  }
+
+  {
+    /* Attention, head_dim 16: Dream 4/2, LLaDA-MoE 4/4, RND1 8/2 heads,
+     * two sequences of T. TF32 products on the GPU, as in test_attention. */
+    const int hs[][2] = { { 4, 2 }, { 4, 4 }, { 8, 2 } };
+    for (guint s = 0; s < G_N_ELEMENTS (hs); s++)
+      {
+        const int H = hs[s][0], Hkv = hs[s][1], L = T;
+        size_t qn = (size_t) 2 * L * H * 16, kn = (size_t) 2 * L * Hkv * 16;
+        g_autofree float *q = g_new (float, qn), *k = g_new (float, kn), *v = g_new (float, kn);
+        g_autofree gint32 *seq = g_new (gint32, 2 * L);
+        float *in[3] = { q, k, v };
+        size_t sizes[3] = { qn, kn, kn };
+        Args a = { .nq = 2 * L, .seq_len = L, .n_heads = H, .n_kv_heads = Hkv, .head_dim = 16, .idx = seq };
+        for (int i = 0; i < 2 * L; i++)
+          seq[i] = i / L;
+        fill (q, qn, 1.0);
+        fill (k, kn, 1.0);
+        fill (v, kn, 1.0);
+        g_assert_cmpfloat (run_both (op_attention, in, sizes, 3, qn, &a), <,
+                           g_getenv ("UNMASK_CUDA_EXACT_ATTENTION") ? 1e-5 : 5e-3);
+      }
+  }
 }
 
 /* ---- memory modes: weights in streaming slots, the copy thread ---- */
@@ -1191,6 +1375,9 @@ main (int argc, char **argv)
   g_test_add_func ("/backend-ops/attention", test_attention);
   g_test_add_func ("/backend-ops/swiglu", test_swiglu);
   g_test_add_func ("/backend-ops/get-rows", test_get_rows);
+  g_test_add_func ("/backend-ops/add-bias", test_add_bias);
+  g_test_add_func ("/backend-ops/add-rows-scaled", test_add_rows_scaled);
+  g_test_add_func ("/backend-ops/family-shapes", test_family_shapes);
   g_test_add_func ("/backend-ops/weight-view/matmul", test_weight_view_matmul);
   g_test_add_func ("/backend-ops/weight-view/rms-norm", test_weight_view_rms_norm);
   g_test_add_func ("/backend-ops/copy-upload-concurrent", test_copy_upload_concurrent);

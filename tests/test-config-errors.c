@@ -8,12 +8,18 @@
 #include "um-test-util.h"
 
 static char *
-copy_fixture (void)
+copy_fixture_named (const char *name)
 {
-  g_autofree char *src = um_test_data_path ("tiny-llada");
+  g_autofree char *src = um_test_data_path (name);
   char *dir = um_test_mkdtemp ();
   um_test_copy_dir (src, dir);
   return dir;
+}
+
+static char *
+copy_fixture (void)
+{
+  return copy_fixture_named ("tiny-llada");
 }
 
 /* Replaces the first occurrence of @from in @file by @to. */
@@ -34,6 +40,24 @@ patch (const char *dir, const char *file, const char *from, const char *to)
   um_test_write_file (path, s->str, s->len);
 }
 
+/* Replaces the first occurrence of the bytes @from in a binary file by as
+ * many bytes @to (a tensor renamed in a safetensors header). */
+static void
+patch_bytes (const char *dir, const char *file, const char *from, const char *to)
+{
+  g_autofree char *path = g_build_filename (dir, file, NULL);
+  g_autofree char *data = NULL;
+  gsize len;
+  char *at;
+
+  g_assert_cmpuint (strlen (from), ==, strlen (to));
+  g_assert_true (g_file_get_contents (path, &data, &len, NULL));
+  at = memmem (data, len, from, strlen (from));
+  g_assert_nonnull (at);
+  memcpy (at, to, strlen (to));
+  um_test_write_file (path, data, (gssize) len);
+}
+
 static void
 expect_load_error (const char *dir, gint code, const char *needle1, const char *needle2)
 {
@@ -41,6 +65,7 @@ expect_load_error (const char *dir, gint code, const char *needle1, const char *
   UmModel *m = um_model_load (dir, NULL, &error);
   g_assert_null (m);
   g_assert_nonnull (error);
+  g_test_message ("→ %s", error->message);
   if (error->domain != UM_ERROR || error->code != code)
     g_error ("expected code %d, got %s %d: %s", code, g_quark_to_string (error->domain), error->code, error->message);
   if (needle1 && !strstr (error->message, needle1))
@@ -85,6 +110,89 @@ test_config_cases (void)
       g_autofree char *dir = copy_fixture ();
       g_test_message ("case %u: %s: %s → %s", i, cases[i].file, cases[i].from, cases[i].to);
       patch (dir, cases[i].file, cases[i].from, cases[i].to);
+      expect_load_error (dir, cases[i].code, cases[i].needle1, cases[i].needle2);
+      um_test_rmtree (dir);
+    }
+}
+
+/* The other families' config.json keys and tensors: counts of experts
+ * that are zero or absurd, more experts per token than experts, a head
+ * size RoPE cannot pair, options we do not run, shapes that disagree with
+ * the configuration and missing biases, norms or routers, each refused
+ * with an error naming what is wrong. */
+typedef struct {
+  const char *model, *file, *from, *to;
+  gint code;
+  const char *needle1, *needle2;
+} FamilyCase;
+
+static void
+test_family_cases (void)
+{
+  static const FamilyCase cases[] = {
+    { "tiny-dream", "config.json", "\"hidden_size\": 64,", "", UM_ERROR_CONFIG, "config.json", "hidden_size" },
+    { "tiny-dream", "config.json", "\"intermediate_size\": 128", "\"intermediate_size\": 96",
+      UM_ERROR_CONFIG, "mlp.gate_proj", "[96, 64]" },
+    { "tiny-dream", "config.json", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3",
+      UM_ERROR_CONFIG, "config.json", "n_kv_heads" },
+    { "tiny-dream", "config.json", "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"yarn\"}",
+      UM_ERROR_UNSUPPORTED, "config.json", "rope_scaling" },
+    { "tiny-dream", "config.json", "\"mask_token_id\": 508,", "", UM_ERROR_CONFIG, "config.json", "mask_token_id" },
+    { "tiny-dream", "model.safetensors", "layers.1.self_attn.k_proj.bias", "layers.1.self_attn.k_proj.biaz",
+      UM_ERROR_FORMAT, "model.layers.1.self_attn.k_proj.bias", "missing" },
+    { "tiny-llada-moe", "config.json", "\"num_experts\": 8", "\"num_experts\": 0",
+      UM_ERROR_CONFIG, "config.json", "experts is 0" },
+    { "tiny-llada-moe", "config.json", "\"num_experts\": 8", "\"num_experts\": 2147483648",
+      UM_ERROR_CONFIG, "config.json", "2147483648" },
+    { "tiny-llada-moe", "config.json", "\"num_experts\": 8", "\"num_experts\": 99999999999",
+      UM_ERROR_CONFIG, "config.json", "num_experts" },
+    { "tiny-llada-moe", "config.json", "\"num_experts_per_tok\": 3", "\"num_experts_per_tok\": 9",
+      UM_ERROR_CONFIG, "config.json", "experts per token (9)" },
+    { "tiny-llada-moe", "config.json", "\"num_experts_per_tok\": 3", "\"num_experts_per_tok\": 0",
+      UM_ERROR_CONFIG, "config.json", "experts per token (0)" },
+    { "tiny-llada-moe", "config.json", "\"expert_intermediate_size\": 32", "\"expert_intermediate_size\": 16",
+      UM_ERROR_CONFIG, "mlp.experts.0.gate_proj", "[16, 64]" },
+    { "tiny-llada-moe", "config.json", "\"moe_router_enable_expert_bias\": false",
+      "\"moe_router_enable_expert_bias\": true", UM_ERROR_UNSUPPORTED, "config.json", "expert_bias" },
+    { "tiny-llada-moe", "config.json", "\"moe_router_score_function\": \"softmax\"",
+      "\"moe_router_score_function\": 3", UM_ERROR_CONFIG, "config.json", "moe_router_score_function" },
+    { "tiny-llada-moe", "config.json", "\"moe_layer_freq\": [\n  1,\n  1\n ]", "\"moe_layer_freq\": [1, 0]",
+      UM_ERROR_UNSUPPORTED, "config.json", "moe_layer_freq" },
+    { "tiny-llada-moe", "config.json", "\"moe_layer_freq\": [\n  1,\n  1\n ]", "\"moe_layer_freq\": [1]",
+      UM_ERROR_CONFIG, "config.json", "moe_layer_freq" },
+    { "tiny-llada-moe", "config.json", "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.5",
+      UM_ERROR_UNSUPPORTED, "config.json", "partial_rotary_factor" },
+    { "tiny-llada-moe", "model.safetensors", "layers.1.mlp.gate.weight", "layers.1.mlp.gatX.weight",
+      UM_ERROR_FORMAT, "model.layers.1.mlp.gate.weight", "missing" },
+    { "tiny-llada-moe", "model.safetensors", "layers.1.mlp.experts.7.down_proj", "layers.1.mlp.experts.7.down_proX",
+      UM_ERROR_FORMAT, "model.layers.1.mlp.experts.7.down_proj.weight", "missing" },
+    { "tiny-llada-moe", "model.safetensors", "layers.0.self_attn.k_norm", "layers.0.self_attn.k_norX",
+      UM_ERROR_FORMAT, "model.layers.0.self_attn.k_norm.weight", "missing" },
+    { "tiny-rnd1", "config.json", "\"head_dim\": 16", "\"head_dim\": 15", UM_ERROR_CONFIG, "config.json", "even" },
+    { "tiny-rnd1", "config.json", "\"head_dim\": 16", "\"head_dim\": 32",
+      UM_ERROR_CONFIG, "self_attn.q_proj", "[256, 64]" },
+    { "tiny-rnd1", "model.safetensors", "layers.1.self_attn.q_norm", "layers.1.self_attn.q_norX",
+      UM_ERROR_FORMAT, "model.layers.1.self_attn.q_norm.weight", "missing" },
+    { "tiny-rnd1", "config.json", "\"moe_intermediate_size\": 32", "\"moe_intermediate_size\": 0",
+      UM_ERROR_CONFIG, "config.json", "moe_intermediate_size" },
+    { "tiny-rnd1", "config.json", "\"num_experts\": 8", "\"num_experts\": 4097",
+      UM_ERROR_CONFIG, "config.json", "absurd" },
+    { "tiny-rnd1", "config.json", "\"mlp_only_layers\": []", "\"mlp_only_layers\": [0]",
+      UM_ERROR_UNSUPPORTED, "config.json", "mlp_only_layers" },
+    { "tiny-rnd1", "config.json", "\"model_type\": \"rnd1\"", "\"model_type\": \"mamba\"",
+      UM_ERROR_UNSUPPORTED, "config.json", "mamba" },
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      g_autofree char *dir = copy_fixture_named (cases[i].model);
+      g_test_message ("case %u: %s %s: %s → %s", i, cases[i].model, cases[i].file, cases[i].from, cases[i].to);
+      if (g_str_equal (cases[i].file, "model.safetensors"))
+        patch_bytes (dir, cases[i].file, cases[i].from, cases[i].to);
+      else
+        patch (dir, cases[i].file, cases[i].from, cases[i].to);
+      /* RND1's architectures name says RND1 too. */
+      if (strstr (cases[i].to, "mamba") != NULL)
+        patch (dir, "config.json", "\"RND1\"", "\"Mamba\"");
       expect_load_error (dir, cases[i].code, cases[i].needle1, cases[i].needle2);
       um_test_rmtree (dir);
     }
@@ -176,6 +284,7 @@ main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/config/cases", test_config_cases);
+  g_test_add_func ("/config/family-cases", test_family_cases);
   g_test_add_func ("/config/missing-files", test_missing_files);
   g_test_add_func ("/config/truncated-weights", test_truncated_weights);
   g_test_add_func ("/config/special-ids", test_special_ids);

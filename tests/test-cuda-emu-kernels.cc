@@ -525,6 +525,76 @@ test_attention_gqa (void)
   attention_case (3, 37, 8, 2, 40, subset);    /* group 4, hd not a multiple of 32 */
   attention_case (3, 33, 6, 3, 64, subset);    /* group 2 */
   attention_case (2, 70, 6, 1, 96, { 1, 0 });  /* one KV head for all */
+  /* The new families' head_dim 16 (one KPT slot of the 16 threads a row
+   * has is the whole head): Dream 4/2, LLaDA-MoE 4/4, RND1 8/2. */
+  attention_case (3, 37, 4, 2, 16, subset);
+  attention_case (3, 33, 4, 4, 16, subset);
+  attention_case (2, 70, 8, 2, 16, { 1, 0, 1 });
+}
+
+/* ---- kernels: a mixture-of-experts FFN's gather and combine ---- */
+
+/* What the MoE forward does around each expert's products: the rows routed
+ * to expert e gathered (get_rows), then scaled by their routing weights
+ * into the residual (add_rows_scaled), expert after expert, so each row
+ * gets top-k adds in the experts' order; some experts get no row. The
+ * kernels round each product and sum once, as the CPU (ISO C, no FMA)
+ * does, so the result is compared bit for bit with that sequence on the
+ * host (the product through a volatile, so the host cannot fuse it). */
+static void
+test_moe_combine (void)
+{
+  const int T = 13, D = 64, E = 8, K = 3;
+  std::vector<float> x ((size_t) T * D), resid ((size_t) T * D), w ((size_t) T * K);
+  std::vector<int32_t> choice ((size_t) T * K);
+
+  for (auto &v : x)
+    v = rng_float (-2, 2);
+  for (auto &v : resid)
+    v = rng_float (-1, 1);
+  for (int t = 0; t < T; t++)
+    for (int j = 0; j < K; j++)
+      {
+        /* Distinct experts per token, never expert 7 (an empty group). */
+        choice[(size_t) t * K + j] = (t * 3 + j * 2) % (E - 1);
+        w[(size_t) t * K + j] = rng_float (0, 1);
+      }
+  float *d_x = to_device (x), *d_resid = to_device (resid), *d_gather = NULL;
+  cudaMalloc ((void **) &d_gather, x.size () * 4);
+  std::vector<float> want = resid;
+  bool ok = true;
+
+  for (int e = 0; e < E; e++)
+    {
+      std::vector<int32_t> rows;
+      std::vector<float> scale;
+      for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++)
+          if (choice[(size_t) t * K + j] == e)
+            {
+              rows.push_back (t);
+              scale.push_back (w[(size_t) t * K + j]);
+            }
+      const int n = (int) rows.size ();
+      int32_t *d_rows = to_device (rows);
+      float *d_scale = to_device (scale);
+      ok = ok && um_cuda_get_rows (d_x, D, d_rows, n, d_gather, 0) == cudaSuccess;
+      ok = ok && um_cuda_add_rows_scaled (d_resid, D, d_rows, d_scale, n, d_gather, 0) == cudaSuccess;
+      for (int i = 0; i < n; i++)
+        for (int d = 0; d < D; d++)
+          {
+            volatile float p = scale[i] * x[(size_t) rows[i] * D + d];
+            want[(size_t) rows[i] * D + d] += p;
+          }
+      cudaFree (d_rows);
+      cudaFree (d_scale);
+    }
+  std::vector<float> got = from_device (d_resid, resid.size ());
+  expect (ok && memcmp (got.data (), want.data (), got.size () * 4) == 0,
+          "MoE gather and combine: 13 tokens, top-3 of 8 experts, one empty (bit-exact)");
+  cudaFree (d_x);
+  cudaFree (d_resid);
+  cudaFree (d_gather);
 }
 
 int
@@ -537,6 +607,7 @@ main (void)
   test_blas ();
   test_embed_all_types ();
   test_attention_gqa ();
+  test_moe_combine ();
   printf ("%d of %d checks passed\n", n_checks - n_fail, n_checks);
   return n_fail == 0 ? 0 : 1;
 }

@@ -64,7 +64,7 @@ test_json_values (void)
     " \"steps\": 32, \"block_length\": 16, \"cfg_scale\": 0.5, \"remasking\": \"random\","
     " \"transformers_version\": \"4.46.0\", \"top_p\": 1.0, \"top_k\": 0}");
 
-  g_assert_cmpuint (rec->layer.set, ==, UM_GEN_ALL_KEYS);
+  g_assert_cmpuint (rec->layer.set, ==, (1u << UM_GEN_N_BLOCK_KEYS) - 1);
   g_assert_cmpint (rec->layer.params.gen_length, ==, 64);
   g_assert_cmpint (rec->layer.params.steps, ==, 32);
   g_assert_cmpint (rec->layer.params.block_length, ==, 16);
@@ -529,6 +529,230 @@ test_validate_names_sources (void)
   g_assert_no_error (error);
 }
 
+/* ---- the families ---- */
+
+/* The keys set in @rec's layer. */
+static guint32
+bits (UmGenKey a, UmGenKey b, UmGenKey c, UmGenKey d, UmGenKey e)
+{
+  UmGenKey keys[] = { a, b, c, d, e };
+  guint32 set = 0;
+
+  for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
+    if (keys[i] < UM_GEN_N_KEYS)
+      set |= UM_GEN_KEY_BIT (keys[i]);
+  return set;
+}
+
+static void
+test_family_json (void)
+{
+  /* tiny-dream's file, as Dream's own: DreamGenerationConfig's class
+   * defaults, no recommendation. */
+  {
+    g_autoptr(UmGenRecommendation) rec = um_gen_recommendation_from_json_for (UM_ARCH_DREAM,
+      "{\"bos_token_id\": 507, \"eos_token_id\": 504, \"pad_token_id\": 504, \"alg\": \"origin\","
+      " \"alg_temp\": null, \"eps\": 0.001, \"mask_token_id\": null, \"steps\": 512, \"temperature\": 0.0,"
+      " \"top_k\": null, \"top_p\": null}", -1, NULL);
+    g_assert_cmpint (rec->arch, ==, UM_ARCH_DREAM);
+    g_assert_cmpuint (rec->layer.set, ==, 0);
+    for (guint i = 0; i < 4; i++)
+      {
+        const char *key = (const char *[]) { "alg", "steps", "eps", "temperature" }[i];
+        g_assert_nonnull (find_note (rec, key));
+        g_assert_nonnull (strstr (find_note (rec, key)->reason, "class default"));
+      }
+  }
+  /* A Dream file that says something: Dream's keys apply, LLaDA's do not. */
+  {
+    g_autoptr(UmGenRecommendation) rec = um_gen_recommendation_from_json_for (UM_ARCH_DREAM,
+      "{\"alg\": \"maskgit_plus\", \"steps\": 512, \"eps\": 0.01, \"temperature\": 0.2, \"top_p\": 0.95,"
+      " \"top_k\": 20, \"alg_temp\": 0.1, \"block_length\": 32, \"remasking\": \"random\", \"do_sample\": true,"
+      " \"greedy\": true}", -1, NULL);
+    g_assert_cmpuint (rec->layer.set, ==,
+                      bits (UM_GEN_KEY_ALG, UM_GEN_KEY_STEPS, UM_GEN_KEY_EPS, UM_GEN_KEY_TEMPERATURE, UM_GEN_KEY_TOP_P)
+                      | bits (UM_GEN_KEY_TOP_K, UM_GEN_KEY_ALG_TEMP, UM_GEN_N_KEYS, UM_GEN_N_KEYS, UM_GEN_N_KEYS));
+    g_assert_cmpint (rec->layer.params.alg, ==, UM_ALG_MASKGIT_PLUS);
+    /* Written as doubles in the file: exact. */
+    g_assert_cmpfloat (rec->layer.params.eps, ==, 0.01);
+    g_assert_cmpfloat (rec->layer.params.top_p, ==, 0.95);
+    g_assert_cmpfloat (rec->layer.params.alg_temp, ==, 0.1);
+    g_assert_cmpint (rec->layer.params.top_k, ==, 20);
+    g_assert_nonnull (find_note (rec, "block_length"));
+    g_assert_nonnull (find_note (rec, "remasking"));
+    g_assert_nonnull (find_note (rec, "do_sample"));
+    g_assert_nonnull (find_note (rec, "greedy"));
+    g_assert_cmpuint (rec->warnings->len, ==, 0);
+  }
+  /* Bad values are warnings; top_p 1 and top_k 0 say nothing. */
+  {
+    g_autoptr(UmGenRecommendation) rec = um_gen_recommendation_from_json_for (UM_ARCH_DREAM,
+      "{\"alg\": \"confidence_threshold\", \"eps\": 1.0, \"top_p\": 1.0, \"top_k\": 0, \"alg_temp\": -1}",
+      -1, NULL);
+    g_assert_cmpuint (rec->layer.set, ==, 0);
+    g_assert_cmpuint (rec->not_applied->len, ==, 0);
+    assert_warned (rec, "“alg”", NULL);
+    assert_warned (rec, "“eps”", NULL);
+    assert_warned (rec, "“alg_temp”", NULL);
+  }
+  /* RND1: do_sample false is its greedy switch; the temperature stays. */
+  {
+    g_autoptr(UmGenRecommendation) rec = um_gen_recommendation_from_json_for (UM_ARCH_RND1,
+      "{\"do_sample\": false, \"temperature\": 0.5, \"num_diffusion_steps\": 64, \"alg\": \"entropy\"}", -1, NULL);
+    g_assert_cmpuint (rec->layer.set, ==,
+                      bits (UM_GEN_KEY_GREEDY, UM_GEN_KEY_TEMPERATURE, UM_GEN_KEY_STEPS, UM_GEN_N_KEYS, UM_GEN_N_KEYS));
+    g_assert_true (rec->layer.params.greedy);
+    g_assert_cmpfloat (rec->layer.params.temperature, ==, 0.5);
+    g_assert_nonnull (find_note (rec, "alg"));
+  }
+  {
+    g_autoptr(UmGenRecommendation) rec = um_gen_recommendation_from_json_for (UM_ARCH_RND1,
+      "{\"do_sample\": false, \"greedy\": false}", -1, NULL);
+    g_assert_cmpuint (rec->layer.set, ==, UM_GEN_KEY_BIT (UM_GEN_KEY_GREEDY));
+    g_assert_false (rec->layer.params.greedy);
+  }
+  /* LLaDA-MoE is LLaDA's schedule: the others' keys are notes. */
+  {
+    g_autoptr(UmGenRecommendation) rec = um_gen_recommendation_from_json_for (UM_ARCH_LLADA_MOE,
+      "{\"greedy\": true, \"top_k\": 5, \"block_length\": 32}", -1, NULL);
+    g_assert_cmpuint (rec->layer.set, ==, UM_GEN_KEY_BIT (UM_GEN_KEY_BLOCK_LENGTH));
+    g_assert_nonnull (find_note (rec, "greedy"));
+    g_assert_nonnull (find_note (rec, "top_k"));
+  }
+}
+
+static void
+test_family_resolve (void)
+{
+  UmGenLayer user;
+  UmGenParams p;
+  UmGenResolved r;
+  g_autoptr(GError) error = NULL;
+
+  um_gen_layer_init (&user);
+  um_gen_params_init (&p);
+  p.gen_length = 40;
+  um_gen_layer_take (&user, UM_GEN_KEY_GEN_LENGTH, &p);
+
+  /* Dream: steps follow the length; README's temperature and rule. The
+   * defaults are exact constants: compared with ==. */
+  um_gen_resolve_for (UM_ARCH_DREAM, NULL, &user, NULL, NULL, &r);
+  g_assert_cmpint (r.arch, ==, UM_ARCH_DREAM);
+  g_assert_cmpint (r.params.steps, ==, 40);
+  g_assert_cmpint (r.source[UM_GEN_KEY_STEPS], ==, UM_GEN_SOURCE_BUILTIN);
+  g_assert_cmpfloat (r.params.temperature, ==, 0.2);
+  g_assert_cmpint (r.params.alg, ==, UM_ALG_ENTROPY);
+  g_assert_cmpfloat (r.params.eps, ==, 1e-3);
+  g_assert_false (r.params.top_p > 0.0 && r.params.top_p < 1.0);
+  g_assert_cmpint (r.params.top_k, ==, 0);
+  g_assert_cmpfloat (r.params.alg_temp, ==, 0.0);
+  /* 40 is no multiple of the block length: no matter without blocks. */
+  g_assert_true (um_gen_resolved_validate (&r, NULL, 10, 4096, &error));
+  g_assert_no_error (error);
+
+  /* Steps anyone set stay. */
+  {
+    UmGenLayer model;
+    um_gen_layer_init (&model);
+    p.steps = 20;
+    um_gen_layer_take (&model, UM_GEN_KEY_STEPS, &p);
+    um_gen_resolve_for (UM_ARCH_RND1, NULL, &user, &model, NULL, &r);
+    g_assert_cmpint (r.params.steps, ==, 20);
+    g_assert_cmpint (r.source[UM_GEN_KEY_STEPS], ==, UM_GEN_SOURCE_MODEL);
+  }
+  um_gen_resolve_for (UM_ARCH_RND1, NULL, &user, NULL, NULL, &r);
+  g_assert_cmpint (r.params.steps, ==, 40);
+  g_assert_cmpfloat (r.params.temperature, ==, 0.1);
+  g_assert_false (r.params.greedy);
+  g_assert_true (um_gen_resolved_validate (&r, NULL, 10, 4096, &error));
+
+  /* LLaDA-MoE: LLaDA's defaults, and its block rules. */
+  um_gen_resolve_for (UM_ARCH_LLADA_MOE, NULL, &user, NULL, NULL, &r);
+  g_assert_cmpint (r.params.steps, ==, 128);
+  g_assert_false (um_gen_resolved_validate (&r, NULL, 10, 4096, &error));
+  g_assert_nonnull (strstr (error->message, "block_length 32 is the built-in default"));
+
+  /* Which keys each family has. */
+  g_assert_true (um_gen_key_applies (UM_GEN_KEY_ALG, UM_ARCH_DREAM));
+  g_assert_false (um_gen_key_applies (UM_GEN_KEY_ALG, UM_ARCH_RND1));
+  g_assert_true (um_gen_key_applies (UM_GEN_KEY_GREEDY, UM_ARCH_RND1));
+  g_assert_true (um_gen_key_applies (UM_GEN_KEY_TOP_P, UM_ARCH_RND1));
+  g_assert_false (um_gen_key_applies (UM_GEN_KEY_TOP_P, UM_ARCH_LLADA_MOE));
+  g_assert_true (um_gen_key_applies (UM_GEN_KEY_CFG_SCALE, UM_ARCH_LLADA_MOE));
+  g_assert_false (um_gen_key_applies (UM_GEN_KEY_BLOCK_LENGTH, UM_ARCH_DREAM));
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    {
+      UmGenKey back;
+      g_assert_true (um_gen_key_from_name (um_gen_key_name ((UmGenKey) k), &back));
+      g_assert_cmpint (back, ==, k);
+    }
+}
+
+static void
+fill_dream (UmGgufWriter *w)
+{
+  um_gguf_writer_set_f32 (w, "general.sampling.temp", 0.2f);
+  um_gguf_writer_set_f32 (w, "general.sampling.top_p", 0.95f);
+  um_gguf_writer_set_i32 (w, "general.sampling.top_k", 40);
+  um_gguf_writer_set_string (w, "unmask.generation.alg", "topk_margin");
+  um_gguf_writer_set_f32 (w, "unmask.generation.eps", 0.01f);
+  um_gguf_writer_set_u32 (w, "unmask.generation.block_length", 16);
+  um_gguf_writer_set_bool (w, "unmask.generation.greedy", TRUE);
+}
+
+static void
+test_family_gguf (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *path = g_build_filename (dir, "dream.gguf", NULL);
+  g_autofree char *copy = g_build_filename (dir, "copy.gguf", NULL);
+  g_autoptr(UmGenRecommendation) rec = NULL;
+  g_autoptr(UmGenRecommendation) back = NULL;
+  g_autoptr(GError) error = NULL;
+
+  {
+    g_autoptr(UmGgufWriter) w = um_gguf_writer_new ();
+    float x = 1.0f;
+    guint64 shape[1] = { 1 }, bytes;
+    um_gguf_writer_set_string (w, "general.architecture", "dream");
+    fill_dream (w);
+    g_assert_true (um_gguf_writer_add_tensor_info (w, "x", UM_DTYPE_F32, 1, shape, &bytes, &error));
+    g_assert_true (um_gguf_writer_begin (w, path, &error));
+    g_assert_true (um_gguf_writer_write_tensor_data (w, &x, sizeof x, &error));
+    g_assert_true (um_gguf_writer_finish (w, &error));
+  }
+  rec = um_gen_recommendation_load (path);
+  g_assert_cmpint (rec->arch, ==, UM_ARCH_DREAM);
+  g_assert_cmpuint (rec->layer.set, ==,
+                    bits (UM_GEN_KEY_TEMPERATURE, UM_GEN_KEY_TOP_P, UM_GEN_KEY_TOP_K, UM_GEN_KEY_ALG, UM_GEN_KEY_EPS));
+  /* float32 in the file, read back as the decimal meant. */
+  g_assert_cmpfloat (rec->layer.params.top_p, ==, 0.95);
+  g_assert_cmpfloat (rec->layer.params.eps, ==, 0.01);
+  g_assert_cmpint (rec->layer.params.top_k, ==, 40);
+  g_assert_cmpint (rec->layer.params.alg, ==, UM_ALG_TOPK_MARGIN);
+  g_assert_nonnull (find_note (rec, "unmask.generation.block_length"));
+  g_assert_nonnull (find_note (rec, "unmask.generation.greedy"));
+
+  /* What a writer carries over reads back the same. */
+  {
+    g_autoptr(UmGgufWriter) w = um_gguf_writer_new ();
+    float x = 1.0f;
+    guint64 shape[1] = { 1 }, bytes;
+    um_gguf_writer_set_string (w, "general.architecture", "dream");
+    um_gen_recommendation_write_gguf (rec, w);
+    g_assert_true (um_gguf_writer_add_tensor_info (w, "x", UM_DTYPE_F32, 1, shape, &bytes, &error));
+    g_assert_true (um_gguf_writer_begin (w, copy, &error));
+    g_assert_true (um_gguf_writer_write_tensor_data (w, &x, sizeof x, &error));
+    g_assert_true (um_gguf_writer_finish (w, &error));
+  }
+  back = um_gen_recommendation_load (copy);
+  g_assert_cmpuint (back->layer.set, ==, rec->layer.set);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (um_gen_layer_has (&rec->layer, (UmGenKey) k))
+      g_assert_true (um_gen_params_equal_at (&back->layer.params, &rec->layer.params, (UmGenKey) k));
+  um_test_rmtree (dir);
+}
+
 /* ---- unmask-cli ---- */
 
 typedef struct {
@@ -689,6 +913,9 @@ main (int argc, char **argv)
   g_test_add_func ("/gen-defaults/precedence", test_precedence);
   g_test_add_func ("/gen-defaults/profile-layer", test_profile_layer);
   g_test_add_func ("/gen-defaults/validate-names-sources", test_validate_names_sources);
+  g_test_add_func ("/gen-defaults/family-json", test_family_json);
+  g_test_add_func ("/gen-defaults/family-resolve", test_family_resolve);
+  g_test_add_func ("/gen-defaults/family-gguf", test_family_gguf);
   g_test_add_func ("/gen-defaults/cli", test_cli);
   return g_test_run ();
 }

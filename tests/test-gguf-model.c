@@ -8,6 +8,7 @@
 
 #include "um-engine.h"
 #include "um-error.h"
+#include "um-gguf.h"
 #include "um-test-util.h"
 
 /* Values of an expected entry as doubles, and its ids. */
@@ -204,6 +205,177 @@ test_wrong_architecture (void)
   um_test_rmtree (dir);
 }
 
+/* One change to a fixture GGUF: a key set (as uint32 or bool) or dropped,
+ * and a tensor dropped. */
+typedef struct {
+  const char *src;
+  const char *key;         /* NULL: none */
+  enum { SET_U32, SET_BOOL, DROP_KEY } how;
+  guint32     value;
+  const char *key2;        /* a second key set to the same value, or NULL */
+  const char *drop_tensor; /* NULL: none; "*SUFFIX": every tensor whose name ends so */
+  gint        code;        /* 0: loads */
+  const char *needle1, *needle2;
+} GgufCase;
+
+static gboolean
+dropped (const GgufCase *c, const char *name)
+{
+  if (c->drop_tensor == NULL)
+    return FALSE;
+  if (c->drop_tensor[0] == '*')
+    return g_str_has_suffix (name, c->drop_tensor + 1);
+  return g_str_equal (name, c->drop_tensor);
+}
+
+/* Writes @c's variant of its source file to @path. */
+static void
+write_variant (const GgufCase *c, const char *path)
+{
+  g_autofree char *src = um_test_data_path (c->src);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmGguf) g = um_gguf_open (src, &error);
+  g_autoptr(UmGgufWriter) w = um_gguf_writer_new ();
+  UmTensorTable *t;
+
+  g_assert_no_error (error);
+  for (guint i = 0; i < um_gguf_n_kv (g); i++)
+    {
+      const char *key = um_gguf_kv_key (g, i);
+      if (c->how == DROP_KEY && g_strcmp0 (key, c->key) == 0)
+        continue;
+      g_assert_true (um_gguf_writer_copy_kv (w, g, key, &error));
+    }
+  for (guint k = 0; k < 2 && c->how != DROP_KEY; k++)
+    {
+      const char *key = k == 0 ? c->key : c->key2;
+      if (key == NULL)
+        continue;
+      if (c->how == SET_BOOL)
+        um_gguf_writer_set_bool (w, key, c->value != 0);
+      else
+        um_gguf_writer_set_u32 (w, key, c->value);
+    }
+  t = um_gguf_get_tensors (g);
+  for (guint i = 0; i < um_tensor_table_size (t); i++)
+    {
+      const UmTensorInfo *info = um_tensor_table_get (t, i);
+      if (!dropped (c, info->name))
+        g_assert_true (um_gguf_writer_add_tensor_info (w, info->name, info->dtype, info->n_dims, info->shape,
+                                                       NULL, &error));
+    }
+  g_assert_true (um_gguf_writer_begin (w, path, &error));
+  for (guint i = 0; i < um_tensor_table_size (t); i++)
+    {
+      const UmTensorInfo *info = um_tensor_table_get (t, i);
+      if (!dropped (c, info->name))
+        g_assert_true (um_gguf_writer_write_tensor_data (w, info->data, info->n_bytes, &error));
+    }
+  g_assert_true (um_gguf_writer_finish (w, &error));
+  g_assert_no_error (error);
+}
+
+/* Dream, LLaDA-MoE and RND1 files that lie: expert counts of 0 or 2^31,
+ * more experts per token than experts, shapes that disagree with the
+ * metadata, a router or a bias missing, a rotated width above the head
+ * size, an odd head size, options we do not run: each a clear error.
+ * And what llama.cpp allows: no output.weight (tied), no biases at all. */
+static void
+test_family_variants (void)
+{
+  static const GgufCase cases[] = {
+    { "tiny-llada-moe-f32.gguf", "llada-moe.expert_count", SET_U32, 0, NULL, NULL,
+      UM_ERROR_CONFIG, "llada-moe.gguf", "experts is 0" },
+    { "tiny-llada-moe-f32.gguf", "llada-moe.expert_count", SET_U32, 1u << 31, NULL, NULL,
+      UM_ERROR_CONFIG, "llada-moe.gguf", "2147483648" },
+    { "tiny-llada-moe-f32.gguf", "llada-moe.expert_count", DROP_KEY, 0, NULL, NULL,
+      UM_ERROR_CONFIG, "llada-moe.gguf", "llada-moe.expert_count" },
+    { "tiny-llada-moe-f32.gguf", "llada-moe.expert_used_count", SET_U32, 9, NULL, NULL,
+      UM_ERROR_CONFIG, "llada-moe.gguf", "experts per token (9)" },
+    { "tiny-llada-moe-f32.gguf", "llada-moe.expert_used_count", SET_U32, 0, NULL, NULL,
+      UM_ERROR_CONFIG, "llada-moe.gguf", "experts per token (0)" },
+    { "tiny-llada-moe-q8_0.gguf", "llada-moe.expert_feed_forward_length", SET_U32, 16, NULL, NULL,
+      UM_ERROR_CONFIG, "blk.0.ffn_gate_exps.weight", "[8, 16, 64]" },
+    { "tiny-llada-moe-q8_0.gguf", "llada-moe.expert_count", SET_U32, 4, NULL, NULL,
+      UM_ERROR_CONFIG, "blk.0.ffn_gate_inp.weight", "[4, 64]" },
+    { "tiny-llada-moe-f32.gguf", NULL, SET_U32, 0, NULL, "blk.1.ffn_gate_inp.weight",
+      UM_ERROR_FORMAT, "blk.1.ffn_gate_inp.weight", "missing" },
+    { "tiny-llada-moe-f32.gguf", NULL, SET_U32, 0, NULL, "blk.0.ffn_down_exps.weight",
+      UM_ERROR_FORMAT, "blk.0.ffn_down_exps.weight", "missing" },
+    { "tiny-llada-moe-f32.gguf", NULL, SET_U32, 0, NULL, "blk.1.attn_k_norm.weight",
+      UM_ERROR_FORMAT, "blk.1.attn_k_norm.weight", "missing" },
+    { "tiny-llada-moe-f32.gguf", "llada-moe.expert_gating_func", SET_U32, 7, NULL, NULL,
+      UM_ERROR_UNSUPPORTED, "llada-moe.gguf", "expert_gating_func" },
+    { "tiny-llada-moe-f32.gguf", "llada-moe.attention.causal", SET_BOOL, 1, NULL, NULL,
+      UM_ERROR_UNSUPPORTED, "llada-moe.gguf", "causal" },
+    { "tiny-dream-q8_0.gguf", NULL, SET_U32, 0, NULL, "blk.1.attn_k.bias",
+      UM_ERROR_FORMAT, "blk.1.attn_k.bias", "missing" },
+    { "tiny-dream-q8_0.gguf", "dream.attention.head_count_kv", SET_U32, 3, NULL, NULL,
+      UM_ERROR_CONFIG, "dream.gguf", "head_count_kv" },
+    { "tiny-dream-f32.gguf", "dream.feed_forward_length", SET_U32, 96, NULL, NULL,
+      UM_ERROR_CONFIG, "blk.0.ffn_gate.weight", "[96, 64]" },
+    { "tiny-dream-f32.gguf", "dream.rope.dimension_count", SET_U32, 8, NULL, NULL,
+      UM_ERROR_UNSUPPORTED, "dream.gguf", "rope.dimension_count" },
+    { "tiny-rnd1-f32.gguf", "rnd1.rope.dimension_count", SET_U32, 32, NULL, NULL,
+      UM_ERROR_CONFIG, "rnd1.gguf", "above the head size" },
+    { "tiny-rnd1-f32.gguf", "rnd1.attention.key_length", SET_U32, 15, "rnd1.attention.value_length", NULL,
+      UM_ERROR_CONFIG, "rnd1.attention.key_length", "even" },
+    { "tiny-rnd1-f32.gguf", "rnd1.attention.key_length", SET_U32, 0, "rnd1.attention.value_length", NULL,
+      UM_ERROR_CONFIG, "rnd1.attention.key_length", "even" },
+    { "tiny-rnd1-f32.gguf", "rnd1.attention.key_length", SET_U32, 32, "rnd1.attention.value_length", NULL,
+      UM_ERROR_CONFIG, "blk.0.attn_q.weight", "[256, 64]" },
+    { "tiny-rnd1-f32.gguf", "rnd1.attention.value_length", SET_U32, 32, NULL, NULL,
+      UM_ERROR_UNSUPPORTED, "rnd1.attention.value_length", "differs" },
+    { "tiny-rnd1-f32.gguf", "rnd1.expert_group_count", SET_U32, 4, NULL, NULL,
+      UM_ERROR_UNSUPPORTED, "rnd1.gguf", "grouped" },
+    { "tiny-rnd1-q8_0.gguf", NULL, SET_U32, 0, NULL, "blk.0.ffn_gate_inp.weight",
+      UM_ERROR_FORMAT, "blk.0.ffn_gate_inp.weight", "missing" },
+    /* Allowed: the head tied to the embedding, and no biases anywhere. */
+    { "tiny-rnd1-f32.gguf", NULL, SET_U32, 0, NULL, "output.weight", 0, NULL, NULL },
+    { "tiny-dream-f32.gguf", NULL, SET_U32, 0, NULL, "*.bias", 0, NULL, NULL },
+    { "tiny-llada-moe-f32.gguf", "diffusion.shift_logits", SET_BOOL, 1, NULL, NULL, 0, NULL, NULL },
+  };
+  g_autofree char *dir = um_test_mkdtemp ();
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      const GgufCase *c = &cases[i];
+      g_autofree char *path = NULL;
+      g_autoptr(GError) error = NULL;
+      g_autoptr(UmModel) m = NULL;
+
+      path = g_build_filename (dir, g_str_has_prefix (c->src, "tiny-llada-moe") ? "llada-moe.gguf"
+                                    : g_str_has_prefix (c->src, "tiny-dream") ? "dream.gguf" : "rnd1.gguf", NULL);
+      g_test_message ("case %u: %s, %s, tensor %s", i, c->src, c->key ? c->key : "-",
+                      c->drop_tensor ? c->drop_tensor : "-");
+      write_variant (c, path);
+      m = um_model_load (path, NULL, &error);
+      if (c->code == 0)
+        {
+          g_assert_no_error (error);
+          if (g_strcmp0 (c->drop_tensor, "output.weight") == 0)
+            {
+              g_assert_true (m->cfg.tied_embeddings);
+              g_assert_true (m->output.data == m->tok_embd.data);
+            }
+          else if (c->drop_tensor != NULL)
+            g_assert_true (!m->cfg.qkv_bias && m->layers[1].bq.data == NULL);
+          else
+            g_assert_true (m->cfg.shift_logits);
+          continue;
+        }
+      g_assert_null (m);
+      g_assert_nonnull (error);
+      g_test_message ("→ %s", error->message);
+      if (error->domain != UM_ERROR || error->code != c->code)
+        g_error ("expected code %d, got %s %d: %s", c->code, g_quark_to_string (error->domain), error->code,
+                 error->message);
+      if (!strstr (error->message, c->needle1) || !strstr (error->message, c->needle2))
+        g_error ("“%s” does not mention “%s” and “%s”", error->message, c->needle1, c->needle2);
+    }
+  um_test_rmtree (dir);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -213,5 +385,6 @@ main (int argc, char **argv)
   g_test_add_func ("/gguf-model/generate", test_gguf_generate_matches);
   g_test_add_func ("/gguf-model/tokenizer", test_gguf_tokenizer);
   g_test_add_func ("/gguf-model/wrong-architecture", test_wrong_architecture);
+  g_test_add_func ("/gguf-model/family-variants", test_family_variants);
   return g_test_run ();
 }

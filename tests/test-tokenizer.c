@@ -888,7 +888,7 @@ test_load_errors (void)
                      UM_ERROR_UNSUPPORTED, "model.type");
   expect_load_error ("{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": [],"
                      " \"dropout\": 0.1}}", UM_ERROR_UNSUPPORTED, "model.dropout");
-  expect_load_error ("{\"normalizer\": {\"type\": \"NFC\"}, \"model\": {\"type\": \"BPE\","
+  expect_load_error ("{\"normalizer\": {\"type\": \"Lowercase\"}, \"model\": {\"type\": \"BPE\","
                      " \"vocab\": {}, \"merges\": []}}", UM_ERROR_UNSUPPORTED, "normalizer");
   expect_load_error ("{\"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"model\": {\"type\": \"BPE\","
                      " \"vocab\": {}, \"merges\": []}}", UM_ERROR_UNSUPPORTED, "pre_tokenizer.type");

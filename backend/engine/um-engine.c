@@ -483,8 +483,7 @@ um_engine_generate (UmEngine           *engine,
   result->prompt_ids = g_array_new (FALSE, FALSE, sizeof (gint32));
   result->ids = g_array_new (FALSE, FALSE, sizeof (gint32));
   if (request->prompt != NULL && request->chat)
-    ok = um_chat_build_prompt (model->tokenizer, NULL, 0, request->prompt,
-                               model->cfg.bos_id, model->cfg.eos_id, result->prompt_ids, error);
+    ok = um_model_build_chat_prompt (model, NULL, 0, request->prompt, result->prompt_ids, error);
   else if (request->prompt != NULL)
     ok = um_tokenizer_encode (model->tokenizer, request->prompt, -1, result->prompt_ids, error);
   else

@@ -19,6 +19,7 @@
 
 static const char *const key_names[UM_GEN_N_KEYS] = {
   "gen_length", "steps", "block_length", "temperature", "cfg_scale", "remasking",
+  "alg", "eps", "alg_temp", "top_p", "top_k", "greedy",
 };
 
 const char *
@@ -37,6 +38,84 @@ um_gen_key_from_name (const char *name, UmGenKey *out)
         return TRUE;
       }
   return FALSE;
+}
+
+gboolean
+um_gen_key_applies (UmGenKey key, UmArch arch)
+{
+  static const guint32 block = UM_GEN_KEY_BIT (UM_GEN_KEY_GEN_LENGTH) | UM_GEN_KEY_BIT (UM_GEN_KEY_STEPS)
+                               | UM_GEN_KEY_BIT (UM_GEN_KEY_BLOCK_LENGTH) | UM_GEN_KEY_BIT (UM_GEN_KEY_TEMPERATURE)
+                               | UM_GEN_KEY_BIT (UM_GEN_KEY_CFG_SCALE) | UM_GEN_KEY_BIT (UM_GEN_KEY_REMASKING);
+  static const guint32 common = UM_GEN_KEY_BIT (UM_GEN_KEY_GEN_LENGTH) | UM_GEN_KEY_BIT (UM_GEN_KEY_STEPS)
+                                | UM_GEN_KEY_BIT (UM_GEN_KEY_TEMPERATURE) | UM_GEN_KEY_BIT (UM_GEN_KEY_TOP_P)
+                                | UM_GEN_KEY_BIT (UM_GEN_KEY_TOP_K);
+  guint32 keys;
+
+  if ((guint) key >= UM_GEN_N_KEYS)
+    return FALSE;
+  switch (um_arch_info (arch)->schedule)
+    {
+    case UM_SCHEDULE_TIMESTEP:
+      keys = common | UM_GEN_KEY_BIT (UM_GEN_KEY_ALG) | UM_GEN_KEY_BIT (UM_GEN_KEY_EPS)
+             | UM_GEN_KEY_BIT (UM_GEN_KEY_ALG_TEMP);
+      break;
+    case UM_SCHEDULE_ENTROPY:
+      keys = common | UM_GEN_KEY_BIT (UM_GEN_KEY_GREEDY);
+      break;
+    case UM_SCHEDULE_BLOCK:
+    default:
+      keys = block;
+      break;
+    }
+  return (keys & UM_GEN_KEY_BIT (key)) != 0;
+}
+
+void
+um_gen_params_init_for_arch (UmGenParams *p, UmArch arch)
+{
+  um_gen_params_init (p);
+  switch (um_arch_info (arch)->schedule)
+    {
+    case UM_SCHEDULE_TIMESTEP:
+      /* README: temperature 0.2, top_p 0.95, alg entropy, alg_temp 0. The
+       * nucleus stays off as in the code's defaults (top_p None): the
+       * fixtures' command lines reproduce without it, and at temperature 0
+       * a one-token nucleus makes every confidence 1. */
+      p->temperature = 0.2;
+      p->alg = UM_ALG_ENTROPY;
+      p->eps = 1e-3;
+      break;
+    case UM_SCHEDULE_ENTROPY:
+      /* RND1GenerationConfig: temperature 0.1, greedy False. */
+      p->temperature = 0.1;
+      p->greedy = FALSE;
+      break;
+    case UM_SCHEDULE_BLOCK:
+    default:
+      break;
+    }
+}
+
+static void copy_key (UmGenParams *to, const UmGenParams *from, UmGenKey key);
+
+void
+um_gen_params_drop_foreign (UmGenParams *p, UmArch arch)
+{
+  const UmSchedule schedule = um_arch_info (arch)->schedule;
+  UmGenParams d;
+
+  um_gen_params_init_for_arch (&d, arch);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (!um_gen_key_applies ((UmGenKey) k, arch))
+      copy_key (p, &d, (UmGenKey) k);
+  if (schedule == UM_SCHEDULE_BLOCK)
+    return;
+  p->logits_eos_inf = FALSE;
+  p->confidence_eos_eot_inf = FALSE;
+  p->cache = UM_CACHE_NONE;
+  p->factor = 0.0;
+  if (schedule == UM_SCHEDULE_ENTROPY || p->alg == UM_ALG_ORIGIN)
+    p->threshold = 0.0;
 }
 
 const char *
@@ -78,6 +157,12 @@ copy_key (UmGenParams *to, const UmGenParams *from, UmGenKey key)
     case UM_GEN_KEY_TEMPERATURE: to->temperature = from->temperature; break;
     case UM_GEN_KEY_CFG_SCALE: to->cfg_scale = from->cfg_scale; break;
     case UM_GEN_KEY_REMASKING: to->remasking = from->remasking; break;
+    case UM_GEN_KEY_ALG: to->alg = from->alg; break;
+    case UM_GEN_KEY_EPS: to->eps = from->eps; break;
+    case UM_GEN_KEY_ALG_TEMP: to->alg_temp = from->alg_temp; break;
+    case UM_GEN_KEY_TOP_P: to->top_p = from->top_p; break;
+    case UM_GEN_KEY_TOP_K: to->top_k = from->top_k; break;
+    case UM_GEN_KEY_GREEDY: to->greedy = from->greedy; break;
     case UM_GEN_N_KEYS:
     default: break;
     }
@@ -106,6 +191,15 @@ um_gen_params_format (const UmGenParams *p, UmGenKey key)
     case UM_GEN_KEY_TEMPERATURE: return g_strdup (g_ascii_formatd (buf, sizeof buf, "%g", p->temperature));
     case UM_GEN_KEY_CFG_SCALE: return g_strdup (g_ascii_formatd (buf, sizeof buf, "%g", p->cfg_scale));
     case UM_GEN_KEY_REMASKING: return g_strdup (um_remasking_to_string (p->remasking));
+    case UM_GEN_KEY_ALG: return g_strdup (um_alg_to_string (p->alg));
+    case UM_GEN_KEY_EPS: return g_strdup (g_ascii_formatd (buf, sizeof buf, "%g", p->eps));
+    case UM_GEN_KEY_ALG_TEMP: return g_strdup (g_ascii_formatd (buf, sizeof buf, "%g", p->alg_temp));
+    /* 0 and 1 are both "off": say so once. */
+    case UM_GEN_KEY_TOP_P:
+      return p->top_p > 0.0 && p->top_p < 1.0 ? g_strdup (g_ascii_formatd (buf, sizeof buf, "%g", p->top_p))
+                                              : g_strdup ("1");
+    case UM_GEN_KEY_TOP_K: return g_strdup_printf ("%d", p->top_k);
+    case UM_GEN_KEY_GREEDY: return g_strdup (p->greedy ? "true" : "false");
     case UM_GEN_N_KEYS:
     default: return g_strdup ("?");
     }
@@ -122,6 +216,14 @@ um_gen_params_equal_at (const UmGenParams *a, const UmGenParams *b, UmGenKey key
     case UM_GEN_KEY_TEMPERATURE: return a->temperature == b->temperature;
     case UM_GEN_KEY_CFG_SCALE: return a->cfg_scale == b->cfg_scale;
     case UM_GEN_KEY_REMASKING: return a->remasking == b->remasking;
+    case UM_GEN_KEY_ALG: return a->alg == b->alg;
+    case UM_GEN_KEY_EPS: return a->eps == b->eps;
+    case UM_GEN_KEY_ALG_TEMP: return a->alg_temp == b->alg_temp;
+    /* Off either way. */
+    case UM_GEN_KEY_TOP_P:
+      return a->top_p == b->top_p || ((a->top_p <= 0.0 || a->top_p >= 1.0) && (b->top_p <= 0.0 || b->top_p >= 1.0));
+    case UM_GEN_KEY_TOP_K: return a->top_k == b->top_k;
+    case UM_GEN_KEY_GREEDY: return !a->greedy == !b->greedy;
     case UM_GEN_N_KEYS:
     default: return TRUE;
     }
@@ -134,12 +236,25 @@ um_gen_resolve (const UmGenParams *base,
                 const UmGenLayer  *profile,
                 UmGenResolved     *out)
 {
+  um_gen_resolve_for (UM_ARCH_LLADA, base, user, model, profile, out);
+}
+
+void
+um_gen_resolve_for (UmArch             arch,
+                    const UmGenParams *base,
+                    const UmGenLayer  *user,
+                    const UmGenLayer  *model,
+                    const UmGenLayer  *profile,
+                    UmGenResolved     *out)
+{
   const UmGenLayer *layers[] = { user, model, profile };
   const UmGenSource sources[] = { UM_GEN_SOURCE_USER, UM_GEN_SOURCE_MODEL, UM_GEN_SOURCE_PROFILE };
-  UmGenParams builtin;
+  UmGenParams builtin, plain;
 
-  um_gen_params_init (&builtin);
-  out->params = base != NULL ? *base : builtin;
+  um_gen_params_init_for_arch (&builtin, arch);
+  um_gen_params_init (&plain);
+  out->arch = arch;
+  out->params = base != NULL ? *base : plain;
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     {
       const UmGenParams *from = &builtin;
@@ -154,6 +269,9 @@ um_gen_resolve (const UmGenParams *base,
       copy_key (&out->params, from, (UmGenKey) k);
       out->source[k] = source;
     }
+  /* Dream's README and RND1's API: as many steps as tokens. */
+  if (um_arch_info (arch)->schedule != UM_SCHEDULE_BLOCK && out->source[UM_GEN_KEY_STEPS] == UM_GEN_SOURCE_BUILTIN)
+    out->params.steps = out->params.gen_length;
 }
 
 gboolean
@@ -169,14 +287,14 @@ um_gen_resolved_validate (const UmGenResolved *r,
 
   UmGenParams schedule_only;
 
-  if (um_gen_params_validate (&r->params, prompt_len, max_seq_len, &local))
+  if (um_gen_params_validate_for (&r->params, r->arch, prompt_len, max_seq_len, &local))
     return TRUE;
   /* Only a broken schedule (length, blocks, steps) is explained. */
   um_gen_params_init (&schedule_only);
   schedule_only.gen_length = r->params.gen_length;
   schedule_only.block_length = r->params.block_length;
   schedule_only.steps = r->params.steps;
-  if (um_gen_params_validate (&schedule_only, prompt_len, max_seq_len, NULL))
+  if (um_gen_params_validate_for (&schedule_only, r->arch, prompt_len, max_seq_len, NULL))
     {
       g_propagate_error (error, g_steal_pointer (&local));
       return FALSE;
@@ -186,7 +304,7 @@ um_gen_resolved_validate (const UmGenResolved *r,
     {
       UmGenKey k = schedule[i];
       g_autofree char *v = NULL;
-      if (r->source[k] == UM_GEN_SOURCE_USER)
+      if (r->source[k] == UM_GEN_SOURCE_USER || !um_gen_key_applies (k, r->arch))
         continue;
       v = um_gen_params_format (&r->params, k);
       hint = hint ? g_string_append (hint, "; ") : g_string_new (" (");
@@ -236,6 +354,7 @@ um_gen_recommendation_copy (const UmGenRecommendation *rec)
   UmGenRecommendation *c = um_gen_recommendation_new_empty ();
 
   c->layer = rec->layer;
+  c->arch = rec->arch;
   c->origin = g_strdup (rec->origin);
   for (guint i = 0; i < rec->not_applied->len; i++)
     {
@@ -316,6 +435,7 @@ tidy_f32 (double v)
 static gboolean
 take_int (UmGenRecommendation *rec, const char *what, const char *key, UmGenKey k, gint64 v)
 {
+  /* top_k 0 is off, skipped before; lengths and steps count from 1. */
   if (v < 1 || v > MAX_LENGTH)
     {
       warn (rec, "%s: “%s” is %" G_GINT64_FORMAT ", outside 1…%d; ignored", what, key, v, MAX_LENGTH);
@@ -326,6 +446,7 @@ take_int (UmGenRecommendation *rec, const char *what, const char *key, UmGenKey 
     case UM_GEN_KEY_GEN_LENGTH: rec->layer.params.gen_length = (int) v; break;
     case UM_GEN_KEY_STEPS: rec->layer.params.steps = (int) v; break;
     case UM_GEN_KEY_BLOCK_LENGTH: rec->layer.params.block_length = (int) v; break;
+    case UM_GEN_KEY_TOP_K: rec->layer.params.top_k = (int) v; break;
     default: return FALSE;
     }
   rec->layer.set |= UM_GEN_KEY_BIT (k);
@@ -335,20 +456,60 @@ take_int (UmGenRecommendation *rec, const char *what, const char *key, UmGenKey 
 static gboolean
 take_double (UmGenRecommendation *rec, const char *what, const char *key, UmGenKey k, double v)
 {
-  double max = k == UM_GEN_KEY_TEMPERATURE ? MAX_TEMPERATURE : MAX_CFG_SCALE;
+  /* eps must stay below 1 (a time), top_p above 0 (1 is off, skipped before). */
+  double min = 0.0, max;
+  gboolean open_min = k == UM_GEN_KEY_TOP_P, open_max = k == UM_GEN_KEY_EPS;
   char buf[G_ASCII_DTOSTR_BUF_SIZE];
 
-  if (!isfinite (v) || v < 0.0 || v > max)
+  switch (k)
     {
-      warn (rec, "%s: “%s” is %s, outside 0…%g; ignored", what, key, g_ascii_formatd (buf, sizeof buf, "%g", v), max);
+    case UM_GEN_KEY_TEMPERATURE:
+    case UM_GEN_KEY_ALG_TEMP: max = MAX_TEMPERATURE; break;
+    case UM_GEN_KEY_EPS:
+    case UM_GEN_KEY_TOP_P: max = 1.0; break;
+    case UM_GEN_KEY_CFG_SCALE:
+    default: max = MAX_CFG_SCALE; break;
+    }
+  if (!isfinite (v) || v < min || v > max || (open_min && v == min) || (open_max && v == max))
+    {
+      warn (rec, "%s: “%s” is %s, outside %s%g…%g%s; ignored", what, key, g_ascii_formatd (buf, sizeof buf, "%g", v),
+            open_min ? "(" : "", min, max, open_max ? ")" : "");
       return FALSE;
     }
-  if (k == UM_GEN_KEY_TEMPERATURE)
-    rec->layer.params.temperature = v;
-  else
-    rec->layer.params.cfg_scale = v;
+  switch (k)
+    {
+    case UM_GEN_KEY_TEMPERATURE: rec->layer.params.temperature = v; break;
+    case UM_GEN_KEY_ALG_TEMP: rec->layer.params.alg_temp = v; break;
+    case UM_GEN_KEY_EPS: rec->layer.params.eps = v; break;
+    case UM_GEN_KEY_TOP_P: rec->layer.params.top_p = v; break;
+    case UM_GEN_KEY_CFG_SCALE:
+    default: rec->layer.params.cfg_scale = v; break;
+    }
   rec->layer.set |= UM_GEN_KEY_BIT (k);
   return TRUE;
+}
+
+static gboolean
+take_alg (UmGenRecommendation *rec, const char *what, const char *key, const char *s)
+{
+  UmAlg a;
+
+  if (!um_alg_from_string (s, &a))
+    {
+      g_autofree char *shown = g_utf8_make_valid (s, MIN (strlen (s), 64));
+      warn (rec, "%s: “%s” is “%s”, not origin, maskgit_plus, topk_margin or entropy; ignored", what, key, shown);
+      return FALSE;
+    }
+  rec->layer.params.alg = a;
+  rec->layer.set |= UM_GEN_KEY_BIT (UM_GEN_KEY_ALG);
+  return TRUE;
+}
+
+static void
+take_greedy (UmGenRecommendation *rec, gboolean greedy)
+{
+  rec->layer.params.greedy = greedy;
+  rec->layer.set |= UM_GEN_KEY_BIT (UM_GEN_KEY_GREEDY);
 }
 
 static gboolean
@@ -480,9 +641,9 @@ neutral_value (const char *key, JsonNode *n)
 }
 
 static const char *
-not_applied_reason (const char *key)
+not_applied_reason (const char *key, UmArch arch)
 {
-  static const struct { const char *key; const char *reason; } reasons[] = {
+  static const struct { const char *key; const char *reason; } block[] = {
     { "top_p", "LLaDA's sampler has no nucleus (top-p) filter" },
     { "top_k", "LLaDA's sampler has no top-k filter" },
     { "min_p", "LLaDA's sampler has no min-p filter" },
@@ -490,14 +651,38 @@ not_applied_reason (const char *key)
     { "alg", "Dream's unmasking order; Unmask runs LLaDA's schedule (remasking)" },
     { "alg_temp", "Dream's unmasking order; Unmask runs LLaDA's schedule (remasking)" },
     { "eps", "Dream's time steps; Unmask runs LLaDA's block schedule" },
+    { "greedy", "RND1's switch; LLaDA's schedule is greedy at temperature 0" },
     { "threshold", "fast decoding is the user's to turn on" },
     { "repetition_penalty", "LLaDA's sampler has no repetition penalty" },
     { "num_beams", "there is no beam search in diffusion sampling" },
   };
-  for (guint i = 0; i < G_N_ELEMENTS (reasons); i++)
-    if (g_str_equal (key, reasons[i].key))
-      return reasons[i].reason;
-  return "not a setting of LLaDA's sampler";
+  static const struct { const char *key; const char *reason; } other[] = {
+    { "min_p", "no min-p filter in this family's sampler" },
+    { "max_length", "it counts the prompt too; Unmask reads max_new_tokens or gen_length" },
+    { "block_length", "LLaDA's block schedule; this family has no blocks" },
+    { "cfg_scale", "LLaDA's classifier-free guidance; not in this family's sampler" },
+    { "remasking", "LLaDA's remasking; not in this family's sampler" },
+    { "alg", "Dream's confidence rule; RND1 orders by entropy" },
+    { "alg_temp", "Dream's confidence rule; RND1 orders by entropy" },
+    { "eps", "Dream's time steps; RND1's schedule has none" },
+    { "greedy", "RND1's switch; Dream is greedy at temperature 0" },
+    { "do_sample", "Dream's sampler ignores it: the temperature decides" },
+    { "eb_gamma", "RND1's entropy-bounded variant is not implemented" },
+    { "threshold", "fast decoding is the user's to turn on" },
+    { "repetition_penalty", "no repetition penalty in diffusion sampling" },
+    { "num_beams", "there is no beam search in diffusion sampling" },
+  };
+  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK)
+    {
+      for (guint i = 0; i < G_N_ELEMENTS (block); i++)
+        if (g_str_equal (key, block[i].key))
+          return block[i].reason;
+      return "not a setting of LLaDA's sampler";
+    }
+  for (guint i = 0; i < G_N_ELEMENTS (other); i++)
+    if (g_str_equal (key, other[i].key))
+      return other[i].reason;
+  return "not a setting of this family's sampler";
 }
 
 /* A length key: the first alias found wins; a disagreeing alias is a warning. */
@@ -535,21 +720,117 @@ take_length (UmGenRecommendation *rec, JsonObject *obj, const char *what, UmGenK
     }
 }
 
+static gboolean
+member_is (JsonObject *obj, const char *key, GType type)
+{
+  JsonNode *n = json_object_get_member (obj, key);
+  return n != NULL && JSON_NODE_HOLDS_VALUE (n) && json_node_get_value_type (n) == type;
+}
+
+static gboolean
+member_unset (JsonObject *obj, const char *key)
+{
+  JsonNode *n = json_object_get_member (obj, key);
+  return n == NULL || JSON_NODE_HOLDS_NULL (n);
+}
+
+/* Dream's generation_config.json as save_pretrained writes the class
+ * defaults of DreamGenerationConfig: what diffusion_generate () does with
+ * no arguments (a random order over 512 steps), which no Dream document
+ * recommends; every example passes its own values. */
+static gboolean
+dream_class_defaults (JsonObject *obj)
+{
+  double d;
+  JsonNode *n;
+
+  if (!member_is (obj, "alg", G_TYPE_STRING) || !g_str_equal (json_object_get_string_member (obj, "alg"), "origin"))
+    return FALSE;
+  n = json_object_get_member (obj, "steps");
+  if (n == NULL || !node_number (n, &d) || d != 512.0)
+    return FALSE;
+  n = json_object_get_member (obj, "eps");
+  if (n == NULL || !node_number (n, &d) || d != 1e-3)
+    return FALSE;
+  n = json_object_get_member (obj, "temperature");
+  if (n == NULL || !node_number (n, &d) || d != 0.0)
+    return FALSE;
+  return member_unset (obj, "top_p") && member_unset (obj, "top_k") && member_unset (obj, "alg_temp");
+}
+
+/* Dream's and RND1's keys in the file: applied when family @arch has
+ * them; TRUE when @key was one of them. */
+static gboolean
+take_family_key (UmGenRecommendation *rec, UmArch arch, const char *what, const char *key, JsonNode *n)
+{
+  static const struct { const char *name; UmGenKey k; } keys[] = {
+    { "alg", UM_GEN_KEY_ALG }, { "eps", UM_GEN_KEY_EPS }, { "alg_temp", UM_GEN_KEY_ALG_TEMP },
+    { "top_p", UM_GEN_KEY_TOP_P }, { "top_k", UM_GEN_KEY_TOP_K }, { "greedy", UM_GEN_KEY_GREEDY },
+  };
+  guint i;
+  double d;
+  gint64 v;
+
+  for (i = 0; i < G_N_ELEMENTS (keys) && !g_str_equal (key, keys[i].name); i++)
+    ;
+  if (i == G_N_ELEMENTS (keys) || !um_gen_key_applies (keys[i].k, arch))
+    return FALSE;
+  switch (keys[i].k)
+    {
+    case UM_GEN_KEY_ALG:
+      if (!JSON_NODE_HOLDS_VALUE (n) || json_node_get_value_type (n) != G_TYPE_STRING)
+        warn (rec, "%s: “alg” is %s, not a name; ignored", what, json_type_name (n));
+      else
+        take_alg (rec, what, key, json_node_get_string (n));
+      break;
+    case UM_GEN_KEY_GREEDY:
+      if (!JSON_NODE_HOLDS_VALUE (n) || json_node_get_value_type (n) != G_TYPE_BOOLEAN)
+        warn (rec, "%s: “greedy” is %s, not true or false; ignored", what, json_type_name (n));
+      else
+        take_greedy (rec, json_node_get_boolean (n));
+      break;
+    case UM_GEN_KEY_TOP_K:
+      if (!node_integer (n, &v) || v < 0)
+        {
+          g_autofree char *text = node_text (n);
+          warn (rec, "%s: “top_k” is %s, not a whole number ≥ 0; ignored", what, text);
+        }
+      else if (v > 0)
+        take_int (rec, what, key, UM_GEN_KEY_TOP_K, v);
+      break;
+    default:
+      if (!node_number (n, &d))
+        {
+          g_autofree char *text = node_text (n);
+          warn (rec, "%s: “%s” is %s (%s), not a number; ignored", what, key, json_type_name (n), text);
+        }
+      /* top_p 1 is off: no recommendation. */
+      else if (!(keys[i].k == UM_GEN_KEY_TOP_P && d == 1.0))
+        take_double (rec, what, key, keys[i].k, d);
+      break;
+    }
+  return TRUE;
+}
+
 /* @root: the parsed file, or NULL and @error saying why not. */
 static UmGenRecommendation *
-from_json_root (JsonNode *root, GError *error, const char *what)
+from_json_root (UmArch arch, JsonNode *root, GError *error, const char *what)
 {
   /* The first name is the one used when aliases disagree. */
   static const char *const gen_aliases[] = { "gen_length", "max_new_tokens", NULL };
   static const char *const steps_aliases[] = { "steps", "num_diffusion_steps", "diffusion_steps", NULL };
   static const char *const block_aliases[] = { "block_length", NULL };
+  static const char *const dream_defaults[] = { "alg", "steps", "eps", "temperature", NULL };
+  const UmSchedule schedule = um_arch_info (arch)->schedule;
   g_autoptr(UmGenRecommendation) rec = um_gen_recommendation_new_empty ();
   g_autoptr(GError) root_error = NULL;
   g_autoptr(GList) members = NULL;
+  gboolean class_defaults;
   JsonObject *obj;
   JsonNode *n;
   int do_sample = -1;    /* -1: not said */
 
+  rec->arch = arch;
   obj = root ? um_json_root_object (root, what, &root_error) : NULL;
   if (obj == NULL)
     {
@@ -557,6 +838,7 @@ from_json_root (JsonNode *root, GError *error, const char *what)
             root_error ? root_error->message : error ? error->message : what);
       return g_steal_pointer (&rec);
     }
+  class_defaults = schedule == UM_SCHEDULE_TIMESTEP && dream_class_defaults (obj);
 
   n = json_object_get_member (obj, "do_sample");
   if (n != NULL && !JSON_NODE_HOLDS_NULL (n))
@@ -568,8 +850,10 @@ from_json_root (JsonNode *root, GError *error, const char *what)
     }
 
   take_length (rec, obj, what, UM_GEN_KEY_GEN_LENGTH, gen_aliases);
-  take_length (rec, obj, what, UM_GEN_KEY_STEPS, steps_aliases);
-  take_length (rec, obj, what, UM_GEN_KEY_BLOCK_LENGTH, block_aliases);
+  if (!class_defaults)
+    take_length (rec, obj, what, UM_GEN_KEY_STEPS, steps_aliases);
+  if (um_gen_key_applies (UM_GEN_KEY_BLOCK_LENGTH, arch))
+    take_length (rec, obj, what, UM_GEN_KEY_BLOCK_LENGTH, block_aliases);
 
   members = json_object_get_members (obj);
   for (GList *l = members; l != NULL; l = l->next)
@@ -580,9 +864,28 @@ from_json_root (JsonNode *root, GError *error, const char *what)
 
       n = json_object_get_member (obj, key);
       /* null is how transformers writes "not set". */
-      if (n == NULL || JSON_NODE_HOLDS_NULL (n) || silent_key (key) || g_str_equal (key, "do_sample"))
+      if (n == NULL || JSON_NODE_HOLDS_NULL (n) || silent_key (key))
         continue;
-      if (g_str_equal (key, "temperature") || g_str_equal (key, "cfg_scale"))
+      if (g_str_equal (key, "do_sample"))
+        {
+          /* Dream's sampler never reads it. */
+          if (schedule == UM_SCHEDULE_TIMESTEP)
+            {
+              g_autofree char *text_value = node_text (n);
+              note (rec, key, text_value, not_applied_reason (key, arch));
+            }
+          continue;
+        }
+      if (class_defaults && g_strv_contains (dream_defaults, key))
+        {
+          g_autofree char *text_value = node_text (n);
+          note (rec, key, text_value,
+                "DreamGenerationConfig's class default as save_pretrained writes it, not a recommendation "
+                "(Dream's README: alg entropy, temperature 0.2, top_p 0.95, as many steps as tokens)");
+          continue;
+        }
+      if (g_str_equal (key, "temperature")
+          || (g_str_equal (key, "cfg_scale") && um_gen_key_applies (UM_GEN_KEY_CFG_SCALE, arch)))
         {
           k = g_str_equal (key, "temperature") ? UM_GEN_KEY_TEMPERATURE : UM_GEN_KEY_CFG_SCALE;
           if (!node_number (n, &d))
@@ -591,8 +894,9 @@ from_json_root (JsonNode *root, GError *error, const char *what)
               warn (rec, "%s: “%s” is %s (%s), not a number; ignored", what, key, json_type_name (n), text_value);
               continue;
             }
-          /* do_sample false is greedy, whatever the temperature says. */
-          if (k == UM_GEN_KEY_TEMPERATURE && do_sample == 0 && d != 0.0)
+          /* do_sample false is greedy, whatever the temperature says (in
+           * LLaDA's schedule; RND1 reads it as its greedy switch). */
+          if (k == UM_GEN_KEY_TEMPERATURE && do_sample == 0 && d != 0.0 && schedule == UM_SCHEDULE_BLOCK)
             {
               g_autofree char *text_value = node_text (n);
               note (rec, key, text_value, "do_sample is false: greedy decoding (temperature 0)");
@@ -601,7 +905,7 @@ from_json_root (JsonNode *root, GError *error, const char *what)
           take_double (rec, what, key, k, d);
           continue;
         }
-      if (g_str_equal (key, "remasking"))
+      if (g_str_equal (key, "remasking") && um_gen_key_applies (UM_GEN_KEY_REMASKING, arch))
         {
           if (!JSON_NODE_HOLDS_VALUE (n) || json_node_get_value_type (n) != G_TYPE_STRING)
             warn (rec, "%s: “remasking” is %s, not low_confidence or random; ignored", what, json_type_name (n));
@@ -609,25 +913,34 @@ from_json_root (JsonNode *root, GError *error, const char *what)
             take_remasking (rec, what, key, json_node_get_string (n));
           continue;
         }
+      if (take_family_key (rec, arch, what, key, n))
+        continue;
       /* Read above. */
       if (g_strv_contains ((const char *const *) gen_aliases, key)
           || g_strv_contains ((const char *const *) steps_aliases, key)
-          || g_strv_contains ((const char *const *) block_aliases, key))
+          || (g_strv_contains ((const char *const *) block_aliases, key)
+              && um_gen_key_applies (UM_GEN_KEY_BLOCK_LENGTH, arch)))
         continue;
       if (neutral_value (key, n))
         continue;
       {
         g_autofree char *text_value = node_text (n);
-        note (rec, key, text_value, not_applied_reason (key));
+        note (rec, key, text_value, not_applied_reason (key, arch));
       }
     }
 
-  if (do_sample == 0)
+  if (schedule == UM_SCHEDULE_ENTROPY)
+    {
+      /* RND1: greedy = getattr (config, "greedy", not do_sample). */
+      if (do_sample >= 0 && !um_gen_layer_has (&rec->layer, UM_GEN_KEY_GREEDY))
+        take_greedy (rec, !do_sample);
+    }
+  else if (schedule == UM_SCHEDULE_BLOCK && do_sample == 0)
     {
       rec->layer.params.temperature = 0.0;
       rec->layer.set |= UM_GEN_KEY_BIT (UM_GEN_KEY_TEMPERATURE);
     }
-  else if (do_sample == 1 && !um_gen_layer_has (&rec->layer, UM_GEN_KEY_TEMPERATURE))
+  else if (schedule == UM_SCHEDULE_BLOCK && do_sample == 1 && !um_gen_layer_has (&rec->layer, UM_GEN_KEY_TEMPERATURE))
     {
       /* transformers samples at its default temperature, 1.0. */
       rec->layer.params.temperature = 1.0;
@@ -641,13 +954,19 @@ from_json_root (JsonNode *root, GError *error, const char *what)
 UmGenRecommendation *
 um_gen_recommendation_from_json (const char *text, gssize len, const char *what)
 {
+  return um_gen_recommendation_from_json_for (UM_ARCH_LLADA, text, len, what);
+}
+
+UmGenRecommendation *
+um_gen_recommendation_from_json_for (UmArch arch, const char *text, gssize len, const char *what)
+{
   g_autoptr(GError) error = NULL;
   g_autoptr(JsonNode) root = NULL;
 
   if (what == NULL)
     what = "generation_config.json";
   root = um_json_parse (text, len, what, NULL, &error);
-  return from_json_root (root, error, what);
+  return from_json_root (arch, root, error, what);
 }
 
 /* ---- GGUF ---- */
@@ -672,56 +991,52 @@ gguf_value_text (UmGguf *g, const char *key)
   return g_strdup ("…");
 }
 
+typedef enum { KV_INT, KV_DOUBLE, KV_REMASKING, KV_ALG, KV_BOOL } KvKind;
+
+/* The keys a GGUF may recommend with: llama.cpp's general.sampling.* and
+ * ours (unmask.generation.*, what um_gen_recommendation_write_gguf ()
+ * writes). */
+static const struct {
+  const char *key;
+  UmGenKey    k;
+  KvKind      kind;
+} gguf_keys[] = {
+  { GGUF_SAMPLING "temp", UM_GEN_KEY_TEMPERATURE, KV_DOUBLE },
+  { GGUF_SAMPLING "top_p", UM_GEN_KEY_TOP_P, KV_DOUBLE },
+  { GGUF_SAMPLING "top_k", UM_GEN_KEY_TOP_K, KV_INT },
+  { GGUF_GENERATION "gen_length", UM_GEN_KEY_GEN_LENGTH, KV_INT },
+  { GGUF_GENERATION "steps", UM_GEN_KEY_STEPS, KV_INT },
+  { GGUF_GENERATION "block_length", UM_GEN_KEY_BLOCK_LENGTH, KV_INT },
+  { GGUF_GENERATION "cfg_scale", UM_GEN_KEY_CFG_SCALE, KV_DOUBLE },
+  { GGUF_GENERATION "remasking", UM_GEN_KEY_REMASKING, KV_REMASKING },
+  { GGUF_GENERATION "alg", UM_GEN_KEY_ALG, KV_ALG },
+  { GGUF_GENERATION "eps", UM_GEN_KEY_EPS, KV_DOUBLE },
+  { GGUF_GENERATION "alg_temp", UM_GEN_KEY_ALG_TEMP, KV_DOUBLE },
+  { GGUF_GENERATION "greedy", UM_GEN_KEY_GREEDY, KV_BOOL },
+};
+
 UmGenRecommendation *
 um_gen_recommendation_from_gguf (UmGguf *g)
 {
-  static const struct { const char *key; UmGenKey k; } ints[] = {
-    { GGUF_GENERATION "gen_length", UM_GEN_KEY_GEN_LENGTH },
-    { GGUF_GENERATION "steps", UM_GEN_KEY_STEPS },
-    { GGUF_GENERATION "block_length", UM_GEN_KEY_BLOCK_LENGTH },
-  };
   UmGenRecommendation *rec = um_gen_recommendation_new_empty ();
   const char *what = um_gguf_file_name (g);
+  const char *arch_name = um_gguf_get_string (g, "general.architecture", NULL);
 
+  if (!um_arch_from_gguf (arch_name, &rec->arch))
+    rec->arch = UM_ARCH_LLADA;
   for (guint i = 0; i < um_gguf_n_kv (g); i++)
     {
       const char *key = um_gguf_kv_key (g, i);
       gboolean ours = g_str_has_prefix (key, GGUF_GENERATION);
       g_autoptr(GError) error = NULL;
+      const char *str;
+      gboolean b;
       double d;
       gint64 v;
-      guint k;
+      guint t;
 
       if (!ours && !g_str_has_prefix (key, GGUF_SAMPLING))
         continue;
-      if (g_str_equal (key, GGUF_SAMPLING "temp") || g_str_equal (key, GGUF_GENERATION "cfg_scale"))
-        {
-          if (!um_gguf_get_f64 (g, key, &d, &error))
-            warn (rec, "%s; ignored", error->message);
-          else
-            take_double (rec, what, key, ours ? UM_GEN_KEY_CFG_SCALE : UM_GEN_KEY_TEMPERATURE,
-                         um_gguf_kv_type (g, i) == UM_GGUF_FLOAT32 ? tidy_f32 (d) : d);
-          continue;
-        }
-      for (k = 0; k < G_N_ELEMENTS (ints) && !g_str_equal (key, ints[k].key); k++)
-        ;
-      if (k < G_N_ELEMENTS (ints))
-        {
-          if (!um_gguf_get_i64 (g, key, &v, &error))
-            warn (rec, "%s; ignored", error->message);
-          else
-            take_int (rec, what, key, ints[k].k, v);
-          continue;
-        }
-      if (g_str_equal (key, GGUF_GENERATION "remasking"))
-        {
-          const char *s = um_gguf_get_string (g, key, &error);
-          if (s == NULL)
-            warn (rec, "%s; ignored", error->message);
-          else
-            take_remasking (rec, what, key, s);
-          continue;
-        }
       /* The order of llama.cpp's sampler chain: no value to apply. */
       if (g_str_equal (key, GGUF_SAMPLING "sequence"))
         continue;
@@ -729,11 +1044,46 @@ um_gen_recommendation_from_gguf (UmGguf *g)
       if ((g_str_equal (key, GGUF_SAMPLING "top_k") && um_gguf_get_f64 (g, key, &d, NULL) && d <= 0.0)
           || (g_str_equal (key, GGUF_SAMPLING "top_p") && um_gguf_get_f64 (g, key, &d, NULL) && d >= 1.0))
         continue;
-      {
-        g_autofree char *text = gguf_value_text (g, key);
-        const char *base = ours ? key + strlen (GGUF_GENERATION) : key + strlen (GGUF_SAMPLING);
-        note (rec, key, text, not_applied_reason (base));
-      }
+      for (t = 0; t < G_N_ELEMENTS (gguf_keys) && !g_str_equal (key, gguf_keys[t].key); t++)
+        ;
+      if (t == G_N_ELEMENTS (gguf_keys) || !um_gen_key_applies (gguf_keys[t].k, rec->arch))
+        {
+          g_autofree char *text = gguf_value_text (g, key);
+          const char *base = ours ? key + strlen (GGUF_GENERATION) : key + strlen (GGUF_SAMPLING);
+          note (rec, key, text, not_applied_reason (base, rec->arch));
+          continue;
+        }
+      switch (gguf_keys[t].kind)
+        {
+        case KV_DOUBLE:
+          if (!um_gguf_get_f64 (g, key, &d, &error))
+            warn (rec, "%s; ignored", error->message);
+          else
+            take_double (rec, what, key, gguf_keys[t].k, um_gguf_kv_type (g, i) == UM_GGUF_FLOAT32 ? tidy_f32 (d) : d);
+          break;
+        case KV_INT:
+          if (!um_gguf_get_i64 (g, key, &v, &error))
+            warn (rec, "%s; ignored", error->message);
+          else
+            take_int (rec, what, key, gguf_keys[t].k, v);
+          break;
+        case KV_BOOL:
+          if (!um_gguf_get_bool (g, key, &b, &error))
+            warn (rec, "%s; ignored", error->message);
+          else
+            take_greedy (rec, b);
+          break;
+        case KV_REMASKING:
+        case KV_ALG:
+        default:
+          if ((str = um_gguf_get_string (g, key, &error)) == NULL)
+            warn (rec, "%s; ignored", error->message);
+          else if (gguf_keys[t].kind == KV_ALG)
+            take_alg (rec, what, key, str);
+          else
+            take_remasking (rec, what, key, str);
+          break;
+        }
     }
   if (rec->layer.set != 0 || rec->not_applied->len > 0)
     rec->origin = g_strdup ("GGUF metadata");
@@ -747,6 +1097,10 @@ um_gen_recommendation_write_gguf (const UmGenRecommendation *rec, UmGgufWriter *
 
   if (um_gen_layer_has (&rec->layer, UM_GEN_KEY_TEMPERATURE))
     um_gguf_writer_set_f32 (w, GGUF_SAMPLING "temp", (float) p->temperature);
+  if (um_gen_layer_has (&rec->layer, UM_GEN_KEY_TOP_P))
+    um_gguf_writer_set_f32 (w, GGUF_SAMPLING "top_p", (float) p->top_p);
+  if (um_gen_layer_has (&rec->layer, UM_GEN_KEY_TOP_K))
+    um_gguf_writer_set_i32 (w, GGUF_SAMPLING "top_k", p->top_k);
   if (um_gen_layer_has (&rec->layer, UM_GEN_KEY_GEN_LENGTH))
     um_gguf_writer_set_u32 (w, GGUF_GENERATION "gen_length", (guint32) p->gen_length);
   if (um_gen_layer_has (&rec->layer, UM_GEN_KEY_STEPS))
@@ -757,6 +1111,27 @@ um_gen_recommendation_write_gguf (const UmGenRecommendation *rec, UmGgufWriter *
     um_gguf_writer_set_f32 (w, GGUF_GENERATION "cfg_scale", (float) p->cfg_scale);
   if (um_gen_layer_has (&rec->layer, UM_GEN_KEY_REMASKING))
     um_gguf_writer_set_string (w, GGUF_GENERATION "remasking", um_remasking_to_string (p->remasking));
+  if (um_gen_layer_has (&rec->layer, UM_GEN_KEY_ALG))
+    um_gguf_writer_set_string (w, GGUF_GENERATION "alg", um_alg_to_string (p->alg));
+  if (um_gen_layer_has (&rec->layer, UM_GEN_KEY_EPS))
+    um_gguf_writer_set_f32 (w, GGUF_GENERATION "eps", (float) p->eps);
+  if (um_gen_layer_has (&rec->layer, UM_GEN_KEY_ALG_TEMP))
+    um_gguf_writer_set_f32 (w, GGUF_GENERATION "alg_temp", (float) p->alg_temp);
+  if (um_gen_layer_has (&rec->layer, UM_GEN_KEY_GREEDY))
+    um_gguf_writer_set_bool (w, GGUF_GENERATION "greedy", p->greedy);
+}
+
+/* The family of the model at @path, as its loader will see it; LLaDA when
+ * it cannot be read (the load reports why). */
+static UmArch
+folder_arch (const char *path)
+{
+  UmModelConfig cfg;
+
+  memset (&cfg, 0, sizeof cfg);
+  if (!um_model_config_load_hf (&cfg, path, NULL))
+    return UM_ARCH_LLADA;
+  return cfg.arch;
 }
 
 UmGenRecommendation *
@@ -771,10 +1146,16 @@ um_gen_recommendation_load (const char *path)
       g_autofree char *file = g_build_filename (path, "generation_config.json", NULL);
       g_autoptr(JsonNode) root = um_json_parse_file (file, "generation_config.json", NULL, &error);
 
+      UmGenRecommendation *rec;
+
       /* A folder without the file: the model recommends nothing. */
       if (root == NULL && um_json_error_is_missing (error))
-        return um_gen_recommendation_new_empty ();
-      return from_json_root (root, error, "generation_config.json");
+        {
+          rec = um_gen_recommendation_new_empty ();
+          rec->arch = folder_arch (path);
+          return rec;
+        }
+      return from_json_root (folder_arch (path), root, error, "generation_config.json");
     }
   {
     g_autoptr(UmGguf) g = um_gguf_open (path, &error);

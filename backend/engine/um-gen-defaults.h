@@ -29,16 +29,47 @@ typedef enum {
   UM_GEN_KEY_TEMPERATURE,
   UM_GEN_KEY_CFG_SCALE,
   UM_GEN_KEY_REMASKING,
+  /* Dream's timestep and RND1's entropy schedules. */
+  UM_GEN_KEY_ALG,
+  UM_GEN_KEY_EPS,
+  UM_GEN_KEY_ALG_TEMP,
+  UM_GEN_KEY_TOP_P,
+  UM_GEN_KEY_TOP_K,
+  UM_GEN_KEY_GREEDY,
   UM_GEN_N_KEYS
 } UmGenKey;
+
+/* The keys of LLaDA's block schedule, the first ones: those the app's
+ * settings show. */
+#define UM_GEN_N_BLOCK_KEYS (UM_GEN_KEY_REMASKING + 1)
 
 #define UM_GEN_KEY_BIT(k) (1u << (k))
 #define UM_GEN_ALL_KEYS   ((1u << UM_GEN_N_KEYS) - 1)
 
 /* "gen_length", "steps", "block_length", "temperature", "cfg_scale",
- * "remasking": the generation_config.json names. */
+ * "remasking", "alg", "eps", "alg_temp", "top_p", "top_k", "greedy": the
+ * generation_config.json names. */
 const char *um_gen_key_name (UmGenKey key);
 gboolean    um_gen_key_from_name (const char *name, UmGenKey *out);
+
+/* Whether family @arch's schedule has @key (LLaDA and LLaDA-MoE: the
+ * block keys; Dream: lengths, temperature, alg, eps, alg_temp, top_p and
+ * top_k; RND1: lengths, temperature, top_p, top_k and greedy). */
+gboolean    um_gen_key_applies (UmGenKey key, UmArch arch);
+
+/* The built-in defaults of family @arch: LLaDA's reference chat defaults
+ * (um_gen_params_init ()); Dream's README (temperature 0.2, alg entropy,
+ * eps 1e-3, alg_temp 0; top_p off as in its code, where None is the
+ * default); RND1's RND1GenerationConfig (temperature 0.1, not greedy).
+ * Dream and RND1 take as many steps as tokens unless a layer says
+ * otherwise (um_gen_resolve_for ()). */
+void        um_gen_params_init_for_arch (UmGenParams *p, UmArch arch);
+/* Sets what family @arch's schedule does not have back to its defaults
+ * (off): the other families' keys, and without blocks LLaDA's EOS rules,
+ * the KV cache and the factor (RND1, Dream's origin: the threshold). For
+ * the app, whose LLaDA controls keep their values when a Dream or RND1
+ * model is loaded; unmask-cli reports such options as errors instead. */
+void        um_gen_params_drop_foreign (UmGenParams *p, UmArch arch);
 
 /* Lowest precedence first. */
 typedef enum {
@@ -69,17 +100,27 @@ gboolean um_gen_params_equal_at (const UmGenParams *a, const UmGenParams *b, UmG
 typedef struct {
   UmGenParams params;                   /* every key resolved; the rest is @base's */
   UmGenSource source[UM_GEN_N_KEYS];
+  UmArch      arch;                     /* the family whose defaults and schedule apply */
 } UmGenResolved;
 
-/* The precedence rule. @base gives everything that is not a UmGenKey
- * (seed, flags, fast decoding, constraints; NULL: um_gen_params_init ());
- * for each key the first layer that sets it wins, in the order @user,
- * @model, @profile (each may be NULL), else the built-in default. */
+/* The precedence rule for LLaDA (um_gen_resolve_for () with UM_ARCH_LLADA). */
 void     um_gen_resolve (const UmGenParams *base,
                          const UmGenLayer  *user,
                          const UmGenLayer  *model,
                          const UmGenLayer  *profile,
                          UmGenResolved     *out);
+/* The precedence rule. @base gives everything that is not a UmGenKey
+ * (seed, flags, fast decoding, constraints; NULL: um_gen_params_init ());
+ * for each key the first layer that sets it wins, in the order @user,
+ * @model, @profile (each may be NULL), else family @arch's built-in
+ * default (um_gen_params_init_for_arch ()); Dream's and RND1's built-in
+ * steps are the resolved gen_length. */
+void     um_gen_resolve_for (UmArch             arch,
+                             const UmGenParams *base,
+                             const UmGenLayer  *user,
+                             const UmGenLayer  *model,
+                             const UmGenLayer  *profile,
+                             UmGenResolved     *out);
 
 /* um_gen_params_validate () of the resolved parameters; a failure names
  * where the values that are not the user's came from, so the user knows
@@ -102,14 +143,23 @@ typedef struct {
   char      *origin;       /* "generation_config.json", "GGUF metadata"; NULL: the model recommends nothing */
   GPtrArray *not_applied;  /* UmGenNote* */
   GPtrArray *warnings;     /* char*: values ignored because they are invalid, an unreadable file */
+  UmArch     arch;         /* the model's family (LLaDA when unknown): which keys apply */
 } UmGenRecommendation;
 
 /* The recommendation of the model at @path (a Hugging Face folder or a
- * .gguf file). Never NULL and never fails: a missing file is no
- * recommendation, a bad file or value a warning, each bad key ignored. */
+ * .gguf file), for its family (config.json or general.architecture; a
+ * model that cannot be read counts as LLaDA, its load then fails). Never
+ * NULL and never fails: a missing file is no recommendation, a bad file
+ * or value a warning, each bad key ignored. */
 UmGenRecommendation *um_gen_recommendation_load (const char *path);
-/* From generation_config.json's text; @what names it in warnings. */
+/* From generation_config.json's text, for LLaDA (the _for variant: for
+ * family @arch); @what names it in warnings. Dream's file as
+ * save_pretrained writes DreamGenerationConfig's class defaults (alg
+ * origin, steps 512, eps 0.001, temperature 0, no top_p, top_k or
+ * alg_temp) is not a recommendation: its keys become notes. */
 UmGenRecommendation *um_gen_recommendation_from_json (const char *text, gssize len, const char *what);
+UmGenRecommendation *um_gen_recommendation_from_json_for (UmArch arch, const char *text, gssize len,
+                                                          const char *what);
 UmGenRecommendation *um_gen_recommendation_from_gguf (UmGguf *gguf);
 UmGenRecommendation *um_gen_recommendation_new_empty (void);
 UmGenRecommendation *um_gen_recommendation_copy (const UmGenRecommendation *rec);

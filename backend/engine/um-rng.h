@@ -36,3 +36,8 @@ um_rng_uniform (uint64_t seed, uint64_t stream, uint64_t a, uint64_t b)
 #define UM_RNG_STREAM_GUMBEL 0x67756d62656cull   /* "gumbel" */
 #define UM_RNG_STREAM_RANDOM 0x72616e646f6dull   /* "random" */
 #define UM_RNG_STREAM_SCORE  0x73636f7265ull     /* "score" */
+/* Dream's and RND1's schedules: a token drawn from its distribution, the
+ * origin rule's per-position coin, alg_temp's positions. */
+#define UM_RNG_STREAM_TOKEN  0x746f6b656eull     /* "token" */
+#define UM_RNG_STREAM_ORIGIN 0x6f726967696eull   /* "origin" */
+#define UM_RNG_STREAM_ALG    0x616c67ull         /* "alg" */

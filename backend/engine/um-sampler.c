@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "um-error.h"
+#include "um-schedule.h"
 #include "um-topk.h"
 
 void
@@ -18,6 +19,28 @@ um_gen_params_init (UmGenParams *p)
   p->cfg_scale = 0.0;
   p->remasking = UM_REMASK_LOW_CONFIDENCE;
   p->seed = 0;
+  p->alg = UM_ALG_ENTROPY;
+  p->eps = 1e-3;
+}
+
+static const char *const alg_names[] = { "origin", "maskgit_plus", "topk_margin", "entropy" };
+
+const char *
+um_alg_to_string (UmAlg alg)
+{
+  return (guint) alg < G_N_ELEMENTS (alg_names) ? alg_names[alg] : "unknown";
+}
+
+gboolean
+um_alg_from_string (const char *s, UmAlg *out)
+{
+  for (guint i = 0; s != NULL && i < G_N_ELEMENTS (alg_names); i++)
+    if (g_str_equal (s, alg_names[i]))
+      {
+        *out = (UmAlg) i;
+        return TRUE;
+      }
+  return FALSE;
 }
 
 static const char *const cache_names[] = { "none", "prefix", "dual" };
@@ -58,30 +81,18 @@ um_remasking_from_string (const char *s, UmRemasking *out)
   return TRUE;
 }
 
-gboolean
-um_gen_params_validate (const UmGenParams *p,
-                        int                prompt_len,
-                        guint              max_seq_len,
-                        GError           **error)
-{
 #define FAIL(...) G_STMT_START { g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, __VA_ARGS__); return FALSE; } G_STMT_END
+
+/* What every schedule checks. */
+static gboolean
+validate_common (const UmGenParams *p, int prompt_len, guint max_seq_len, GError **error)
+{
   if (p->gen_length <= 0)
     FAIL ("gen_length must be positive (got %d)", p->gen_length);
-  if (p->block_length <= 0)
-    FAIL ("block_length must be positive (got %d)", p->block_length);
   if (p->steps <= 0)
     FAIL ("steps must be positive (got %d)", p->steps);
-  if (p->gen_length % p->block_length != 0)
-    FAIL ("gen_length (%d) must be a multiple of block_length (%d)", p->gen_length, p->block_length);
-  if (p->steps % (p->gen_length / p->block_length) != 0)
-    FAIL ("steps (%d) must be a multiple of the number of blocks (gen_length / block_length = %d)",
-          p->steps, p->gen_length / p->block_length);
   if (!(p->temperature >= 0.0) || !isfinite (p->temperature))
     FAIL ("temperature must be a finite number ≥ 0 (got %g)", p->temperature);
-  if (!(p->cfg_scale >= 0.0) || !isfinite (p->cfg_scale))
-    FAIL ("cfg_scale must be a finite number ≥ 0 (got %g)", p->cfg_scale);
-  if (p->remasking != UM_REMASK_LOW_CONFIDENCE && p->remasking != UM_REMASK_RANDOM)
-    FAIL ("unknown remasking strategy %d", (int) p->remasking);
   if (p->cache != UM_CACHE_NONE && p->cache != UM_CACHE_PREFIX && p->cache != UM_CACHE_DUAL)
     FAIL ("unknown cache mode %d", (int) p->cache);
   /* 0 is "off"; anything else must be a usable probability. */
@@ -110,8 +121,115 @@ um_gen_params_validate (const UmGenParams *p,
   if (prompt_len < 0 || (gint64) prompt_len + p->gen_length > (gint64) max_seq_len)
     FAIL ("prompt (%d tokens) + gen_length (%d) exceeds the model's maximum sequence length (%u)",
           prompt_len, p->gen_length, max_seq_len);
-#undef FAIL
   return TRUE;
+}
+
+/* The nucleus and top-k filters of Dream and RND1. */
+static gboolean
+validate_filters (const UmGenParams *p, GError **error)
+{
+  if (!(p->top_p >= 0.0 && p->top_p <= 1.0))
+    FAIL ("top_p must be in [0, 1] (got %g; 0 and 1 are off)", p->top_p);
+  if (p->top_k < 0)
+    FAIL ("top_k must be ≥ 0 (got %d; 0 is off)", p->top_k);
+  return TRUE;
+}
+
+/* The LLaDA reference's options, which the other schedules do not have. */
+static gboolean
+validate_no_block_options (const UmGenParams *p, const char *family, GError **error)
+{
+  if (p->cfg_scale != 0.0)
+    FAIL ("%s's schedule has no classifier-free guidance (cfg_scale is LLaDA's)", family);
+  if (p->remasking != UM_REMASK_LOW_CONFIDENCE)
+    FAIL ("%s's schedule has no remasking strategy (remasking is LLaDA's)", family);
+  if (p->logits_eos_inf || p->confidence_eos_eot_inf)
+    FAIL ("%s's schedule has no EOS/EOT rules (logits_eos_inf and confidence_eos_eot_inf are LLaDA's)", family);
+  /* The block KV cache needs blocks. */
+  if (p->cache != UM_CACHE_NONE)
+    FAIL ("the block KV cache needs LLaDA's block schedule; %s's schedule has no blocks", family);
+  if (p->factor > 0.0)
+    FAIL ("%s's schedule has no factor rule (it is Fast-dLLM's rule for LLaDA's blocks)", family);
+  return TRUE;
+}
+
+gboolean
+um_gen_params_validate_for (const UmGenParams *p,
+                            UmArch             arch,
+                            int                prompt_len,
+                            guint              max_seq_len,
+                            GError           **error)
+{
+  const UmArchInfo *info = um_arch_info (arch);
+
+  if (!validate_common (p, prompt_len, max_seq_len, error))
+    return FALSE;
+  switch (info->schedule)
+    {
+    case UM_SCHEDULE_TIMESTEP:
+      if (!validate_filters (p, error) || !validate_no_block_options (p, info->name, error))
+        return FALSE;
+      if ((guint) p->alg >= G_N_ELEMENTS (alg_names))
+        FAIL ("unknown alg %d", (int) p->alg);
+      if (!(p->eps >= 0.0 && p->eps < 1.0))
+        FAIL ("eps must be in [0, 1) (got %g)", p->eps);
+      if (!(p->alg_temp >= 0.0) || !isfinite (p->alg_temp))
+        FAIL ("alg_temp must be a finite number ≥ 0 (got %g)", p->alg_temp);
+      if (p->greedy)
+        FAIL ("%s has no greedy switch (it is RND1's): temperature 0 takes the arg-max", info->name);
+      if (p->threshold > 0.0 && p->alg == UM_ALG_ORIGIN)
+        FAIL ("a threshold needs a confidence: alg origin commits at random");
+      return TRUE;
+    case UM_SCHEDULE_ENTROPY:
+      if (!validate_filters (p, error) || !validate_no_block_options (p, info->name, error))
+        return FALSE;
+      if (p->gen_length < 2)
+        FAIL ("%s reserves the answer's last position: gen_length must be at least 2 (got %d)", info->name,
+              p->gen_length);
+      for (int i = 0; i < p->n_constraints; i++)
+        if (p->constraints[i].offset >= p->gen_length - 1)
+          FAIL ("%s reserves the answer's last position (%d): no constraint may start there", info->name,
+                p->gen_length - 1);
+      if (p->alg_temp != 0.0)
+        FAIL ("%s's schedule has no alg_temp (it is Dream's)", info->name);
+      if (p->threshold > 0.0)
+        FAIL ("%s's schedule has no threshold rule: each step's count is fixed by its entropy order", info->name);
+      return TRUE;
+    case UM_SCHEDULE_BLOCK:
+    default:
+      break;
+    }
+  if (p->block_length <= 0)
+    FAIL ("block_length must be positive (got %d)", p->block_length);
+  if (p->gen_length % p->block_length != 0)
+    FAIL ("gen_length (%d) must be a multiple of block_length (%d)", p->gen_length, p->block_length);
+  if (p->steps % (p->gen_length / p->block_length) != 0)
+    FAIL ("steps (%d) must be a multiple of the number of blocks (gen_length / block_length = %d)",
+          p->steps, p->gen_length / p->block_length);
+  if (!(p->cfg_scale >= 0.0) || !isfinite (p->cfg_scale))
+    FAIL ("cfg_scale must be a finite number ≥ 0 (got %g)", p->cfg_scale);
+  if (p->remasking != UM_REMASK_LOW_CONFIDENCE && p->remasking != UM_REMASK_RANDOM)
+    FAIL ("unknown remasking strategy %d", (int) p->remasking);
+  /* Dream's and RND1's options. */
+  if (p->top_p != 0.0 && p->top_p != 1.0)
+    FAIL ("%s's block schedule has no top-p filter (top_p is Dream's and RND1's)", info->name);
+  if (p->top_k != 0)
+    FAIL ("%s's block schedule has no top-k filter (top_k is Dream's and RND1's)", info->name);
+  if (p->alg_temp != 0.0)
+    FAIL ("%s's block schedule has no alg_temp (it is Dream's)", info->name);
+  if (p->greedy)
+    FAIL ("%s's block schedule has no greedy switch (it is RND1's): temperature 0 is greedy", info->name);
+  return TRUE;
+}
+#undef FAIL
+
+gboolean
+um_gen_params_validate (const UmGenParams *p,
+                        int                prompt_len,
+                        guint              max_seq_len,
+                        GError           **error)
+{
+  return um_gen_params_validate_for (p, UM_ARCH_LLADA, prompt_len, max_seq_len, error);
 }
 
 /* Tokens step @i of @steps commits of a block's @n_masks. */
@@ -189,6 +307,14 @@ um_sampler_host_bytes (int n_seq, int canvas_len)
   SamplerLayout s;
   sampler_layout (n_seq, canvas_len, &s);
   return s.total + um_topk_scratch_bytes (canvas_len);
+}
+
+guint64
+um_sampler_host_bytes_for (const UmModelConfig *cfg, int n_seq, int canvas_len)
+{
+  if (um_arch_info (cfg->arch)->schedule == UM_SCHEDULE_BLOCK)
+    return um_sampler_host_bytes (n_seq, canvas_len);
+  return um_schedule_host_bytes (canvas_len, (int) cfg->vocab_size);
 }
 
 /* How many of the @n candidates, sorted by candidate_confidence_compare,
@@ -271,6 +397,84 @@ place_constraints (UmModel           *model,
   return TRUE;
 }
 
+/* um_forward_choose () for the @n candidate positions @pos (ascending) of
+ * a model that shifts its logits: each reads the row before (row 0 for
+ * position 0; with guidance the rows + L of the unconditional copy). A row
+ * read by two positions (0 and 1) is chosen once, for the first. */
+static gboolean
+choose_shifted (UmForward *fw, const gint32 *x, int n_seq, int L, const gint32 *pos, int n, const UmChooseRule *rule,
+                gint32 *out_ids, double *out_conf, GCancellable *cancellable, GError **error)
+{
+  g_autofree gint32 *src = g_new (gint32, (gsize) MAX (n, 1) * n_seq), *row_of = g_new (gint32, MAX (n, 1));
+  g_autofree gint32 *src_pos = g_new (gint32, MAX (n, 1));
+  const int n_src = um_logit_rows (TRUE, pos, n, src, row_of);
+
+  for (int i = n - 1; i >= 0; i--)
+    src_pos[row_of[i]] = pos[i];
+  for (int s = 1; s < n_seq; s++)
+    for (int i = 0; i < n_src; i++)
+      src[s * n_src + i] = src[i] + s * L;
+  if (!um_forward_choose (fw, x, n_seq, L, src, n_src * n_seq, rule, src_pos, out_ids, out_conf, cancellable,
+                          error))
+    return FALSE;
+  /* Spread the rows' choices over the positions, from the end: row_of[i] ≤ i. */
+  for (int i = n - 1; i >= 0; i--)
+    {
+      out_ids[i] = out_ids[row_of[i]];
+      out_conf[i] = out_conf[row_of[i]];
+    }
+  return TRUE;
+}
+
+static gboolean
+forward_logits (gpointer data, const gint32 *ids, int seq_len, const gint32 *rows, int n_rows, float *logits,
+                GCancellable *cancellable, GError **error)
+{
+  return um_forward_logits (data, ids, 1, seq_len, rows, n_rows, logits, cancellable, error);
+}
+
+/* Dream's timestep and RND1's entropy schedules (um-schedule.h). */
+static gboolean
+other_schedule (UmForward         *fw,
+                const gint32      *prompt,
+                int                prompt_len,
+                const UmGenParams *p,
+                UmStepFunc         step_cb,
+                gpointer           user_data,
+                GCancellable      *cancellable,
+                GArray            *out_ids,
+                int               *out_n_steps,
+                GError           **error)
+{
+  UmModel *model = um_forward_get_model (fw);
+  const UmModelConfig *c = &model->cfg;
+  const int L = prompt_len + p->gen_length;
+  g_autofree gint32 *x = g_new (gint32, L);
+  UmScheduleModel m = { 0 };
+  gboolean ok;
+
+  m.vocab = (int) c->vocab_size;
+  m.mask_id = c->mask_id;
+  m.eos_id = c->eos_id;
+  m.pad_id = c->pad_id;
+  m.bos_id = c->bos_id;
+  m.shift = c->shift_logits;
+  m.logits = forward_logits;
+  m.logits_data = fw;
+  memcpy (x, prompt, sizeof (gint32) * prompt_len);
+  for (int i = prompt_len; i < L; i++)
+    x[i] = c->mask_id;
+  if (!place_constraints (model, p, x, prompt_len, error))
+    return FALSE;
+  if (um_arch_info (c->arch)->schedule == UM_SCHEDULE_ENTROPY)
+    ok = um_schedule_entropy (&m, x, prompt_len, L, p, step_cb, user_data, cancellable, out_n_steps, error);
+  else
+    ok = um_schedule_timestep (&m, x, prompt_len, L, p, step_cb, user_data, cancellable, out_n_steps, error);
+  if (ok)
+    g_array_append_vals (out_ids, x + prompt_len, p->gen_length);
+  return ok;
+}
+
 gboolean
 um_sampler_generate (UmForward         *fw,
                      const gint32      *prompt,
@@ -318,7 +522,7 @@ um_sampler_generate_full (UmForward         *fw,
 
   if (out_n_steps != NULL)
     *out_n_steps = 0;
-  if (!um_gen_params_validate (p, prompt_len, c->max_seq_len, error))
+  if (!um_gen_params_validate_for (p, c->arch, prompt_len, c->max_seq_len, error))
     return FALSE;
   for (int i = 0; i < prompt_len; i++)
     if (prompt[i] < 0 || prompt[i] >= V)
@@ -327,6 +531,16 @@ um_sampler_generate_full (UmForward         *fw,
                      "prompt token %d at position %d is outside the vocabulary (%d)", prompt[i], i, V);
         return FALSE;
       }
+  if (um_arch_info (c->arch)->schedule != UM_SCHEDULE_BLOCK)
+    return other_schedule (fw, prompt, prompt_len, p, step_cb, user_data, cancellable, out_ids, out_n_steps,
+                           error);
+  /* The cache computes the block's rows only; a shift reads the row before. */
+  if (cached && c->shift_logits)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "the block KV cache cannot run a model that shifts its logits (%s)", um_arch_info (c->arch)->name);
+      return FALSE;
+    }
 
   L = prompt_len + p->gen_length;
   n_blocks = p->gen_length / p->block_length;
@@ -412,6 +626,8 @@ um_sampler_generate_full (UmForward         *fw,
                 ok = um_forward_choose_cached (fw, x, n_seq, L, block_start, block_end, !refreshed,
                                                p->cache == UM_CACHE_DUAL, rows, n_rows, &rule, rows, pick_ids,
                                                pick_conf, cancellable, error);
+              else if (c->shift_logits)
+                ok = choose_shifted (fw, x, n_seq, L, rows, n_cand, &rule, pick_ids, pick_conf, cancellable, error);
               else
                 ok = um_forward_choose (fw, x, n_seq, L, rows, n_rows, &rule, rows, pick_ids, pick_conf,
                                         cancellable, error);

@@ -75,14 +75,30 @@ typedef struct {
   gboolean    greedy;        /* RND1: argmax tokens; the temperature only scales the entropies */
 } UmGenParams;
 
-/* The reference chat defaults: 128 tokens, 128 steps, blocks of 32, greedy. */
+/* The reference chat defaults: 128 tokens, 128 steps, blocks of 32, greedy;
+ * for the other schedules' fields Dream's entropy rule and eps 1e-3, no
+ * filters (a family's own defaults: um_gen_params_init_for_arch ()). */
 void        um_gen_params_init (UmGenParams *p);
+/* The parameters of LLaDA's block schedule (um_gen_params_validate_for ()
+ * with UM_ARCH_LLADA). */
 gboolean    um_gen_params_validate (const UmGenParams *p,
                                     int                prompt_len,
                                     guint              max_seq_len,
                                     GError           **error);
+/* The parameters of family @arch's schedule (um_arch_info ()->schedule):
+ * its own options in range, and the options it does not have off (the
+ * block schedule's block_length and the timestep schedule's alg and eps
+ * are simply unused elsewhere, as they have defaults). */
+gboolean    um_gen_params_validate_for (const UmGenParams *p,
+                                        UmArch             arch,
+                                        int                prompt_len,
+                                        guint              max_seq_len,
+                                        GError           **error);
 const char *um_remasking_to_string (UmRemasking r);
 gboolean    um_remasking_from_string (const char *s, UmRemasking *out);
+/* "origin", "maskgit_plus", "topk_margin", "entropy": Dream's names. */
+const char *um_alg_to_string (UmAlg alg);
+gboolean    um_alg_from_string (const char *s, UmAlg *out);
 
 typedef struct {
   int           step;         /* 0-based, over the whole generation */
@@ -92,7 +108,8 @@ typedef struct {
   int           n_committed;
   const gint32 *positions;    /* absolute positions committed this step, ascending */
   const gint32 *ids;          /* their tokens */
-  const float  *confidences;  /* their confidences (softmax probability or random score) */
+  const float  *confidences;  /* their confidences: LLaDA's (softmax probability or random score); Dream's
+                               and RND1's the probability of the token */
   const gint32 *canvas;       /* the whole sequence after this step */
   int           prompt_len;
   int           seq_len;
@@ -101,7 +118,10 @@ typedef struct {
 
 typedef void (*UmStepFunc) (const UmStepEvent *event, gpointer user_data);
 
-/* Runs the schedule. @out_ids receives the gen_length generated ids (gint32).
+/* Runs the schedule of the model's family (um_arch_info (cfg.arch)->
+ * schedule): LLaDA's blocks, Dream's timesteps or RND1's entropy order;
+ * families that shift their logits read position i from row i − 1.
+ * @out_ids receives the gen_length generated ids (gint32).
  * @step_cb (may be NULL) is called after every step from this thread.
  * Cancellation is checked between steps and between layers. */
 gboolean um_sampler_generate (UmForward         *fw,
@@ -136,5 +156,8 @@ void     um_sampler_split_steps (int n_masks, int steps, int *out_counts);
  * the rows asked for, the per-position candidate and commit arrays, and the
  * top-k selection's scratch. The memory plan predicts with it. */
 guint64  um_sampler_host_bytes (int n_seq, int canvas_len);
+/* um_sampler_host_bytes () for the schedule of @cfg's family: the timestep
+ * and entropy schedules also hold every answer position's logits row. */
+guint64  um_sampler_host_bytes_for (const UmModelConfig *cfg, int n_seq, int canvas_len);
 
 G_END_DECLS

@@ -649,6 +649,24 @@ encode_plain (const UmTokenizer *tok, Scratch *sc, const char *s, gsize n, GArra
   return TRUE;
 }
 
+static gboolean encode_segment (const UmTokenizer *tok, Scratch *sc, const char *s, gsize n,
+                                guint pass, GArray *out, GError **error);
+
+/* A piece between non-normalized added tokens: the normalizer runs on it
+ * (AddedVocabulary::extract_and_normalize), then normalized added tokens are
+ * split out of the result. */
+static gboolean
+encode_normalized (const UmTokenizer *tok, Scratch *sc, const char *s, gsize n, GArray *out,
+                   GError **error)
+{
+  g_autofree char *nf = NULL;
+  gsize nn = 0;
+
+  if (tok->nfc && (nf = um_tok_nfc (s, n, &nn)) != NULL)
+    return encode_segment (tok, sc, nf, nn, 1, out, error);
+  return encode_segment (tok, sc, s, n, 1, out, error);
+}
+
 /* AddedVocabulary::find_matches + split_with_indices for one matcher;
  * @pass 0 looks for non-normalized added tokens, pass 1 for normalized ones. */
 static gboolean
@@ -663,7 +681,7 @@ encode_segment (const UmTokenizer *tok, Scratch *sc, const char *s, gsize n, gui
   if (n == 0)
     return TRUE;
   if (!any)
-    return pass == 0 ? encode_segment (tok, sc, s, n, 1, out, error)
+    return pass == 0 ? encode_normalized (tok, sc, s, n, out, error)
                      : encode_plain (tok, sc, s, n, out, error);
 
   while (pos < n)
@@ -678,7 +696,7 @@ encode_segment (const UmTokenizer *tok, Scratch *sc, const char *s, gsize n, gui
           for (guint j = m->start[b]; j < m->start[b + 1]; j++)
             {
               const AddedToken *c = &tokens[m->order[j]];
-              if (c->len <= n - p && memcmp (c->content, s + p, c->len) == 0)
+              if (c->match_len <= n - p && memcmp (c->match, s + p, c->match_len) == 0)
                 {
                   t = c;
                   ms = p;
@@ -688,7 +706,7 @@ encode_segment (const UmTokenizer *tok, Scratch *sc, const char *s, gsize n, gui
         }
       if (t == NULL)
         break;
-      me = ms + t->len;
+      me = ms + t->match_len;
       pos = me;
       if (t->single_word)
         {
@@ -718,7 +736,7 @@ encode_segment (const UmTokenizer *tok, Scratch *sc, const char *s, gsize n, gui
       if (start_offset < start)
         {
           gboolean ok = pass == 0
-                        ? encode_segment (tok, sc, s + start_offset, start - start_offset, 1, out, error)
+                        ? encode_normalized (tok, sc, s + start_offset, start - start_offset, out, error)
                         : encode_plain (tok, sc, s + start_offset, start - start_offset, out, error);
           if (!ok)
             return FALSE;
@@ -727,7 +745,7 @@ encode_segment (const UmTokenizer *tok, Scratch *sc, const char *s, gsize n, gui
       start_offset = stop;
     }
   if (start_offset < n)
-    return pass == 0 ? encode_segment (tok, sc, s + start_offset, n - start_offset, 1, out, error)
+    return pass == 0 ? encode_normalized (tok, sc, s + start_offset, n - start_offset, out, error)
                      : encode_plain (tok, sc, s + start_offset, n - start_offset, out, error);
   return TRUE;
 }

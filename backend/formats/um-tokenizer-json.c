@@ -1,8 +1,9 @@
 /* um-tokenizer-json.c — reading a Hugging Face tokenizer.json into an UmTokenizer.
  *
- * Accepts a BPE model, added tokens, Split/ByteLevel pre-tokenizers (alone or
- * in a Sequence) and a ByteLevel decoder; options that would change the ids
- * and are not implemented are refused rather than ignored.
+ * Accepts an NFC normalizer, a BPE model, added tokens, Split/ByteLevel
+ * pre-tokenizers (alone or in a Sequence) and a ByteLevel decoder; options
+ * that would change the ids and are not implemented are refused rather than
+ * ignored.
  */
 #include "um-tokenizer.h"
 #include "um-tokenizer-private.h"
@@ -221,6 +222,56 @@ parse_pre_tokenizer (UmTokenizer *tok, JsonNode *node, const char *path, GError 
   g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
                "%s: %s.type “%s” is not supported (Sequence, Split and ByteLevel are)",
                src, path, type);
+  return FALSE;
+}
+
+/* Only NFC (RND1, Qwen2/Qwen3 tokenizers), alone or in a Sequence, is
+ * implemented; any other normalizer would change the ids and is refused. */
+static gboolean
+parse_normalizer (UmTokenizer *tok, JsonNode *node, const char *path, GError **error)
+{
+  JsonObject *obj;
+  const char *type;
+
+  if (node == NULL || JSON_NODE_HOLDS_NULL (node))
+    return TRUE;
+  if (!JSON_NODE_HOLDS_OBJECT (node))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: %s is not an object", tok->source, path);
+      return FALSE;
+    }
+  obj = json_node_get_object (node);
+  type = require_string_member (obj, "type", tok->source, path, error);
+  if (type == NULL)
+    return FALSE;
+  if (g_str_equal (type, "NFC"))
+    {
+      tok->nfc = TRUE;   /* NFC twice is NFC once */
+      return TRUE;
+    }
+  if (g_str_equal (type, "Sequence"))
+    {
+      JsonNode *list = json_object_get_member (obj, "normalizers");
+      JsonArray *arr;
+
+      if (list == NULL || !JSON_NODE_HOLDS_ARRAY (list))
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_FORMAT,
+                       "%s: %s.normalizers is missing or not an array", tok->source, path);
+          return FALSE;
+        }
+      arr = json_node_get_array (list);
+      for (guint i = 0; i < json_array_get_length (arr); i++)
+        {
+          g_autofree char *sub = g_strdup_printf ("%s.normalizers[%u]", path, i);
+          if (!parse_normalizer (tok, json_array_get_element (arr, i), sub, error))
+            return FALSE;
+        }
+      return TRUE;
+    }
+  g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+               "%s: %s.type “%s” is not supported (only NFC, alone or in a Sequence, is)",
+               tok->source, path, type);
   return FALSE;
 }
 
@@ -557,7 +608,6 @@ tokenizer_from_json (JsonNode *root_node, const char *src, GError **error)
 {
   g_autoptr(UmTokenizer) tok = um_tok_alloc (src);
   JsonObject *root;
-  JsonNode *n;
 
   if (root_node == NULL || !JSON_NODE_HOLDS_OBJECT (root_node))
     {
@@ -566,13 +616,9 @@ tokenizer_from_json (JsonNode *root_node, const char *src, GError **error)
     }
   root = json_node_get_object (root_node);
 
-  n = json_object_get_member (root, "normalizer");
-  if (n && !JSON_NODE_HOLDS_NULL (n))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
-                   "%s: normalizer is not supported (only null is)", src);
-      return NULL;
-    }
+  /* before the added tokens: normalized ones are matched in NFC form */
+  if (!parse_normalizer (tok, json_object_get_member (root, "normalizer"), "normalizer", error))
+    return NULL;
   if (!parse_model (tok, root, error))
     return NULL;
   if (!parse_added_tokens (tok, root, error))

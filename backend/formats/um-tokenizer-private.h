@@ -1,7 +1,8 @@
 /* um-tokenizer-private.h — internal: what the um-tokenizer*.c files share.
  *
  * Not public API: only um-tokenizer.c (tables, construction, decoding),
- * um-tokenizer-json.c (tokenizer.json) and um-tokenizer-encode.c include it.
+ * um-tokenizer-json.c (tokenizer.json), um-tokenizer-slow.c (vocab.json +
+ * merges.txt) and um-tokenizer-encode.c include it.
  * The hash-table lookups the encoder runs per symbol are static inline here.
  */
 #pragma once
@@ -39,6 +40,8 @@ typedef struct {
 typedef struct {
   const char *content;             /* in tok->strings */
   gsize       len;
+  const char *match;               /* what the matcher looks for: content, or its NFC form */
+  gsize       match_len;
   gint32      id;
   guint       single_word : 1;
   guint       lstrip      : 1;
@@ -88,6 +91,7 @@ enum {
   ID_MODEL   = 1 << 0,
   ID_ADDED   = 1 << 1,
   ID_SPECIAL = 1 << 2,
+  ID_UNUSED  = 1 << 3,             /* GGUF UNUSED row ([PAD…]): decodes to nothing */
 };
 
 struct _UmTokenizer {
@@ -112,6 +116,7 @@ struct _UmTokenizer {
   AddedMatcher  match_raw;         /* added tokens with normalized = false */
   AddedMatcher  match_norm;        /* added tokens with normalized = true */
   gboolean      has_norm;
+  gboolean      nfc;               /* NFC normalizer: pieces between raw added tokens are composed */
   GArray       *steps;             /* PreStep */
   gboolean      byte_level;        /* a ByteLevel pre-tokenizer maps bytes before the model */
   gboolean      decode_byte_level; /* ByteLevel decoder; without one tokens are joined by ' ' */
@@ -254,5 +259,10 @@ gboolean     um_tok_add_merge          (UmTokenizer   *tok,
 gboolean     um_tok_split_merge_string (const char    *s,
                                         gsize         *la,
                                         const char   **b);
+void         um_tok_put_added          (UmTokenizer   *tok,
+                                        const AddedToken *t);
+char        *um_tok_nfc                (const char    *s,
+                                        gsize          n,
+                                        gsize         *out_len);
 
 G_END_DECLS

@@ -3,8 +3,9 @@
  * Pipeline (as in tokenizers' TokenizerImpl::encode without post-processing):
  *   1. added tokens that are not "normalized" are split out of the raw text
  *      (Aho-Corasick LeftmostLongest semantics, single_word/lstrip/rstrip);
- *   2. the same for "normalized" added tokens in the remaining pieces (there is
- *      no normalizer to run: only `normalizer: null` is accepted);
+ *   2. each remaining piece is normalized (the only normalizer is NFC, which
+ *      RND1's tokenizer.json and the slow Qwen2/Dream tokenizers apply), then
+ *      "normalized" added tokens are split out of it the same way;
  *   3. the pre-tokenizer chain (Split with a regex or a string, ByteLevel) cuts
  *      each remaining piece into words;
  *   4. each word goes through BPE with integer ids: pair -> (rank, merged id)
@@ -17,7 +18,8 @@
  *
  * This file holds the byte tables, the merge and vocabulary tables, the
  * construction helpers, the GGUF constructor, decoding and the lookups;
- * um-tokenizer-json.c reads tokenizer.json and um-tokenizer-encode.c encodes.
+ * um-tokenizer-json.c reads tokenizer.json, um-tokenizer-slow.c the slow
+ * vocab.json + merges.txt files and um-tokenizer-encode.c encodes.
  */
 #include "um-tokenizer.h"
 #include "um-tokenizer-private.h"
@@ -26,10 +28,20 @@
 
 #include "um-error.h"
 
-/* The split regex of the LLaDA tokenizer.json, used when a GGUF file gives none. */
+/* The split regex of the LLaDA tokenizer.json, used when a GGUF file gives
+ * none. It is also Qwen2's (Dream, RND1: llama.cpp's "qwen2"). */
 static const char default_pre_regex[] =
   "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}|"
   " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+#define qwen2_pre_regex default_pre_regex
+
+/* The Ling/Bailing regex of LLaDA-MoE's and LLaDA 2's tokenizer.json, as
+ * written there: PCRE2 has Oniguruma's possessive quantifiers (llama.cpp makes
+ * them greedy, which splits the same: backtracking into them never lets the
+ * rest match otherwise). Note \s*[\r\n] takes a single line break. */
+static const char ling_pre_regex[] =
+  "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}+|\\p{N}|"
+  " ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+";
 
 /* Oniguruma's \s (and Rust's char::is_whitespace): the White_Space property. */
 #define WS_CLASS_BODY \
@@ -492,12 +504,12 @@ cmp_added_order (gconstpointer a, gconstpointer b, gpointer user_data)
   const AddedToken *tokens = user_data;
   const AddedToken *x = &tokens[*(const guint *) a];
   const AddedToken *y = &tokens[*(const guint *) b];
-  guint8 fx = (guint8) x->content[0], fy = (guint8) y->content[0];
+  guint8 fx = (guint8) x->match[0], fy = (guint8) y->match[0];
 
   if (fx != fy)
     return fx < fy ? -1 : 1;
-  if (x->len != y->len)
-    return x->len > y->len ? -1 : 1;   /* longest first */
+  if (x->match_len != y->match_len)
+    return x->match_len > y->match_len ? -1 : 1;   /* longest first */
   return *(const guint *) a < *(const guint *) b ? -1 : (*(const guint *) a > *(const guint *) b);
 }
 
@@ -514,20 +526,36 @@ build_matcher (UmTokenizer *tok, AddedMatcher *m, gboolean normalized)
   g_qsort_with_data (m->order, n, sizeof (guint), cmp_added_order, (gpointer) tokens);
   memset (m->start, 0, sizeof m->start);
   for (guint i = 0; i < n; i++)
-    m->start[(guint8) tokens[m->order[i]].content[0] + 1]++;
+    m->start[(guint8) tokens[m->order[i]].match[0] + 1]++;
   for (guint b = 0; b < 256; b++)
     m->start[b + 1] += m->start[b];
 }
 
-/* Finishes a tokenizer once vocab, merges list, added tokens and steps are in. */
+/* Finishes the added tokens once vocab, merges, added tokens and the
+ * normalizer are in. */
 void
 um_tok_finish_added (UmTokenizer *tok)
 {
-  const AddedToken *tokens = (const AddedToken *) tok->added->data;
+  AddedToken *tokens = (AddedToken *) tok->added->data;
 
   for (guint i = 0; i < tok->added->len; i++)
     {
       gint32 id = tokens[i].id;
+
+      /* tokenizers matches normalized added tokens in normalized text, so
+       * it normalizes their content too (AddedVocabulary::refresh_added_tokens) */
+      tokens[i].match = tokens[i].content;
+      tokens[i].match_len = tokens[i].len;
+      if (tok->nfc && tokens[i].normalized)
+        {
+          gsize n;
+          g_autofree char *nf = um_tok_nfc (tokens[i].content, tokens[i].len, &n);
+          if (nf != NULL && n > 0)
+            {
+              tokens[i].match = g_string_chunk_insert_len (tok->strings, nf, n);
+              tokens[i].match_len = n;
+            }
+        }
       tok->id_tokens[id] = tokens[i].content;
       tok->id_flags[id] |= ID_ADDED;
       if (tokens[i].special)
@@ -578,6 +606,61 @@ um_tok_add_merge (UmTokenizer *tok, const char *a, gsize la, const char *b, gsiz
   return FALSE;
 }
 
+/* Adds or replaces an added token with its own id: a repeated content keeps
+ * the last one, like llama.cpp's token_to_id map and transformers' slow
+ * added_tokens_encoder. */
+void
+um_tok_put_added (UmTokenizer *tok, const AddedToken *t)
+{
+  gpointer old = g_hash_table_lookup (tok->added_vocab, t->content);
+
+  if (old)
+    g_array_index (tok->added, AddedToken, GPOINTER_TO_UINT (old) - 1) = *t;
+  else
+    {
+      g_array_append_val (tok->added, *t);
+      g_hash_table_insert (tok->added_vocab, (gpointer) t->content,
+                           GUINT_TO_POINTER (tok->added->len));
+    }
+}
+
+/* NFC of valid UTF-8 @s: NULL when @s is already NFC for certain (ASCII),
+ * else a new string of *@out_len bytes. g_utf8_normalize stops at NUL, so
+ * the pieces between NULs are composed one by one (NUL never composes). */
+char *
+um_tok_nfc (const char *s, gsize n, gsize *out_len)
+{
+  GString *out;
+  const char *p = s, *end = s + n;
+  gsize i = 0;
+
+  while (i < n && (guchar) s[i] < 0x80)
+    i++;
+  if (i == n)
+    return NULL;
+  out = g_string_sized_new (n + 16);
+  while (p < end)
+    {
+      const char *z = memchr (p, '\0', end - p);
+      gsize len = z ? (gsize) (z - p) : (gsize) (end - p);
+
+      if (len > 0)
+        {
+          g_autofree char *nf = g_utf8_normalize (p, (gssize) len, G_NORMALIZE_NFC);
+          if (nf != NULL)
+            g_string_append (out, nf);
+          else
+            g_string_append_len (out, p, len);   /* not reached: the text was validated */
+        }
+      if (z == NULL)
+        break;
+      g_string_append_len (out, "", 1);
+      p = z + 1;
+    }
+  *out_len = out->len;
+  return g_string_free (out, FALSE);
+}
+
 /* Splits a "a b" merge string; tokenizers requires exactly one space. */
 gboolean
 um_tok_split_merge_string (const char *s, gsize *la, const char **b)
@@ -593,14 +676,15 @@ um_tok_split_merge_string (const char *s, gsize *la, const char **b)
 
 /* ---- GGUF vocabulary ------------------------------------------------------------ */
 
-UmTokenizer *
-um_tokenizer_new_from_vocab (const char * const *tokens,
-                             guint               n_tokens,
-                             const char * const *merges,
-                             guint               n_merges,
-                             const gint32       *token_types,
-                             const char         *pre_regex,
-                             GError            **error)
+static UmTokenizer *
+tokenizer_from_vocab (const char * const *tokens,
+                      guint               n_tokens,
+                      const char * const *merges,
+                      guint               n_merges,
+                      const gint32       *token_types,
+                      const char         *pre_regex,
+                      gboolean            nfc,
+                      GError            **error)
 {
   const char *src = "GGUF tokenizer";
   g_autoptr(UmTokenizer) tok = um_tok_alloc (src);
@@ -617,6 +701,7 @@ um_tokenizer_new_from_vocab (const char * const *tokens,
       g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "%s: tokenizer.ggml.merges is NULL", src);
       return NULL;
     }
+  tok->nfc = nfc;
 
   g_free (tok->vocab.e);
   um_tok_vocab_table_init (&tok->vocab, n_tokens);
@@ -660,40 +745,38 @@ um_tokenizer_new_from_vocab (const char * const *tokens,
       if (token_types[i] == UM_TOKEN_TYPE_CONTROL || token_types[i] == UM_TOKEN_TYPE_USER_DEFINED)
         {
           AddedToken t = { 0 };
-          gpointer old;
 
           if (tokens[i][0] == '\0')
             continue;
           t.content = g_string_chunk_insert (tok->strings, tokens[i]);
           t.len = strlen (tokens[i]);
           t.id = (gint32) i;
+          /* USER_DEFINED (RND1's <think>) is split out but is text, not special */
           t.special = token_types[i] == UM_TOKEN_TYPE_CONTROL;
-          /* a repeated string keeps the last id, as above */
-          old = g_hash_table_lookup (tok->added_vocab, t.content);
-          if (old)
-            g_array_index (tok->added, AddedToken, GPOINTER_TO_UINT (old) - 1) = t;
-          else
-            {
-              g_array_append_val (tok->added, t);
-              g_hash_table_insert (tok->added_vocab, (gpointer) t.content,
-                                   GUINT_TO_POINTER (tok->added->len));
-            }
+          um_tok_put_added (tok, &t);
         }
     }
   um_tok_finish_added (tok);
-  /* ids whose string is repeated later still decode to their own text */
   for (guint i = 0; i < n_tokens; i++)
-    if (tok->id_tokens[i] == NULL)
-      {
-        gint32 type = token_types ? token_types[i] : UM_TOKEN_TYPE_NORMAL;
-        tok->id_tokens[i] = g_string_chunk_insert (tok->strings, tokens[i]);
-        if (type == UM_TOKEN_TYPE_CONTROL)
-          tok->id_flags[i] |= ID_ADDED | ID_SPECIAL;
-        else if (type == UM_TOKEN_TYPE_USER_DEFINED)
-          tok->id_flags[i] |= ID_ADDED;
-        else
-          tok->id_flags[i] |= ID_MODEL;
-      }
+    {
+      gint32 type = token_types ? token_types[i] : UM_TOKEN_TYPE_NORMAL;
+
+      /* ids whose string is repeated later still decode to their own text */
+      if (tok->id_tokens[i] == NULL)
+        {
+          tok->id_tokens[i] = g_string_chunk_insert (tok->strings, tokens[i]);
+          if (type == UM_TOKEN_TYPE_CONTROL)
+            tok->id_flags[i] |= ID_ADDED | ID_SPECIAL;
+          else if (type == UM_TOKEN_TYPE_USER_DEFINED)
+            tok->id_flags[i] |= ID_ADDED;
+          else
+            tok->id_flags[i] |= ID_MODEL;
+        }
+      /* the converters' [PAD…] rows past the tokenizer (RND1's mask among
+       * them): llama.cpp decodes them to nothing, tokenizers has no such id */
+      if (type == UM_TOKEN_TYPE_UNUSED)
+        tok->id_flags[i] |= ID_UNUSED | ID_SPECIAL;
+    }
 
   re = um_tok_compile_regex (pre_regex ? pre_regex : default_pre_regex, FALSE, src,
                              "pre-tokenizer regex", error);
@@ -704,6 +787,100 @@ um_tokenizer_new_from_vocab (const char * const *tokens,
   tok->decode_byte_level = TRUE;
   um_tok_finish_byte_ids (tok);
   return g_steal_pointer (&tok);
+}
+
+UmTokenizer *
+um_tokenizer_new_from_vocab (const char * const *tokens,
+                             guint               n_tokens,
+                             const char * const *merges,
+                             guint               n_merges,
+                             const gint32       *token_types,
+                             const char         *pre_regex,
+                             GError            **error)
+{
+  return tokenizer_from_vocab (tokens, n_tokens, merges, n_merges, token_types, pre_regex, FALSE,
+                               error);
+}
+
+/* tokenizer.ggml.pre names (llama.cpp's llama-vocab.cpp) whose split we know. */
+static const struct {
+  const char *name;
+  const char *regex;
+} gguf_pre_names[] = {
+  { "qwen2", qwen2_pre_regex },
+  { "deepseek-r1-qwen", qwen2_pre_regex },
+  { "llada-moe", ling_pre_regex },
+  { "bailingmoe", ling_pre_regex },
+  { "bailingmoe2", ling_pre_regex },
+};
+
+/* What each family's HF tokenizer does, by general.architecture: its split
+ * regex, whether it composes to NFC, the name our GGUF writer gives the
+ * split, and whether an unknown tokenizer.ggml.pre is refused. */
+static const struct {
+  const char *arch;
+  const char *regex;
+  gboolean    nfc;
+  const char *pre;
+  gboolean    strict;
+} gguf_arch_tokenizers[] = {
+  /* tokenizer.ggml.pre was never read for LLaDA: every name keeps its regex */
+  { "llada", default_pre_regex, FALSE, "default", FALSE },
+  /* Qwen2/Qwen3 tokenizers compose to NFC (RND1's tokenizer.json, Dream's
+   * slow DreamTokenizer.prepare_for_tokenization); llama.cpp does not */
+  { "dream", qwen2_pre_regex, TRUE, "qwen2", TRUE },
+  { "rnd1", qwen2_pre_regex, TRUE, "qwen2", TRUE },
+  { "llada-moe", ling_pre_regex, FALSE, "llada-moe", TRUE },
+  { "llada2", ling_pre_regex, FALSE, "bailingmoe2", TRUE },
+};
+
+UmTokenizer *
+um_tokenizer_new_from_gguf_vocab (const char * const *tokens,
+                                  guint               n_tokens,
+                                  const char * const *merges,
+                                  guint               n_merges,
+                                  const gint32       *token_types,
+                                  const char         *gguf_arch,
+                                  const char         *pre,
+                                  GError            **error)
+{
+  const char *regex = default_pre_regex;
+  gboolean nfc = FALSE, strict = FALSE;
+
+  for (guint i = 0; gguf_arch && i < G_N_ELEMENTS (gguf_arch_tokenizers); i++)
+    if (g_str_equal (gguf_arch, gguf_arch_tokenizers[i].arch))
+      {
+        regex = gguf_arch_tokenizers[i].regex;
+        nfc = gguf_arch_tokenizers[i].nfc;
+        strict = gguf_arch_tokenizers[i].strict;
+      }
+  if (pre != NULL && !g_str_equal (pre, "default"))
+    {
+      guint i;
+
+      for (i = 0; i < G_N_ELEMENTS (gguf_pre_names); i++)
+        if (g_str_equal (pre, gguf_pre_names[i].name))
+          break;
+      if (i < G_N_ELEMENTS (gguf_pre_names))
+        regex = gguf_pre_names[i].regex;
+      else if (strict)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                       "GGUF tokenizer: tokenizer.ggml.pre “%s” is not supported for a %s model "
+                       "(qwen2, llada-moe, bailingmoe and bailingmoe2 are)", pre, gguf_arch);
+          return NULL;
+        }
+    }
+  return tokenizer_from_vocab (tokens, n_tokens, merges, n_merges, token_types, regex, nfc, error);
+}
+
+const char *
+um_tokenizer_gguf_pre_name (const char *gguf_arch)
+{
+  for (guint i = 0; gguf_arch && i < G_N_ELEMENTS (gguf_arch_tokenizers); i++)
+    if (g_str_equal (gguf_arch, gguf_arch_tokenizers[i].arch))
+      return gguf_arch_tokenizers[i].pre;
+  return "default";
 }
 
 /* ---- decoding and lookups ------------------------------------------------------- */
@@ -732,7 +909,7 @@ um_tokenizer_decode (UmTokenizer  *tok,
                        "vocabulary of %s (size %u)", id, i, tok->source, tok->n_ids);
           return NULL;
         }
-      if (skip_special && (tok->id_flags[id] & ID_SPECIAL))
+      if ((skip_special && (tok->id_flags[id] & ID_SPECIAL)) || (tok->id_flags[id] & ID_UNUSED))
         continue;
       t = tok->id_tokens[id];
       if (tok->decode_byte_level)

@@ -1,7 +1,8 @@
 /* um-tokenizer.h — byte-level BPE tokenizer compatible with Hugging Face `tokenizers`.
  *
- * Reads a `tokenizer.json` (BPE model, added tokens, Split/ByteLevel
- * pre-tokenizers, ByteLevel decoder) or a GGUF-style vocabulary, and produces
+ * Reads a `tokenizer.json` (NFC normalizer, BPE model, added tokens,
+ * Split/ByteLevel pre-tokenizers, ByteLevel decoder), the slow vocab.json +
+ * merges.txt files or a GGUF-style vocabulary, and produces
  * the same ids as the `tokenizers` library: added tokens are split out first
  * (leftmost-longest match), the rest goes through the split regex (Oniguruma
  * semantics, run with PCRE2 through GRegex), the GPT-2 byte-to-unicode mapping
@@ -38,11 +39,30 @@ UmTokenizer *um_tokenizer_new_from_data (const char *data,
                                          const char *source_name,
                                          GError    **error);
 
+/* The tokenizer of a Hugging Face model folder: tokenizer.json when there is
+ * one, else the slow files vocab.json + merges.txt (Dream ships only those;
+ * see um_tokenizer_new_from_slow_files). */
+UmTokenizer *um_tokenizer_new_from_dir (const char *dir,
+                                        GError    **error);
+
+/* A slow GPT-2-style tokenizer (transformers' Qwen2Tokenizer, DreamTokenizer):
+ * vocab.json (token -> id), merges.txt (ranks in file order after an optional
+ * "#version" line) and, if @config_path is not NULL and exists,
+ * tokenizer_config.json, whose added_tokens_decoder gives the added tokens with
+ * their ids and flags. The split is the Qwen2 regex, byte-level. The text is
+ * composed to NFC when tokenizer_class is Qwen2Tokenizer or DreamTokenizer,
+ * as their prepare_for_tokenization does. */
+UmTokenizer *um_tokenizer_new_from_slow_files (const char *vocab_json_path,
+                                               const char *merges_txt_path,
+                                               const char *config_path,
+                                               GError    **error);
+
 /* For GGUF files (tokenizer.ggml.tokens / merges / token_type): tokens[i] is
  * the byte-level string of id i, merges are "a b" strings. token_types may be
  * NULL; CONTROL (3) and USER_DEFINED (4) tokens become added tokens that are
  * split out before BPE, and CONTROL ones are special (dropped by decode with
- * skip_special). pre_regex NULL means the default LLaDA split regex. */
+ * skip_special); UNUSED (5) rows (the converters' "[PAD…]") decode to nothing.
+ * pre_regex NULL means the default LLaDA split regex. */
 UmTokenizer *um_tokenizer_new_from_vocab (const char * const *tokens,
                                           guint               n_tokens,
                                           const char * const *merges,
@@ -50,6 +70,30 @@ UmTokenizer *um_tokenizer_new_from_vocab (const char * const *tokens,
                                           const gint32       *token_types,
                                           const char         *pre_regex,
                                           GError            **error);
+
+/* Same, with the split and normalizer of the HF tokenizer of the family
+ * @gguf_arch (general.architecture; NULL: LLaDA's) and @pre
+ * (tokenizer.ggml.pre; NULL or "default": the family's own split):
+ *   qwen2, deepseek-r1-qwen               the Qwen2 regex
+ *   llada-moe, bailingmoe, bailingmoe2    the Ling/Bailing regex
+ * Families: llada (any pre name we do not know keeps LLaDA's regex, as
+ * before pre was read), dream and rnd1 (Qwen2 regex and NFC, as their HF
+ * tokenizers compose; llama.cpp does not), llada-moe and llada2 (Ling regex).
+ * For the other families an unknown pre name is an error
+ * (UM_ERROR_UNSUPPORTED). */
+UmTokenizer *um_tokenizer_new_from_gguf_vocab (const char * const *tokens,
+                                               guint               n_tokens,
+                                               const char * const *merges,
+                                               guint               n_merges,
+                                               const gint32       *token_types,
+                                               const char         *gguf_arch,
+                                               const char         *pre,
+                                               GError            **error);
+
+/* The tokenizer.ggml.pre a GGUF of family @gguf_arch should carry for
+ * llama.cpp to split as the HF tokenizer does ("default" for LLaDA and for
+ * families we do not know). */
+const char  *um_tokenizer_gguf_pre_name (const char *gguf_arch);
 
 void         um_tokenizer_free (UmTokenizer *tok);
 

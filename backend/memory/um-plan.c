@@ -674,7 +674,7 @@ um_plan_compute (const UmModel       *model,
     }
   plan->host[UM_PLAN_EMBEDDING] = fb.host_embedding;
   plan->host[UM_PLAN_LOGITS] = fb.host_logits;
-  plan->host[UM_PLAN_SAMPLER] = um_sampler_host_bytes (n_seq, L) + fb.host_index;
+  plan->host[UM_PLAN_SAMPLER] = um_sampler_host_bytes_for (&sh.m.cfg, n_seq, L) + fb.host_index;
   if (!target->cuda)
     plan->host[UM_PLAN_BACKEND] = cpu_scratch (&sh.m, target->products, T, n, fo.row_chunk);
   plan->host[UM_PLAN_PROCESS] = target->process_rss;

@@ -569,10 +569,10 @@ um_model_config_validate (const UmModelConfig *cfg,
           source, cfg->n_heads, cfg->d_model);
   if (cfg->arch == UM_ARCH_LLADA && cfg->head_dim != cfg->d_model / cfg->n_heads)
     FAIL ("%s: the head size (%u) must be d_model / n_heads for LLaDA", source, cfg->head_dim);
-  if (cfg->head_dim % 2 != 0 || cfg->head_dim > MAX_DIM
-      || (guint64) cfg->n_heads * cfg->head_dim > MAX_DIM)
-    FAIL ("%s: the head size (%u) must be even for RoPE, and n_heads × head size not absurd",
-          source, cfg->head_dim);
+  if (cfg->head_dim % 2 != 0)
+    FAIL ("%s: the head size (%u) must be even for RoPE", source, cfg->head_dim);
+  if ((guint64) cfg->n_heads * cfg->head_dim > MAX_DIM)
+    FAIL ("%s: %u heads of size %u are absurdly wide", source, cfg->n_heads, cfg->head_dim);
   if (cfg->n_kv_heads == 0 || cfg->n_heads % cfg->n_kv_heads != 0)
     FAIL ("%s: n_kv_heads (%u) does not divide n_heads (%u)", source, cfg->n_kv_heads, cfg->n_heads);
   if ((cfg->arch == UM_ARCH_LLADA_MOE || cfg->arch == UM_ARCH_RND1) && cfg->n_experts == 0)

@@ -387,7 +387,7 @@ static gboolean
 read_tokenizer (UmModel *model, UmGguf *g, GError **error)
 {
   const char *file = um_gguf_file_name (g);
-  const char *kind;
+  const char *kind, *arch = NULL, *pre = NULL, *jinja = NULL;
   const char * const *tokens, * const *merges = NULL;
   guint64 n_tokens = 0, n_merges = 0, n_types = 0;
   g_autofree gint32 *types = NULL;
@@ -425,13 +425,25 @@ read_tokenizer (UmModel *model, UmGguf *g, GError **error)
                    file, n_tokens);
       return FALSE;
     }
-  model->tokenizer = um_tokenizer_new_from_vocab (tokens, n_tokens, merges, n_merges, types, NULL, error);
+  /* the split and normalizer follow the family's HF tokenizer */
+  if (um_gguf_find_key (g, "general.architecture") >= 0
+      && (arch = um_gguf_get_string (g, "general.architecture", error)) == NULL)
+    return FALSE;
+  if (um_gguf_find_key (g, "tokenizer.ggml.pre") >= 0
+      && (pre = um_gguf_get_string (g, "tokenizer.ggml.pre", error)) == NULL)
+    return FALSE;
+  model->tokenizer = um_tokenizer_new_from_gguf_vocab (tokens, n_tokens, merges, n_merges, types,
+                                                       arch, pre, error);
   if (model->tokenizer == NULL)
     {
       if (error && *error)
         g_prefix_error (error, "%s: ", file);
       return FALSE;
     }
+  if (um_gguf_find_key (g, "tokenizer.chat_template") >= 0
+      && (jinja = um_gguf_get_string (g, "tokenizer.chat_template", error)) == NULL)
+    return FALSE;
+  model->chat_template = um_chat_template_for_arch (model->cfg.arch, jinja);
   return TRUE;
 }
 
@@ -453,14 +465,19 @@ gboolean
 um_model_load_gguf (UmModel *model, GError **error)
 {
   UmGguf *g = um_gguf_open (model->path, error);
+
+  return g != NULL && um_model_load_gguf_from (model, g, error);
+}
+
+gboolean
+um_model_load_gguf_from (UmModel *model, UmGguf *g, GError **error)
+{
   const UmTensorInfo *embd;
   guint vocab = 0;
   g_auto(LayerCounts) lc = { NULL, NULL, NULL };
   UmModelConfig check;
   Key k;
 
-  if (g == NULL)
-    return FALSE;
   model->gguf = g;
   model->tensors = um_gguf_get_tensors (g);
   if (!read_config (model, g, &lc, error) || !read_tokenizer (model, g, error))

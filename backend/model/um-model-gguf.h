@@ -1,11 +1,15 @@
 /* um-model-gguf.h — internal: filling an UmModel from a llama.cpp GGUF. */
 #pragma once
 
+#include "um-gguf.h"
 #include "um-model.h"
 
 G_BEGIN_DECLS
 
 gboolean um_model_load_gguf (UmModel *model, GError **error);
+/* The same from a file already open (the fuzzer's, in memory); @model
+ * takes @g over, and frees it with itself. */
+gboolean um_model_load_gguf_from (UmModel *model, UmGguf *g, GError **error);
 void     um_model_gguf_release (UmModel *model);
 
 /* Tensor names of one file layout; layer tensors are

@@ -382,11 +382,10 @@ um_model_resolve_special_ids (UmModel *model)
 static gboolean
 load_hf_dir (UmModel *model, GError **error)
 {
-  g_autofree char *tok_path = g_build_filename (model->path, "tokenizer.json", NULL);
-
   if (!um_model_config_load_hf (&model->cfg, model->path, error))
     return FALSE;
-  model->tokenizer = um_tokenizer_new_from_file (tok_path, error);
+  /* tokenizer.json, else the slow vocab.json + merges.txt (Dream) */
+  model->tokenizer = um_tokenizer_new_from_dir (model->path, error);
   if (model->tokenizer == NULL)
     return FALSE;
   if (um_tokenizer_vocab_size (model->tokenizer) > model->cfg.vocab_size)
@@ -397,6 +396,9 @@ load_hf_dir (UmModel *model, GError **error)
       return FALSE;
     }
   if (model->cfg.bos_id < 0 && !bos_from_tokenizer_config (model, model->path, &model->cfg.bos_id, error))
+    return FALSE;
+  model->chat_template = um_chat_template_from_dir (model->path, model->cfg.arch, error);
+  if (model->chat_template == NULL)
     return FALSE;
   um_model_resolve_special_ids (model);
   if (!um_model_config_validate (&model->cfg, "config.json", error))
@@ -471,6 +473,7 @@ um_model_free (UmModel *model)
   if (model == NULL)
     return;
   g_clear_pointer (&model->tokenizer, um_tokenizer_free);
+  g_clear_pointer (&model->chat_template, um_chat_template_free);
   if (model->gguf != NULL)
     um_model_gguf_release (model);
   else

@@ -5,6 +5,7 @@
 
 #include <gio/gio.h>
 
+#include "um-chat-template.h"
 #include "um-model-config.h"
 #include "um-tensor-table.h"
 #include "um-tokenizer.h"
@@ -67,6 +68,7 @@ typedef struct {
   UmModelFormat    format;
   UmModelConfig    cfg;
   UmTokenizer     *tokenizer;
+  UmChatTemplate  *chat_template; /* recognized from the model's Jinja template, or the family's */
   UmTensorTable   *tensors;       /* borrowed from the GGUF for GGUF files */
   UmWeight         tok_embd;      /* [V, D] */
   UmWeight         out_norm;      /* [1, D] float */
@@ -83,6 +85,15 @@ UmModel *um_model_load (const char   *path,
                         GCancellable *cancellable,
                         GError      **error);
 void     um_model_free (UmModel *model);
+
+/* The chat prompt for @user_text in @model's template (see
+ * um_chat_template_build_prompt; @prev_ids NULL for the first turn). */
+gboolean um_model_build_chat_prompt (UmModel      *model,
+                                     const gint32 *prev_ids,
+                                     gsize         n_prev,
+                                     const char   *user_text,
+                                     GArray       *out_ids,
+                                     GError      **error);
 
 /* Bytes of all weights as stored. */
 uint64_t um_model_weight_bytes (const UmModel *model);

@@ -4,7 +4,10 @@
  * is exactly the input's size, so ASan sees any read past it) and, when the
  * file is accepted, reads everything a consumer could: every KV through
  * every getter and the inspect formatter, and the first and last byte of
- * every tensor.
+ * every tensor. A file that names an architecture is then loaded as a
+ * model (configuration keys of every family, tokenizer, tensor names and
+ * shapes, stacked experts), and a model that loads runs the reference
+ * forward pass on a few tokens.
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE \
  *     -Ibackend -Ibackend/formats backend/um-error.c backend/formats/um-dtype.c \
@@ -19,6 +22,8 @@
 
 #include "um-error.h"
 #include "um-gguf.h"
+#include "um-model-gguf.h"
+#include "um-ref-kernels.h"
 
 int LLVMFuzzerInitialize (int *argc, char ***argv);
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
@@ -95,6 +100,35 @@ touch_kv (UmGguf *g, guint i)
     sink += (guint64) (floats[0] == floats[u - 1]);
 }
 
+/* Loads @g (taken over) as a model; every refusal is an UM_ERROR naming
+ * the file, and a model that loads runs. */
+static void
+load_model (UmGguf *g)
+{
+  g_autoptr(UmModel) m = g_new0 (UmModel, 1);
+  g_autoptr(GError) error = NULL;
+
+  m->path = g_strdup ("fuzz.gguf");
+  m->display_name = g_strdup ("fuzz.gguf");
+  m->format = UM_MODEL_FORMAT_GGUF;
+  m->owned = g_ptr_array_new_with_free_func (g_free);
+  if (!um_model_load_gguf_from (m, g, &error))
+    {
+      g_assert (error != NULL && error->domain == UM_ERROR);
+      g_assert (strstr (error->message, "fuzz.gguf") != NULL);
+      return;
+    }
+  {
+    const int L = 4;
+    gint32 ids[4];
+    g_autofree double *logits = g_new (double, (size_t) L * m->cfg.vocab_size);
+    for (int t = 0; t < L; t++)
+      ids[t] = (gint32) ((guint) t * 7919u % m->cfg.vocab_size);
+    g_assert (um_ref_forward (m, ids, L, logits, NULL));
+    sink += (guint64) (logits[0] == logits[0]);
+  }
+}
+
 int
 LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 {
@@ -130,5 +164,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     g_autoptr (UmGgufWriter) w = um_gguf_writer_new ();
     g_assert (um_gguf_writer_copy_all_kv (w, g, NULL));
   }
+  if (um_gguf_find_key (g, "general.architecture") >= 0)
+    load_model (g_steal_pointer (&g));
   return 0;
 }
