@@ -160,6 +160,9 @@ um_cli_bench (int argc, char **argv)
   int steps_run = 0;
 
   um_cli_gen_options_init (&go, 64, 64, 32);
+  /* Unset options resolve for the model's family (Dream's and RND1's
+   * schedules have no blocks), as generate's do. */
+  go.resolve = TRUE;
   g_option_context_add_main_entries (ctx, entries, NULL);
   um_cli_gen_options_add (ctx, &go);
   if (!um_cli_parse_options (ctx, &argc, &argv))
@@ -215,13 +218,16 @@ um_cli_bench (int argc, char **argv)
       memcpy (start, prompt, sizeof (gint32) * prompt_length);
       for (int i = prompt_length; i < L; i++)
         start[i] = c->mask_id;
-      rows = g_new (gint32, params.block_length);
-      for (int i = 0; i < params.block_length; i++)
+      /* A first step's rows: the first block's, or every mask's. */
+      const int n_rows = um_arch_info (c->arch)->schedule == UM_SCHEDULE_BLOCK ? params.block_length
+                                                                                : params.gen_length;
+      rows = g_new (gint32, n_rows);
+      for (int i = 0; i < n_rows; i++)
         rows[i] = prompt_length + i;
-      logits = g_try_malloc ((size_t) params.block_length * c->vocab_size * sizeof (float));
+      logits = g_try_malloc ((size_t) n_rows * c->vocab_size * sizeof (float));
       t0 = g_get_monotonic_time ();
       if (logits == NULL
-          || !um_forward_logits (fw, start, 1, L, rows, params.block_length, logits, NULL, &error))
+          || !um_forward_logits (fw, start, 1, L, rows, n_rows, logits, NULL, &error))
         {
           if (error == NULL)
             g_set_error (&error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of memory for the warm-up logits");

@@ -124,9 +124,13 @@ um_cli_memory_json (JsonBuilder *b, UmEngine *engine)
 static void
 print_table (const UmModel *model, GArray *table, const UmPlanTarget *t)
 {
-  printf ("%s: %u layers, d_model %u, ffn %u, vocab %u, %s\n", model->display_name, model->cfg.n_layers,
-          model->cfg.d_model, model->cfg.mlp_hidden, model->cfg.vocab_size,
-          t->cuda ? "on the GPU" : "on the CPU backend");
+  const UmModelConfig *c = &model->cfg;
+  g_autofree char *ffn = c->n_experts > 0 ? g_strdup_printf ("%u experts of %u (%u per token)", c->n_experts,
+                                                              c->expert_ffn, c->n_experts_used)
+                                          : g_strdup_printf ("ffn %u", c->mlp_hidden);
+
+  printf ("%s: %s, %u layers, d_model %u, %s, vocab %u, %s\n", model->display_name, um_arch_info (c->arch)->name,
+          c->n_layers, c->d_model, ffn, c->vocab_size, t->cuda ? "on the GPU" : "on the CPU backend");
   printf ("%-20s %-14s %8s %12s %12s %12s  %s\n", "mode", "weights", "layers", "device", "host", "load peak",
           "fits");
   for (guint i = 0; i < table->len; i++)

@@ -332,7 +332,7 @@ um_cli_inspect (int argc, char **argv)
 #define MEMBER_STR(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_string_value (b, v); } G_STMT_END
   MEMBER_STR ("path", model->path);
   MEMBER_STR ("format", model->format == UM_MODEL_FORMAT_GGUF ? "gguf" : "safetensors");
-  MEMBER_STR ("architecture", "llada");
+  MEMBER_STR ("architecture", um_arch_info (c->arch)->gguf_arch);
   MEMBER_INT ("n_layers", c->n_layers);
   MEMBER_INT ("d_model", c->d_model);
   MEMBER_INT ("n_heads", c->n_heads);
@@ -380,8 +380,11 @@ um_cli_inspect (int argc, char **argv)
       return 0;
     }
   printf ("%s (%s)\n", model->display_name, model->format == UM_MODEL_FORMAT_GGUF ? "GGUF" : "safetensors");
-  printf ("  architecture  llada: %u layers, d_model %u, %u heads (%u KV) of %u, MLP %u\n",
-          c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim, c->mlp_hidden);
+  printf ("  architecture  %s: %u layers, d_model %u, %u heads (%u KV) of %u, MLP %u\n",
+          um_arch_info (c->arch)->gguf_arch, c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim,
+          c->mlp_hidden);
+  if (c->n_experts > 0)
+    printf ("  experts       %u of %u per token, FFN %u each\n", c->n_experts_used, c->n_experts, c->expert_ffn);
   printf ("  vocabulary    %u tokens, max sequence %u, RoPE θ %g, RMSNorm ε %g\n",
           c->vocab_size, c->max_seq_len, c->rope_theta, c->rms_eps);
   printf ("  parameters    %" G_GUINT64_FORMAT " (%.3f B), %.2f GiB as stored, %u tensors\n",

@@ -214,6 +214,7 @@ typedef struct {
   Scratch        index;         /* uploaded index arrays */
   Scratch        att_scores;    /* attention scores of a tile of queries */
   gboolean       exact_attention;   /* UNMASK_CUDA_EXACT_ATTENTION: the fp32 kernel */
+  gboolean       exact_products;    /* UNMASK_CUDA_EXACT_PRODUCTS: fp32 activations for every weight type */
 
   /* Dequantized weight tiles, two in turn: the dequant stream fills one
    * while the compute stream multiplies the other. tile_ready[b]: tiles[b]
@@ -1239,7 +1240,9 @@ matmul_product (CudaCtx *c, const float *x, int rows, const UmDevWeight *dw, flo
 
   if (w->dtype == UM_DTYPE_F32)
     return gemm (c, dw->dev, CUDA_R_32F, n, k, x, CUDA_R_32F, rows, out, n, error);
-  if (w->dtype == UM_DTYPE_BF16)
+  /* UNMASK_CUDA_EXACT_PRODUCTS: the CPU's exact products (the weight
+   * dequantized to f32, fp32 activations), e.g. to check against it. */
+  if (w->dtype == UM_DTYPE_BF16 || c->exact_products)
     return matmul_f32_tiles (c, dw, x, rows, out, error);
   if (quantized
       && (!tiles_begin (c, dw, UM_CUDA_OUT_F16, &t, error) || !tiles_dequant (c, &t, 0, error)
@@ -1419,6 +1422,7 @@ um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
   c = g_new0 (CudaCtx, 1);
   c->device = device;
   c->exact_attention = g_getenv ("UNMASK_CUDA_EXACT_ATTENTION") != NULL;
+  c->exact_products = g_getenv ("UNMASK_CUDA_EXACT_PRODUCTS") != NULL;
   c->total = total_b;
   g_mutex_init (&c->host_lock);
   g_mutex_init (&c->stage_lock);

@@ -84,6 +84,12 @@ sample_conversation (void)
   c->params.temperature = 0.7;
   c->params.cfg_scale = 1.5;
   c->params.remasking = UM_REMASK_RANDOM;
+  c->params.alg = UM_ALG_TOPK_MARGIN;
+  c->params.eps = 0.01;
+  c->params.alg_temp = 0.5;
+  c->params.top_p = 0.9;
+  c->params.top_k = 40;
+  c->params.greedy = TRUE;
   c->params.logits_eos_inf = TRUE;
   c->params.confidence_eos_eot_inf = TRUE;
   c->params.seed = G_GUINT64_CONSTANT (18446744073709551557);
@@ -135,6 +141,13 @@ test_round_trip (void)
   g_assert_cmpfloat (back->params.temperature, ==, 0.7);
   g_assert_cmpfloat (back->params.cfg_scale, ==, 1.5);
   g_assert_cmpint (back->params.remasking, ==, UM_REMASK_RANDOM);
+  /* Dream's and RND1's options too (exact as the temperature above). */
+  g_assert_cmpint (back->params.alg, ==, UM_ALG_TOPK_MARGIN);
+  g_assert_cmpfloat (back->params.eps, ==, 0.01);
+  g_assert_cmpfloat (back->params.alg_temp, ==, 0.5);
+  g_assert_cmpfloat (back->params.top_p, ==, 0.9);
+  g_assert_cmpint (back->params.top_k, ==, 40);
+  g_assert_true (back->params.greedy);
   g_assert_true (back->params.logits_eos_inf);
   g_assert_true (back->params.confidence_eos_eot_inf);
   g_assert_cmpuint (back->params.seed, ==, G_GUINT64_CONSTANT (18446744073709551557));

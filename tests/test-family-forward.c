@@ -3,11 +3,21 @@
  * ≠ model width, renormalised top-k) against the independent float64
  * fixtures, in every form they come in (HF safetensors, GGUF F32 and
  * Q8_0), on the CPU backend; and the same logits whatever way the weights
- * are held (layer streaming, row chunks) and whichever rows are asked. */
+ * are held (layer streaming, row chunks) and whichever rows are asked.
+ *
+ * UM_TEST_BACKEND=cuda runs it all on the CUDA backend: on a GPU (suite
+ * gpu; skipped without one) and on the host emulation of tests/cuda-emu
+ * (built a second time there, UM_TEST_REQUIRE_CUDA: never skipped), with
+ * its fp32 attention and products (UNMASK_CUDA_EXACT_*), where the same
+ * float32 tolerance holds. Its default fast path (f16 activations, TF32
+ * attention: unit roundoff 2^-11 instead of 2^-24) is checked against the
+ * same error scale times 2^13 (a loose bound: it catches a wrong index or
+ * a lost bias, not a rounding detail, which the exact path covers). */
 #include <math.h>
 #include <string.h>
 
 #include "um-backend.h"
+#include "um-backend-cuda.h"
 #include "um-error.h"
 #include "um-forward.h"
 #include "um-layer-store.h"
@@ -33,6 +43,14 @@ static const Case cases[] = {
   { "tiny-rnd1", "tiny-rnd1-f32.gguf", "gguf_f32" },
   { "tiny-rnd1", "tiny-rnd1-q8_0.gguf", "gguf_q8_0" },
 };
+
+static gboolean use_cuda;
+
+static UmBackend *
+new_backend (GError **error)
+{
+  return use_cuda ? um_backend_cuda_new (0, 0, error) : um_backend_cpu_new (0, 0, error);
+}
 
 static UmModel *
 load_model (const char *name)
@@ -72,7 +90,7 @@ static float *
 run (UmModel *model, const UmForwardOptions *o, const GArray *ids, const gint32 *rows, int n_rows)
 {
   g_autoptr(GError) error = NULL;
-  g_autoptr(UmBackend) be = um_backend_cpu_new (0, 0, &error);
+  g_autoptr(UmBackend) be = new_backend (&error);
   UmLayerStore *store = NULL;
   UmForwardOptions opts = *o;
   const guint V = model->cfg.vocab_size;
@@ -135,8 +153,8 @@ test_case (gconstpointer data)
   {
     g_autofree float *logits = run (model, &o, ids, NULL, 0);
     err = um_test_rel_error (logits, want, (size_t) ids->len * V);
-    g_test_message ("%s %s: max relative error %.3g, tolerance %.3g (%s kernels)", c->model, c->key, err, tol,
-                    um_quant_simd_level ());
+    g_test_message ("%s %s: max relative error %.3g, tolerance %.3g (%s)", c->model, c->key, err, tol,
+                    use_cuda ? "cuda" : um_quant_simd_level ());
     g_assert_cmpfloat (err, <, tol);
   }
   /* Requested rows only: the last layer runs on them alone (queries,
@@ -160,6 +178,21 @@ test_case (gconstpointer data)
     chunked = run (model, &o, ids, NULL, 0);
     g_assert_cmpfloat (um_test_rel_error (chunked, want, (size_t) ids->len * V), <, tol);
   }
+  if (use_cuda)
+    {
+      /* The default GPU path: f16 activations and TF32 attention. */
+      g_autofree float *fast = NULL;
+      um_forward_options_init (&o);
+      g_unsetenv ("UNMASK_CUDA_EXACT_ATTENTION");
+      g_unsetenv ("UNMASK_CUDA_EXACT_PRODUCTS");
+      fast = run (model, &o, ids, NULL, 0);
+      g_setenv ("UNMASK_CUDA_EXACT_ATTENTION", "1", TRUE);
+      g_setenv ("UNMASK_CUDA_EXACT_PRODUCTS", "1", TRUE);
+      err = um_test_rel_error (fast, want, (size_t) ids->len * V);
+      g_test_message ("%s %s: f16/TF32 path: max relative error %.3g, bound %.3g", c->model, c->key, err,
+                      tol * 8192.0);
+      g_assert_cmpfloat (err, <, tol * 8192.0);
+    }
 }
 
 /* What each family's description says, read from its files. */
@@ -189,6 +222,24 @@ int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
+  use_cuda = g_strcmp0 (g_getenv ("UM_TEST_BACKEND"), "cuda") == 0;
+  if (use_cuda)
+    {
+      g_setenv ("UNMASK_CUDA_EXACT_ATTENTION", "1", TRUE);
+      g_setenv ("UNMASK_CUDA_EXACT_PRODUCTS", "1", TRUE);
+      g_autoptr(GError) error = NULL;
+      g_autoptr(UmBackend) probe = um_backend_cuda_new (0, 0, &error);
+      if (probe == NULL)
+        {
+          if (g_getenv ("UM_TEST_REQUIRE_CUDA") != NULL)
+            {
+              g_printerr ("the CUDA backend could not be created: %s\n", error->message);
+              return 1;
+            }
+          g_print ("1..0 # SKIP no usable GPU: %s\n", error->message);
+          return 77;
+        }
+    }
   for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
     {
       g_autofree char *name = g_strdup_printf ("/family-forward/%s/%s", cases[i].model, cases[i].key);

@@ -187,6 +187,18 @@ test_timestep_counts (void)
   g_assert_cmpfloat (ts[32], ==, (float) 1e-3);
   for (int i = 1; i <= 32; i++)
     g_assert_cmpfloat (ts[i], <, ts[i - 1]);
+  /* torch.linspace's own float32 values (torch 2.11, CPU and CUDA), where
+   * a multiply then an add would round twice and land one ulp away (e.g.
+   * 0.62537503 for the first): compared exactly, each decimal is the
+   * float's value as Python prints it, which rounds back to that float. */
+  um_timesteps_f32 (1e-3, 8, ts);
+  g_assert_cmpfloat (ts[3], ==, 0.625374972820282f);
+  um_timesteps_f32 (1e-3, 10, ts);
+  g_assert_cmpfloat (ts[7], ==, 0.30070000886917114f);
+  um_timesteps_f32 (1e-3, 11, ts);
+  g_assert_cmpfloat (ts[6], ==, 0.4550909101963043f);
+  um_timesteps_f32 (1e-3, 12, ts);
+  g_assert_cmpfloat (ts[7], ==, 0.41725000739097595f);
 
   /* The fixture's per-step commit counts are the schedule's counts. */
   g_assert_cmpuint (json_array_get_length (cases), >, 0);
@@ -345,15 +357,16 @@ test_rnd1_rows (void)
   float l[V];
   UmGenParams p;
   gint32 id;
-  double ent, h = 0.0, h2 = 0.0, z2 = 0.0;
+  double ent, prob, h = 0.0, h2 = 0.0, z2 = 0.0;
   const double tol = 1e-6;
 
   um_gen_params_init (&p);
   set_probs (l, probs, 4);
   p.greedy = TRUE;
   p.temperature = 1.0;
-  um_rnd1_row (s, l, &p, 0.5, &id, &ent);
+  um_rnd1_row (s, l, &p, 0.5, &id, &ent, &prob);
   g_assert_cmpint (id, ==, 0);
+  g_assert_cmpfloat_with_epsilon (prob, 0.5, tol);
   for (int i = 0; i < 4; i++)
     h -= probs[i] * log (probs[i]);
   /* The −1e30 logits are 0 after exp in double: no term. */
@@ -361,7 +374,7 @@ test_rnd1_rows (void)
 
   /* T only scales the entropy in greedy mode: p ∝ p^(1/T). */
   p.temperature = 0.5;
-  um_rnd1_row (s, l, &p, 0.5, &id, &ent);
+  um_rnd1_row (s, l, &p, 0.5, &id, &ent, &prob);
   g_assert_cmpint (id, ==, 0);
   for (int i = 0; i < 4; i++)
     z2 += probs[i] * probs[i];
@@ -371,20 +384,20 @@ test_rnd1_rows (void)
 
   /* T 0 is 1e-8: one token carries everything, entropy 0 (exp underflows). */
   p.temperature = 0.0;
-  um_rnd1_row (s, l, &p, 0.5, &id, &ent);
+  um_rnd1_row (s, l, &p, 0.5, &id, &ent, &prob);
   g_assert_cmpint (id, ==, 0);
   g_assert_cmpfloat (ent, ==, 0.0);
 
   /* Not greedy: drawn. */
   p.temperature = 1.0;
   p.greedy = FALSE;
-  um_rnd1_row (s, l, &p, 0.7, &id, &ent);
+  um_rnd1_row (s, l, &p, 0.7, &id, &ent, &prob);
   g_assert_cmpint (id, ==, 1);
 
   /* A filter leaves −inf logits: 0 · −inf is NaN in upstream's sum, and here. */
   p.greedy = TRUE;
   p.top_k = 2;
-  um_rnd1_row (s, l, &p, 0.5, &id, &ent);
+  um_rnd1_row (s, l, &p, 0.5, &id, &ent, &prob);
   g_assert_cmpint (id, ==, 0);
   g_assert_true (isnan (ent));
 }

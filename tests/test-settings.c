@@ -1,6 +1,7 @@
 /* test-settings.c — settings.json read at startup: a damaged file (hostile
  * JSON, a member of the wrong type) is moved aside, the defaults are used
- * and the load warning says so; a good one is applied. No display needed. */
+ * and the load warning says so; a good one is applied. Each model family
+ * keeps its own generation parameters, across a restart. No display needed. */
 #include "config.h"
 
 #include <glib/gstdio.h>
@@ -95,6 +96,12 @@ test_wrong_types (void)
     { "{\"threshold\": [0.9]}", "“threshold” is not a number" },
     { "{\"recent-models\": \"/models/a\"}", "“recent-models” is not a list of paths" },
     { "{\"recent-models\": [\"/models/a\", 5]}", "“recent-models” is not a list of paths" },
+    { "{\"alg\": 2}", "“alg” is not a string" },
+    { "{\"top-k\": 0.5}", "“top-k” is not an integer" },
+    { "{\"greedy\": \"yes\"}", "“greedy” is not true or false" },
+    { "{\"families\": [1]}", "“families” is not an object" },
+    { "{\"families\": {\"Dream\": 3}}", "“Dream” is not an object" },
+    { "{\"families\": {\"Dream\": {\"eps\": \"small\"}}}", "“eps” is not a number" },
     /* A good member before the bad one is not applied either. */
     { "{\"steps\": 64, \"gen-length\": false}", "“gen-length” is not an integer" },
   };
@@ -173,6 +180,103 @@ test_non_utf8_recent_path (void)
   um_test_rmtree (dir);
 }
 
+/* Dream's choices are not LLaDA's: switching families keeps each one's
+ * values and which are the user's, through a save and a new start. */
+static void
+test_families (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *path = g_build_filename (dir, "settings.json", NULL);
+  g_autoptr(GError) error = NULL;
+  UmGenParams p;
+
+  {
+    g_autoptr(UmSettings) settings = um_settings_new (path);
+    UmGenResolved r;
+
+    g_assert_cmpstr (um_settings_get_family (settings), ==, "LLaDA");
+    g_assert_cmpint (um_settings_get_arch (settings), ==, UM_ARCH_LLADA);
+    g_object_set (settings, "steps", 64, "remasking", "random", NULL);
+    g_assert_true (um_settings_get_user_set (settings) & UM_GEN_KEY_BIT (UM_GEN_KEY_STEPS));
+
+    /* A family met for the first time starts from the defaults, none the user's. */
+    um_settings_set_family (settings, "Dream");
+    g_assert_cmpint (um_settings_get_arch (settings), ==, UM_ARCH_DREAM);
+    um_settings_get_params (settings, &p);
+    g_assert_cmpint (p.steps, ==, 128);
+    g_assert_cmpint (p.remasking, ==, UM_REMASK_LOW_CONFIDENCE);
+    /* Dream's README temperature, a built-in default (exact: the same literal). */
+    g_assert_cmpfloat (p.temperature, ==, 0.2);
+    g_assert_cmpint (um_settings_get_source (settings, UM_GEN_KEY_TEMPERATURE), ==, UM_GEN_SOURCE_BUILTIN);
+    g_assert_cmpuint (um_settings_get_user_set (settings), ==, 0);
+    /* Dream's steps follow the length until the user chooses them. */
+    g_object_set (settings, "gen-length", 48, NULL);
+    um_settings_get_params (settings, &p);
+    g_assert_cmpint (p.steps, ==, 48);
+    g_assert_cmpuint (um_settings_get_user_set (settings), ==, UM_GEN_KEY_BIT (UM_GEN_KEY_GEN_LENGTH));
+    g_object_set (settings, "steps", 256, "alg", "maskgit_plus", "alg-temp", 0.5, "top-p", 0.9, "top-k", 40,
+                  "eps", 0.01, NULL);
+    g_assert_true (um_settings_get_user_set (settings) & UM_GEN_KEY_BIT (UM_GEN_KEY_ALG));
+    g_object_set (settings, "gen-length", 64, NULL);
+    um_settings_get_params (settings, &p);
+    g_assert_cmpint (p.steps, ==, 256);
+
+    /* What LLaDA would run with, seen from Dream. */
+    um_settings_resolve_with (settings, "LLaDA", NULL, NULL, &r);
+    g_assert_cmpint (r.params.steps, ==, 64);
+    g_assert_cmpint (r.source[UM_GEN_KEY_STEPS], ==, UM_GEN_SOURCE_USER);
+
+    um_settings_set_family (settings, "RND1");
+    g_assert_cmpint (um_settings_get_arch (settings), ==, UM_ARCH_RND1);
+    g_object_set (settings, "greedy", TRUE, NULL);
+
+    um_settings_set_family (settings, "LLaDA");
+    um_settings_get_params (settings, &p);
+    g_assert_cmpint (p.steps, ==, 64);
+    g_assert_cmpint (p.remasking, ==, UM_REMASK_RANDOM);
+    g_assert_false (p.greedy);
+    g_assert_true (um_settings_get_user_set (settings) & UM_GEN_KEY_BIT (UM_GEN_KEY_STEPS));
+
+    um_settings_set_family (settings, "Dream");
+    g_assert_true (um_settings_save (settings, &error));
+    g_assert_no_error (error);
+  }
+  {
+    g_autoptr(UmSettings) settings = um_settings_new (path);
+    UmGenResolved r;
+
+    g_assert_null (um_settings_get_load_warning (settings));
+    g_assert_cmpstr (um_settings_get_family (settings), ==, "Dream");
+    um_settings_get_params (settings, &p);
+    g_assert_cmpint (p.steps, ==, 256);
+    g_assert_cmpint (p.alg, ==, UM_ALG_MASKGIT_PLUS);
+    /* Exact: json-glib writes a double with 17 significant digits and
+     * reads it back correctly rounded, which returns the same double. */
+    g_assert_cmpfloat (p.alg_temp, ==, 0.5);
+    g_assert_cmpfloat (p.top_p, ==, 0.9);
+    g_assert_cmpfloat (p.eps, ==, 0.01);
+    g_assert_cmpint (p.top_k, ==, 40);
+    g_assert_true (um_settings_get_user_set (settings) & UM_GEN_KEY_BIT (UM_GEN_KEY_STEPS));
+    g_assert_true (um_settings_get_user_set (settings) & UM_GEN_KEY_BIT (UM_GEN_KEY_TOP_K));
+
+    um_settings_resolve_with (settings, "RND1", NULL, NULL, &r);
+    g_assert_true (r.params.greedy);
+    /* A family never seen: the defaults. */
+    um_settings_resolve_with (settings, "LLaDA-MoE", NULL, NULL, &r);
+    g_assert_cmpint (r.params.steps, ==, 128);
+    g_assert_cmpint (r.source[UM_GEN_KEY_STEPS], ==, UM_GEN_SOURCE_BUILTIN);
+
+    um_settings_set_family (settings, "LLaDA");
+    um_settings_get_params (settings, &p);
+    g_assert_cmpint (p.steps, ==, 64);
+    g_assert_cmpint (p.remasking, ==, UM_REMASK_RANDOM);
+    /* Dream's option is left out of LLaDA's parameters. */
+    g_assert_cmpint (p.alg, ==, UM_ALG_ENTROPY);
+    g_assert_cmpfloat (p.top_p, ==, 0.0);
+  }
+  um_test_rmtree (dir);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -181,5 +285,6 @@ main (int argc, char **argv)
   g_test_add_func ("/settings/wrong-types", test_wrong_types);
   g_test_add_func ("/settings/good-file", test_good_file);
   g_test_add_func ("/settings/non-utf8-recent-path", test_non_utf8_recent_path);
+  g_test_add_func ("/settings/families", test_families);
   return g_test_run ();
 }

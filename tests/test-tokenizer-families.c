@@ -762,6 +762,7 @@ test_chat_prompt_ids (void)
 
           model.tokenizer = tok;
           model.chat_template = um_chat_template_from_dir (dir, pc->arch, &error);
+          model.cfg.arch = pc->arch;
           g_assert_no_error (error);
           model.cfg.bos_id = -1;
           model.cfg.eos_id = (gint32) json_object_get_int_member (exp, "eos_token_id");

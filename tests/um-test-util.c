@@ -249,6 +249,64 @@ um_test_model_spec_init_llada8b (UmTestModelSpec *spec, guint n_layers)
   spec->dtype = UM_DTYPE_BF16;
 }
 
+void
+um_test_model_spec_init_family (UmTestModelSpec *spec, UmArch arch)
+{
+  um_test_model_spec_init (spec);
+  spec->arch = arch;
+  switch (arch)
+    {
+    case UM_ARCH_DREAM:
+      spec->n_kv_heads = 2;
+      spec->mlp_hidden = 128;
+      spec->rope_theta = 1e6;
+      spec->rms_eps = 1e-6;
+      spec->mask_id = 508;
+      spec->eos_id = 504;
+      spec->bos_id = 507;
+      break;
+    case UM_ARCH_LLADA_MOE:
+      spec->mlp_hidden = 128;
+      spec->n_experts = 8;
+      spec->n_experts_used = 3;
+      spec->expert_ffn = 32;
+      spec->rope_theta = 5e4;
+      spec->rms_eps = 1e-5;
+      spec->mask_id = 511;
+      spec->eos_id = 510;
+      spec->bos_id = 509;
+      break;
+    case UM_ARCH_RND1:
+      spec->n_heads = 8;
+      spec->n_kv_heads = 2;
+      spec->head_dim = 16;
+      spec->mlp_hidden = 96;
+      spec->n_experts = 8;
+      spec->n_experts_used = 3;
+      spec->expert_ffn = 32;
+      spec->rope_theta = 1e6;
+      spec->rms_eps = 1e-6;
+      spec->mask_id = 506;
+      spec->eos_id = 503;
+      spec->bos_id = -1;
+      break;
+    default:
+      break;
+    }
+}
+
+const char *
+um_test_family_fixture (UmArch arch)
+{
+  switch (arch)
+    {
+    case UM_ARCH_DREAM: return "tiny-dream";
+    case UM_ARCH_LLADA_MOE: return "tiny-llada-moe";
+    case UM_ARCH_RND1: return "tiny-rnd1";
+    default: return "tiny-llada";
+    }
+}
+
 typedef struct {
   char    *name;
   guint64  rows, cols;   /* rows 0: a 1-D tensor of cols */
@@ -308,6 +366,146 @@ write_config (const char *dir, const UmTestModelSpec *m, GError **error)
   if (g_file_get_contents (tokcfg_src, &contents, &len, NULL))
     return g_file_set_contents (tokcfg_dst, contents, len, error);
   return TRUE;
+}
+
+/* Sets @key of @obj to @v where the family's config names it. */
+static void
+set_if_present (JsonObject *obj, const char *key, gint64 v)
+{
+  if (json_object_has_member (obj, key))
+    json_object_set_int_member (obj, key, v);
+}
+
+/* The fixture's config.json with @m's shape; its tokenizer files and
+ * generation_config.json as they are. */
+static gboolean
+write_family_config (const char *dir, const UmTestModelSpec *m, GError **error)
+{
+  const char *fixture = um_test_family_fixture (m->arch);
+  g_autofree char *src_dir = um_test_data_path (fixture);
+  g_autofree char *config_src = g_build_filename (src_dir, "config.json", NULL);
+  g_autofree char *config_dst = g_build_filename (dir, "config.json", NULL);
+  g_autoptr(JsonParser) parser = json_parser_new ();
+  g_autoptr(JsonGenerator) gen = json_generator_new ();
+  static const char *const copied[] = {
+    "tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "generation_config.json",
+  };
+  JsonObject *obj;
+
+  if (!json_parser_load_from_file (parser, config_src, error))
+    return FALSE;
+  obj = json_node_get_object (json_parser_get_root (parser));
+  set_if_present (obj, "hidden_size", m->d_model);
+  set_if_present (obj, "intermediate_size", m->mlp_hidden);
+  set_if_present (obj, "dense_intermediate_size", m->mlp_hidden);
+  set_if_present (obj, "expert_intermediate_size", m->expert_ffn);
+  set_if_present (obj, "moe_intermediate_size", m->expert_ffn);
+  set_if_present (obj, "num_experts", m->n_experts);
+  set_if_present (obj, "num_experts_per_tok", m->n_experts_used);
+  set_if_present (obj, "head_dim", m->head_dim ? m->head_dim : m->d_model / m->n_heads);
+  set_if_present (obj, "num_hidden_layers", m->n_layers);
+  set_if_present (obj, "max_window_layers", m->n_layers);
+  set_if_present (obj, "num_attention_heads", m->n_heads);
+  set_if_present (obj, "num_key_value_heads", m->n_kv_heads);
+  set_if_present (obj, "vocab_size", m->vocab_size);
+  json_object_set_double_member (obj, "rope_theta", m->rope_theta);
+  json_object_set_double_member (obj, "rms_norm_eps", m->rms_eps);
+  json_object_set_int_member (obj, "mask_token_id", m->mask_id);
+  json_object_set_int_member (obj, "eos_token_id", m->eos_id);
+  json_object_set_string_member (obj, "torch_dtype",
+                                 m->dtype == UM_DTYPE_F32 ? "float32" : m->dtype == UM_DTYPE_F16 ? "float16" : "bfloat16");
+  if (json_object_has_member (obj, "moe_layer_freq"))
+    {
+      JsonArray *freq = json_array_sized_new (m->n_layers);
+      for (guint l = 0; l < m->n_layers; l++)
+        json_array_add_int_element (freq, 1);
+      json_object_set_array_member (obj, "moe_layer_freq", freq);
+    }
+  json_generator_set_root (gen, json_parser_get_root (parser));
+  json_generator_set_pretty (gen, TRUE);
+  if (!json_generator_to_file (gen, config_dst, error))
+    return FALSE;
+  for (guint i = 0; i < G_N_ELEMENTS (copied); i++)
+    {
+      g_autofree char *from = g_build_filename (src_dir, copied[i], NULL);
+      g_autofree char *to = g_build_filename (dir, copied[i], NULL);
+      g_autofree char *contents = NULL;
+      gsize len;
+      if (i == 0 && m->tokenizer != NULL)
+        {
+          g_free (from);
+          from = g_strdup (m->tokenizer);
+        }
+      if (!g_file_test (from, G_FILE_TEST_EXISTS))
+        continue;
+      if (!g_file_get_contents (from, &contents, &len, error) || !g_file_set_contents (to, contents, len, error))
+        return FALSE;
+    }
+  return TRUE;
+}
+
+/* The tensors of a Dream, LLaDA-MoE or RND1 checkpoint, in the order of
+ * the fixtures' files. */
+static void
+add_family_specs (GArray *specs, const UmTestModelSpec *m)
+{
+  const guint hd = m->head_dim ? m->head_dim : m->d_model / m->n_heads;
+  const double sd = 1.0 / sqrt (m->d_model), sq = 1.0 / sqrt (m->n_heads * hd);
+  const gboolean moe = m->n_experts > 0, bias = m->arch == UM_ARCH_DREAM;
+  const double sf = 1.0 / sqrt (moe ? m->expert_ffn : m->mlp_hidden);
+  char name[256];
+
+  add_spec (specs, "model.embed_tokens.weight", m->vocab_size, m->d_model, 1.0, 0.0);
+  for (guint l = 0; l < m->n_layers; l++)
+    {
+#define ADD(suffix, r, c, sc, off) G_STMT_START { \
+        g_snprintf (name, sizeof name, "model.layers.%u.%s", l, suffix); \
+        add_spec (specs, name, r, c, sc, off); } G_STMT_END
+      ADD ("input_layernorm.weight", 0, m->d_model, 0.1, 1.0);
+      ADD ("self_attn.q_proj.weight", m->n_heads * hd, m->d_model, 1.7 * sd, 0.0);
+      ADD ("self_attn.k_proj.weight", m->n_kv_heads * hd, m->d_model, 1.7 * sd, 0.0);
+      ADD ("self_attn.v_proj.weight", m->n_kv_heads * hd, m->d_model, 1.7 * sd, 0.0);
+      if (bias)
+        {
+          ADD ("self_attn.q_proj.bias", 0, m->n_heads * hd, 0.5, 0.0);
+          ADD ("self_attn.k_proj.bias", 0, m->n_kv_heads * hd, 0.5, 0.0);
+          ADD ("self_attn.v_proj.bias", 0, m->n_kv_heads * hd, 0.5, 0.0);
+        }
+      ADD ("self_attn.o_proj.weight", m->d_model, m->n_heads * hd, 1.7 * sq, 0.0);
+      if (moe)
+        {
+          ADD ("self_attn.q_norm.weight", 0, hd, 0.1, 1.0);
+          ADD ("self_attn.k_norm.weight", 0, hd, 0.1, 1.0);
+        }
+      ADD ("post_attention_layernorm.weight", 0, m->d_model, 0.1, 1.0);
+      if (!moe)
+        {
+          ADD ("mlp.gate_proj.weight", m->mlp_hidden, m->d_model, 1.7 * sd, 0.0);
+          ADD ("mlp.up_proj.weight", m->mlp_hidden, m->d_model, 1.7 * sd, 0.0);
+          ADD ("mlp.down_proj.weight", m->d_model, m->mlp_hidden, 1.7 * sf, 0.0);
+        }
+      else
+        {
+          static const char *const proj[] = { "gate_proj", "up_proj", "down_proj" };
+          /* A router scale that spreads the choices over the experts. */
+          ADD ("mlp.gate.weight", m->n_experts, m->d_model, 4.0 * sd, 0.0);
+          /* Each projection's experts one after another in the file, so
+           * the loader can view them stacked instead of gathering them. */
+          for (guint i = 0; i < G_N_ELEMENTS (proj); i++)
+            for (guint e = 0; e < m->n_experts; e++)
+              {
+                char ename[128];
+                g_snprintf (ename, sizeof ename, "mlp.experts.%u.%s.weight", e, proj[i]);
+                if (i < 2)
+                  ADD (ename, m->expert_ffn, m->d_model, 1.7 * sd, 0.0);
+                else
+                  ADD (ename, m->d_model, m->expert_ffn, 1.7 * sf, 0.0);
+              }
+        }
+#undef ADD
+    }
+  add_spec (specs, "model.norm.weight", 0, m->d_model, 0.1, 1.0);
+  add_spec (specs, "lm_head.weight", m->vocab_size, m->d_model, 8.0 * sd, 0.0);
 }
 
 static guint64
@@ -403,12 +601,19 @@ um_test_write_model (const char *dir, const UmTestModelSpec *m, GError **error)
   gboolean ok = TRUE;
 
   g_mkdir_with_parents (dir, 0755);
-  if (!write_config (dir, m, error))
+  if (m->arch != UM_ARCH_LLADA)
+    {
+      if (!write_family_config (dir, m, error))
+        return FALSE;
+      add_family_specs (specs, m);
+    }
+  else if (!write_config (dir, m, error))
     return FALSE;
 
   /* Uniform in [-a, a] has standard deviation a/√3: scale so activations stay O(1). */
-  add_spec (specs, "model.transformer.wte.weight", m->vocab_size, m->d_model, 1.0, 0.0);
-  for (guint l = 0; l < m->n_layers; l++)
+  if (m->arch == UM_ARCH_LLADA)
+    add_spec (specs, "model.transformer.wte.weight", m->vocab_size, m->d_model, 1.0, 0.0);
+  for (guint l = 0; m->arch == UM_ARCH_LLADA && l < m->n_layers; l++)
     {
 #define ADD(suffix, r, c, sc, off) G_STMT_START { \
         g_snprintf (name, sizeof name, "model.transformer.blocks.%u.%s", l, suffix); \
@@ -424,9 +629,12 @@ um_test_write_model (const char *dir, const UmTestModelSpec *m, GError **error)
       ADD ("ff_out.weight", m->d_model, m->mlp_hidden, 1.7 * sf, 0.0);
 #undef ADD
     }
-  add_spec (specs, "model.transformer.ln_f.weight", 0, m->d_model, 0.1, 1.0);
-  /* A larger head scale makes the logits confident, like a trained model. */
-  add_spec (specs, "model.transformer.ff_out.weight", m->vocab_size, m->d_model, 8.0 * sd, 0.0);
+  if (m->arch == UM_ARCH_LLADA)
+    {
+      add_spec (specs, "model.transformer.ln_f.weight", 0, m->d_model, 0.1, 1.0);
+      /* A larger head scale makes the logits confident, like a trained model. */
+      add_spec (specs, "model.transformer.ff_out.weight", m->vocab_size, m->d_model, 8.0 * sd, 0.0);
+    }
 
   if (m->n_shards <= 1)
     {

@@ -8,6 +8,7 @@
 #include "um-dtype.h"
 #include "um-engine.h"
 #include "um-model.h"
+#include "um-model-config.h"
 
 G_BEGIN_DECLS
 
@@ -55,6 +56,7 @@ guint       um_test_count_prefix (const char *dir, const char *prefix);
 gboolean    um_test_seed_next (guint *it, guint32 *seed);
 
 typedef struct {
+  UmArch   arch;           /* LLaDA (OLMo names) or a family in its own HF layout */
   guint    n_layers;
   guint    d_model;
   guint    n_heads;
@@ -70,14 +72,28 @@ typedef struct {
   guint    n_shards;       /* 1: model.safetensors; more: index + shards */
   guint32  seed;
   const char *tokenizer;   /* tokenizer.json to copy in; NULL: the tiny fixture's */
+  /* Families (arch other than LLaDA): the fixture tiny-<family>'s
+   * config.json, tokenizer and generation_config.json with these shapes. */
+  guint    head_dim;       /* 0: d_model / n_heads (what Dream's and LLaDA-MoE's configs imply) */
+  guint    n_experts;      /* 0: dense FFN of mlp_hidden */
+  guint    n_experts_used;
+  guint    expert_ffn;
 } UmTestModelSpec;
 
 /* The tiny fixture's shape (vocab 512, special ids 506–511). */
 void     um_test_model_spec_init (UmTestModelSpec *spec);
 /* LLaDA-8B's shape with @n_layers layers. */
 void     um_test_model_spec_init_llada8b (UmTestModelSpec *spec, guint n_layers);
+/* The shape of the fixture tiny-<family> (tests/data/tiny-dream, ...): its
+ * special ids, RoPE θ and ε; Dream with q/k/v biases, LLaDA-MoE and RND1
+ * with QK-norms and experts. */
+void     um_test_model_spec_init_family (UmTestModelSpec *spec, UmArch arch);
+/* The fixture folder a family's files come from ("tiny-dream", ...). */
+const char *um_test_family_fixture (UmArch arch);
 /* Writes config.json, generation_config.json, tokenizer files and random
- * weights (streamed to disk, never all in memory). */
+ * weights (streamed to disk, never all in memory), in the layout of the
+ * family's checkpoints (LLaDA: OLMo names; Dream, LLaDA-MoE, RND1: Qwen-style
+ * model.layers.N.…, experts one tensor each). */
 gboolean um_test_write_model (const char *dir, const UmTestModelSpec *spec, GError **error);
 
 /* Hostile JSON every reader is tested with: each text must be refused

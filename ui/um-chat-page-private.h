@@ -36,6 +36,7 @@ struct _UmChatPage {
   AdwActionRow       *threshold_row, *factor_row;
   GtkAdjustment      *threshold_adjustment, *factor_adjustment;
   GtkLabel           *params_label;
+  GtkWidget          *fast_button;
   GtkWidget          *params_reset_button;
 
   UmEngine           *engine;

@@ -697,7 +697,7 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
   clear_error_rows (self);
   if (!um_model_build_chat_prompt (model, base->len ? (const gint32 *) base->data : NULL,
                                    base->len, text, prompt, &error)
-      || !um_gen_params_validate (&params, prompt->len, model->cfg.max_seq_len, &error))
+      || !um_gen_params_validate_for (&params, model->cfg.arch, prompt->len, model->cfg.max_seq_len, &error))
     {
       g_autofree char *msg = g_strdup_printf (_("Cannot answer: %s"), error->message);
       add_error_row (self, msg, FALSE);
@@ -794,24 +794,44 @@ static void ensure_settings (UmChatPage *self);
 
 /* The answers' parameters and where each comes from (the Generate page's
  * rows say the same). */
+static void on_fast_rule_selected (UmChatPage *self);
+
+static UmArch
+current_arch (UmChatPage *self)
+{
+  return self->settings ? um_settings_get_arch (self->settings) : UM_ARCH_LLADA;
+}
+
 static void
 update_params_label (UmChatPage *self)
 {
-  const char *titles[UM_GEN_N_BLOCK_KEYS] = {
+  const char *titles[UM_GEN_N_KEYS] = {
     _("Length"), _("Steps"), _("Block Length"), _("Temperature"), _("Guidance Scale"), _("Remasking"),
+    _("Algorithm"), _("Final Time"), _("Position Temperature"), _("Top-p"), _("Top-k"), _("Greedy Tokens"),
   };
   const char *mode = self->have_mode ? um_mode_info_name (&self->mode_info) : NULL;
+  UmArch arch = current_arch (self);
   g_autoptr(GString) text = g_string_new (NULL);
 
-  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
+  /* Only the parameters of the model family's schedule. */
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     {
-      g_autofree char *note = self->settings ? um_settings_describe_source (self->settings, k, mode) : NULL;
-      g_autofree char *value = um_settings_format_value (&self->params, k);
+      g_autofree char *note = NULL;
+      g_autofree char *value = NULL;
+
+      if (!um_gen_key_applies ((UmGenKey) k, arch))
+        continue;
+      note = self->settings ? um_settings_describe_source (self->settings, k, mode) : NULL;
+      value = um_settings_format_value (&self->params, k);
+      if (text->len > 0)
+        g_string_append_c (text, '\n');
       /* Translators: a parameter and its value with where it comes from, e.g. "Temperature: 0.7 — recommended by the model" */
       g_string_append_printf (text, _("%s: %s"), titles[k], note ? note : value);
-      if (k + 1 < UM_GEN_N_BLOCK_KEYS)
-        g_string_append_c (text, '\n');
     }
+  gtk_widget_set_visible (GTK_WIDGET (self->fast_button), um_family_has_option (arch, "fast-decoding"));
+  gtk_widget_set_visible (GTK_WIDGET (self->cache_row), um_family_has_option (arch, "cache"));
+  gtk_widget_set_visible (GTK_WIDGET (self->rule_row), um_family_has_option (arch, "factor"));
+  on_fast_rule_selected (self);
   gtk_label_set_text (self->params_label, text->str);
   gtk_widget_set_sensitive (self->params_reset_button,
                             self->settings != NULL && um_settings_get_user_set (self->settings) != 0);
@@ -869,6 +889,7 @@ um_chat_page_set_settings (UmChatPage *self, UmSettings *settings)
     return;
   g_set_object (&self->settings, settings);
   g_signal_connect_object (settings, "sources-changed", G_CALLBACK (update_params_label), self, G_CONNECT_SWAPPED);
+  g_signal_connect_object (settings, "notify::family", G_CALLBACK (update_params_label), self, G_CONNECT_SWAPPED);
   update_params_label (self);
   um_settings_bind_fast_decoding (settings, G_OBJECT (self->fast_row), G_OBJECT (self->cache_row),
                                   G_OBJECT (self->rule_row), G_OBJECT (self->threshold_adjustment),
@@ -891,17 +912,20 @@ um_chat_page_get_params (UmChatPage *self, UmGenParams *p)
   if (adw_expander_row_get_enable_expansion (self->fast_row))
     {
       p->cache = (UmCacheMode) MIN (adw_combo_row_get_selected (self->cache_row), UM_CACHE_DUAL);
-      if (adw_combo_row_get_selected (self->rule_row) == 1)
+      if (adw_combo_row_get_selected (self->rule_row) == 1 && um_family_has_option (current_arch (self), "factor"))
         p->factor = gtk_adjustment_get_value (self->factor_adjustment);
       else
         p->threshold = gtk_adjustment_get_value (self->threshold_adjustment);
     }
+  um_gen_params_for_family (p, current_arch (self));
 }
 
 static void
 on_fast_rule_selected (UmChatPage *self)
 {
-  gboolean factor = adw_combo_row_get_selected (self->rule_row) == 1;
+  /* Dream's fast decoding has the threshold only. */
+  gboolean factor = um_family_has_option (current_arch (self), "factor")
+                    && adw_combo_row_get_selected (self->rule_row) == 1;
   gtk_widget_set_visible (GTK_WIDGET (self->threshold_row), !factor);
   gtk_widget_set_visible (GTK_WIDGET (self->factor_row), factor);
 }
@@ -1245,6 +1269,7 @@ um_chat_page_class_init (UmChatPageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, placeholder_label);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, mode_button);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, params_label);
+  gtk_widget_class_bind_template_child (widget_class, UmChatPage, fast_button);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, params_reset_button);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, limits_revealer);
   gtk_widget_class_bind_template_child (widget_class, UmChatPage, limits_label);

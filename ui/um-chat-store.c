@@ -263,6 +263,18 @@ conversation_to_json (UmChatConversation *c)
   json_builder_add_boolean_value (b, p->logits_eos_inf);
   json_builder_set_member_name (b, "confidence_eos_eot_inf");
   json_builder_add_boolean_value (b, p->confidence_eos_eot_inf);
+  /* Dream's and RND1's schedules (generation_config.json's names). */
+  add_string (b, "alg", um_alg_to_string (p->alg));
+  json_builder_set_member_name (b, "eps");
+  json_builder_add_double_value (b, p->eps);
+  json_builder_set_member_name (b, "alg_temp");
+  json_builder_add_double_value (b, p->alg_temp);
+  json_builder_set_member_name (b, "top_p");
+  json_builder_add_double_value (b, p->top_p);
+  json_builder_set_member_name (b, "top_k");
+  json_builder_add_int_value (b, p->top_k);
+  json_builder_set_member_name (b, "greedy");
+  json_builder_add_boolean_value (b, p->greedy);
   /* JSON readers lose integers above 2^53: the seed goes as text. */
   json_builder_set_member_name (b, "seed");
   {
@@ -435,12 +447,20 @@ read_params (JsonObject *o, UmGenParams *p)
   GET_DOUBLE (cfg_scale)
   GET_BOOL (logits_eos_inf)
   GET_BOOL (confidence_eos_eot_inf)
+  GET_DOUBLE (eps)
+  GET_DOUBLE (alg_temp)
+  GET_DOUBLE (top_p)
+  GET_INT (top_k)
+  GET_BOOL (greedy)
 #undef GET_INT
 #undef GET_DOUBLE
 #undef GET_BOOL
   n = json_object_get_member (o, "remasking");
   if (n && JSON_NODE_HOLDS_VALUE (n) && json_node_get_value_type (n) == G_TYPE_STRING)
     um_remasking_from_string (json_node_get_string (n), &p->remasking);
+  n = json_object_get_member (o, "alg");
+  if (n && JSON_NODE_HOLDS_VALUE (n) && json_node_get_value_type (n) == G_TYPE_STRING)
+    um_alg_from_string (json_node_get_string (n), &p->alg);
   n = json_object_get_member (o, "seed");
   if (n && JSON_NODE_HOLDS_VALUE (n) && json_node_get_value_type (n) == G_TYPE_STRING)
     {

@@ -7,118 +7,10 @@
  * step can be rebuilt in O(commits), and forward from the shown step
  * incrementally.
  */
-#include "um-diffusion-view.h"
+#include "um-diffusion-view-private.h"
 
-#include <adwaita.h>
 #include <glib/gi18n.h>
 
-#define INSET           3     /* room for the current block's outline */
-#define OUTLINE         2
-#define PAD_X           4
-#define PAD_Y           2
-#define CELL_GAP        2
-#define ROW_GAP         6
-#define BLOCK_GAP       10
-#define RADIUS          4.f
-#define NAT_CELLS       24    /* natural width, in mask cells */
-#define ANIM_USEC       (250 * G_TIME_SPAN_MILLISECOND)
-#define MIN_ANIM_USEC   (40 * G_TIME_SPAN_MILLISECOND)
-#define A11Y_DELAY_MS   500
-#define MAX_TOKEN_CHARS 32
-#define MAX_TIP_CHARS   80
-#define MAX_GEN_LENGTH  (1 << 20)
-#define MAX_STEP_GAP    65536
-
-typedef enum {
-  GLYPH_WORD_START  = 1 << 0,  /* began with a space: a word gap goes before it */
-  GLYPH_BREAK       = 1 << 1,  /* held a newline: the next cell starts a row */
-  GLYPH_END         = 1 << 2,  /* EOS/EOT: a small dimmed end marker */
-  GLYPH_PLACEHOLDER = 1 << 3,  /* nothing printable: a dim placeholder */
-} GlyphFlags;
-
-typedef struct {
-  PangoLayout *layout;
-  char        *text;      /* the token's text, valid UTF-8 */
-  int          width;     /* of the cell, padding included */
-  int          text_y;    /* centres the layout in the cell */
-  guint        flags;
-} Glyph;
-
-typedef struct {
-  gint32 id;          /* last id committed here; kept while masked so that
-                       * scrubbing back and forth reuses the glyph */
-  int    step;        /* step that committed it, as shown; -1: masked */
-  float  confidence;
-  Glyph *glyph;       /* of id, borrowed from glyphs; NULL: not looked up */
-  int    x, y, w;     /* from the last stored flow */
-  int    bar_x;       /* block boundary bar before the cell, or -1 */
-} Cell;
-
-typedef struct {
-  gint32 pos;         /* relative to the first generated position */
-  gint32 id;
-  float  confidence;
-} Commit;
-
-typedef struct {
-  GdkRGBA fg;
-  GdkRGBA earlier;      /* background of cells committed before the shown step */
-  GdkRGBA on_highlight; /* text on the confidence colours */
-  GdkRGBA mask;
-  GdkRGBA bar;
-  GdkRGBA outline;
-  GdkRGBA outline_fill;
-} Palette;
-
-struct _UmDiffusionView {
-  GtkWidget        parent_instance;
-
-  UmTokenTextFunc  text_func;
-  gpointer         text_data;
-  GDestroyNotify   text_destroy;
-  gint32           mask_id, eos_id, eot_id;
-
-  /* The run as recorded. */
-  gboolean         has_run;
-  int              prompt_len, gen_length, block_length, n_steps;
-  GArray          *commits;       /* Commit, all steps in order */
-  GArray          *step_ends;     /* guint: end of step k's commits */
-  gboolean         warned;        /* bad input was reported for this run */
-
-  /* The canvas as shown. */
-  Cell            *cells;
-  int              shown_step;
-  int              current_block; /* holds the shown step's commits; -1: none */
-  gboolean         following;
-
-  /* Layout caches. */
-  GHashTable      *glyphs;        /* id -> Glyph */
-  gboolean         metrics_valid;
-  guint            pango_serial;
-  int              cell_h, mask_w, space_w;
-  GskRenderNode   *mask_node;     /* one mask cell at the origin */
-  PangoLayout     *hint_layout;
-  int              flow_width;    /* cells' x/y are for this width; -1: stale */
-  int              flow_height;
-  int              measured_width, measured_height;
-
-  AdwStyleManager *style_manager; /* while rooted and libadwaita is up */
-  gboolean         dark;
-
-  /* The newest step's cells fade in. */
-  guint            tick_id;
-  gint64           anim_start;    /* frame time; 0: at the next frame */
-  gint64           anim_duration;
-  double           anim_progress; /* 1: settled */
-  gint64           last_step_time;
-
-  /* Only rows inside the scrolled window's view are drawn. */
-  GtkWidget       *scrollable;
-  GtkAdjustment   *vadjustment;
-
-  guint            a11y_id;
-  guint            scroll_id;     /* keeps the newest step in view */
-};
 
 G_DEFINE_FINAL_TYPE (UmDiffusionView, um_diffusion_view, GTK_TYPE_WIDGET)
 
@@ -132,14 +24,6 @@ enum {
 };
 static GParamSpec *props[N_PROPS];
 
-/* Colours of the LLaDA Gradio demo. */
-#define HEX_RGBA(hex, a) { ((hex) >> 16 & 0xff) / 255.f, ((hex) >> 8 & 0xff) / 255.f, \
-                           ((hex) & 0xff) / 255.f, (a) }
-#define COLOR_MASK      0x444444
-#define COLOR_EARLIER   0x6699cc
-#define COLOR_LOW       0xff6666
-#define COLOR_MEDIUM    0xffaa33
-#define COLOR_HIGH      0x66cc66
 
 static void
 glyph_free (gpointer data)
@@ -259,8 +143,8 @@ invalidate_flow (UmDiffusionView *self)
 
 /* Re-measures the font when the widget's Pango context changed (font, DPI,
  * scale): every cached width is wrong then. */
-static void
-ensure_metrics (UmDiffusionView *self)
+void
+um_diffusion_view_ensure_metrics (UmDiffusionView *self)
 {
   PangoContext *context = gtk_widget_get_pango_context (GTK_WIDGET (self));
   guint serial = pango_context_get_serial (context);
@@ -323,8 +207,8 @@ make_glyph (UmDiffusionView *self, gint32 id)
   return glyph;
 }
 
-static Glyph *
-cell_glyph (UmDiffusionView *self, Cell *cell)
+Glyph *
+um_diffusion_view_cell_glyph (UmDiffusionView *self, Cell *cell)
 {
   if (cell->glyph == NULL)
     {
@@ -347,11 +231,11 @@ flow (UmDiffusionView *self, int width, gboolean store)
   int x = INSET, y = INSET, height;
   gboolean row_empty = TRUE, force_break = FALSE;
 
-  ensure_metrics (self);
+  um_diffusion_view_ensure_metrics (self);
   for (int i = 0; i < self->gen_length; i++)
     {
       Cell *cell = &self->cells[i];
-      const Glyph *glyph = cell->step >= 0 ? cell_glyph (self, cell) : NULL;
+      const Glyph *glyph = cell_filled (cell) ? um_diffusion_view_cell_glyph (self, cell) : NULL;
       gboolean boundary = i > 0 && i % self->block_length == 0;
       int w = glyph != NULL ? glyph->width : self->mask_w;
       int gap = CELL_GAP;
@@ -390,12 +274,12 @@ flow (UmDiffusionView *self, int width, gboolean store)
   return height;
 }
 
-static void
-ensure_flow (UmDiffusionView *self)
+void
+um_diffusion_view_ensure_flow (UmDiffusionView *self)
 {
   int width = gtk_widget_get_width (GTK_WIDGET (self));
 
-  ensure_metrics (self);
+  um_diffusion_view_ensure_metrics (self);
   if (self->flow_width != width)
     flow (self, width, TRUE);
 }
@@ -403,7 +287,7 @@ ensure_flow (UmDiffusionView *self)
 static int
 height_for_width (UmDiffusionView *self, int width)
 {
-  ensure_metrics (self);
+  um_diffusion_view_ensure_metrics (self);
   if (width == self->flow_width)
     return self->flow_height;
   if (width != self->measured_width)
@@ -415,8 +299,8 @@ height_for_width (UmDiffusionView *self, int width)
 }
 
 /* First cell whose row reaches down to @y (cells are sorted by row). */
-static int
-first_cell_below (UmDiffusionView *self, double y)
+int
+um_diffusion_view_first_cell_below (UmDiffusionView *self, double y)
 {
   int lo = 0, hi = self->gen_length;
 
@@ -444,18 +328,18 @@ update_accessible (UmDiffusionView *self)
       g_autoptr(GString) text = g_string_new (NULL);
       int n_masked = 0;
 
-      ensure_metrics (self);
+      um_diffusion_view_ensure_metrics (self);
       for (int i = 0; i < self->gen_length; i++)
         {
           Cell *cell = &self->cells[i];
           const Glyph *glyph;
 
-          if (cell->step < 0)
+          if (!cell_filled (cell))
             {
               n_masked++;
               continue;
             }
-          glyph = cell_glyph (self, cell);
+          glyph = um_diffusion_view_cell_glyph (self, cell);
           if (!(glyph->flags & GLYPH_END))
             g_string_append (text, glyph->text);
         }
@@ -555,7 +439,15 @@ show_step (UmDiffusionView *self, int step)
   if (step < self->shown_step)
     {
       for (int i = 0; i < self->gen_length; i++)
-        self->cells[i].step = -1;
+        {
+          Cell *cell = &self->cells[i];
+          cell->step = -1;
+          if (cell->fixed_id >= 0 && cell->id != cell->fixed_id)
+            {
+              cell->id = cell->fixed_id;
+              cell->glyph = NULL;
+            }
+        }
       from = 0;
     }
   for (int k = from; k <= step; k++)
@@ -615,6 +507,7 @@ reset_canvas (UmDiffusionView *self, int gen_length)
     {
       self->cells[i].id = -1;
       self->cells[i].step = -1;
+      self->cells[i].fixed_id = -1;
       self->cells[i].bar_x = -1;
     }
   g_array_set_size (self->commits, 0);
@@ -633,269 +526,6 @@ reset_canvas (UmDiffusionView *self, int gen_length)
   schedule_accessible (self);
 }
 
-static void
-get_palette (UmDiffusionView *self, Palette *pal)
-{
-  const GdkRGBA mask_light = HEX_RGBA (COLOR_MASK, 0.85f);
-  const GdkRGBA mask_dark = HEX_RGBA (0x4e4e4e, 1.f);
-  const GdkRGBA earlier = HEX_RGBA (COLOR_EARLIER, 1.f);
-
-  G_GNUC_BEGIN_IGNORE_DEPRECATIONS
-  gtk_style_context_get_color (gtk_widget_get_style_context (GTK_WIDGET (self)), &pal->fg);
-  G_GNUC_END_IGNORE_DEPRECATIONS
-
-  /* Without libadwaita (other hosts) a light text colour means dark. */
-  if (self->style_manager == NULL)
-    {
-      gboolean dark = 0.299f * pal->fg.red + 0.587f * pal->fg.green + 0.114f * pal->fg.blue > 0.5f;
-      if (dark != self->dark)
-        g_clear_pointer (&self->mask_node, gsk_render_node_unref);
-      self->dark = dark;
-    }
-
-  pal->mask = self->dark ? mask_dark : mask_light;
-  pal->earlier = earlier;
-  pal->earlier.alpha = self->dark ? 0.42f : 0.32f;
-  pal->on_highlight = (GdkRGBA) { 0.f, 0.f, 0.f, 0.87f };
-  pal->bar = pal->fg;
-  pal->bar.alpha = 0.35f;
-  pal->outline = earlier;
-  pal->outline.alpha = self->dark ? 0.7f : 0.8f;
-  pal->outline_fill = pal->fg;
-  pal->outline_fill.alpha = 0.05f;
-}
-
-static void
-confidence_color (float confidence, gboolean dark, GdkRGBA *color)
-{
-  const GdkRGBA low = HEX_RGBA (COLOR_LOW, 1.f);
-  const GdkRGBA medium = HEX_RGBA (COLOR_MEDIUM, 1.f);
-  const GdkRGBA high = HEX_RGBA (COLOR_HIGH, 1.f);
-
-  /* NaN counts as low. */
-  *color = !(confidence >= 0.3f) ? low : confidence < 0.7f ? medium : high;
-  if (dark)
-    {
-      /* A touch deeper, so the highlights do not glare on a dark canvas. */
-      color->red *= 0.9f;
-      color->green *= 0.9f;
-      color->blue *= 0.9f;
-    }
-}
-
-static void
-append_rounded (GtkSnapshot           *snapshot,
-                const graphene_rect_t *rect,
-                float                  radius,
-                const GdkRGBA         *color)
-{
-  GskRoundedRect rounded;
-
-  gsk_rounded_rect_init_from_rect (&rounded, rect, radius);
-  gtk_snapshot_push_rounded_clip (snapshot, &rounded);
-  gtk_snapshot_append_color (snapshot, color, rect);
-  gtk_snapshot_pop (snapshot);
-}
-
-static void
-append_ring (GtkSnapshot           *snapshot,
-             const graphene_rect_t *rect,
-             float                  radius,
-             const GdkRGBA         *color)
-{
-  GskRoundedRect rounded;
-  const float widths[4] = { 1.f, 1.f, 1.f, 1.f };
-  const GdkRGBA colors[4] = { *color, *color, *color, *color };
-
-  gsk_rounded_rect_init_from_rect (&rounded, rect, radius);
-  gtk_snapshot_append_border (snapshot, &rounded, widths, colors);
-}
-
-/* One mask cell: a dark rounded box with three faint dots, the "still
- * noise" look of ▒ without a font lookup per cell. */
-static GskRenderNode *
-build_mask_node (UmDiffusionView *self, const Palette *pal)
-{
-  GtkSnapshot *snapshot = gtk_snapshot_new ();
-  float w = self->mask_w, h = self->cell_h;
-  GdkRGBA dot = { 1.f, 1.f, 1.f, self->dark ? 0.28f : 0.38f };
-
-  append_rounded (snapshot, &GRAPHENE_RECT_INIT (0, 0, w, h), RADIUS, &pal->mask);
-  for (int i = -1; i <= 1; i++)
-    {
-      float r = 1.5f;
-      float cx = w / 2 + i * w / 5.f, cy = h / 2;
-      append_rounded (snapshot, &GRAPHENE_RECT_INIT (cx - r, cy - r, 2 * r, 2 * r), r, &dot);
-    }
-  return gtk_snapshot_free_to_node (snapshot);
-}
-
-static void
-snapshot_committed (UmDiffusionView *self,
-                    GtkSnapshot     *snapshot,
-                    Cell            *cell,
-                    const Palette   *pal)
-{
-  const Glyph *glyph = cell_glyph (self, cell);
-  graphene_rect_t rect = GRAPHENE_RECT_INIT (cell->x, cell->y, cell->w, self->cell_h);
-  gboolean current = cell->step == self->shown_step;
-  double p = current ? self->anim_progress : 1.0;
-  float opacity = 1.f;
-  GdkRGBA bg, text;
-
-  if (current)
-    {
-      confidence_color (cell->confidence, self->dark, &bg);
-      text = pal->on_highlight;
-    }
-  else
-    {
-      bg = pal->earlier;
-      text = pal->fg;
-    }
-  if (glyph->flags & GLYPH_PLACEHOLDER)
-    text.alpha *= 0.5f;
-  if (glyph->flags & GLYPH_END)
-    opacity = 0.55f;
-
-  if (p < 1.0)
-    {
-      /* Fade in over the fading mask, with a small pulse. */
-      GdkRGBA mask = pal->mask;
-      float q = 1.f - (float) p;
-      float ease = 1.f - q * q * q;
-      float scale = 1.3f - 0.3f * ease;
-      graphene_point_t centre = GRAPHENE_POINT_INIT (cell->x + cell->w / 2.f,
-                                                     cell->y + self->cell_h / 2.f);
-
-      mask.alpha *= 1.f - (float) p;
-      append_rounded (snapshot, &rect, RADIUS, &mask);
-      gtk_snapshot_save (snapshot);
-      gtk_snapshot_translate (snapshot, &centre);
-      gtk_snapshot_scale (snapshot, scale, scale);
-      gtk_snapshot_translate (snapshot, &GRAPHENE_POINT_INIT (-centre.x, -centre.y));
-      opacity *= (float) p;
-    }
-  if (opacity < 1.f)
-    gtk_snapshot_push_opacity (snapshot, opacity);
-
-  append_rounded (snapshot, &rect, RADIUS, &bg);
-  if (current)
-    {
-      GdkRGBA ring = { bg.red * 0.65f, bg.green * 0.65f, bg.blue * 0.65f, 1.f };
-      append_ring (snapshot, &rect, RADIUS, &ring);
-    }
-  gtk_snapshot_save (snapshot);
-  gtk_snapshot_translate (snapshot, &GRAPHENE_POINT_INIT (cell->x + PAD_X, cell->y + glyph->text_y));
-  gtk_snapshot_append_layout (snapshot, glyph->layout, &text);
-  gtk_snapshot_restore (snapshot);
-
-  if (opacity < 1.f)
-    gtk_snapshot_pop (snapshot);
-  if (p < 1.0)
-    gtk_snapshot_restore (snapshot);
-}
-
-/* The current block, one rounded outline per row it spans. */
-static void
-snapshot_current_block (UmDiffusionView *self,
-                        GtkSnapshot     *snapshot,
-                        const Palette   *pal)
-{
-  int start = self->current_block * self->block_length;
-  int end = MIN (start + self->block_length, self->gen_length);
-  int i = start;
-
-  while (i < end)
-    {
-      int row_y = self->cells[i].y;
-      int x0 = self->cells[i].x, x1;
-      graphene_rect_t rect;
-
-      while (i + 1 < end && self->cells[i + 1].y == row_y)
-        i++;
-      x1 = self->cells[i].x + self->cells[i].w;
-      rect = GRAPHENE_RECT_INIT (x0 - OUTLINE, row_y - OUTLINE,
-                                 x1 - x0 + 2 * OUTLINE, self->cell_h + 2 * OUTLINE);
-      append_rounded (snapshot, &rect, RADIUS + OUTLINE, &pal->outline_fill);
-      append_ring (snapshot, &rect, RADIUS + OUTLINE, &pal->outline);
-      i++;
-    }
-}
-
-static void
-snapshot_hint (UmDiffusionView *self,
-               GtkSnapshot     *snapshot,
-               const Palette   *pal)
-{
-  GdkRGBA color = pal->fg;
-  PangoRectangle logical;
-
-  if (self->hint_layout == NULL)
-    self->hint_layout = gtk_widget_create_pango_layout (GTK_WIDGET (self), _("No run yet"));
-  pango_layout_get_pixel_extents (self->hint_layout, NULL, &logical);
-  color.alpha *= 0.5f;
-  gtk_snapshot_save (snapshot);
-  gtk_snapshot_translate (snapshot, &GRAPHENE_POINT_INIT (
-                            (gtk_widget_get_width (GTK_WIDGET (self)) - logical.width) / 2,
-                            (gtk_widget_get_height (GTK_WIDGET (self)) - logical.height) / 2));
-  gtk_snapshot_append_layout (snapshot, self->hint_layout, &color);
-  gtk_snapshot_restore (snapshot);
-}
-
-static void
-um_diffusion_view_snapshot (GtkWidget   *widget,
-                            GtkSnapshot *snapshot)
-{
-  UmDiffusionView *self = UM_DIFFUSION_VIEW (widget);
-  float top = -G_MAXFLOAT, bottom = G_MAXFLOAT;
-  graphene_rect_t view;
-  Palette pal;
-
-  ensure_metrics (self);
-  get_palette (self, &pal);
-  if (!self->has_run)
-    {
-      snapshot_hint (self, snapshot, &pal);
-      return;
-    }
-  ensure_flow (self);
-
-  /* Only what the scrolled window shows (a row of slack for the pulse). */
-  if (self->scrollable != NULL
-      && gtk_widget_compute_bounds (self->scrollable, widget, &view))
-    {
-      top = view.origin.y - self->cell_h;
-      bottom = view.origin.y + view.size.height + self->cell_h;
-    }
-
-  if (self->current_block >= 0)
-    snapshot_current_block (self, snapshot, &pal);
-
-  if (self->mask_node == NULL)
-    self->mask_node = build_mask_node (self, &pal);
-
-  for (int i = first_cell_below (self, top); i < self->gen_length; i++)
-    {
-      Cell *cell = &self->cells[i];
-
-      if (cell->y > bottom)
-        break;
-      if (cell->bar_x >= 0)
-        gtk_snapshot_append_color (snapshot, &pal.bar,
-                                   &GRAPHENE_RECT_INIT (cell->bar_x - 1, cell->y + 1,
-                                                        2, self->cell_h - 2));
-      if (cell->step >= 0)
-        snapshot_committed (self, snapshot, cell, &pal);
-      else if (self->mask_node != NULL)
-        {
-          gtk_snapshot_save (snapshot);
-          gtk_snapshot_translate (snapshot, &GRAPHENE_POINT_INIT (cell->x, cell->y));
-          gtk_snapshot_append_node (snapshot, self->mask_node);
-          gtk_snapshot_restore (snapshot);
-        }
-    }
-}
 
 static GtkSizeRequestMode
 um_diffusion_view_get_request_mode (GtkWidget *widget)
@@ -915,7 +545,7 @@ um_diffusion_view_measure (GtkWidget      *widget,
   UmDiffusionView *self = UM_DIFFUSION_VIEW (widget);
   int min_width, nat_width;
 
-  ensure_metrics (self);
+  um_diffusion_view_ensure_metrics (self);
   if (!self->has_run)
     {
       PangoRectangle logical;
@@ -963,8 +593,8 @@ um_diffusion_view_get_position_at (UmDiffusionView *self,
 
   if (!self->has_run || self->gen_length == 0)
     return -1;
-  ensure_flow (self);
-  for (int i = first_cell_below (self, y); i < self->gen_length; i++)
+  um_diffusion_view_ensure_flow (self);
+  for (int i = um_diffusion_view_first_cell_below (self, y); i < self->gen_length; i++)
     {
       const Cell *cell = &self->cells[i];
 
@@ -988,11 +618,14 @@ um_diffusion_view_describe_position (UmDiffusionView *self,
   if (!self->has_run || index < 0 || index >= self->gen_length)
     return NULL;
   cell = &self->cells[index];
-  if (cell->step < 0)
+  if (!cell_filled (cell))
     /* Translators: a still masked position of the generated text. */
     return g_strdup_printf (_("Position %d · Masked"), index + 1);
-  ensure_metrics (self);
-  token = escape_for_tip (cell_glyph (self, cell)->text);
+  um_diffusion_view_ensure_metrics (self);
+  token = escape_for_tip (um_diffusion_view_cell_glyph (self, cell)->text);
+  if (cell->step < 0)
+    /* Translators: a token in place before the first step (a word constraint, a reserved end slot). */
+    return g_strdup_printf (_("Position %d · token “%s” · in place from the start"), index + 1, token);
   /* Translators: a committed position: its token, the model's confidence
    * in it (0 to 1) and the step that committed it. */
   return g_strdup_printf (_("Position %d · token “%s” · confidence %.2f · step %d"),
@@ -1193,7 +826,7 @@ um_diffusion_view_class_init (UmDiffusionViewClass *klass)
   widget_class->get_request_mode = um_diffusion_view_get_request_mode;
   widget_class->measure = um_diffusion_view_measure;
   widget_class->size_allocate = um_diffusion_view_size_allocate;
-  widget_class->snapshot = um_diffusion_view_snapshot;
+  widget_class->snapshot = um_diffusion_view_draw;
   widget_class->query_tooltip = um_diffusion_view_query_tooltip;
   widget_class->root = um_diffusion_view_root;
   widget_class->unroot = um_diffusion_view_unroot;
@@ -1329,7 +962,7 @@ scroll_to_shown_step (gpointer data)
   if (self->vadjustment == NULL || self->scrollable == NULL || step < 0 || !self->following
       || !gtk_widget_get_mapped (GTK_WIDGET (self)))
     return G_SOURCE_REMOVE;
-  ensure_flow (self);
+  um_diffusion_view_ensure_flow (self);
   for (guint c = step > 0 ? ends[step - 1] : 0; c < ends[step]; c++)
     {
       const Cell *cell = &self->cells[commits[c].pos];
@@ -1492,8 +1125,37 @@ um_diffusion_view_get_shown_ids (UmDiffusionView *self)
   ids = g_array_sized_new (FALSE, FALSE, sizeof (gint32), self->gen_length);
   for (int i = 0; i < self->gen_length; i++)
     {
-      gint32 id = self->cells[i].step >= 0 ? self->cells[i].id : self->mask_id;
+      gint32 id = cell_filled (&self->cells[i]) ? self->cells[i].id : self->mask_id;
       g_array_append_val (ids, id);
     }
   return ids;
+}
+
+void
+um_diffusion_view_set_fixed (UmDiffusionView *self,
+                             const gint32    *positions,
+                             const gint32    *ids,
+                             int              n)
+{
+  g_return_if_fail (UM_IS_DIFFUSION_VIEW (self));
+  g_return_if_fail (n <= 0 || (positions != NULL && ids != NULL));
+
+  for (int i = 0; i < n; i++)
+    {
+      gint64 pos = (gint64) positions[i] - self->prompt_len;
+      Cell *cell;
+
+      if (pos < 0 || pos >= self->gen_length || ids[i] < 0)
+        continue;
+      cell = &self->cells[pos];
+      cell->fixed_id = ids[i];
+      /* A cell committed in the shown step keeps its token until replay goes back. */
+      if (cell->step < 0 && cell->id != ids[i])
+        {
+          cell->id = ids[i];
+          cell->glyph = NULL;
+        }
+    }
+  invalidate_flow (self);
+  schedule_accessible (self);
 }

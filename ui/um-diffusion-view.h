@@ -50,6 +50,15 @@ void       um_diffusion_view_add_step (UmDiffusionView *self,
                                        const float     *confidences,
                                        int              n);
 
+/* Tokens in place before the first step that no step commits (word
+ * constraints, RND1's reserved end slot): @n absolute positions holding
+ * @ids. Shown from the start and at every replayed step, never as a step's
+ * news. Forgotten by reset. */
+void       um_diffusion_view_set_fixed (UmDiffusionView *self,
+                                        const gint32    *positions,
+                                        const gint32    *ids,
+                                        int              n);
+
 /* Steps recorded so far ("n-steps-recorded" property). */
 int        um_diffusion_view_get_n_steps_recorded (UmDiffusionView *self);
 /* Steps the run will have ("n-steps" property, from reset). */

@@ -9,6 +9,13 @@
 
 #include <string.h>
 
+/* The settings property of each option whose row (or group) a family
+ * shows or not (um_family_has_option ()); the first ones in UmGenKey order. */
+static const char *const option_props[] = {
+  "gen-length", "steps", "block-length", "temperature", "cfg-scale", "remasking",
+  "alg", "eps", "alg-temp", "top-p", "top-k", "greedy", "fast-decoding", "cache", "factor", "constraints",
+};
+
 struct _UmGeneratePage {
   AdwBin           parent_instance;
 
@@ -16,6 +23,13 @@ struct _UmGeneratePage {
   GtkSwitch       *chat_switch;
   GtkSpinButton   *length_spin, *steps_spin, *block_spin, *temperature_spin, *cfg_spin;
   AdwComboRow     *remasking_row;
+  /* The timestep (Dream) and entropy (RND1) schedules' options. */
+  AdwComboRow     *alg_row;
+  GtkSpinButton   *alg_temp_spin, *eps_spin, *top_p_spin, *top_k_spin;
+  GtkSwitch       *greedy_switch;
+  AdwPreferencesGroup *params_group, *fast_group;
+  UmArch           arch;             /* the family whose options are shown */
+  GtkWidget       *option_widgets[G_N_ELEMENTS (option_props)];
   AdwExpanderRow  *fast_row;
   AdwComboRow     *cache_row, *rule_row;
   AdwActionRow    *threshold_row, *factor_row;
@@ -34,10 +48,10 @@ struct _UmGeneratePage {
   AdwFlap         *flap;
   /* The parameter rows by UmGenKey, their reset buttons, and what they
    * say below the description: where the value comes from. */
-  AdwActionRow    *param_rows[UM_GEN_N_BLOCK_KEYS];
-  GtkWidget       *reset_buttons[UM_GEN_N_BLOCK_KEYS];
-  char            *descriptions[UM_GEN_N_BLOCK_KEYS];
-  char            *source_notes[UM_GEN_N_BLOCK_KEYS];
+  AdwActionRow    *param_rows[UM_GEN_N_KEYS];
+  GtkWidget       *reset_buttons[UM_GEN_N_KEYS];
+  char            *descriptions[UM_GEN_N_KEYS];
+  char            *source_notes[UM_GEN_N_KEYS];
   GtkWidget       *reset_all_button;
   GtkLabel        *model_note_label;
 
@@ -52,6 +66,7 @@ struct _UmGeneratePage {
   int              committed;
   gboolean         variable_steps;   /* threshold or factor: steps is only a bound */
   gboolean         updating_scale;
+  gboolean         fixed_seen;       /* the run's tokens in place from the start are known */
   UmModeInfo       mode_info;
   gboolean         have_mode;
   UmLimitsWarning     limits;
@@ -74,6 +89,9 @@ static guint signals[N_SIGNALS];
 static void update_problem (UmGeneratePage *self);
 static void update_sources (UmGeneratePage *self);
 
+/* The Algorithm row's items (um_settings_bind_alg's order). */
+static const UmAlg alg_items[] = { UM_ALG_MASKGIT_PLUS, UM_ALG_TOPK_MARGIN, UM_ALG_ENTROPY, UM_ALG_ORIGIN };
+
 static void
 read_params (UmGeneratePage *self, UmGenParams *p)
 {
@@ -87,6 +105,12 @@ read_params (UmGeneratePage *self, UmGenParams *p)
   p->temperature = gtk_spin_button_get_value (self->temperature_spin);
   p->cfg_scale = gtk_spin_button_get_value (self->cfg_spin);
   p->remasking = adw_combo_row_get_selected (self->remasking_row) == 1 ? UM_REMASK_RANDOM : UM_REMASK_LOW_CONFIDENCE;
+  p->alg = alg_items[MIN (adw_combo_row_get_selected (self->alg_row), G_N_ELEMENTS (alg_items) - 1)];
+  p->alg_temp = gtk_spin_button_get_value (self->alg_temp_spin);
+  p->eps = gtk_spin_button_get_value (self->eps_spin);
+  p->top_p = gtk_spin_button_get_value (self->top_p_spin);
+  p->top_k = gtk_spin_button_get_value_as_int (self->top_k_spin);
+  p->greedy = gtk_switch_get_active (self->greedy_switch);
 
   p->cache = UM_CACHE_NONE;
   p->threshold = 0.0;
@@ -94,7 +118,7 @@ read_params (UmGeneratePage *self, UmGenParams *p)
   if (adw_expander_row_get_enable_expansion (self->fast_row))
     {
       p->cache = (UmCacheMode) MIN (adw_combo_row_get_selected (self->cache_row), UM_CACHE_DUAL);
-      if (adw_combo_row_get_selected (self->rule_row) == 1)
+      if (adw_combo_row_get_selected (self->rule_row) == 1 && um_family_has_option (self->arch, "factor"))
         p->factor = gtk_adjustment_get_value (self->factor_adjustment);
       else
         p->threshold = gtk_adjustment_get_value (self->threshold_adjustment);
@@ -122,6 +146,8 @@ read_params (UmGeneratePage *self, UmGenParams *p)
     }
   p->constraints = self->snap_constraints->len ? (const UmGenConstraint *) self->snap_constraints->data : NULL;
   p->n_constraints = (int) self->snap_constraints->len;
+  /* Hidden options of another family's schedule neither act nor fail. */
+  um_gen_params_for_family (p, self->arch);
 }
 
 /* ---- word constraints ---- */
@@ -246,7 +272,8 @@ um_generate_page_get_params (UmGeneratePage *self, UmGenParams *params)
 static void
 on_rule_selected (UmGeneratePage *self)
 {
-  gboolean factor = adw_combo_row_get_selected (self->rule_row) == 1;
+  /* Dream's fast decoding has the threshold only. */
+  gboolean factor = um_family_has_option (self->arch, "factor") && adw_combo_row_get_selected (self->rule_row) == 1;
   gtk_widget_set_visible (GTK_WIDGET (self->threshold_row), !factor);
   gtk_widget_set_visible (GTK_WIDGET (self->factor_row), factor);
   update_problem (self);
@@ -308,6 +335,19 @@ um_generate_page_get_mode_label (UmGeneratePage *self)
   return self->have_mode ? gtk_button_get_label (self->mode_button) : NULL;
 }
 
+/* The family whose schedule runs: the model's, else the settings'. */
+static UmArch
+current_arch (UmGeneratePage *self)
+{
+  UmArch arch = UM_ARCH_LLADA;
+
+  if (self->engine != NULL)
+    return um_engine_get_model (self->engine)->cfg.arch;
+  if (self->settings != NULL)
+    um_settings_family_to_arch (um_settings_get_family (self->settings), &arch);
+  return arch;
+}
+
 /* Explains, before running, which rule of the schedule the parameters break. */
 static void
 update_problem (UmGeneratePage *self)
@@ -319,9 +359,11 @@ update_problem (UmGeneratePage *self)
 
   read_params (self, &p);
   g_clear_pointer (&self->problem, g_free);
-  if (!um_gen_params_validate (&p, 0, max_len, &error))
+  if (!um_gen_params_validate_for (&p, current_arch (self), 0, max_len, &error))
     {
-      if (p.gen_length % p.block_length != 0)
+      if (um_arch_info (current_arch (self))->schedule != UM_SCHEDULE_BLOCK)
+        self->problem = g_strdup (error->message);
+      else if (p.gen_length % p.block_length != 0)
         self->problem = g_strdup_printf (_("The length (%d) must be a multiple of the block length (%d)."),
                                          p.gen_length, p.block_length);
       else if (p.steps % (p.gen_length / p.block_length) != 0)
@@ -373,6 +415,31 @@ update_stats (UmGeneratePage *self, int step, int n_steps, int n_this, double el
   gtk_label_set_text (self->stats_label, text);
 }
 
+/* The answer's tokens that no step commits (word constraints, RND1's
+ * reserved end slot) are in the canvas from the first step on. */
+static void
+show_fixed (UmGeneratePage *self, const UmStepEvent *ev)
+{
+  gint32 mask = um_engine_get_model (self->engine)->cfg.mask_id;
+  g_autoptr(GArray) positions = g_array_new (FALSE, FALSE, sizeof (gint32));
+  g_autoptr(GArray) ids = g_array_new (FALSE, FALSE, sizeof (gint32));
+  int k = 0;
+
+  self->fixed_seen = TRUE;
+  /* ev->positions is ascending. */
+  for (gint32 i = ev->prompt_len; i < ev->seq_len; i++)
+    {
+      while (k < ev->n_committed && ev->positions[k] < i)
+        k++;
+      if (ev->canvas[i] == mask || (k < ev->n_committed && ev->positions[k] == i))
+        continue;
+      g_array_append_val (positions, i);
+      g_array_append_val (ids, ev->canvas[i]);
+    }
+  um_diffusion_view_set_fixed (self->view, (const gint32 *) (gpointer) positions->data,
+                               (const gint32 *) (gpointer) ids->data, (int) positions->len);
+}
+
 static void
 on_step (const UmStepEvent *ev, gpointer user_data)
 {
@@ -380,6 +447,8 @@ on_step (const UmStepEvent *ev, gpointer user_data)
 
   if (self->cancellable == NULL)
     return;
+  if (!self->fixed_seen)
+    show_fixed (self, ev);
   um_diffusion_view_add_step (self->view, ev->step, ev->positions, ev->ids, ev->confidences, ev->n_committed);
   self->committed += ev->n_committed;
   /* The slider follows the run unless the user is looking at an older step. */
@@ -474,7 +543,7 @@ um_generate_page_generate (UmGeneratePage *self)
     self->snap_words = tmp_w;
     req.params.constraints = self->run_constraints->len ? (const UmGenConstraint *) self->run_constraints->data : NULL;
   }
-  if (!um_gen_params_validate (&req.params, ids->len, model->cfg.max_seq_len, &error))
+  if (!um_gen_params_validate_for (&req.params, model->cfg.arch, ids->len, model->cfg.max_seq_len, &error))
     {
       gtk_label_set_text (self->problem_label, error->message);
       gtk_widget_set_visible (GTK_WIDGET (self->problem_label), TRUE);
@@ -490,6 +559,7 @@ um_generate_page_generate (UmGeneratePage *self)
   gtk_widget_set_sensitive (GTK_WIDGET (self->step_scale), TRUE);
   gtk_widget_set_sensitive (GTK_WIDGET (self->copy_button), FALSE);
   self->committed = 0;
+  self->fixed_seen = FALSE;
   self->started = g_get_monotonic_time ();
   self->variable_steps = req.params.threshold > 0 || req.params.factor > 0;
   update_stats (self, 0, req.params.steps, -1, 0.0);
@@ -598,8 +668,10 @@ update_model_note (UmGeneratePage *self)
           g_string_append_printf (list, "%s%s %s", i ? ", " : "", n->key, n->value);
           g_string_append_printf (tooltip, "%s%s: %s", i ? "\n" : "", n->key, n->reason);
         }
+      /* Not only samplers Unmask lacks: Dream's files hold its class
+       * defaults, which are no recommendation. The tooltip says why each. */
       /* Translators: %s is a list of settings as written in the model's files, e.g. "top_p 0.95, top_k 50" */
-      g_string_append_printf (text, _("The model also recommends %s, which Unmask’s sampler does not apply."),
+      g_string_append_printf (text, _("The model’s files also set %s, which Unmask does not apply (the tooltip says why)."),
                               list->str);
     }
   for (guint i = 0; rec != NULL && i < rec->warnings->len; i++)
@@ -622,7 +694,7 @@ update_sources (UmGeneratePage *self)
   const char *mode = self->have_mode ? um_mode_info_name (&self->mode_info) : NULL;
   guint32 user = self->settings ? um_settings_get_user_set (self->settings) : 0;
 
-  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     {
       g_autofree char *note = self->settings ? um_settings_describe_source (self->settings, k, mode) : NULL;
       g_autofree char *subtitle = NULL;
@@ -659,14 +731,14 @@ update_sources (UmGeneratePage *self)
 const char *
 um_generate_page_get_source_note (UmGeneratePage *self, UmGenKey key)
 {
-  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self) && (guint) key < UM_GEN_N_BLOCK_KEYS, NULL);
+  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self) && (guint) key < UM_GEN_N_KEYS, NULL);
   return self->source_notes[key];
 }
 
 gboolean
 um_generate_page_get_reset_visible (UmGeneratePage *self, UmGenKey key)
 {
-  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self) && (guint) key < UM_GEN_N_BLOCK_KEYS, FALSE);
+  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self) && (guint) key < UM_GEN_N_KEYS, FALSE);
   return gtk_widget_get_visible (self->reset_buttons[key]);
 }
 
@@ -676,6 +748,73 @@ um_generate_page_get_model_note (UmGeneratePage *self)
   g_return_val_if_fail (UM_IS_GENERATE_PAGE (self), NULL);
   return gtk_widget_get_visible (GTK_WIDGET (self->model_note_label))
          ? gtk_label_get_text (self->model_note_label) : NULL;
+}
+
+/* Only the options of the model family's schedule are shown. */
+static void
+update_family (UmGeneratePage *self)
+{
+  UmArch arch = self->settings ? um_settings_get_arch (self->settings) : UM_ARCH_LLADA;
+  const char *description, *temperature;
+
+  self->arch = arch;
+  for (guint i = 0; i < G_N_ELEMENTS (option_props); i++)
+    gtk_widget_set_visible (self->option_widgets[i], um_family_has_option (arch, option_props[i]));
+  on_rule_selected (self);
+
+  switch (um_arch_info (arch)->schedule)
+    {
+    case UM_SCHEDULE_TIMESTEP:
+      description = _("Dream’s schedule: each step commits the share of the masks that the noise schedule gives, "
+                      "the positions chosen by the algorithm.");
+      temperature = _("0 always picks the most likely token");
+      break;
+    case UM_SCHEDULE_ENTROPY:
+      description = _("RND1’s schedule: each step keeps the most uncertain positions masked and commits the rest.");
+      temperature = _("Scales the uncertainty that decides which positions wait; without Greedy Tokens it also "
+                      "samples the tokens");
+      break;
+    case UM_SCHEDULE_BLOCK:
+    default:
+      description = _("The reference schedule: the answer is split into blocks, and each block gets an equal share "
+                      "of the steps.");
+      temperature = _("0 always picks the most likely token");
+      break;
+    }
+  adw_preferences_group_set_description (self->params_group, description);
+  adw_expander_row_set_subtitle (self->fast_row,
+                                 um_family_has_option (arch, "cache")
+                                 ? _("Cache keys and values per block and commit every confident token at once; "
+                                     "Steps becomes a maximum")
+                                 : _("Commit every token above the confidence threshold at once; Steps becomes a "
+                                     "maximum"));
+  if (g_strcmp0 (self->descriptions[UM_GEN_KEY_TEMPERATURE], temperature) != 0)
+    {
+      g_free (self->descriptions[UM_GEN_KEY_TEMPERATURE]);
+      self->descriptions[UM_GEN_KEY_TEMPERATURE] = g_strdup (temperature);
+      /* The row's subtitle is the description and the source: redo it. */
+      g_clear_pointer (&self->source_notes[UM_GEN_KEY_TEMPERATURE], g_free);
+      adw_action_row_set_subtitle (self->param_rows[UM_GEN_KEY_TEMPERATURE], temperature);
+    }
+  update_problem (self);
+  update_sources (self);
+}
+
+gboolean
+um_generate_page_get_option_visible (UmGeneratePage *self, const char *property)
+{
+  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self), FALSE);
+  for (guint i = 0; i < G_N_ELEMENTS (option_props); i++)
+    if (g_str_equal (property, option_props[i]))
+      return gtk_widget_get_visible (self->option_widgets[i]);
+  g_return_val_if_reached (FALSE);
+}
+
+UmSchedule
+um_generate_page_get_schedule (UmGeneratePage *self)
+{
+  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self), UM_SCHEDULE_BLOCK);
+  return um_arch_info (self->arch)->schedule;
 }
 
 void
@@ -696,14 +835,25 @@ um_generate_page_set_settings (UmGeneratePage *self, UmSettings *settings)
                           G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
   /* Bound, not copied once: the model's recommendation may change it. */
   um_settings_bind_remasking (settings, G_OBJECT (self->remasking_row));
+  um_settings_bind_alg (settings, G_OBJECT (self->alg_row));
+  g_object_bind_property (settings, "alg-temp", self->alg_temp_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "eps", self->eps_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "top-p", self->top_p_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "top-k", self->top_k_spin, "value",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_object_bind_property (settings, "greedy", self->greedy_switch, "active",
+                          G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE);
+  g_signal_connect_object (settings, "notify::family", G_CALLBACK (update_family), self, G_CONNECT_SWAPPED);
   g_signal_connect_object (settings, "sources-changed", G_CALLBACK (update_sources), self, G_CONNECT_SWAPPED);
   /* "Your choice — the model recommends …" depends on the value too. */
   g_signal_connect_object (settings, "notify", G_CALLBACK (update_sources), self, G_CONNECT_SWAPPED);
   um_settings_bind_fast_decoding (settings, G_OBJECT (self->fast_row), G_OBJECT (self->cache_row),
                                   G_OBJECT (self->rule_row), G_OBJECT (self->threshold_adjustment),
                                   G_OBJECT (self->factor_adjustment));
-  update_problem (self);
-  update_sources (self);
+  update_family (self);
 }
 
 void
@@ -780,7 +930,7 @@ um_generate_page_finalize (GObject *object)
   g_array_unref (self->run_constraints);
   g_ptr_array_unref (self->snap_words);
   g_ptr_array_unref (self->run_words);
-  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     {
       g_free (self->descriptions[k]);
       g_free (self->source_notes[k]);
@@ -818,6 +968,14 @@ um_generate_page_class_init (UmGeneratePageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, temperature_spin);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, cfg_spin);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, remasking_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, alg_row);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, alg_temp_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, eps_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, top_p_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, top_k_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, greedy_switch);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, params_group);
+  gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, fast_group);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, fast_row);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, cache_row);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, rule_row);
@@ -840,13 +998,15 @@ um_generate_page_class_init (UmGeneratePageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, reset_all_button);
   gtk_widget_class_bind_template_child (widget_class, UmGeneratePage, model_note_label);
   {
-    static const char *const names[UM_GEN_N_BLOCK_KEYS] = { "length", "steps", "block", "temperature", "cfg", "remasking" };
-    for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
+    static const char *const names[UM_GEN_N_KEYS] = {
+      "length", "steps", "block", "temperature", "cfg", "remasking", "alg", "eps", "alg_temp", "top_p", "top_k", "greedy",
+    };
+    for (guint k = 0; k < UM_GEN_N_KEYS; k++)
       {
         g_autofree char *row = g_strdup_printf ("%s_row", names[k]);
         g_autofree char *reset = g_strdup_printf ("%s_reset", names[k]);
-        /* The remasking row is bound as remasking_row too. */
-        if (k != UM_GEN_KEY_REMASKING)
+        /* The combo rows are bound as remasking_row and alg_row. */
+        if (k != UM_GEN_KEY_REMASKING && k != UM_GEN_KEY_ALG)
           gtk_widget_class_bind_template_child_full (widget_class, row, FALSE,
                                                      G_STRUCT_OFFSET (UmGeneratePage, param_rows)
                                                      + k * sizeof (gpointer));
@@ -875,9 +1035,23 @@ um_generate_page_init (UmGeneratePage *self)
    * disposing the template and the bin do not both unparent it. */
   self->flap = ADW_FLAP (adw_bin_get_child (ADW_BIN (self)));
   self->param_rows[UM_GEN_KEY_REMASKING] = ADW_ACTION_ROW (self->remasking_row);
-  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
+  self->param_rows[UM_GEN_KEY_ALG] = ADW_ACTION_ROW (self->alg_row);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     self->descriptions[k] = g_strdup (adw_action_row_get_subtitle (self->param_rows[k]));
   um_diffusion_view_set_token_text_func (self->view, token_text, self, NULL);
+  /* Without settings: LLaDA's block schedule (the other rows start hidden). */
+  self->arch = UM_ARCH_LLADA;
+  {
+    GtkWidget *extra[] = {
+      GTK_WIDGET (self->fast_group), GTK_WIDGET (self->cache_row), GTK_WIDGET (self->rule_row),
+      GTK_WIDGET (self->constraints_group),
+    };
+    G_STATIC_ASSERT (G_N_ELEMENTS (option_props) == UM_GEN_N_KEYS + G_N_ELEMENTS (extra));
+    for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+      self->option_widgets[k] = GTK_WIDGET (self->param_rows[k]);
+    for (guint i = 0; i < G_N_ELEMENTS (extra); i++)
+      self->option_widgets[UM_GEN_N_KEYS + i] = extra[i];
+  }
   gtk_text_buffer_set_text (gtk_text_view_get_buffer (self->prompt_view),
                             _("What is free software? Answer in two sentences."), -1);
   g_signal_connect_swapped (self->length_spin, "value-changed", G_CALLBACK (on_param_changed), self);
@@ -886,6 +1060,12 @@ um_generate_page_init (UmGeneratePage *self)
   g_signal_connect_swapped (self->temperature_spin, "value-changed", G_CALLBACK (on_param_changed), self);
   g_signal_connect_swapped (self->cfg_spin, "value-changed", G_CALLBACK (on_param_changed), self);
   g_signal_connect_swapped (self->remasking_row, "notify::selected", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->alg_row, "notify::selected", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->alg_temp_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->eps_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->top_p_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->top_k_spin, "value-changed", G_CALLBACK (on_param_changed), self);
+  g_signal_connect_swapped (self->greedy_switch, "notify::active", G_CALLBACK (on_param_changed), self);
   g_signal_connect (self->step_adjustment, "value-changed", G_CALLBACK (on_scale_changed), self);
   g_signal_connect_swapped (self->fast_row, "notify::enable-expansion", G_CALLBACK (on_param_changed), self);
   g_signal_connect_swapped (self->cache_row, "notify::selected", G_CALLBACK (on_param_changed), self);

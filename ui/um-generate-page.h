@@ -55,6 +55,11 @@ UmDiffusionView *um_generate_page_get_view (UmGeneratePage *self);
 GtkRange        *um_generate_page_get_step_scale (UmGeneratePage *self);
 /* Why the parameters cannot run, or NULL ("problem" property). */
 const char      *um_generate_page_get_problem (UmGeneratePage *self);
+/* The schedule whose options the page shows (the settings' family's). */
+UmSchedule       um_generate_page_get_schedule (UmGeneratePage *self);
+/* For tests: whether the row of a settings property ("alg", "block-length",
+ * "fast-decoding", "constraints", …) is shown. */
+gboolean         um_generate_page_get_option_visible (UmGeneratePage *self, const char *property);
 /* Result of the last finished run: generated ids (NULL before any), and the
  * error that ended it, if any. */
 GArray          *um_generate_page_get_last_ids (UmGeneratePage *self);

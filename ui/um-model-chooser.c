@@ -14,6 +14,7 @@ struct _UmModelChooser {
   UmSettings   *settings;
   GCancellable *cancellable;
   GtkFileChooserNative *native;
+  gboolean      scanned;
 };
 
 G_DEFINE_FINAL_TYPE (UmModelChooser, um_model_chooser, ADW_TYPE_WINDOW)
@@ -44,7 +45,10 @@ make_row (const UmModelEntry *e)
   g_autofree char *subtitle = NULL;
   GtkWidget *icon;
 
-  if (e->loadable)
+  if (e->loadable && e->family != NULL)
+    /* Translators: the model family, format, size and path: "Dream · safetensors · 16.0 GB · /path/to/model" */
+    subtitle = g_strdup_printf (_("%s · %s · %s · %s"), e->family, e->format, size, e->path);
+  else if (e->loadable)
     /* Translators: "safetensors · 16.0 GB · /path/to/model" */
     subtitle = g_strdup_printf (_("%s · %s · %s"), e->format, size, e->path);
   else
@@ -59,6 +63,7 @@ make_row (const UmModelEntry *e)
     adw_action_row_add_prefix (ADW_ACTION_ROW (row), gtk_image_new_from_icon_name ("document-open-recent-symbolic"));
   gtk_list_box_row_set_activatable (GTK_LIST_BOX_ROW (row), e->loadable);
   g_object_set_data_full (G_OBJECT (row), "path", g_strdup (e->path), g_free);
+  g_object_set_data_full (G_OBJECT (row), "family", g_strdup (e->family), g_free);
   if (!e->loadable)
     gtk_widget_add_css_class (row, "dim-label");
   return row;
@@ -78,6 +83,7 @@ on_scanned (GObject *source, GAsyncResult *result, gpointer user_data)
   for (guint i = 0; i < entries->len; i++)
     gtk_list_box_append (self->list, make_row (g_ptr_array_index (entries, i)));
   gtk_stack_set_visible_child_name (self->stack, entries->len ? "list" : "empty");
+  self->scanned = TRUE;
 }
 
 static void
@@ -178,4 +184,18 @@ um_model_chooser_new (UmSettings *settings)
   gtk_spinner_start (self->spinner);
   um_model_scan_async (um_settings_get_recent_models (settings), self->cancellable, on_scanned, self);
   return GTK_WIDGET (self);
+}
+
+gboolean
+um_model_chooser_get_scanned (UmModelChooser *self)
+{
+  g_return_val_if_fail (UM_IS_MODEL_CHOOSER (self), FALSE);
+  return self->scanned;
+}
+
+GtkListBox *
+um_model_chooser_get_list (UmModelChooser *self)
+{
+  g_return_val_if_fail (UM_IS_MODEL_CHOOSER (self), NULL);
+  return self->list;
 }

@@ -14,4 +14,9 @@ G_DECLARE_FINAL_TYPE (UmModelChooser, um_model_chooser, UM, MODEL_CHOOSER, AdwWi
 
 GtkWidget *um_model_chooser_new (UmSettings *settings);
 
+/* For tests: whether the search has finished, and the list of models found
+ * (AdwActionRows; each row's "path" and "family" data name its model). */
+gboolean    um_model_chooser_get_scanned (UmModelChooser *self);
+GtkListBox *um_model_chooser_get_list (UmModelChooser *self);
+
 G_END_DECLS

@@ -19,8 +19,22 @@ um_model_entry_free (UmModelEntry *e)
   g_free (e->path);
   g_free (e->name);
   g_free (e->format);
+  g_free (e->family);
   g_free (e->problem);
   g_free (e);
+}
+
+/* A Hugging Face folder's tokenizer: tokenizer.json, or the slow BPE pair
+ * vocab.json + merges.txt that real Dream checkpoints ship instead. */
+static gboolean
+has_tokenizer (const char *dir)
+{
+  g_autofree char *json = g_build_filename (dir, "tokenizer.json", NULL);
+  g_autofree char *vocab = g_build_filename (dir, "vocab.json", NULL);
+  g_autofree char *merges = g_build_filename (dir, "merges.txt", NULL);
+
+  return g_file_test (json, G_FILE_TEST_EXISTS)
+         || (g_file_test (vocab, G_FILE_TEST_EXISTS) && g_file_test (merges, G_FILE_TEST_EXISTS));
 }
 
 static guint64
@@ -42,18 +56,17 @@ um_model_probe (const char *path)
   if (g_file_test (path, G_FILE_TEST_IS_DIR))
     {
       UmModelConfig cfg;
-      g_autofree char *tok = g_build_filename (path, "tokenizer.json", NULL);
-      g_autofree char *vocab = g_build_filename (path, "vocab.json", NULL);
-      g_autofree char *merges = g_build_filename (path, "merges.txt", NULL);
       g_autoptr(UmTensorTable) table = NULL;
 
       e->format = g_strdup ("safetensors");
       if (!um_model_config_load_hf (&cfg, path, &error))
-        e->problem = g_strdup (error->message);
-      /* Dream ships the slow vocab.json + merges.txt instead */
-      else if (!g_file_test (tok, G_FILE_TEST_EXISTS)
-               && !(g_file_test (vocab, G_FILE_TEST_EXISTS) && g_file_test (merges, G_FILE_TEST_EXISTS)))
-        e->problem = g_strdup (_("tokenizer.json is missing"));
+        {
+          e->problem = g_strdup (error->message);
+          return e;
+        }
+      e->family = g_strdup (um_arch_info (cfg.arch)->name);
+      if (!has_tokenizer (path))
+        e->problem = g_strdup (_("the tokenizer is missing (tokenizer.json, or vocab.json and merges.txt)"));
       else if ((table = um_safetensors_open_dir (path, &error)) == NULL)
         e->problem = g_strdup (error->message);
       else
@@ -67,15 +80,24 @@ um_model_probe (const char *path)
     {
       g_autoptr(UmGguf) g = NULL;
       const char *arch;
+      UmArch family;
 
       e->format = g_strdup ("gguf");
       e->size = file_size (path);
       if ((g = um_gguf_open (path, &error)) == NULL)
-        e->problem = g_strdup (error->message);
-      else if ((arch = um_gguf_get_string (g, "general.architecture", NULL)) == NULL || !g_str_equal (arch, "llada"))
-        e->problem = g_strdup_printf (_("a “%s” model, not LLaDA"), arch ? arch : "?");
+        {
+          e->problem = g_strdup (error->message);
+          return e;
+        }
+      arch = um_gguf_get_string (g, "general.architecture", NULL);
+      if (!um_arch_from_gguf (arch, &family))
+        /* Translators: %s is a GGUF architecture, e.g. "llama" */
+        e->problem = g_strdup_printf (_("a “%s” model, not a diffusion model Unmask runs"), arch ? arch : "?");
       else
-        e->loadable = TRUE;
+        {
+          e->family = g_strdup (um_arch_info (family)->name);
+          e->loadable = TRUE;
+        }
     }
   return e;
 }

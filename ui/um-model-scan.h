@@ -11,6 +11,7 @@ typedef struct {
   char    *path;
   char    *name;       /* "GSAI-ML/LLaDA-8B-Instruct", or the file name */
   char    *format;     /* "safetensors" or "gguf" */
+  char    *family;     /* um_arch_info ()->name: "LLaDA", "Dream", …; NULL when unknown */
   guint64  size;       /* bytes of weights on disk */
   gboolean loadable;
   char    *problem;    /* why not, when not loadable */

@@ -30,6 +30,7 @@ struct _UmOptimizerPage {
   GtkLabel         *status_label;
   GtkWidget        *loaded_list;
   AdwActionRow     *loaded_row;
+  AdwPreferencesGroup *plan_group;
   GtkButton        *optimize_button, *apply_button, *restore_button, *undo_button;
   GtkListBox       *history_list;
 

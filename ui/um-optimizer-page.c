@@ -94,9 +94,8 @@ um_optimizer_page_current_shape (UmOptimizerPage *self, UmPlanShape *shape)
   if (win == NULL || um_window_get_settings (win) == NULL)
     return;
   um_settings_get_params (um_window_get_settings (win), &params);
-  shape->gen_length = params.gen_length;
-  shape->block_length = params.block_length;
-  shape->cfg = params.cfg_scale > 0;
+  um_settings_plan_shape (&params, um_arch_info (um_settings_get_arch (um_window_get_settings (win)))->schedule,
+                          shape);
 }
 
 /* ---- the controls ---- */
@@ -388,6 +387,53 @@ show_no_plan (UmOptimizerPage *self, const char *note)
   um_plan_bars_set_note (self->plan_bars, note);
 }
 
+/* "7.3 B": parameter counts as people quote them. */
+static char *
+format_params (guint64 n)
+{
+  if (n >= 1000000000u)
+    /* Translators: a parameter count in billions, e.g. "7.3 B" */
+    return g_strdup_printf (C_("parameters", "%.1f B"), n / 1e9);
+  if (n >= 1000000u)
+    /* Translators: a parameter count in millions, e.g. "950.0 M" */
+    return g_strdup_printf (C_("parameters", "%.1f M"), n / 1e6);
+  return g_strdup_printf ("%" G_GUINT64_FORMAT, n);
+}
+
+/* The model planned for: its family and size; a mixture of experts says how
+ * much of it one token uses (the plan holds every expert). */
+static void
+update_model_summary (UmOptimizerPage *self)
+{
+  const UmModelConfig *cfg = self->model ? &self->model->cfg : NULL;
+  g_autofree char *text = NULL;
+
+  if (cfg != NULL)
+    {
+      const char *family = um_arch_info (cfg->arch)->name;
+      g_autofree char *total = format_params (um_model_config_n_params (cfg));
+
+      if (cfg->n_experts > 0)
+        {
+          g_autofree char *active = format_params (um_model_config_n_active_params (cfg));
+          /* Translators: a mixture-of-experts model, e.g. "LLaDA-MoE · 7.3 B parameters, 1.4 B active per token (8 of 64 experts)" */
+          text = g_strdup_printf (_("%s · %s parameters, %s active per token (%u of %u experts)"), family, total,
+                                  active, cfg->n_experts_used, cfg->n_experts);
+        }
+      else
+        /* Translators: e.g. "Dream · 7.6 B parameters" */
+        text = g_strdup_printf (_("%s · %s parameters"), family, total);
+    }
+  adw_preferences_group_set_description (self->plan_group, text);
+}
+
+const char *
+um_optimizer_page_get_model_summary (UmOptimizerPage *self)
+{
+  g_return_val_if_fail (UM_IS_OPTIMIZER_PAGE (self), NULL);
+  return adw_preferences_group_get_description (self->plan_group);
+}
+
 static void
 update_plan (UmOptimizerPage *self)
 {
@@ -396,6 +442,8 @@ update_plan (UmOptimizerPage *self)
   UmMemOptions o;
   guint64 budget = 0;
   gboolean budget_ok = um_optimizer_page_read_budget (self, &budget);
+
+  update_model_summary (self);
 
   if (budget_ok)
     gtk_widget_remove_css_class (GTK_WIDGET (self->budget_row), "error");
@@ -1005,6 +1053,7 @@ um_optimizer_page_class_init (UmOptimizerPageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, status_label);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, loaded_list);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, loaded_row);
+  gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, plan_group);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, optimize_button);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, apply_button);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, restore_button);

@@ -66,6 +66,9 @@ const UmPlan *um_optimizer_page_get_plan (UmOptimizerPage *self);
 const UmOptimizeResult *um_optimizer_page_get_result (UmOptimizerPage *self);
 /* The status line: what Optimize did or would do, "Open a model first", … */
 const char *um_optimizer_page_get_status (UmOptimizerPage *self);
+/* The Memory Plan group's line about the model: family, parameters and, for
+ * a mixture of experts, those one token uses. */
+const char *um_optimizer_page_get_model_summary (UmOptimizerPage *self);
 /* The history list's rows, newest first. */
 GtkListBox *um_optimizer_page_get_history_list (UmOptimizerPage *self);
 /* Predicted against measured, once a model is loaded (or NULL). */

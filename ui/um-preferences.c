@@ -6,6 +6,7 @@ struct _UmPreferences {
   AdwPreferencesWindow parent_instance;
   GtkSpinButton *threads_spin, *seed_spin;
   GtkSwitch     *eos_switch, *eot_switch;
+  GtkWidget     *eos_row, *eot_row;
   UmSettings    *settings;
 };
 
@@ -23,6 +24,23 @@ double_to_int64 (GBinding *b, const GValue *from, GValue *to, gpointer data)
 {
   g_value_set_int64 (to, (gint64) g_value_get_double (from));
   return TRUE;
+}
+
+/* The model family's schedule decides which sampling flags exist. */
+static void
+update_family (UmPreferences *self)
+{
+  UmArch arch = um_settings_get_arch (self->settings);
+
+  gtk_widget_set_visible (self->eos_row, um_family_has_option (arch, "logits-eos-inf"));
+  gtk_widget_set_visible (self->eot_row, um_family_has_option (arch, "confidence-eos-eot-inf"));
+}
+
+gboolean
+um_preferences_get_eos_visible (UmPreferences *self)
+{
+  g_return_val_if_fail (UM_IS_PREFERENCES (self), FALSE);
+  return gtk_widget_get_visible (self->eos_row);
 }
 
 static void
@@ -44,6 +62,8 @@ um_preferences_class_init (UmPreferencesClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmPreferences, seed_spin);
   gtk_widget_class_bind_template_child (widget_class, UmPreferences, eos_switch);
   gtk_widget_class_bind_template_child (widget_class, UmPreferences, eot_switch);
+  gtk_widget_class_bind_template_child (widget_class, UmPreferences, eos_row);
+  gtk_widget_class_bind_template_child (widget_class, UmPreferences, eot_row);
 }
 
 static void
@@ -64,5 +84,7 @@ um_preferences_new (UmSettings *settings)
                                int64_to_double, double_to_int64, NULL, NULL);
   g_object_bind_property (settings, "logits-eos-inf", self->eos_switch, "active", f);
   g_object_bind_property (settings, "confidence-eos-eot-inf", self->eot_switch, "active", f);
+  g_signal_connect_object (settings, "notify::family", G_CALLBACK (update_family), self, G_CONNECT_SWAPPED);
+  update_family (self);
   return GTK_WIDGET (self);
 }

@@ -11,5 +11,7 @@ G_BEGIN_DECLS
 G_DECLARE_FINAL_TYPE (UmPreferences, um_preferences, UM, PREFERENCES, AdwPreferencesWindow)
 
 GtkWidget *um_preferences_new (UmSettings *settings);
+/* For tests: whether the block schedule's EOS switches are shown. */
+gboolean   um_preferences_get_eos_visible (UmPreferences *self);
 
 G_END_DECLS

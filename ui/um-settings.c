@@ -6,6 +6,7 @@
 
 #include "um-error.h"
 #include "um-json.h"
+#include "um-plan.h"
 #include "um-profile.h"
 
 #define MAX_RECENT 10
@@ -32,7 +33,19 @@ struct _UmSettings {
   char    *fast_rule;
   double   threshold;
   double   factor;
+  /* Timestep (Dream) and entropy (RND1) schedules. */
+  char    *alg;
+  double   alg_temp;
+  double   eps;
+  double   top_p;
+  int      top_k;
+  gboolean greedy;
   GPtrArray *recent;       /* char*, NULL-terminated */
+
+  /* The family whose generation parameters the properties hold, and the
+   * other families' (JsonObject, as settings.json has them). */
+  char          *family;
+  GHashTable    *families;
 
   /* Where the generation parameters come from (see um-settings.h). */
   guint32        user_set;      /* UM_GEN_KEY_BIT of the user's choices */
@@ -50,6 +63,8 @@ enum {
   PROP_THREADS, PROP_GEN_LENGTH, PROP_STEPS, PROP_BLOCK_LENGTH, PROP_TEMPERATURE, PROP_CFG_SCALE,
   PROP_REMASKING, PROP_CHAT_TEMPLATE, PROP_LOGITS_EOS_INF, PROP_CONFIDENCE_EOS_EOT_INF, PROP_SEED,
   PROP_FAST_DECODING, PROP_CACHE, PROP_FAST_RULE, PROP_THRESHOLD, PROP_FACTOR,
+  PROP_ALG, PROP_ALG_TEMP, PROP_EPS, PROP_TOP_P, PROP_TOP_K, PROP_GREEDY,
+  PROP_FAMILY,
   N_PROPS
 };
 static GParamSpec *props[N_PROPS];
@@ -58,14 +73,31 @@ enum { SOURCES_CHANGED, N_SIGNALS };
 static guint signals[N_SIGNALS];
 
 /* The property of each UmGenKey, in UmGenKey order. */
-static const guint key_props[UM_GEN_N_BLOCK_KEYS] = {
+static const guint key_props[UM_GEN_N_KEYS] = {
   PROP_GEN_LENGTH, PROP_STEPS, PROP_BLOCK_LENGTH, PROP_TEMPERATURE, PROP_CFG_SCALE, PROP_REMASKING,
+  PROP_ALG, PROP_EPS, PROP_ALG_TEMP, PROP_TOP_P, PROP_TOP_K, PROP_GREEDY,
+};
+
+/* The properties each family keeps for itself: a family's schedule gives
+ * them its own meaning (LLaDA's temperature is Gumbel noise, Dream's the
+ * softmax's, RND1's orders the positions only), so a choice made for one
+ * family is not imposed on another. */
+static const guint family_props[] = {
+  PROP_GEN_LENGTH, PROP_STEPS, PROP_BLOCK_LENGTH, PROP_TEMPERATURE, PROP_CFG_SCALE, PROP_REMASKING,
+  PROP_ALG, PROP_ALG_TEMP, PROP_EPS, PROP_TOP_P, PROP_TOP_K, PROP_GREEDY, PROP_FAST_DECODING,
+};
+
+/* Their names, usable before the class exists (pages without settings);
+ * class_init checks that they agree. */
+static const char * const key_names[UM_GEN_N_KEYS] = {
+  "gen-length", "steps", "block-length", "temperature", "cfg-scale", "remasking",
+  "alg", "eps", "alg-temp", "top-p", "top-k", "greedy",
 };
 
 static int
 prop_key (guint prop)
 {
-  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     if (key_props[k] == prop)
       return (int) k;
   return -1;
@@ -82,6 +114,8 @@ save_timeout (gpointer data)
     g_warning ("Could not save settings: %s", error->message);
   return G_SOURCE_REMOVE;
 }
+
+static void apply_defaults (UmSettings *self);
 
 static void
 schedule_save (UmSettings *self)
@@ -112,6 +146,13 @@ um_settings_get_property (GObject *object, guint id, GValue *value, GParamSpec *
     case PROP_FAST_RULE: g_value_set_string (value, self->fast_rule); break;
     case PROP_THRESHOLD: g_value_set_double (value, self->threshold); break;
     case PROP_FACTOR: g_value_set_double (value, self->factor); break;
+    case PROP_ALG: g_value_set_string (value, self->alg); break;
+    case PROP_ALG_TEMP: g_value_set_double (value, self->alg_temp); break;
+    case PROP_EPS: g_value_set_double (value, self->eps); break;
+    case PROP_TOP_P: g_value_set_double (value, self->top_p); break;
+    case PROP_TOP_K: g_value_set_int (value, self->top_k); break;
+    case PROP_GREEDY: g_value_set_boolean (value, self->greedy); break;
+    case PROP_FAMILY: g_value_set_string (value, self->family); break;
     default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, id, pspec);
     }
 }
@@ -147,6 +188,18 @@ um_settings_set_property (GObject *object, guint id, const GValue *value, GParam
       break;
     case PROP_THRESHOLD: self->threshold = g_value_get_double (value); break;
     case PROP_FACTOR: self->factor = g_value_get_double (value); break;
+    case PROP_ALG:
+      g_free (self->alg);
+      self->alg = g_value_dup_string (value);
+      break;
+    case PROP_ALG_TEMP: self->alg_temp = g_value_get_double (value); break;
+    case PROP_EPS: self->eps = g_value_get_double (value); break;
+    case PROP_TOP_P: self->top_p = g_value_get_double (value); break;
+    case PROP_TOP_K: self->top_k = g_value_get_int (value); break;
+    case PROP_GREEDY: self->greedy = g_value_get_boolean (value); break;
+    case PROP_FAMILY:
+      um_settings_set_family (self, g_value_get_string (value));
+      return;
     default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, id, pspec); return;
     }
   {
@@ -158,7 +211,10 @@ um_settings_set_property (GObject *object, guint id, const GValue *value, GParam
       self->user_set |= UM_GEN_KEY_BIT (key);
     g_object_notify_by_pspec (object, pspec);
     schedule_save (self);
-    if (newly_user)
+    /* Defaults that follow the length (Dream's and RND1's steps) follow it. */
+    if (key == UM_GEN_KEY_GEN_LENGTH && !self->applying)
+      apply_defaults (self);
+    else if (newly_user)
       g_signal_emit (self, signals[SOURCES_CHANGED], 0);
   }
 }
@@ -188,6 +244,9 @@ um_settings_finalize (GObject *object)
   g_free (self->cache);
   g_free (self->fast_rule);
   g_free (self->model_origin);
+  g_free (self->alg);
+  g_free (self->family);
+  g_hash_table_unref (self->families);
   g_ptr_array_unref (self->recent);
   G_OBJECT_CLASS (um_settings_parent_class)->finalize (object);
 }
@@ -221,7 +280,21 @@ um_settings_class_init (UmSettingsClass *klass)
   props[PROP_FAST_RULE] = g_param_spec_string ("fast-rule", NULL, NULL, "threshold", f);
   props[PROP_THRESHOLD] = g_param_spec_double ("threshold", NULL, NULL, 0.5, 1.0, 0.9, f);
   props[PROP_FACTOR] = g_param_spec_double ("factor", NULL, NULL, 0.1, 10.0, 1.0, f);
+  /* Dream's timestep schedule: the confidence rule (um-sampler.h UmAlg),
+   * the temperature of the positions' draw (0: the most confident), the
+   * schedule's last time, and the token filters (0: off). */
+  props[PROP_ALG] = g_param_spec_string ("alg", NULL, NULL, "entropy", f);
+  props[PROP_ALG_TEMP] = g_param_spec_double ("alg-temp", NULL, NULL, 0.0, 10.0, 0.0, f);
+  props[PROP_EPS] = g_param_spec_double ("eps", NULL, NULL, 1e-6, 0.5, 1e-3, f);
+  props[PROP_TOP_P] = g_param_spec_double ("top-p", NULL, NULL, 0.0, 1.0, 0.0, f);
+  props[PROP_TOP_K] = g_param_spec_int ("top-k", NULL, NULL, 0, 1 << 24, 0, f);
+  /* RND1's entropy schedule: argmax tokens, the temperature ordering the positions only. */
+  props[PROP_GREEDY] = g_param_spec_boolean ("greedy", NULL, NULL, FALSE, f);
+  /* um_arch_info ()->name of the model the generation parameters are for. */
+  props[PROP_FAMILY] = g_param_spec_string ("family", NULL, NULL, "LLaDA", f);
   g_object_class_install_properties (object_class, N_PROPS, props);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    g_assert (g_str_equal (key_names[k], g_param_spec_get_name (props[key_props[k]])));
 
   signals[SOURCES_CHANGED] = g_signal_new ("sources-changed", G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST,
                                            0, NULL, NULL, NULL, G_TYPE_NONE, 0);
@@ -239,11 +312,15 @@ um_settings_init (UmSettings *self)
   self->fast_rule = g_strdup ("threshold");
   self->threshold = 0.9;
   self->factor = 1.0;
+  self->alg = g_strdup ("entropy");
+  self->eps = 1e-3;
+  self->family = g_strdup ("LLaDA");
+  self->families = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, (GDestroyNotify) json_object_unref);
   self->recent = g_ptr_array_new_with_free_func (g_free);
   g_ptr_array_add (self->recent, NULL);
   um_gen_layer_init (&self->model_layer);
   um_gen_layer_init (&self->profile_layer);
-  um_gen_resolve (NULL, NULL, NULL, NULL, &self->defaults);
+  um_gen_resolve_for (UM_ARCH_LLADA, NULL, NULL, NULL, NULL, &self->defaults);
 }
 
 /* A member's value as the type of @pspec, or FALSE and an error when the
@@ -295,6 +372,70 @@ member_value (GParamSpec *pspec, JsonNode *node, GValue *v, GError **error)
   return TRUE;
 }
 
+/* The user-set bits named in @arr (property names of UmGenKeys). */
+static guint32
+user_set_from_array (JsonArray *arr)
+{
+  guint32 set = 0;
+
+  for (guint i = 0; arr != NULL && i < json_array_get_length (arr); i++)
+    {
+      JsonNode *e = json_array_get_element (arr, i);
+      if (!JSON_NODE_HOLDS_VALUE (e) || json_node_get_value_type (e) != G_TYPE_STRING)
+        continue;
+      for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+        if (g_strcmp0 (json_node_get_string (e), g_param_spec_get_name (props[key_props[k]])) == 0)
+          set |= UM_GEN_KEY_BIT ((int) k);
+    }
+  return set;
+}
+
+/* "families": the other families' parameters, each an object of the
+ * per-family properties and their "user-set". Wrong types fail the file as
+ * at the top level. */
+static gboolean
+read_families (UmSettings *self, JsonNode *node, GError **error)
+{
+  JsonObject *families;
+  g_autoptr(GList) names = NULL;
+
+  if (node == NULL || JSON_NODE_HOLDS_NULL (node))
+    return TRUE;
+  if (!JSON_NODE_HOLDS_OBJECT (node))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "settings.json: “families” is not an object");
+      return FALSE;
+    }
+  families = json_node_get_object (node);
+  names = json_object_get_members (families);
+  for (GList *l = names; l != NULL; l = l->next)
+    {
+      JsonNode *f = json_object_get_member (families, l->data);
+      JsonObject *obj;
+
+      if (!JSON_NODE_HOLDS_OBJECT (f))
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "settings.json: “families”: “%s” is not an object",
+                       (const char *) l->data);
+          return FALSE;
+        }
+      obj = json_node_get_object (f);
+      for (guint i = 0; i < G_N_ELEMENTS (family_props); i++)
+        {
+          GParamSpec *pspec = props[family_props[i]];
+          JsonNode *m = json_object_get_member (obj, g_param_spec_get_name (pspec));
+          g_auto(GValue) v = G_VALUE_INIT;
+          if (m != NULL && !JSON_NODE_HOLDS_NULL (m) && !member_value (pspec, m, &v, error))
+            {
+              g_prefix_error (error, "“families”: “%s”: ", (const char *) l->data);
+              return FALSE;
+            }
+        }
+      g_hash_table_replace (self->families, g_strdup (l->data), json_object_ref (obj));
+    }
+  return TRUE;
+}
+
 /* Applies the members of @obj that are present and in range (an absent or
  * null member keeps its default, an out-of-range one too); a member of the
  * wrong type fails the whole file, before anything is applied. */
@@ -326,9 +467,18 @@ apply_json (UmSettings *self, JsonObject *obj, GError **error)
           ok = FALSE;
         }
     }
+  if (ok)
+    ok = read_families (self, json_object_get_member (obj, "families"), error);
   for (guint i = 1; i < N_PROPS; i++)
     {
-      if (ok && G_IS_VALUE (&values[i]) && !g_param_value_validate (props[i], &values[i]))
+      /* The top-level values are this family's: no switch. */
+      if (ok && i == PROP_FAMILY && G_IS_VALUE (&values[i]))
+        {
+          g_free (self->family);
+          self->family = g_value_dup_string (&values[i]);
+          g_hash_table_remove (self->families, self->family);
+        }
+      else if (ok && G_IS_VALUE (&values[i]) && !g_param_value_validate (props[i], &values[i]))
         g_object_set_property (G_OBJECT (self), g_param_spec_get_name (props[i]), &values[i]);
       if (G_IS_VALUE (&values[i]))
         g_value_unset (&values[i]);
@@ -344,20 +494,9 @@ apply_json (UmSettings *self, JsonObject *obj, GError **error)
   /* Which parameters are the user's. A file from before this was
    * remembered: the values that differ from the built-in defaults. */
   if (ok && json_object_has_member (obj, "user-set") && JSON_NODE_HOLDS_ARRAY (json_object_get_member (obj, "user-set")))
-    {
-      JsonArray *arr = json_object_get_array_member (obj, "user-set");
-      for (guint i = 0; i < json_array_get_length (arr); i++)
-        {
-          JsonNode *e = json_array_get_element (arr, i);
-          if (!JSON_NODE_HOLDS_VALUE (e) || json_node_get_value_type (e) != G_TYPE_STRING)
-            continue;
-          for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
-            if (g_strcmp0 (json_node_get_string (e), g_param_spec_get_name (props[key_props[k]])) == 0)
-              self->user_set |= UM_GEN_KEY_BIT ((int) k);
-        }
-    }
+    self->user_set |= user_set_from_array (json_object_get_array_member (obj, "user-set"));
   else if (ok)
-    for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
+    for (guint k = 0; k < UM_GEN_N_KEYS; k++)
       {
         GParamSpec *pspec = props[key_props[k]];
         g_auto(GValue) v = G_VALUE_INIT;
@@ -414,28 +553,97 @@ um_settings_get_load_warning (UmSettings *self)
   return self->load_warning;
 }
 
-void
-um_settings_get_params (UmSettings *self, UmGenParams *p)
+/* A per-family property's value into @p. */
+static void
+set_param (UmGenParams *p, guint prop, const GValue *v)
 {
+  switch (prop)
+    {
+    case PROP_GEN_LENGTH: p->gen_length = g_value_get_int (v); break;
+    case PROP_STEPS: p->steps = g_value_get_int (v); break;
+    case PROP_BLOCK_LENGTH: p->block_length = g_value_get_int (v); break;
+    case PROP_TEMPERATURE: p->temperature = g_value_get_double (v); break;
+    case PROP_CFG_SCALE: p->cfg_scale = g_value_get_double (v); break;
+    case PROP_REMASKING: um_remasking_from_string (g_value_get_string (v), &p->remasking); break;
+    case PROP_ALG: um_alg_from_string (g_value_get_string (v), &p->alg); break;
+    case PROP_ALG_TEMP: p->alg_temp = g_value_get_double (v); break;
+    case PROP_EPS: p->eps = g_value_get_double (v); break;
+    case PROP_TOP_P: p->top_p = g_value_get_double (v); break;
+    case PROP_TOP_K: p->top_k = g_value_get_int (v); break;
+    case PROP_GREEDY: p->greedy = g_value_get_boolean (v); break;
+    default: g_assert_not_reached ();
+    }
+}
+
+static UmArch
+family_arch (const char *family)
+{
+  UmArch arch = UM_ARCH_LLADA;
+
+  um_settings_family_to_arch (family, &arch);
+  return arch;
+}
+
+/* The parameters of @family: the properties' values for the current one,
+ * else what "families" keeps for it (or the defaults); the rest (seed,
+ * flags, fast decoding) is the same for every family. */
+static void
+family_params (UmSettings *self, const char *family, UmGenParams *p, guint32 *user_set)
+{
+  gboolean current = family == NULL || g_strcmp0 (family, self->family) == 0;
+  JsonObject *obj = current ? NULL : g_hash_table_lookup (self->families, family);
+  JsonNode *set = obj ? json_object_get_member (obj, "user-set") : NULL;
+  UmArch arch = family_arch (current ? self->family : family);
+  gboolean fast = FALSE;
+
   um_gen_params_init (p);
-  p->gen_length = self->gen_length;
-  p->steps = self->steps;
-  p->block_length = self->block_length;
-  p->temperature = self->temperature;
-  p->cfg_scale = self->cfg_scale;
-  um_remasking_from_string (self->remasking, &p->remasking);
+  for (guint i = 0; i < G_N_ELEMENTS (family_props); i++)
+    {
+      GParamSpec *pspec = props[family_props[i]];
+      JsonNode *m = obj ? json_object_get_member (obj, g_param_spec_get_name (pspec)) : NULL;
+      g_auto(GValue) v = G_VALUE_INIT;
+
+      if (current)
+        {
+          g_value_init (&v, pspec->value_type);
+          g_object_get_property (G_OBJECT (self), g_param_spec_get_name (pspec), &v);
+        }
+      else if (m == NULL || JSON_NODE_HOLDS_NULL (m) || !member_value (pspec, m, &v, NULL)
+               || g_param_value_validate (pspec, &v))
+        {
+          if (G_IS_VALUE (&v))
+            g_value_unset (&v);
+          g_value_init (&v, pspec->value_type);
+          g_param_value_set_default (pspec, &v);
+        }
+      if (family_props[i] == PROP_FAST_DECODING)
+        fast = g_value_get_boolean (&v);
+      else
+        set_param (p, family_props[i], &v);
+    }
+  if (user_set != NULL)
+    *user_set = current ? self->user_set
+                        : set != NULL && JSON_NODE_HOLDS_ARRAY (set) ? user_set_from_array (json_node_get_array (set)) : 0;
   p->logits_eos_inf = self->logits_eos_inf;
   p->confidence_eos_eot_inf = self->confidence_eos_eot_inf;
   p->seed = (guint64) self->seed;
-  if (self->fast_decoding)
+  if (fast)
     {
       if (!um_cache_mode_from_string (self->cache, &p->cache))
         p->cache = UM_CACHE_DUAL;
-      if (g_strcmp0 (self->fast_rule, "factor") == 0)
+      /* A schedule without the factor rule (Dream's) has the threshold. */
+      if (g_strcmp0 (self->fast_rule, "factor") == 0 && um_family_has_option (arch, "factor"))
         p->factor = self->factor;
       else
         p->threshold = self->threshold;
     }
+  um_gen_params_for_family (p, arch);
+}
+
+void
+um_settings_get_params (UmSettings *self, UmGenParams *p)
+{
+  family_params (self, NULL, p, NULL);
 }
 
 /* The names a string property takes, in the order of a combo row's items;
@@ -452,6 +660,9 @@ static const char * const remasking_names[] = { "low_confidence", "random" };
 static const NameList cache_list = { cache_names, G_N_ELEMENTS (cache_names), G_N_ELEMENTS (cache_names) - 1 };
 static const NameList rule_list = { rule_names, G_N_ELEMENTS (rule_names), 0 };
 static const NameList remasking_list = { remasking_names, G_N_ELEMENTS (remasking_names), 0 };
+/* The Algorithm row's order: the rules that rank by a confidence first, the random one last. */
+static const char * const alg_row_names[] = { "maskgit_plus", "topk_margin", "entropy", "origin" };
+static const NameList alg_list = { alg_row_names, G_N_ELEMENTS (alg_row_names), 3 };
 
 static gboolean
 name_to_index (GBinding *binding G_GNUC_UNUSED, const GValue *from, GValue *to, gpointer user_data)
@@ -502,6 +713,104 @@ um_settings_bind_fast_decoding (UmSettings *self,
 }
 
 void
+um_settings_bind_alg (UmSettings *self, GObject *combo_row)
+{
+  g_return_if_fail (UM_IS_SETTINGS (self));
+  g_object_bind_property_full (self, "alg", combo_row, "selected",
+                               G_BINDING_BIDIRECTIONAL | G_BINDING_SYNC_CREATE,
+                               name_to_index, index_to_name, (gpointer) &alg_list, NULL);
+}
+
+/* ---- which parameters a family has ---- */
+
+gboolean
+um_settings_family_to_arch (const char *family, UmArch *out)
+{
+  for (guint a = 0; family != NULL && a < UM_ARCH_N; a++)
+    if (g_str_equal (um_arch_info ((UmArch) a)->name, family))
+      {
+        *out = (UmArch) a;
+        return TRUE;
+      }
+  return FALSE;
+}
+
+UmArch
+um_settings_get_arch (UmSettings *self)
+{
+  g_return_val_if_fail (UM_IS_SETTINGS (self), UM_ARCH_LLADA);
+  return family_arch (self->family);
+}
+
+gboolean
+um_family_has_option (UmArch arch, const char *property)
+{
+  /* The options that are not model parameters (UmGenKey), by schedule
+   * (um_gen_params_validate_for ()): Dream's fast decoding is Fast-dLLM's
+   * confidence threshold only (no blocks, so no cache and no factor rule). */
+  static const char * const block[] = {
+    "logits-eos-inf", "confidence-eos-eot-inf", "fast-decoding", "cache", "factor", "constraints", NULL
+  };
+  static const char * const timestep[] = { "fast-decoding", "constraints", NULL };
+  static const char * const entropy[] = { "constraints", NULL };
+  UmSchedule schedule = um_arch_info (arch)->schedule;
+
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (g_strcmp0 (property, key_names[k]) == 0)
+      return um_gen_key_applies ((UmGenKey) k, arch);
+  return g_strv_contains (schedule == UM_SCHEDULE_TIMESTEP ? timestep
+                          : schedule == UM_SCHEDULE_ENTROPY ? entropy : block, property);
+}
+
+void
+um_gen_params_for_family (UmGenParams *p, UmArch arch)
+{
+  UmGenParams def;
+  UmGenLayer out;
+
+  /* The family's own defaults for what it does not have: they are the
+   * values its validation accepts. Without blocks the answer is one block. */
+  um_gen_params_init_for_arch (&def, arch);
+  um_gen_layer_init (&out);
+  out.params = *p;
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (!um_gen_key_applies ((UmGenKey) k, arch))
+      um_gen_layer_take (&out, (UmGenKey) k, &def);
+  *p = out.params;
+  if (!um_gen_key_applies (UM_GEN_KEY_BLOCK_LENGTH, arch))
+    p->block_length = p->gen_length;
+  if (!um_family_has_option (arch, "logits-eos-inf"))
+    p->logits_eos_inf = FALSE;
+  if (!um_family_has_option (arch, "confidence-eos-eot-inf"))
+    p->confidence_eos_eot_inf = FALSE;
+  if (!um_family_has_option (arch, "cache"))
+    p->cache = UM_CACHE_NONE;
+  if (!um_family_has_option (arch, "factor"))
+    p->factor = 0.0;
+  if (!um_family_has_option (arch, "fast-decoding"))
+    p->threshold = 0.0;
+  if (!um_family_has_option (arch, "constraints"))
+    {
+      p->constraints = NULL;
+      p->n_constraints = 0;
+    }
+}
+
+void
+um_settings_plan_shape (const UmGenParams *params, UmSchedule schedule, UmPlanShape *shape)
+{
+  gboolean blocks = schedule == UM_SCHEDULE_BLOCK;
+
+  um_plan_shape_init (shape);
+  shape->gen_length = params->gen_length;
+  /* The other schedules treat the answer as one block, without guidance. */
+  shape->block_length = blocks ? params->block_length : params->gen_length;
+  shape->cfg = blocks && params->cfg_scale > 0;
+  /* Fast decoding's KV cache is memory too: plan for it when it is on. */
+  shape->kv_cache = blocks && params->cache != UM_CACHE_NONE;
+}
+
+void
 um_settings_bind_remasking (UmSettings *self, GObject *combo_row)
 {
   g_return_if_fail (UM_IS_SETTINGS (self));
@@ -522,6 +831,12 @@ params_to_value (const UmGenParams *p, UmGenKey key, GValue *v)
     case UM_GEN_KEY_BLOCK_LENGTH: g_value_init (v, G_TYPE_INT); g_value_set_int (v, p->block_length); break;
     case UM_GEN_KEY_TEMPERATURE: g_value_init (v, G_TYPE_DOUBLE); g_value_set_double (v, p->temperature); break;
     case UM_GEN_KEY_CFG_SCALE: g_value_init (v, G_TYPE_DOUBLE); g_value_set_double (v, p->cfg_scale); break;
+    case UM_GEN_KEY_ALG: g_value_init (v, G_TYPE_STRING); g_value_set_string (v, um_alg_to_string (p->alg)); break;
+    case UM_GEN_KEY_EPS: g_value_init (v, G_TYPE_DOUBLE); g_value_set_double (v, p->eps); break;
+    case UM_GEN_KEY_ALG_TEMP: g_value_init (v, G_TYPE_DOUBLE); g_value_set_double (v, p->alg_temp); break;
+    case UM_GEN_KEY_TOP_P: g_value_init (v, G_TYPE_DOUBLE); g_value_set_double (v, p->top_p); break;
+    case UM_GEN_KEY_TOP_K: g_value_init (v, G_TYPE_INT); g_value_set_int (v, p->top_k); break;
+    case UM_GEN_KEY_GREEDY: g_value_init (v, G_TYPE_BOOLEAN); g_value_set_boolean (v, p->greedy); break;
     case UM_GEN_KEY_REMASKING:
     case UM_GEN_N_KEYS:
     default:
@@ -535,19 +850,31 @@ params_to_value (const UmGenParams *p, UmGenKey key, GValue *v)
 static void
 apply_defaults (UmSettings *self)
 {
+  UmArch arch = family_arch (self->family);
   UmGenParams current;
+  UmGenLayer user;
+  UmGenResolved with_user;
 
-  um_gen_resolve (NULL, NULL, &self->model_layer, &self->profile_layer, &self->defaults);
+  um_gen_resolve_for (arch, NULL, NULL, &self->model_layer, &self->profile_layer, &self->defaults);
   um_settings_get_params (self, &current);
+  /* What the other keys become next to the user's choices: Dream's and
+   * RND1's built-in steps follow the length, the user's included. */
+  um_gen_layer_init (&user);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (self->user_set & UM_GEN_KEY_BIT (k))
+      um_gen_layer_take (&user, (UmGenKey) k, &current);
+  um_gen_resolve_for (arch, &current, &user, &self->model_layer, &self->profile_layer, &with_user);
   self->applying = TRUE;
-  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     {
       g_auto(GValue) v = G_VALUE_INIT;
       GParamSpec *pspec = props[key_props[k]];
-      if ((self->user_set & UM_GEN_KEY_BIT (k))
-          || um_gen_params_equal_at (&current, &self->defaults.params, (UmGenKey) k))
+      /* Options the family's schedule does not have are left alone: they do nothing for it. */
+      if (!um_gen_key_applies ((UmGenKey) k, arch)
+          || (self->user_set & UM_GEN_KEY_BIT (k))
+          || um_gen_params_equal_at (&current, &with_user.params, (UmGenKey) k))
         continue;
-      params_to_value (&self->defaults.params, (UmGenKey) k, &v);
+      params_to_value (&with_user.params, (UmGenKey) k, &v);
       /* Out of the app's range (a model's value the UI cannot show):
        * the property keeps its value rather than half-apply it. */
       if (g_param_value_validate (pspec, &v))
@@ -559,19 +886,24 @@ apply_defaults (UmSettings *self)
 }
 
 void
-um_settings_resolve_with (UmSettings *self, const UmGenLayer *model, const UmGenLayer *profile, UmGenResolved *out)
+um_settings_resolve_with (UmSettings       *self,
+                          const char       *family,
+                          const UmGenLayer *model,
+                          const UmGenLayer *profile,
+                          UmGenResolved    *out)
 {
   UmGenParams current;
   UmGenLayer user;
+  guint32 user_set;
 
   g_return_if_fail (UM_IS_SETTINGS (self));
 
-  um_settings_get_params (self, &current);
+  family_params (self, family, &current, &user_set);
   um_gen_layer_init (&user);
-  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
-    if (self->user_set & UM_GEN_KEY_BIT (k))
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (user_set & UM_GEN_KEY_BIT (k))
       um_gen_layer_take (&user, (UmGenKey) k, &current);
-  um_gen_resolve (&current, &user, model, profile, out);
+  um_gen_resolve_for (family_arch (family ? family : self->family), &current, &user, model, profile, out);
 }
 
 void
@@ -595,7 +927,7 @@ um_settings_set_layers (UmSettings *self, const UmGenLayer *model, const char *m
 UmGenSource
 um_settings_get_source (UmSettings *self, UmGenKey key)
 {
-  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_BLOCK_KEYS, UM_GEN_SOURCE_BUILTIN);
+  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_KEYS, UM_GEN_SOURCE_BUILTIN);
 
   return (self->user_set & UM_GEN_KEY_BIT (key)) ? UM_GEN_SOURCE_USER : self->defaults.source[key];
 }
@@ -603,7 +935,7 @@ um_settings_get_source (UmSettings *self, UmGenKey key)
 UmGenSource
 um_settings_get_default (UmSettings *self, UmGenKey key, UmGenParams *out)
 {
-  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_BLOCK_KEYS, UM_GEN_SOURCE_BUILTIN);
+  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_KEYS, UM_GEN_SOURCE_BUILTIN);
 
   *out = self->defaults.params;
   return self->defaults.source[key];
@@ -636,7 +968,7 @@ um_settings_get_user_set (UmSettings *self)
 void
 um_settings_reset (UmSettings *self, UmGenKey key)
 {
-  g_return_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_BLOCK_KEYS);
+  g_return_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_KEYS);
 
   self->user_set &= ~UM_GEN_KEY_BIT (key);
   schedule_save (self);
@@ -662,11 +994,33 @@ um_settings_format_value (const UmGenParams *p, UmGenKey key)
     case UM_GEN_KEY_CFG_SCALE: return g_strdup_printf ("%g", p->cfg_scale);
     /* As the Remasking row names them. */
     case UM_GEN_KEY_REMASKING: return g_strdup (p->remasking == UM_REMASK_RANDOM ? _("Random") : _("Confidence"));
+    case UM_GEN_KEY_ALG: return um_settings_format_alg (p->alg);
+    case UM_GEN_KEY_EPS: return g_strdup_printf ("%g", p->eps);
+    case UM_GEN_KEY_ALG_TEMP: return g_strdup_printf ("%g", p->alg_temp);
+    /* Translators: the value of Top-p or Top-k when the filter is off */
+    case UM_GEN_KEY_TOP_P: return p->top_p > 0 && p->top_p < 1 ? g_strdup_printf ("%g", p->top_p) : g_strdup (_("off"));
+    case UM_GEN_KEY_TOP_K: return p->top_k > 0 ? g_strdup_printf ("%d", p->top_k) : g_strdup (_("off"));
+    /* Translators: the value of Greedy Tokens */
+    case UM_GEN_KEY_GREEDY: return g_strdup (p->greedy ? _("on") : _("off"));
     case UM_GEN_KEY_GEN_LENGTH:
     case UM_GEN_KEY_STEPS:
     case UM_GEN_KEY_BLOCK_LENGTH:
     case UM_GEN_N_KEYS:
     default: return um_gen_params_format (p, key);
+    }
+}
+
+char *
+um_settings_format_alg (UmAlg alg)
+{
+  /* As the Algorithm row names them. */
+  switch (alg)
+    {
+    case UM_ALG_MASKGIT_PLUS: return g_strdup (_("Probability (MaskGIT+)"));
+    case UM_ALG_TOPK_MARGIN: return g_strdup (_("Margin (Top-k)"));
+    case UM_ALG_ENTROPY: return g_strdup (_("Entropy"));
+    case UM_ALG_ORIGIN:
+    default: return g_strdup (_("Random (Origin)"));
     }
 }
 
@@ -677,7 +1031,7 @@ um_settings_describe_source (UmSettings *self, UmGenKey key, const char *mode_na
   UmGenSource source, def_source;
   g_autofree char *value = NULL, *def_value = NULL;
 
-  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_BLOCK_KEYS, NULL);
+  g_return_val_if_fail (UM_IS_SETTINGS (self) && (guint) key < UM_GEN_N_KEYS, NULL);
 
   um_settings_get_params (self, &current);
   source = um_settings_get_source (self, key);
@@ -738,6 +1092,116 @@ um_settings_add_recent_model (UmSettings *self, const char *path)
   schedule_save (self);
 }
 
+static void
+add_prop_member (UmSettings *self, JsonBuilder *b, GParamSpec *pspec)
+{
+  g_auto(GValue) v = G_VALUE_INIT;
+  const char *name = g_param_spec_get_name (pspec);
+
+  g_value_init (&v, pspec->value_type);
+  g_object_get_property (G_OBJECT (self), name, &v);
+  json_builder_set_member_name (b, name);
+  switch (pspec->value_type)
+    {
+    case G_TYPE_INT: json_builder_add_int_value (b, g_value_get_int (&v)); break;
+    case G_TYPE_INT64: json_builder_add_int_value (b, g_value_get_int64 (&v)); break;
+    case G_TYPE_DOUBLE: json_builder_add_double_value (b, g_value_get_double (&v)); break;
+    case G_TYPE_BOOLEAN: json_builder_add_boolean_value (b, g_value_get_boolean (&v)); break;
+    default: json_builder_add_string_value (b, g_value_get_string (&v));
+    }
+}
+
+static void
+add_user_set_member (UmSettings *self, JsonBuilder *b)
+{
+  json_builder_set_member_name (b, "user-set");
+  json_builder_begin_array (b);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (self->user_set & UM_GEN_KEY_BIT (k))
+      json_builder_add_string_value (b, g_param_spec_get_name (props[key_props[k]]));
+  json_builder_end_array (b);
+}
+
+/* The current family's parameters as "families" keeps them. */
+static JsonObject *
+family_object (UmSettings *self)
+{
+  g_autoptr(JsonBuilder) b = json_builder_new ();
+  g_autoptr(JsonNode) root = NULL;
+
+  json_builder_begin_object (b);
+  for (guint i = 0; i < G_N_ELEMENTS (family_props); i++)
+    add_prop_member (self, b, props[family_props[i]]);
+  add_user_set_member (self, b);
+  json_builder_end_object (b);
+  root = json_builder_get_root (b);
+  return json_object_ref (json_node_get_object (root));
+}
+
+/* Sets the per-family properties from @obj (NULL: the defaults, none the
+ * user's); a member missing or out of range takes its default. */
+static void
+apply_family_object (UmSettings *self, JsonObject *obj)
+{
+  JsonNode *set = obj ? json_object_get_member (obj, "user-set") : NULL;
+
+  for (guint i = 0; i < G_N_ELEMENTS (family_props); i++)
+    {
+      GParamSpec *pspec = props[family_props[i]];
+      JsonNode *m = obj ? json_object_get_member (obj, g_param_spec_get_name (pspec)) : NULL;
+      g_auto(GValue) v = G_VALUE_INIT;
+
+      if (m == NULL || JSON_NODE_HOLDS_NULL (m) || !member_value (pspec, m, &v, NULL)
+          || g_param_value_validate (pspec, &v))
+        {
+          if (G_IS_VALUE (&v))
+            g_value_unset (&v);
+          g_value_init (&v, pspec->value_type);
+          g_param_value_set_default (pspec, &v);
+        }
+      g_object_set_property (G_OBJECT (self), g_param_spec_get_name (pspec), &v);
+    }
+  self->user_set = set != NULL && JSON_NODE_HOLDS_ARRAY (set) ? user_set_from_array (json_node_get_array (set)) : 0;
+}
+
+const char *
+um_settings_get_family (UmSettings *self)
+{
+  g_return_val_if_fail (UM_IS_SETTINGS (self), NULL);
+  return self->family;
+}
+
+void
+um_settings_set_family (UmSettings *self, const char *family)
+{
+  g_autoptr(JsonObject) theirs = NULL;
+  g_autofree char *key = NULL;
+
+  g_return_if_fail (UM_IS_SETTINGS (self));
+  g_return_if_fail (family != NULL);
+
+  if (g_strcmp0 (self->family, family) == 0)
+    return;
+  g_hash_table_replace (self->families, g_strdup (self->family), family_object (self));
+  if (g_hash_table_steal_extended (self->families, family, (gpointer *) &key, (gpointer *) &theirs))
+    g_clear_pointer (&key, g_free);
+  g_free (self->family);
+  self->family = g_strdup (family);
+  g_object_freeze_notify (G_OBJECT (self));
+  self->applying = TRUE;
+  apply_family_object (self, theirs);
+  self->applying = FALSE;
+  /* The model's recommendation was another family's: until the new
+   * model's layers come (um_settings_set_layers ()), the family's own
+   * defaults and the profile's. */
+  um_gen_layer_init (&self->model_layer);
+  g_clear_pointer (&self->model_origin, g_free);
+  apply_defaults (self);
+  g_object_notify_by_pspec (G_OBJECT (self), props[PROP_FAMILY]);
+  g_object_thaw_notify (G_OBJECT (self));
+  schedule_save (self);
+}
+
 gboolean
 um_settings_save (UmSettings *self, GError **error)
 {
@@ -749,27 +1213,22 @@ um_settings_save (UmSettings *self, GError **error)
 
   json_builder_begin_object (b);
   for (guint i = 1; i < N_PROPS; i++)
-    {
-      g_auto(GValue) v = G_VALUE_INIT;
-      const char *name = g_param_spec_get_name (props[i]);
-      g_value_init (&v, props[i]->value_type);
-      g_object_get_property (G_OBJECT (self), name, &v);
-      json_builder_set_member_name (b, name);
-      switch (props[i]->value_type)
-        {
-        case G_TYPE_INT: json_builder_add_int_value (b, g_value_get_int (&v)); break;
-        case G_TYPE_INT64: json_builder_add_int_value (b, g_value_get_int64 (&v)); break;
-        case G_TYPE_DOUBLE: json_builder_add_double_value (b, g_value_get_double (&v)); break;
-        case G_TYPE_BOOLEAN: json_builder_add_boolean_value (b, g_value_get_boolean (&v)); break;
-        default: json_builder_add_string_value (b, g_value_get_string (&v));
-        }
-    }
-  json_builder_set_member_name (b, "user-set");
-  json_builder_begin_array (b);
-  for (guint k = 0; k < UM_GEN_N_BLOCK_KEYS; k++)
-    if (self->user_set & UM_GEN_KEY_BIT (k))
-      json_builder_add_string_value (b, g_param_spec_get_name (props[key_props[k]]));
-  json_builder_end_array (b);
+    add_prop_member (self, b, props[i]);
+  add_user_set_member (self, b);
+  /* The other families' parameters, in a stable order. */
+  json_builder_set_member_name (b, "families");
+  json_builder_begin_object (b);
+  {
+    g_autoptr(GList) names = g_list_sort (g_hash_table_get_keys (self->families), (GCompareFunc) strcmp);
+    for (GList *l = names; l != NULL; l = l->next)
+      {
+        JsonNode *node = json_node_alloc ();
+        json_node_init_object (node, g_hash_table_lookup (self->families, l->data));
+        json_builder_set_member_name (b, l->data);
+        json_builder_add_value (b, node);
+      }
+  }
+  json_builder_end_object (b);
   json_builder_set_member_name (b, "recent-models");
   json_builder_begin_array (b);
   for (guint i = 0; i + 1 < self->recent->len; i++)

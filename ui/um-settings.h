@@ -7,6 +7,8 @@
 #include <glib-object.h>
 
 #include "um-gen-defaults.h"
+#include "um-model-config.h"
+#include "um-plan.h"
 #include "um-sampler.h"
 
 G_BEGIN_DECLS
@@ -23,19 +25,22 @@ void         um_settings_get_params (UmSettings *self, UmGenParams *params);
 int          um_settings_get_threads (UmSettings *self);
 
 /* The generation parameters the model may recommend (UmGenKey: length,
- * steps, block length, temperature, guidance, remasking) are the user's
- * once changed through a property (a control bound to it); the others
- * follow um_gen_resolve () of the model's and the profile's layers given
- * here, and change when these do. Which are the user's is remembered in
+ * steps, block length, temperature, guidance, remasking, and Dream's and
+ * RND1's alg, eps, alg-temp, top-p, top-k, greedy) are the user's once
+ * changed through a property (a control bound to it); the others follow
+ * um_gen_resolve_for () of the current family with the model's and the
+ * profile's layers given here, and change when these do. Which are the user's is remembered in
  * settings.json ("user-set"). "sources-changed" tells when a source, the
  * layers or the defaults change. */
 void         um_settings_set_layers (UmSettings       *self,
                                      const UmGenLayer *model,          /* NULL: no model or no recommendation */
                                      const char       *model_origin,   /* "generation_config.json", … */
                                      const UmGenLayer *profile);       /* NULL: none */
-/* The parameters as they would be with these layers (the user's choices
- * kept), without changing anything: e.g. for a model about to be loaded. */
+/* The parameters of @family (NULL: the current one) as they would be with
+ * these layers (that family's user choices kept), without changing
+ * anything: e.g. for a model about to be loaded. */
 void         um_settings_resolve_with (UmSettings       *self,
+                                       const char       *family,
                                        const UmGenLayer *model,
                                        const UmGenLayer *profile,
                                        UmGenResolved    *out);
@@ -55,8 +60,38 @@ char        *um_settings_describe_source (UmSettings *self, UmGenKey key, const 
 /* The value of @key as shown in the app (locale's decimal point). */
 char        *um_settings_format_value (const UmGenParams *params, UmGenKey key);
 
+/* Dream's algorithm as the app names it. */
+char        *um_settings_format_alg (UmAlg alg);
+
 /* Binds an AdwComboRow's "selected" (Confidence, Random) to "remasking". */
 void         um_settings_bind_remasking (UmSettings *self, GObject *combo_row);
+/* Binds an AdwComboRow's "selected" (MaskGIT+, Top-k margin, Entropy,
+ * Origin) to "alg". */
+void         um_settings_bind_alg (UmSettings *self, GObject *combo_row);
+
+/* Each model family keeps its own generation parameters (length, steps,
+ * temperature, the schedule's options) and which of them are the user's:
+ * the properties hold the family named by "family" (um_arch_info ()->name,
+ * "LLaDA" by default). Setting another family keeps these aside and brings
+ * back what that family had (its defaults the first time); call
+ * um_settings_set_layers () after, for the new model's recommendation. */
+const char  *um_settings_get_family (UmSettings *self);
+void         um_settings_set_family (UmSettings *self, const char *family);
+/* The current family (LLaDA for an unknown name). */
+UmArch       um_settings_get_arch (UmSettings *self);
+gboolean     um_settings_family_to_arch (const char *family, UmArch *out);
+/* Whether family @arch has the option of this property name: the model
+ * parameters as um_gen_key_applies () says ("block-length", "alg",
+ * "greedy", …), the others by schedule ("fast-decoding", "cache",
+ * "factor", "constraints", the EOS flags). The pages show only those. */
+gboolean     um_family_has_option (UmArch arch, const char *property);
+/* Leaves out of @p what family @arch does not have (its defaults
+ * instead), so that settings of another kind neither act nor fail: with no
+ * blocks the answer is one block, no guidance, no block cache.
+ * um_settings_get_params () gives them so already. */
+void         um_gen_params_for_family (UmGenParams *p, UmArch arch);
+/* The shape the memory plan is made for, for a generation of @params under @schedule. */
+void         um_settings_plan_shape (const UmGenParams *params, UmSchedule schedule, UmPlanShape *shape);
 
 /* Binds the Fast decoding controls both ways (their state is then what
  * um_settings_get_params fills in): the AdwExpanderRow's "enable-expansion",

@@ -10,6 +10,7 @@
 #include "um-memory-page.h"
 #include "um-mode-limits.h"
 #include "um-model-chooser.h"
+#include "um-model-scan.h"
 #include "um-optimizer-page.h"
 #include "um-worker.h"
 
@@ -29,6 +30,7 @@ struct _UmWindow {
   GtkProgressBar  *loading_progress;
   GtkLabel        *memory_label;
   GtkLabel        *model_label;
+  GtkLabel        *family_label;
   GtkStack        *content_stack;
   AdwViewStack    *view_stack;
   UmGeneratePage  *generate_page;
@@ -68,6 +70,20 @@ UmEngine *
 um_window_get_engine (UmWindow *self)
 {
   return self->engine;
+}
+
+const char *
+um_window_get_subtitle (UmWindow *self)
+{
+  g_return_val_if_fail (UM_IS_WINDOW (self), NULL);
+  return adw_view_switcher_title_get_subtitle (self->switcher_title);
+}
+
+const char *
+um_window_get_family_label (UmWindow *self)
+{
+  g_return_val_if_fail (UM_IS_WINDOW (self), NULL);
+  return gtk_widget_get_visible (GTK_WIDGET (self->family_label)) ? gtk_label_get_text (self->family_label) : NULL;
 }
 
 gboolean
@@ -283,6 +299,9 @@ update_reload_action (UmWindow *self)
 static void
 set_engine (UmWindow *self, UmEngine *engine)
 {
+  /* The pages offer the family's options, with its remembered values. */
+  if (engine != NULL)
+    um_settings_set_family (self->settings, um_arch_info (um_engine_get_model (engine)->cfg.arch)->name);
   /* Pages drop their references before the old engine goes. */
   um_generate_page_set_engine (self->generate_page, engine);
   um_chat_page_set_engine (self->chat_page, engine);
@@ -295,13 +314,19 @@ set_engine (UmWindow *self, UmEngine *engine)
   if (engine != NULL)
     {
       UmModel *model = um_engine_get_model (engine);
-      adw_view_switcher_title_set_subtitle (self->switcher_title, model->display_name);
+      const char *family = um_arch_info (model->cfg.arch)->name;
+      /* Translators: the header's subtitle: the model's name, then its family, e.g. "Dream-v0-Instruct-7B · Dream" */
+      g_autofree char *subtitle = g_strdup_printf (_("%s · %s"), model->display_name, family);
+      adw_view_switcher_title_set_subtitle (self->switcher_title, subtitle);
       gtk_label_set_text (self->model_label, model->display_name);
+      gtk_label_set_text (self->family_label, family);
+      gtk_widget_set_visible (GTK_WIDGET (self->family_label), TRUE);
     }
   else
     {
       adw_view_switcher_title_set_subtitle (self->switcher_title, NULL);
       gtk_label_set_text (self->model_label, _("Open Model"));
+      gtk_widget_set_visible (GTK_WIDGET (self->family_label), FALSE);
     }
   update_reload_action (self);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_HAS_ENGINE]);
@@ -361,6 +386,11 @@ static void
 build_engine_options (UmWindow *self, const char *path, UmEngineOptions *options)
 {
   g_autofree char *id = um_model_identity (path);
+  /* The family's parameters are what it will run with: its description
+   * says which (a small file, or the GGUF's header). */
+  g_autoptr(UmModelEntry) probe = um_model_probe (path);
+  const char *family = probe->family;
+  UmArch arch = UM_ARCH_LLADA;
   UmDeviceKind env_device;
   UmGenParams params;
 
@@ -379,14 +409,12 @@ build_engine_options (UmWindow *self, const char *path, UmEngineOptions *options
     UmGenLayer profile;
     UmGenResolved resolved;
     um_profile_gen_layer (self->profile, id, &profile);
-    um_settings_resolve_with (self->settings, &rec->layer, &profile, &resolved);
+    um_settings_resolve_with (self->settings, family, &rec->layer, &profile, &resolved);
     params = resolved.params;
   }
-  options->shape.gen_length = params.gen_length;
-  options->shape.block_length = params.block_length;
-  options->shape.cfg = params.cfg_scale > 0;
-  /* Fast decoding's KV cache is memory too: plan for it when it is on. */
-  options->shape.kv_cache = params.cache != UM_CACHE_NONE;
+  if (family != NULL)
+    um_settings_family_to_arch (family, &arch);
+  um_settings_plan_shape (&params, um_arch_info (arch)->schedule, &options->shape);
 }
 
 void
@@ -857,6 +885,7 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmWindow, loading_progress);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, memory_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, model_label);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, family_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, content_stack);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, view_stack);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, generate_page);

@@ -29,6 +29,10 @@ void        um_window_show_error (UmWindow *self, const char *message);
 UmEngine   *um_window_get_engine (UmWindow *self);
 gboolean    um_window_get_loading (UmWindow *self);
 const char *um_window_get_error_message (UmWindow *self);
+/* The header's subtitle: the model in use and its family ("tiny-dream · Dream"). */
+const char *um_window_get_subtitle (UmWindow *self);
+/* The family shown beside the model's name on the Open button, or NULL. */
+const char *um_window_get_family_label (UmWindow *self);
 GtkWidget  *um_window_get_generate_page (UmWindow *self);
 GtkWidget  *um_window_get_chat_page (UmWindow *self);
 UmSettings *um_window_get_settings (UmWindow *self);

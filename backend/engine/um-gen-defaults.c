@@ -96,6 +96,28 @@ um_gen_params_init_for_arch (UmGenParams *p, UmArch arch)
     }
 }
 
+static void copy_key (UmGenParams *to, const UmGenParams *from, UmGenKey key);
+
+void
+um_gen_params_drop_foreign (UmGenParams *p, UmArch arch)
+{
+  const UmSchedule schedule = um_arch_info (arch)->schedule;
+  UmGenParams d;
+
+  um_gen_params_init_for_arch (&d, arch);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (!um_gen_key_applies ((UmGenKey) k, arch))
+      copy_key (p, &d, (UmGenKey) k);
+  if (schedule == UM_SCHEDULE_BLOCK)
+    return;
+  p->logits_eos_inf = FALSE;
+  p->confidence_eos_eot_inf = FALSE;
+  p->cache = UM_CACHE_NONE;
+  p->factor = 0.0;
+  if (schedule == UM_SCHEDULE_ENTROPY || p->alg == UM_ALG_ORIGIN)
+    p->threshold = 0.0;
+}
+
 const char *
 um_gen_source_to_string (UmGenSource source)
 {

@@ -64,6 +64,12 @@ gboolean    um_gen_key_applies (UmGenKey key, UmArch arch);
  * Dream and RND1 take as many steps as tokens unless a layer says
  * otherwise (um_gen_resolve_for ()). */
 void        um_gen_params_init_for_arch (UmGenParams *p, UmArch arch);
+/* Sets what family @arch's schedule does not have back to its defaults
+ * (off): the other families' keys, and without blocks LLaDA's EOS rules,
+ * the KV cache and the factor (RND1, Dream's origin: the threshold). For
+ * the app, whose LLaDA controls keep their values when a Dream or RND1
+ * model is loaded; unmask-cli reports such options as errors instead. */
+void        um_gen_params_drop_foreign (UmGenParams *p, UmArch arch);
 
 /* Lowest precedence first. */
 typedef enum {

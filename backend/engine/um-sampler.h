@@ -108,7 +108,8 @@ typedef struct {
   int           n_committed;
   const gint32 *positions;    /* absolute positions committed this step, ascending */
   const gint32 *ids;          /* their tokens */
-  const float  *confidences;  /* their confidences (softmax probability or random score) */
+  const float  *confidences;  /* their confidences: LLaDA's (softmax probability or random score); Dream's
+                               and RND1's the probability of the token */
   const gint32 *canvas;       /* the whole sequence after this step */
   int           prompt_len;
   int           seq_len;

@@ -30,7 +30,8 @@ typedef struct {
   UmScheduleRows         rows;
   gint32                *pos;       /* maskable positions, ascending */
   gint32                *pred;      /* per canvas position: its token from the last forward */
-  double                *ent;       /* ... and its entropy */
+  double                *ent;       /* ... its entropy */
+  double                *prob;      /* ... and its probability */
   int                    n_forward;
 } EntropyRun;
 
@@ -53,7 +54,8 @@ score (EntropyRun *r, const gint32 *x, int L, const gboolean *maskable, GCancell
       UmRowScratch *s = r->rows.scratch[omp_get_thread_num ()];
       guint64 key = ((guint64) r->n_forward << 32) ^ (guint32) r->pos[j];
       double u = um_rng_uniform (r->p->seed, UM_RNG_STREAM_TOKEN, key, 0);
-      um_rnd1_row (s, um_schedule_rows_get (&r->rows, r->m, j), r->p, u, &r->pred[r->pos[j]], &r->ent[r->pos[j]]);
+      um_rnd1_row (s, um_schedule_rows_get (&r->rows, r->m, j), r->p, u, &r->pred[r->pos[j]], &r->ent[r->pos[j]],
+                   &r->prob[r->pos[j]]);
     }
   r->n_forward++;
   return TRUE;
@@ -71,7 +73,7 @@ commit (EntropyRun *r, gint32 *x, int L, gboolean *maskable, const gboolean *kee
         maskable[i] = FALSE;
         c->pos[c->n] = i;
         c->ids[c->n] = x[i];
-        c->conf[c->n] = (float) r->ent[i];
+        c->conf[c->n] = (float) r->prob[i];
         c->n++;
       }
 }
@@ -96,10 +98,10 @@ um_schedule_entropy (const UmScheduleModel *m,
   g_autofree double *scores = g_new (double, L);
   g_autofree gint32 *chosen = g_new (gint32, L), *commit_pos = g_new (gint32, L), *commit_ids = g_new (gint32, L);
   g_autofree gint32 *pos = g_new (gint32, L), *pred = g_new0 (gint32, L);
-  g_autofree double *ent = g_new0 (double, L);
+  g_autofree double *ent = g_new0 (double, L), *prob = g_new0 (double, L);
   g_autofree float *commit_conf = g_new (float, L);
   UmScheduleCommits c = { commit_pos, commit_ids, commit_conf, 0 };
-  EntropyRun r = { m, p, { 0 }, pos, pred, ent, 0 };
+  EntropyRun r = { m, p, { 0 }, pos, pred, ent, prob, 0 };
   int total = 0, events = 0;
   gboolean ok = FALSE;
 

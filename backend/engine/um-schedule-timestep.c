@@ -188,7 +188,7 @@ um_schedule_timestep (const UmScheduleModel *m,
             x[asked[j]] = ids[j];
             c.pos[c.n] = asked[j];
             c.ids[c.n] = ids[j];
-            c.conf[c.n] = (float) conf[j];
+            c.conf[c.n] = (float) prob[j];
             c.n++;
           }
       {

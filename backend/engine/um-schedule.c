@@ -28,8 +28,13 @@ um_logit_rows (gboolean shift, const gint32 *positions, int n, gint32 *rows, gin
 
 /* ---- the reference's float32 arithmetic ---- */
 
-/* Plain float operations: C11 without contraction (the build's ISO mode)
- * rounds each to float as torch's CPU kernel does. */
+/* Float operations as torch's kernels do them (C11 without contraction,
+ * the build's ISO mode, rounds each plain one to float). Its linspace is
+ * a fused multiply-add on the CPU and on CUDA alike: start + step·i, and
+ * from the middle end − step·(n − 1 − i), each rounded once. Checked
+ * against torch 2.11 on both devices: every element of 5 eps × 135 step
+ * counts, and every count int (n · (1 − s/t)) for n ≤ 1024 (the plain
+ * product and sum differ in 11 326 elements and 21 578 counts). */
 void
 um_timesteps_f32 (double eps, int steps, float *ts)
 {
@@ -40,7 +45,7 @@ um_timesteps_f32 (double eps, int steps, float *ts)
   const gint64 halfway = n / 2;
 
   for (gint64 i = 0; i < n; i++)
-    ts[i] = i < halfway ? start + step * (float) i : end - step * (float) (n - i - 1);
+    ts[i] = i < halfway ? fmaf (step, (float) i, start) : fmaf (-step, (float) (n - i - 1), end);
 }
 
 int
@@ -57,6 +62,8 @@ um_timestep_count (const float *ts, int steps, int i, int n_masked)
   return (int) r;
 }
 
+/* Checked against torch 2.11 (CPU and CUDA) for totals ≤ 1024 and 15 step
+ * counts up to 512. */
 int
 um_entropy_keep_count (int total, int step, int steps)
 {
@@ -322,7 +329,7 @@ um_dream_row (UmRowScratch *s, const float *logits, const UmGenParams *p, double
 
 void
 um_rnd1_row (UmRowScratch *s, const float *logits, const UmGenParams *p, double u, gint32 *out_id,
-             double *out_entropy)
+             double *out_entropy, double *out_p)
 {
   const int V = s->vocab;
   const double t = MAX (p->temperature, 1e-8);
@@ -343,6 +350,7 @@ um_rnd1_row (UmRowScratch *s, const float *logits, const UmGenParams *p, double 
     lse = mx + log (total);
   }
   *out_id = p->greedy ? argmax (s->z, V) : draw (s->e, V, total, u);
+  *out_p = s->e[*out_id] / total;
   for (int v = 0; v < V; v++)
     {
       double logp = s->z[v] - lse;

@@ -57,8 +57,9 @@ int      um_logit_rows (gboolean      shift,
                         gint32       *rows,
                         gint32       *row_of);
 
-/* torch.linspace (1, eps, steps + 1) in float32 as torch's kernel computes
- * it (the first half from 1, the second from eps): @ts gets steps + 1 values. */
+/* torch.linspace (1, eps, steps + 1) in float32 as torch's kernels compute
+ * it (the first half from 1, the second from eps, each a fused
+ * multiply-add): @ts gets steps + 1 values. */
 void     um_timesteps_f32 (double eps, int steps, float *ts);
 
 /* Tokens step @i of @steps commits of @n_masked: int (n·(1 − s/t)) in
@@ -93,13 +94,14 @@ void     um_dream_row (UmRowScratch      *s,
 /* RND1's forward_scores () on one row: logits / max (T, 1e-8), top_k (the
  * k of torch.topk), top_p, log-softmax; greedy: arg-max, else the token
  * drawn from @u. @out_entropy: −Σ p·log p, NaN when a filter removed a
- * token (0 · −inf, as upstream computes it). */
+ * token (0 · −inf, as upstream computes it); @out_p: p of the token. */
 void     um_rnd1_row (UmRowScratch      *s,
                       const float       *logits,
                       const UmGenParams *p,
                       double             u,
                       gint32            *out_id,
-                      double            *out_entropy);
+                      double            *out_entropy,
+                      double            *out_p);
 
 /* The schedules. @x: the canvas of @seq_len tokens, the prompt's
  * @prompt_len first, then the answer (masks, and the constraints' tokens);

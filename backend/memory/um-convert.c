@@ -18,7 +18,7 @@
 
 /* Bump when the converter writes different bytes for the same input, so
  * old cache files stop matching. */
-#define FORMAT_VERSION "unmask-converted-v1"
+#define FORMAT_VERSION "unmask-converted-v2"
 #define KEY_KEY        "unmask.converted.key"
 #define SOURCE_KEY     "unmask.converted.source"
 #define TYPE_KEY       "unmask.converted.type"
@@ -162,7 +162,7 @@ gboolean
 um_convert_predict_bytes (const UmModel *src, const UmQuantizeOptions *opts, guint64 *bytes, GError **error)
 {
   g_autoptr(GArray) plan = NULL;
-  guint64 total = 64 * 1024;   /* header and the scalar keys, generously */
+  guint64 total = 64 * 1024;   /* header, the scalar keys and a chat template, generously */
 
   if (opts == NULL || opts->type == NULL)
     {
@@ -259,10 +259,10 @@ cache_file_valid (const char *path, const char *key, const GArray *plan)
     {
       const UmPlannedTensor *want = &g_array_index (plan, UmPlannedTensor, i);
       const UmTensorInfo *info = um_tensor_table_lookup (t, want->name);
-      gboolean vec = want->kind == UM_PLANNED_NORM;
-      if (info == NULL || info->dtype != want->dtype || info->n_bytes != want->bytes
-          || info->n_dims != (vec ? 1u : 2u)
-          || (vec ? info->shape[0] != want->cols : info->shape[0] != want->rows || info->shape[1] != want->cols))
+      guint64 shape[3];
+      const guint n_dims = um_planned_tensor_shape (want, shape);
+      if (info == NULL || info->dtype != want->dtype || info->n_bytes != want->bytes || info->n_dims != n_dims
+          || memcmp (info->shape, shape, n_dims * sizeof shape[0]) != 0)
         return FALSE;
     }
   return TRUE;

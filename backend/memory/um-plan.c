@@ -254,37 +254,33 @@ um_parse_size (const char *s, guint64 *out)
   return TRUE;
 }
 
-/* Bits per weight of a layer's matrices as stored. */
-static double
-stored_bits (const UmModel *model)
+/* Bytes of every layer's matrices as stored (@type NULL) or as a
+ * conversion to @type writes them (0 if @type is not one). */
+static guint64
+layer_matrix_bytes (const UmModel *model, const char *type)
 {
-  const UmLayerWeights *L = &model->layers[0];
-  double bytes = 0, elems = 0;
-  for (int i = 0; i < UM_LAYER_N_MATS; i++)
-    {
-      const UmWeight *w = um_layer_mat (L, i);
-      bytes += (double) w->rows * w->row_bytes;
-      elems += (double) w->rows * w->cols;
-    }
-  return elems > 0 ? 8 * bytes / elems : 0;
-}
+  UmQuantizeOptions q = { type, 0, 0 };
+  g_autoptr(GArray) plan = NULL;
+  guint64 total = 0;
 
-static double
-type_bits (const char *type)
-{
-  static const struct { const char *name; UmDType t; } base[] = {
-    { "F32", UM_DTYPE_F32 }, { "F16", UM_DTYPE_F16 }, { "BF16", UM_DTYPE_BF16 }, { "Q8_0", UM_DTYPE_Q8_0 },
-    { "Q4_0", UM_DTYPE_Q4_0 }, { "Q4_1", UM_DTYPE_Q4_1 }, { "Q5_0", UM_DTYPE_Q5_0 }, { "Q5_1", UM_DTYPE_Q5_1 },
-    { "Q4_K", UM_DTYPE_Q4_K }, { "Q5_K", UM_DTYPE_Q5_K }, { "Q6_K", UM_DTYPE_Q6_K },
-    { "Q4_K_M", UM_DTYPE_Q4_K }, { "Q5_K_M", UM_DTYPE_Q5_K },
-  };
-  for (guint i = 0; i < G_N_ELEMENTS (base); i++)
-    if (g_ascii_strcasecmp (type, base[i].name) == 0)
-      {
-        const UmDTypeInfo *info = um_dtype_info (base[i].t);
-        return 8.0 * info->block_bytes / info->block_elems;
-      }
-  return 0;
+  if (type == NULL)
+    {
+      for (guint l = 0; l < model->cfg.n_layers; l++)
+        for (int i = 0; i < UM_LAYER_N_MATS; i++)
+          {
+            const UmWeight *w = um_layer_mat (&model->layers[l], i);
+            total += w->rows * w->row_bytes;
+          }
+      return total;
+    }
+  plan = um_quantize_plan_tensors (model, &q, NULL);
+  for (guint i = 0; plan != NULL && i < plan->len; i++)
+    {
+      const UmPlannedTensor *t = &g_array_index (plan, UmPlannedTensor, i);
+      if (t->layer >= 0 && t->kind >= UM_PLANNED_Q && t->kind <= UM_PLANNED_DOWN)
+        total += t->bytes;
+    }
+  return total;
 }
 
 static gboolean
@@ -313,9 +309,15 @@ um_plan_convert_type (const UmModel *model, const UmMemOptions *o)
 {
   const char *type = asked_type (o);
 
-  /* Converting up adds bytes and no information. */
-  if (type != NULL && type_bits (type) >= stored_bits (model) - 0.01)
-    type = NULL;
+  /* Converting up adds bytes and no information, converting to the same
+   * (a Q4_K_M file asked for Q4_K_M, whose layers mix Q4_K and Q6_K) only
+   * loses some: convert only where it saves at least 1 % of the layers. */
+  if (type != NULL)
+    {
+      guint64 to = layer_matrix_bytes (model, type);
+      if (to > 0 && to >= layer_matrix_bytes (model, NULL) / 100 * 99)
+        type = NULL;
+    }
   /* Pruning rewrites the file even without a new type: in the stored one. */
   if (type == NULL && prunes (o))
     type = um_dtype_name (model->layers[0].w_gate.dtype);
@@ -382,23 +384,45 @@ make_shadow (const UmModel *model, const char *type, const UmMemOptions *o, Shad
         case UM_PLANNED_GATE: w = L ? &L->w_gate : NULL; break;
         case UM_PLANNED_UP: w = L ? &L->w_up : NULL; break;
         case UM_PLANNED_DOWN: w = L ? &L->w_down : NULL; break;
-        default: break;   /* norms stay float vectors */
+        /* Small tensors stay float in memory (as the model holds them),
+         * whatever the file's type; biases shrink with pruned heads. */
+        case UM_PLANNED_Q_BIAS: w = L ? &L->bq : NULL; break;
+        case UM_PLANNED_K_BIAS: w = L ? &L->bk : NULL; break;
+        case UM_PLANNED_V_BIAS: w = L ? &L->bv : NULL; break;
+        default: break;   /* norms, QK-norms and the router keep their shapes */
         }
       if (w != NULL)
-        set_weight (w, t->dtype, t->rows, t->cols, t->bytes);
+        {
+          const void *data = w->data;
+          if (um_planned_kind_is_vector (t->kind))
+            {
+              set_weight (w, UM_DTYPE_F32, 1, t->cols, t->cols * sizeof (float));
+              /* Still there (the forward lists the small tensors that have
+               * data); shadows are never read. */
+              w->data = data;
+            }
+          else
+            set_weight (w, t->dtype, t->rows, t->cols, t->bytes);
+        }
     }
   if (c->tied_embeddings)
     s->m.output = s->m.tok_embd;
+  s->m.cfg.expert_ffn = 0;
   for (guint l = 0; l < c->n_layers; l++)
     {
       UmLayerWeights *L = &s->layers[l];
       L->n_heads = L->wq.rows / c->head_dim;
       L->n_kv_heads = L->wk.rows / c->head_dim;
-      L->ffn = L->w_gate.rows;
+      L->ffn = L->w_gate.rows / MAX (L->n_experts, 1);
       s->m.cfg.n_heads = MAX (s->m.cfg.n_heads, L->n_heads);
       s->m.cfg.n_kv_heads = MAX (s->m.cfg.n_kv_heads, L->n_kv_heads);
-      s->m.cfg.mlp_hidden = MAX (s->m.cfg.mlp_hidden, L->ffn);
+      if (L->n_experts > 0)
+        s->m.cfg.expert_ffn = MAX (s->m.cfg.expert_ffn, L->ffn);
+      else
+        s->m.cfg.mlp_hidden = MAX (s->m.cfg.mlp_hidden, L->ffn);
     }
+  if (c->n_experts > 0 && s->m.cfg.mlp_hidden == 0)
+    s->m.cfg.mlp_hidden = model->cfg.mlp_hidden;
   return TRUE;
 }
 
@@ -422,13 +446,18 @@ cpu_scratch (const UmModel *m, UmProducts products, int T, int n, int chunk)
   for (guint l = 0; l < m->cfg.n_layers; l++)
     {
       const UmLayerWeights *L = &m->layers[l];
-      const struct { const UmWeight *w; int rows; } p[] = {
-        { &L->wq, T }, { &L->wk, T }, { &L->wv, T }, { &L->wo, T },
-        { &L->w_gate, mlp_rows }, { &L->w_up, mlp_rows }, { &L->w_down, mlp_rows },
+      /* A MoE layer multiplies by one expert's slice at a time, at most
+       * every row routed to it. */
+      const guint E = MAX (L->n_experts, 1);
+      const struct { const UmWeight *w; guint64 rows; int m; } p[] = {
+        { &L->wq, L->wq.rows, T }, { &L->wk, L->wk.rows, T }, { &L->wv, L->wv.rows, T }, { &L->wo, L->wo.rows, T },
+        { &L->w_gate, L->w_gate.rows / E, mlp_rows }, { &L->w_up, L->w_up.rows / E, mlp_rows },
+        { &L->w_down, L->w_down.rows / E, mlp_rows },
+        { &L->router, L->router.rows, mlp_rows },
       };
       for (guint i = 0; i < G_N_ELEMENTS (p); i++)
-        best = MAX (best, um_cpu_matmul_scratch_bytes (p[i].w->dtype, p[i].w->rows, p[i].w->cols, p[i].rows,
-                                                       products));
+        if (p[i].w->rows > 0)   /* a dense layer has no router */
+          best = MAX (best, um_cpu_matmul_scratch_bytes (p[i].w->dtype, p[i].rows, p[i].w->cols, p[i].m, products));
     }
   best = MAX (best, um_cpu_matmul_scratch_bytes (m->output.dtype, m->output.rows, m->output.cols, head_rows,
                                                  products));

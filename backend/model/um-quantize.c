@@ -1,5 +1,6 @@
 #include "um-quantize.h"
 
+#include <json-glib/json-glib.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -111,6 +112,52 @@ plan_clear (Plan *p)
 
 G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (Plan, plan_clear)
 
+gboolean
+um_planned_kind_is_vector (UmPlannedKind kind)
+{
+  switch (kind)
+    {
+    case UM_PLANNED_NORM:
+    case UM_PLANNED_Q_BIAS:
+    case UM_PLANNED_K_BIAS:
+    case UM_PLANNED_V_BIAS:
+    case UM_PLANNED_Q_NORM:
+    case UM_PLANNED_K_NORM:
+    case UM_PLANNED_ROUTER_BIAS:
+      return TRUE;
+    default:
+      return FALSE;
+    }
+}
+
+/* Tensors held as float in memory and kept in F32 in a file: llama.cpp
+ * quantizes neither 1-D tensors nor the router (ffn_gate_inp). */
+static gboolean
+kind_stays_f32 (UmPlannedKind kind)
+{
+  return um_planned_kind_is_vector (kind) || kind == UM_PLANNED_ROUTER;
+}
+
+guint
+um_planned_tensor_shape (const UmPlannedTensor *t, guint64 shape[3])
+{
+  if (um_planned_kind_is_vector (t->kind))
+    {
+      shape[0] = t->cols;
+      return 1;
+    }
+  if (t->experts > 0)
+    {
+      shape[0] = t->experts;
+      shape[1] = t->rows / t->experts;
+      shape[2] = t->cols;
+      return 3;
+    }
+  shape[0] = t->rows;
+  shape[1] = t->cols;
+  return 2;
+}
+
 /* How many of @count units of @width columns each survive @ratio: see
  * um_quantize_plan_layers(). */
 static guint
@@ -173,7 +220,7 @@ check_options (const UmQuantizeOptions *opts, gboolean need_type, const QuantTyp
 
 static void
 plan_add (Plan *p, const char *name, int layer, UmPlannedKind kind, const UmWeight *src,
-          UmDType dtype, guint64 rows, guint64 cols)
+          UmDType dtype, guint64 rows, guint64 cols, guint64 experts)
 {
   PlanItem it = { { { 0 } } };
 
@@ -182,6 +229,7 @@ plan_add (Plan *p, const char *name, int layer, UmPlannedKind kind, const UmWeig
   it.pub.kind = kind;
   it.pub.rows = rows;
   it.pub.cols = cols;
+  it.pub.experts = experts;
   it.src = src;
   if (p->qt == NULL)
     {
@@ -190,11 +238,82 @@ plan_add (Plan *p, const char *name, int layer, UmPlannedKind kind, const UmWeig
     }
   else
     {
-      it.pub.dtype = kind == UM_PLANNED_NORM ? UM_DTYPE_F32 : fit_type (dtype, cols);
+      it.pub.dtype = kind_stays_f32 (kind) ? UM_DTYPE_F32 : fit_type (dtype, cols);
       if (!um_dtype_bytes (it.pub.dtype, rows * cols, &it.pub.bytes))
         it.pub.bytes = 0;
     }
   g_array_append_val (p->items, it);
+}
+
+/* The layer's tensors in the order llama.cpp's converters write them; a
+ * tensor the layer does not have (data NULL) is skipped. */
+#define MAX_LAYER_TENSORS 16
+
+typedef struct {
+  const char     *suffix;
+  UmPlannedKind   kind;
+  const UmWeight *w;
+} LayerTensor;
+
+static guint
+layer_tensors (const UmLayerWeights *L, LayerTensor *out)
+{
+  const gboolean moe = L->n_experts > 0;
+  const LayerTensor all[] = {
+    { "attn_norm.weight", UM_PLANNED_NORM, &L->attn_norm },
+    { "attn_q.weight", UM_PLANNED_Q, &L->wq },
+    { "attn_q.bias", UM_PLANNED_Q_BIAS, &L->bq },
+    { "attn_k.weight", UM_PLANNED_K, &L->wk },
+    { "attn_k.bias", UM_PLANNED_K_BIAS, &L->bk },
+    { "attn_v.weight", UM_PLANNED_V, &L->wv },
+    { "attn_v.bias", UM_PLANNED_V_BIAS, &L->bv },
+    { "attn_output.weight", UM_PLANNED_O, &L->wo },
+    { "attn_q_norm.weight", UM_PLANNED_Q_NORM, &L->q_norm },
+    { "attn_k_norm.weight", UM_PLANNED_K_NORM, &L->k_norm },
+    { "ffn_norm.weight", UM_PLANNED_NORM, &L->ffn_norm },
+    { "ffn_gate_inp.weight", UM_PLANNED_ROUTER, moe ? &L->router : NULL },
+    { "exp_probs_b.bias", UM_PLANNED_ROUTER_BIAS, moe ? &L->router_bias : NULL },
+    { moe ? "ffn_gate_exps.weight" : "ffn_gate.weight", UM_PLANNED_GATE, &L->w_gate },
+    { moe ? "ffn_up_exps.weight" : "ffn_up.weight", UM_PLANNED_UP, &L->w_up },
+    { moe ? "ffn_down_exps.weight" : "ffn_down.weight", UM_PLANNED_DOWN, &L->w_down },
+  };
+  guint n = 0;
+
+  G_STATIC_ASSERT (G_N_ELEMENTS (all) == MAX_LAYER_TENSORS);
+  for (guint i = 0; i < G_N_ELEMENTS (all); i++)
+    if (all[i].w != NULL && all[i].w->data != NULL)
+      out[n++] = all[i];
+  return n;
+}
+
+static gboolean
+kind_is_expert_matrix (UmPlannedKind kind)
+{
+  return kind == UM_PLANNED_GATE || kind == UM_PLANNED_UP || kind == UM_PLANNED_DOWN;
+}
+
+/* The type of a layer matrix in @qt: llama-quantize's choices for the _M
+ * mixes (see um_quantize_model_full ()), the base type otherwise. */
+static UmDType
+matrix_type (const QuantType *qt, const UmModelConfig *c, guint l, UmPlannedKind kind)
+{
+  const gboolean more = qt->k_mix && use_more_bits (l, c->n_layers);
+
+  if (!qt->k_mix)
+    return qt->base;
+  switch (kind)
+    {
+    case UM_PLANNED_K:
+      return c->n_experts == 8 ? UM_DTYPE_Q8_0 : qt->base;
+    case UM_PLANNED_V:
+      return c->n_experts == 8 ? UM_DTYPE_Q8_0 : more ? UM_DTYPE_Q6_K : qt->base;
+    case UM_PLANNED_O:
+      return c->n_experts == 8 && qt->base == UM_DTYPE_Q4_K ? UM_DTYPE_Q5_K : qt->base;
+    case UM_PLANNED_DOWN:
+      return more ? UM_DTYPE_Q6_K : qt->base;
+    default:
+      return qt->base;
+    }
 }
 
 static gboolean
@@ -216,24 +335,22 @@ plan_build (Plan *p, const UmModel *m, const UmQuantizeOptions *opts, gboolean n
   if (qt == NULL)
     {
       /* What the model holds, under its own names. */
-      plan_add (p, m->tok_embd.name, -1, UM_PLANNED_EMBED, &m->tok_embd, 0, m->tok_embd.rows, m->tok_embd.cols);
+      plan_add (p, m->tok_embd.name, -1, UM_PLANNED_EMBED, &m->tok_embd, 0, m->tok_embd.rows, m->tok_embd.cols, 0);
       for (guint l = 0; l < c->n_layers; l++)
         {
           const UmLayerWeights *L = &m->layers[l];
-          const struct { const UmWeight *w; UmPlannedKind kind; } ws[] = {
-            { &L->attn_norm, UM_PLANNED_NORM }, { &L->wq, UM_PLANNED_Q }, { &L->wk, UM_PLANNED_K },
-            { &L->wv, UM_PLANNED_V }, { &L->wo, UM_PLANNED_O }, { &L->ffn_norm, UM_PLANNED_NORM },
-            { &L->w_gate, UM_PLANNED_GATE }, { &L->w_up, UM_PLANNED_UP }, { &L->w_down, UM_PLANNED_DOWN },
-          };
+          LayerTensor ts[MAX_LAYER_TENSORS];
+          const guint n = layer_tensors (L, ts);
           UmPlannedLayer pl = { L->n_heads, L->n_kv_heads, L->ffn };
-          for (guint i = 0; i < G_N_ELEMENTS (ws); i++)
-            plan_add (p, ws[i].w->name, l, ws[i].kind, ws[i].w, 0, ws[i].w->rows, ws[i].w->cols);
+          for (guint i = 0; i < n; i++)
+            plan_add (p, ts[i].w->name, l, ts[i].kind, ts[i].w, 0, ts[i].w->rows, ts[i].w->cols,
+                      L->n_experts > 0 && kind_is_expert_matrix (ts[i].kind) ? L->n_experts : 0);
           g_array_append_val (p->layers, pl);
         }
-      plan_add (p, m->out_norm.name, -1, UM_PLANNED_NORM, &m->out_norm, 0, 1, D);
+      plan_add (p, m->out_norm.name, -1, UM_PLANNED_NORM, &m->out_norm, 0, 1, D, 0);
       if (!c->tied_embeddings)
-        plan_add (p, m->output.name, -1, UM_PLANNED_OUTPUT, &m->output, 0, m->output.rows, m->output.cols);
-      /* Norms converted to float in memory: report the file's entry. */
+        plan_add (p, m->output.name, -1, UM_PLANNED_OUTPUT, &m->output, 0, m->output.rows, m->output.cols, 0);
+      /* Small tensors converted to float in memory: report the file's entry. */
       for (guint i = 0; i < p->items->len; i++)
         {
           PlanItem *it = &g_array_index (p->items, PlanItem, i);
@@ -247,40 +364,55 @@ plan_build (Plan *p, const UmModel *m, const UmQuantizeOptions *opts, gboolean n
       return TRUE;
     }
 
-  plan_add (p, "token_embd.weight", -1, UM_PLANNED_EMBED, &m->tok_embd, qt->base, c->vocab_size, D);
+  plan_add (p, "token_embd.weight", -1, UM_PLANNED_EMBED, &m->tok_embd, qt->base, c->vocab_size, D, 0);
   for (guint l = 0; l < c->n_layers; l++)
     {
       const UmLayerWeights *L = &m->layers[l];
-      const UmDType more = qt->k_mix && use_more_bits (l, c->n_layers) ? UM_DTYPE_Q6_K : qt->base;
       const guint group = L->n_heads / MAX (L->n_kv_heads, 1);
+      const guint64 E = L->n_experts;
+      LayerTensor ts[MAX_LAYER_TENSORS];
+      const guint n = layer_tensors (L, ts);
       UmPlannedLayer pl;
       guint64 qd, kvd;
 
       pl.n_kv_heads = kept_units (L->n_kv_heads, p->prune_heads, (guint64) group * hd,
                                   um_dtype_info (qt->base)->block_elems);
       pl.n_heads = pl.n_kv_heads * group;
-      pl.ffn = kept_units (L->ffn, p->prune_ffn, 1, um_dtype_info (more)->block_elems);
+      pl.ffn = kept_units (L->ffn, p->prune_ffn, 1,
+                           um_dtype_info (matrix_type (qt, c, l, UM_PLANNED_DOWN))->block_elems);
       g_array_append_val (p->layers, pl);
       qd = (guint64) pl.n_heads * hd;
       kvd = (guint64) pl.n_kv_heads * hd;
-#define ADD(suffix, kind, src, dt, rows, cols) G_STMT_START { \
-        g_snprintf (name, sizeof name, "blk.%u.%s", l, suffix); \
-        plan_add (p, name, l, kind, src, dt, rows, cols); } G_STMT_END
-      ADD ("attn_norm.weight", UM_PLANNED_NORM, &L->attn_norm, UM_DTYPE_F32, 1, D);
-      ADD ("attn_q.weight", UM_PLANNED_Q, &L->wq, qt->base, qd, D);
-      ADD ("attn_k.weight", UM_PLANNED_K, &L->wk, qt->base, kvd, D);
-      ADD ("attn_v.weight", UM_PLANNED_V, &L->wv, more, kvd, D);
-      ADD ("attn_output.weight", UM_PLANNED_O, &L->wo, qt->base, D, qd);
-      ADD ("ffn_norm.weight", UM_PLANNED_NORM, &L->ffn_norm, UM_DTYPE_F32, 1, D);
-      ADD ("ffn_gate.weight", UM_PLANNED_GATE, &L->w_gate, qt->base, pl.ffn, D);
-      ADD ("ffn_up.weight", UM_PLANNED_UP, &L->w_up, qt->base, pl.ffn, D);
-      ADD ("ffn_down.weight", UM_PLANNED_DOWN, &L->w_down, more, D, pl.ffn);
-#undef ADD
+      for (guint i = 0; i < n; i++)
+        {
+          const UmWeight *w = ts[i].w;
+          guint64 rows = 1, cols = w->cols, experts = 0;
+          switch (ts[i].kind)
+            {
+            case UM_PLANNED_Q: rows = qd; cols = D; break;
+            case UM_PLANNED_K:
+            case UM_PLANNED_V: rows = kvd; cols = D; break;
+            case UM_PLANNED_O: rows = D; cols = qd; break;
+            case UM_PLANNED_Q_BIAS: cols = qd; break;
+            case UM_PLANNED_K_BIAS:
+            case UM_PLANNED_V_BIAS: cols = kvd; break;
+            case UM_PLANNED_Q_NORM:
+            case UM_PLANNED_K_NORM: cols = hd; break;
+            case UM_PLANNED_NORM: cols = D; break;
+            case UM_PLANNED_ROUTER: rows = w->rows; cols = D; break;
+            case UM_PLANNED_GATE:
+            case UM_PLANNED_UP: rows = (E ? E : 1) * pl.ffn; cols = D; experts = E; break;
+            case UM_PLANNED_DOWN: rows = (E ? E : 1) * D; cols = pl.ffn; experts = E; break;
+            default: break;
+            }
+          g_snprintf (name, sizeof name, "blk.%u.%s", l, ts[i].suffix);
+          plan_add (p, name, l, ts[i].kind, w, matrix_type (qt, c, l, ts[i].kind), rows, cols, experts);
+        }
     }
-  plan_add (p, "output_norm.weight", -1, UM_PLANNED_NORM, &m->out_norm, UM_DTYPE_F32, 1, D);
+  plan_add (p, "output_norm.weight", -1, UM_PLANNED_NORM, &m->out_norm, UM_DTYPE_F32, 1, D, 0);
   if (!c->tied_embeddings)
     plan_add (p, "output.weight", -1, UM_PLANNED_OUTPUT, &m->output, qt->k_mix ? UM_DTYPE_Q6_K : qt->base,
-              c->vocab_size, D);
+              c->vocab_size, D, 0);
   return TRUE;
 }
 
@@ -431,6 +563,7 @@ top_k (const double *scores, guint n, guint k)
 typedef struct {
   guint64 *q_rows, *k_rows, *v_rows, *o_cols;
   guint64 *ffn_rows, *down_cols;
+  guint64  down_cols_rows;   /* w_down rows sharing one column map (an expert's D); 0: all */
 } LayerMaps;
 
 static void
@@ -442,6 +575,7 @@ layer_maps_clear (LayerMaps *m)
   g_clear_pointer (&m->o_cols, g_free);
   g_clear_pointer (&m->ffn_rows, g_free);
   g_clear_pointer (&m->down_cols, g_free);
+  m->down_cols_rows = 0;
 }
 
 /* Hugging Face rows of a head are [first halves…, second halves…] (NeoX);
@@ -461,15 +595,6 @@ head_rows (const guint *heads, guint n_out, guint64 hd, gboolean permute)
   for (guint i = 0; i < n_out; i++)
     for (guint64 j = 0; j < hd; j++)
       map[i * hd + j] = (guint64) (heads ? heads[i] : i) * hd + (permute ? permuted_head_row (j, hd) : j);
-  return map;
-}
-
-static guint64 *
-index_map (const guint *keep, guint n)
-{
-  guint64 *map = g_new (guint64, n);
-  for (guint i = 0; i < n; i++)
-    map[i] = keep[i];
   return map;
 }
 
@@ -518,18 +643,36 @@ prepare_layer (const UmModel *m, guint l, const UmPlannedLayer *pl, gboolean per
     }
   if (pl->ffn < L->ffn)
     {
-      g_autofree double *neuron = g_new (double, L->ffn), *ru = g_new (double, L->ffn);
-      g_autofree double *cd = g_new (double, L->ffn);
+      /* A dense FFN is one "expert"; in a MoE layer each expert keeps its
+       * own best pl->ffn neurons (the stacked tensors need the same count
+       * for every expert), scored over its own rows and columns. */
+      const guint n_exp = MAX (L->n_experts, 1);
+      const guint64 F = L->ffn, K = pl->ffn;
+      g_autofree double *neuron = g_new (double, F), *ru = g_new (double, F);
+      g_autofree double *cd = g_new (double, F);
 
-      if (g_cancellable_set_error_if_cancelled (cancellable, error))
-        return FALSE;
-      if (!row_sq_norms (&L->w_gate, neuron) || !row_sq_norms (&L->w_up, ru) || !col_sq_norms (&L->w_down, cd))
-        goto bad_weights;
-      for (guint j = 0; j < L->ffn; j++)
-        neuron[j] += ru[j] + cd[j];
-      ffn_keep = top_k (neuron, L->ffn, pl->ffn);
-      maps->ffn_rows = index_map (ffn_keep, pl->ffn);
-      maps->down_cols = index_map (ffn_keep, pl->ffn);
+      maps->ffn_rows = g_new (guint64, n_exp * K);
+      maps->down_cols = g_new (guint64, n_exp * K);
+      maps->down_cols_rows = L->n_experts > 0 ? L->w_down.rows / n_exp : 0;
+      for (guint e = 0; e < n_exp; e++)
+        {
+          const UmWeight g = um_weight_expert (&L->w_gate, n_exp, e), u = um_weight_expert (&L->w_up, n_exp, e);
+          const UmWeight d = um_weight_expert (&L->w_down, n_exp, e);
+
+          if (g_cancellable_set_error_if_cancelled (cancellable, error))
+            return FALSE;
+          if (!row_sq_norms (&g, neuron) || !row_sq_norms (&u, ru) || !col_sq_norms (&d, cd))
+            goto bad_weights;
+          for (guint j = 0; j < F; j++)
+            neuron[j] += ru[j] + cd[j];
+          g_free (ffn_keep);
+          ffn_keep = top_k (neuron, F, K);
+          for (guint j = 0; j < K; j++)
+            {
+              maps->ffn_rows[e * K + j] = e * F + ffn_keep[j];
+              maps->down_cols[e * K + j] = ffn_keep[j];
+            }
+        }
     }
   return TRUE;
 
@@ -561,41 +704,132 @@ set_per_layer (UmGgufWriter *w, const char *key, guint cfg_value, const GArray *
   return differs;
 }
 
+/* The tokenizer's pre-tokenizer as llama.cpp names it: what its
+ * converter writes for each family's tokenizer (Dream and RND1 have Qwen's,
+ * LLaDA-MoE Ling's, registered as "llada-moe"; LLaDA's files say
+ * "default"). */
+static const char *
+tokenizer_pre (UmArch arch)
+{
+  switch (arch)
+    {
+    case UM_ARCH_DREAM:
+    case UM_ARCH_RND1: return "qwen2";
+    case UM_ARCH_LLADA_MOE: return "llada-moe";
+    default: return "default";
+    }
+}
+
+/* The chat template of a Hugging Face folder: tokenizer_config.json's
+ * "chat_template", when it is one string. */
+static char *
+folder_chat_template (const char *dir)
+{
+  g_autofree char *file = g_build_filename (dir, "tokenizer_config.json", NULL);
+  g_autoptr(JsonParser) parser = json_parser_new ();
+  JsonNode *root, *node;
+
+  if (!json_parser_load_from_file (parser, file, NULL))
+    return NULL;
+  root = json_parser_get_root (parser);
+  if (root == NULL || !JSON_NODE_HOLDS_OBJECT (root))
+    return NULL;
+  node = json_object_get_member (json_node_get_object (root), "chat_template");
+  if (node == NULL || !JSON_NODE_HOLDS_VALUE (node) || json_node_get_value_type (node) != G_TYPE_STRING)
+    return NULL;
+  return g_strdup (json_node_get_string (node));
+}
+
+/* Copies @key from @src if it is there. */
+static void
+copy_key (UmGgufWriter *w, UmGguf *src, const char *key)
+{
+  if (src != NULL && um_gguf_find_key (src, key) >= 0)
+    um_gguf_writer_copy_kv (w, src, key, NULL);
+}
+
 static void
 write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
 {
   const UmModelConfig *c = &model->cfg;
+  const UmArchInfo *info = um_arch_info (c->arch);
+  const char *arch = info->gguf_arch;
   UmTokenizer *tok = model->tokenizer;
   g_autoptr(GPtrArray) tokens = g_ptr_array_new_with_free_func (g_free);
   g_autoptr(GArray) types = g_array_new (FALSE, FALSE, sizeof (gint32));
   g_autoptr(GPtrArray) merges = g_ptr_array_new ();
+  /* A GGUF source's own tokenizer keys are kept where they say more than
+   * the tokenizer can (token types such as unused padding, the
+   * pre-tokenizer's name, the chat template); a folder's come from its
+   * files. */
+  g_autoptr(UmGguf) src = model->format == UM_MODEL_FORMAT_GGUF ? um_gguf_open (model->path, NULL) : NULL;
+  g_autofree char *chat_template = src == NULL && model->path != NULL ? folder_chat_template (model->path) : NULL;
+  guint64 n_src_types = 0;
   gboolean heads_per_layer;
+  char key[128];
+#define KEY(suffix) (g_snprintf (key, sizeof key, "%s.%s", arch, suffix), key)
 
-  um_gguf_writer_set_string (w, "general.architecture", "llada");
+  um_gguf_writer_set_string (w, "general.architecture", arch);
+  um_gguf_writer_set_string (w, "general.type", "model");
   um_gguf_writer_set_string (w, "general.name", model->display_name);
+  copy_key (w, src, "general.name");
   um_gguf_writer_set_u32 (w, "general.file_type", p->qt->file_type);
   um_gguf_writer_set_u32 (w, "general.quantization_version", 2);
-  um_gguf_writer_set_u32 (w, "llada.context_length", c->max_seq_len);
-  um_gguf_writer_set_u32 (w, "llada.embedding_length", c->d_model);
-  um_gguf_writer_set_u32 (w, "llada.block_count", c->n_layers);
-  set_per_layer (w, "llada.feed_forward_length", c->mlp_hidden, p->layers, G_STRUCT_OFFSET (UmPlannedLayer, ffn));
-  heads_per_layer = set_per_layer (w, "llada.attention.head_count", c->n_heads, p->layers,
+  um_gguf_writer_set_u32 (w, KEY ("context_length"), c->max_seq_len);
+  um_gguf_writer_set_u32 (w, KEY ("embedding_length"), c->d_model);
+  um_gguf_writer_set_u32 (w, KEY ("block_count"), c->n_layers);
+  if (c->n_experts == 0)
+    set_per_layer (w, KEY ("feed_forward_length"), c->mlp_hidden, p->layers, G_STRUCT_OFFSET (UmPlannedLayer, ffn));
+  else
+    {
+      /* The dense width the configuration names (unused by MoE layers; the
+       * converter writes it), then the experts'. */
+      if (c->mlp_hidden > 0)
+        um_gguf_writer_set_u32 (w, KEY ("feed_forward_length"), c->mlp_hidden);
+      /* llama.cpp reads one expert width for the model: pruning keeps the
+       * same count in every layer (the shapes are the same), so it stays a
+       * scalar. */
+      set_per_layer (w, KEY ("expert_feed_forward_length"),
+                     g_array_index (p->layers, UmPlannedLayer, MIN (c->n_dense_leading, c->n_layers - 1)).ffn, p->layers,
+                     G_STRUCT_OFFSET (UmPlannedLayer, ffn));
+      um_gguf_writer_set_u32 (w, KEY ("expert_count"), c->n_experts);
+      um_gguf_writer_set_u32 (w, KEY ("expert_used_count"), c->n_experts_used);
+      if (c->n_dense_leading > 0)
+        um_gguf_writer_set_u32 (w, KEY ("leading_dense_block_count"), c->n_dense_leading);
+      /* llama.cpp's graphs hard-code each family's router (softmax;
+       * renormalised for RND1 only, unscaled); say so only where a model
+       * departs from that, with llama.cpp's own keys. */
+      if (c->router_func == UM_ROUTER_SIGMOID)
+        um_gguf_writer_set_u32 (w, KEY ("expert_gating_func"), 2);
+      if (c->router_norm != (c->arch == UM_ARCH_RND1))
+        um_gguf_writer_set_bool (w, KEY ("expert_weights_norm"), c->router_norm);
+      if (c->router_scale != 1.0)
+        um_gguf_writer_set_f32 (w, KEY ("expert_weights_scale"), (float) c->router_scale);
+    }
+  heads_per_layer = set_per_layer (w, KEY ("attention.head_count"), c->n_heads, p->layers,
                                    G_STRUCT_OFFSET (UmPlannedLayer, n_heads));
-  heads_per_layer |= set_per_layer (w, "llada.attention.head_count_kv", c->n_kv_heads, p->layers,
+  heads_per_layer |= set_per_layer (w, KEY ("attention.head_count_kv"), c->n_kv_heads, p->layers,
                                     G_STRUCT_OFFSET (UmPlannedLayer, n_kv_heads));
   /* With fewer heads than d_model / head_dim the head size cannot be
-   * derived; llama.cpp reads it from here. */
-  if (heads_per_layer || (guint64) c->n_heads * c->head_dim != c->d_model)
+   * derived; llama.cpp reads it from here (RND1's converter always writes
+   * it: its config names head_dim). */
+  if (heads_per_layer || (guint64) c->n_heads * c->head_dim != c->d_model || c->arch == UM_ARCH_RND1)
     {
-      um_gguf_writer_set_u32 (w, "llada.attention.key_length", c->head_dim);
-      um_gguf_writer_set_u32 (w, "llada.attention.value_length", c->head_dim);
+      um_gguf_writer_set_u32 (w, KEY ("attention.key_length"), c->head_dim);
+      um_gguf_writer_set_u32 (w, KEY ("attention.value_length"), c->head_dim);
     }
-  um_gguf_writer_set_f32 (w, "llada.rope.freq_base", (float) c->rope_theta);
-  um_gguf_writer_set_u32 (w, "llada.rope.dimension_count", c->head_dim);
-  um_gguf_writer_set_f32 (w, "llada.attention.layer_norm_rms_epsilon", (float) c->rms_eps);
-  um_gguf_writer_set_bool (w, "llada.attention.causal", FALSE);
-  um_gguf_writer_set_u32 (w, "llada.vocab_size", c->vocab_size);
-  um_gguf_writer_set_bool (w, "diffusion.shift_logits", FALSE);
+  um_gguf_writer_set_f32 (w, KEY ("rope.freq_base"), (float) c->rope_theta);
+  if (c->arch == UM_ARCH_LLADA)
+    um_gguf_writer_set_u32 (w, KEY ("rope.dimension_count"), c->head_dim);
+  um_gguf_writer_set_f32 (w, KEY ("attention.layer_norm_rms_epsilon"), (float) c->rms_eps);
+  um_gguf_writer_set_bool (w, KEY ("attention.causal"), FALSE);
+  if (c->arch == UM_ARCH_LLADA)
+    um_gguf_writer_set_u32 (w, KEY ("vocab_size"), c->vocab_size);
+  /* Absent means "shift" to llama-diffusion-cli: Dream's and RND1's
+   * converters write nothing, LLaDA's false. */
+  if (!c->shift_logits)
+    um_gguf_writer_set_bool (w, "diffusion.shift_logits", FALSE);
+#undef KEY
   /* The model's recommended sampling travels with it (GGUF has no
    * generation_config.json beside it). */
   {
@@ -632,9 +866,14 @@ write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
   for (guint r = 0; r < um_tokenizer_n_merges (tok); r++)
     g_ptr_array_add (merges, (gpointer) um_tokenizer_get_merge (tok, r));
   um_gguf_writer_set_string (w, "tokenizer.ggml.model", "gpt2");
-  um_gguf_writer_set_string (w, "tokenizer.ggml.pre", "default");
+  um_gguf_writer_set_string (w, "tokenizer.ggml.pre", tokenizer_pre (c->arch));
+  copy_key (w, src, "tokenizer.ggml.pre");
   um_gguf_writer_set_string_array (w, "tokenizer.ggml.tokens", (const char * const *) tokens->pdata, tokens->len);
   um_gguf_writer_set_i32_array (w, "tokenizer.ggml.token_type", types->data, types->len);
+  if (src != NULL && um_gguf_find_key (src, "tokenizer.ggml.token_type") >= 0
+      && um_gguf_get_array_info (src, "tokenizer.ggml.token_type", NULL, &n_src_types, NULL)
+      && n_src_types == types->len)
+    copy_key (w, src, "tokenizer.ggml.token_type");
   um_gguf_writer_set_string_array (w, "tokenizer.ggml.merges", (const char * const *) merges->pdata, merges->len);
   if (c->bos_id >= 0)
     um_gguf_writer_set_u32 (w, "tokenizer.ggml.bos_token_id", c->bos_id);
@@ -642,6 +881,10 @@ write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
   um_gguf_writer_set_u32 (w, "tokenizer.ggml.padding_token_id", c->pad_id);
   um_gguf_writer_set_u32 (w, "tokenizer.ggml.mask_token_id", c->mask_id);
   um_gguf_writer_set_bool (w, "tokenizer.ggml.add_bos_token", FALSE);
+  um_gguf_writer_set_bool (w, "tokenizer.ggml.add_eos_token", FALSE);
+  if (chat_template != NULL)
+    um_gguf_writer_set_string (w, "tokenizer.chat_template", chat_template);
+  copy_key (w, src, "tokenizer.chat_template");
 }
 
 /* One output tensor being converted. */
@@ -651,6 +894,7 @@ typedef struct {
   guint64         cols;       /* output row length */
   const guint64  *row_map;    /* NULL: row r is source row r */
   const guint64  *col_map;    /* NULL: every source column */
+  guint64         col_map_rows;  /* rows sharing one map of @cols entries (one expert's); 0: all rows */
 } Conv;
 
 /* Converts output rows [r0, r0+n) of @t into @dst. */
@@ -677,8 +921,11 @@ convert_rows (const Conv *t, uint64_t r0, uint64_t n, guint8 *dst, uint64_t out_
           }
         /* Column pruning: the whole source row, then the kept columns. */
         if (gathered != NULL)
-          for (uint64_t c = 0; c < t->cols; c++)
-            gathered[c] = row[t->col_map[c]];
+          {
+            const guint64 *map = t->col_map + (t->col_map_rows ? r / t->col_map_rows * t->cols : 0);
+            for (uint64_t c = 0; c < t->cols; c++)
+              gathered[c] = row[map[c]];
+          }
         if (!um_quant_quantize_row_ref (t->dtype, gathered ? gathered : row, dst + i * out_row_bytes, t->cols))
           {
 #pragma omp atomic write
@@ -722,15 +969,23 @@ conv_for (const PlanItem *it, const LayerMaps *maps, Conv *t)
   t->cols = it->pub.cols;
   t->row_map = NULL;
   t->col_map = NULL;
+  t->col_map_rows = 0;
   switch (it->pub.kind)
     {
     case UM_PLANNED_Q: t->row_map = maps->q_rows; break;
     case UM_PLANNED_K: t->row_map = maps->k_rows; break;
     case UM_PLANNED_V: t->row_map = maps->v_rows; break;
+    /* A bias entry goes with its projection's row. */
+    case UM_PLANNED_Q_BIAS: t->col_map = maps->q_rows; break;
+    case UM_PLANNED_K_BIAS: t->col_map = maps->k_rows; break;
+    case UM_PLANNED_V_BIAS: t->col_map = maps->v_rows; break;
     case UM_PLANNED_O: t->col_map = maps->o_cols; break;
     case UM_PLANNED_GATE:
     case UM_PLANNED_UP: t->row_map = maps->ffn_rows; break;
-    case UM_PLANNED_DOWN: t->col_map = maps->down_cols; break;
+    case UM_PLANNED_DOWN:
+      t->col_map = maps->down_cols;
+      t->col_map_rows = maps->down_cols_rows;
+      break;
     default: break;
     }
 }
@@ -749,8 +1004,10 @@ um_quantize_model_with_metadata (UmModel                 *model,
   g_autoptr(UmGgufWriter) w = NULL;
   g_auto(Plan) p = { 0 };
   LayerMaps maps = { 0 };
-  /* Safetensors rows are in NeoX order; GGUF wants Q/K interleaved. */
-  const gboolean permute = !c->rope_interleaved;
+  /* LLaDA's safetensors rows are in NeoX order, its GGUF wants Q/K
+   * interleaved (llama.cpp runs it with NORM RoPE); the other families are
+   * NeoX in both. */
+  const gboolean permute = c->arch == UM_ARCH_LLADA && !c->rope_interleaved;
   uint64_t total = 0, done = 0;
   int prepared = -1;
   gboolean ok = FALSE;
@@ -765,10 +1022,9 @@ um_quantize_model_with_metadata (UmModel                 *model,
   for (guint i = 0; i < p.items->len; i++)
     {
       const UmPlannedTensor *t = &g_array_index (p.items, PlanItem, i).pub;
-      const gboolean vec = t->kind == UM_PLANNED_NORM;
-      guint64 shape[2] = { t->rows, t->cols };
-      guint64 bytes;
-      if (!um_gguf_writer_add_tensor_info (w, t->name, t->dtype, vec ? 1 : 2, vec ? shape + 1 : shape, &bytes, error))
+      guint64 shape[3], bytes;
+      const guint n_dims = um_planned_tensor_shape (t, shape);
+      if (!um_gguf_writer_add_tensor_info (w, t->name, t->dtype, n_dims, shape, &bytes, error))
         return FALSE;
       /* The plan is what callers predict from: it must be what is written. */
       if (bytes != t->bytes)
@@ -815,7 +1071,7 @@ um_quantize_model_with_metadata (UmModel                 *model,
             }
           if (!um_gguf_writer_write_tensor_data (w, buf, n * out_row_bytes, error))
             goto out;
-          if (it->pub.kind != UM_PLANNED_NORM)
+          if (!kind_stays_f32 (it->pub.kind))
             release_source_rows (&t, r0, n);
           done += n * t.cols;
           if (progress_cb)
@@ -823,8 +1079,8 @@ um_quantize_model_with_metadata (UmModel                 *model,
         }
       /* Done with the source: none of its pages need stay resident (the
        * chunks released theirs; this catches pages shared with neighbours
-       * at the chunk edges). Norm vectors may be heap copies and are tiny. */
-      if (it->pub.kind != UM_PLANNED_NORM)
+       * at the chunk edges). Small tensors may be heap copies and are tiny. */
+      if (!kind_stays_f32 (it->pub.kind))
         um_tensor_data_release (t.src->data, t.src->rows * t.src->row_bytes);
     }
   ok = um_gguf_writer_finish (w, error);

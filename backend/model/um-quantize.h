@@ -12,17 +12,33 @@ G_BEGIN_DECLS
 typedef void (*UmQuantizeProgress) (double fraction, const char *tensor, gpointer user_data);
 
 /* @type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
- * (every weight in that type, norms in F32) or the llama.cpp mixes Q4_K_M and
- * Q5_K_M (attn_v and ffn_down of some layers and the LM head in Q6_K). A row
- * length a type cannot hold falls back as llama.cpp does (Q4_K -> Q5_0,
- * Q5_K -> Q5_1, Q6_K -> Q8_0, otherwise F16).
+ * (every weight in that type; 1-D tensors and the MoE router in F32, as
+ * llama.cpp's converter and quantizer keep them) or the llama.cpp mixes
+ * Q4_K_M and Q5_K_M (attn_v and ffn_down / ffn_down_exps of some layers and
+ * the LM head in Q6_K; with 8 experts attn_k and attn_v in Q8_0 and, for
+ * Q4_K_M, attn_output in Q5_K, as llama-quantize does). A row length a type
+ * cannot hold falls back as llama.cpp does (Q4_K -> Q5_0, Q5_K -> Q5_1,
+ * Q6_K -> Q8_0, otherwise F16).
+ *
+ * The file is what llama.cpp's converter writes for the model's family
+ * (general.architecture llada, dream, llada-moe or rnd1, with that family's
+ * keys, tensor names and tokenizer pre-tokenizer name): experts as 3-D
+ * ffn_{gate,up,down}_exps, the router as ffn_gate_inp, biases as
+ * attn_{q,k,v}.bias, QK-norms as attn_{q,k}_norm. Only LLaDA's Q/K rows are
+ * permuted (its GGUF runs interleaved RoPE); the other families are NeoX in
+ * both layouts.
  *
  * Structured pruning removes, in every layer, the attention units (a KV
  * head with its H/Hkv query heads) and FFN neurons of smallest weight norm:
  * a unit's score is the sum of the squared L2 norms of its rows of wq, wk,
- * wv and its columns of wo; a neuron's that of its rows of w_gate and w_up
- * and its column of w_down. How many are kept depends only on the ratio and
- * the shapes (see um_quantize_plan_layers()), never on the weights. */
+ * wv and its columns of wo (its q/k/v bias entries go with it; QK-norm
+ * weights are per head dimension, shared by all heads, and stay); a
+ * neuron's that of its rows of w_gate and w_up and its column of w_down. In
+ * a mixture-of-experts layer every expert keeps the same number of neurons
+ * (the experts are one stacked tensor), each its own best ones by the same
+ * score over its own rows; the router is unchanged. How many are kept
+ * depends only on the ratio and the shapes (see um_quantize_plan_layers()),
+ * never on the weights. */
 typedef struct {
   const char *type;          /* as above; NULL only for the plan "as stored" */
   double      prune_heads;   /* share of attention units removed, 0 to 0.3 */
@@ -80,9 +96,17 @@ typedef enum {
   UM_PLANNED_K,
   UM_PLANNED_V,
   UM_PLANNED_O,
-  UM_PLANNED_GATE,
+  UM_PLANNED_GATE,        /* dense, or the stacked experts of a MoE layer */
   UM_PLANNED_UP,
   UM_PLANNED_DOWN,
+  /* Small tensors held as float (1-D, except the router). */
+  UM_PLANNED_Q_BIAS,
+  UM_PLANNED_K_BIAS,
+  UM_PLANNED_V_BIAS,
+  UM_PLANNED_Q_NORM,
+  UM_PLANNED_K_NORM,
+  UM_PLANNED_ROUTER,      /* [E, D] */
+  UM_PLANNED_ROUTER_BIAS,
 } UmPlannedKind;
 
 typedef struct {
@@ -90,15 +114,22 @@ typedef struct {
   int           layer;      /* -1 for tensors outside the layers */
   UmPlannedKind kind;
   UmDType       dtype;
-  guint64       rows;       /* 1 for norm vectors */
+  guint64       rows;       /* 1 for vectors; experts stacked: E·F (or E·D for down) */
   guint64       cols;
   guint64       bytes;
+  guint64       experts;    /* 0: a matrix or vector; E: a 3-D tensor of E experts of rows/E rows */
 } UmPlannedTensor;
+
+/* Whether @kind is written as a 1-D tensor (norms, biases). */
+gboolean um_planned_kind_is_vector (UmPlannedKind kind);
+/* The GGUF shape of @t (outermost first, as UmTensorInfo); returns the
+ * number of dimensions (1, 2 or 3). */
+guint    um_planned_tensor_shape (const UmPlannedTensor *t, guint64 shape[3]);
 
 typedef struct {
   guint n_heads;
   guint n_kv_heads;
-  guint ffn;
+  guint ffn;                /* the dense FFN's neurons, or each expert's */
 } UmPlannedLayer;
 
 /* The tensors (UmPlannedTensor) a conversion with @opts writes, in file

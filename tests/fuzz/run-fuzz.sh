@@ -12,26 +12,24 @@ flags=(-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sa
        -Ibackend -Ibackend/formats)
 libs=$(pkg-config --cflags --libs glib-2.0 gio-2.0 json-glib-1.0)
 common=(backend/um-error.c backend/formats/um-dtype.c backend/formats/um-tensor-table.c backend/formats/um-json.c)
+tokenizer=(backend/formats/um-tokenizer.c backend/formats/um-tokenizer-json.c backend/formats/um-tokenizer-encode.c
+           backend/formats/um-tokenizer-slow.c)
+# What loading a model takes, with the reference forward pass.
+model=(backend/formats/um-gguf.c backend/formats/um-safetensors.c "${tokenizer[@]}"
+       backend/model/um-model.c backend/model/um-model-gguf.c backend/model/um-model-config.c
+       backend/model/um-chat-template.c backend/compute/um-ref-kernels.c backend/compute/um-quant-ref.c)
 
 # The GGUF target also loads accepted files as models and runs the reference forward.
 # shellcheck disable=SC2086
-clang "${flags[@]}" -Ibackend/model -Ibackend/compute "${common[@]}" backend/formats/um-gguf.c \
-  backend/formats/um-gguf-write.c backend/formats/um-safetensors.c \
-  backend/formats/um-tokenizer.c backend/formats/um-tokenizer-json.c backend/formats/um-tokenizer-encode.c \
-  backend/model/um-model.c backend/model/um-model-gguf.c backend/model/um-model-config.c \
-  backend/compute/um-ref-kernels.c backend/compute/um-quant-ref.c \
-  tests/fuzz/fuzz-gguf.c $libs -lm -o "$out/fuzz-gguf"
+clang "${flags[@]}" -Ibackend/model -Ibackend/compute "${common[@]}" "${model[@]}" \
+  backend/formats/um-gguf-write.c tests/fuzz/fuzz-gguf.c $libs -lm -o "$out/fuzz-gguf"
 # The safetensors target also loads files with Hugging Face names as a tiny model's weights.
 # shellcheck disable=SC2086
-clang "${flags[@]}" -Ibackend/model -Ibackend/compute "${common[@]}" backend/formats/um-safetensors.c \
-  backend/formats/um-gguf.c backend/formats/um-tokenizer.c backend/formats/um-tokenizer-json.c \
-  backend/formats/um-tokenizer-encode.c backend/model/um-model.c backend/model/um-model-gguf.c \
-  backend/model/um-model-config.c backend/compute/um-ref-kernels.c backend/compute/um-quant-ref.c \
+clang "${flags[@]}" -Ibackend/model -Ibackend/compute "${common[@]}" "${model[@]}" \
   tests/fuzz/fuzz-safetensors.c $libs -lm -o "$out/fuzz-safetensors"
 # shellcheck disable=SC2086
 clang "${flags[@]}" -Ibackend/model "${common[@]}" backend/model/um-model-config.c \
-  backend/formats/um-tokenizer.c backend/formats/um-tokenizer-json.c backend/formats/um-tokenizer-encode.c \
-  tests/fuzz/fuzz-json.c $libs -lm -o "$out/fuzz-json"
+  "${tokenizer[@]}" tests/fuzz/fuzz-json.c $libs -lm -o "$out/fuzz-json"
 
 seed_gguf="$out/seed-gguf"; seed_st="$out/seed-safetensors"; seed_json="$out/seed-json"
 mkdir -p "$seed_gguf" "$seed_st" "$seed_json" "$out/corpus-gguf" "$out/corpus-safetensors" "$out/corpus-json"

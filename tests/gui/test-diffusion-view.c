@@ -428,6 +428,66 @@ test_replay (void)
   assert_shown (view, run, run->n_steps - 1);
 }
 
+/* A shifted family (Dream, RND1) commits the token read from row i − 1 at
+ * position i: the engine reports position i, and the view shows it there,
+ * whatever order the positions come in. Tokens in place from the start
+ * (RND1's reserved end slot, word constraints) show at every step and are
+ * never a step's news. */
+static void
+test_positions_and_fixed (void)
+{
+  g_autoptr(UmDiffusionView) view = new_view ();
+  const int prompt = 7, gen = 8;
+  const gint32 fixed_pos[] = { prompt + 7, prompt + 3 }, fixed_ids[] = { 42, 43 };
+  /* The first answer position (read from the prompt's last row) and the
+   * one before the reserved slot. */
+  const gint32 pos0[] = { prompt + 0, prompt + 6 }, ids0[] = { 100, 106 };
+  const gint32 pos1[] = { prompt + 1, prompt + 2, prompt + 4, prompt + 5 }, ids1[] = { 101, 102, 104, 105 };
+  const float conf[] = { 0.9f, 0.8f, 0.7f, 0.6f };
+  const gint32 want_start[] = { MASK_ID, MASK_ID, MASK_ID, 43, MASK_ID, MASK_ID, MASK_ID, 42 };
+  const gint32 want_0[] = { 100, MASK_ID, MASK_ID, 43, MASK_ID, MASK_ID, 106, 42 };
+  const gint32 want_1[] = { 100, 101, 102, 43, 104, 105, 106, 42 };
+  g_autoptr(GArray) shown = NULL;
+  g_autofree char *tip = NULL;
+
+  um_diffusion_view_reset (view, prompt, gen, gen, 2);
+  um_diffusion_view_set_fixed (view, fixed_pos, fixed_ids, G_N_ELEMENTS (fixed_pos));
+  shown = um_diffusion_view_get_shown_ids (view);
+  g_assert_cmpmem (shown->data, shown->len * 4, want_start, sizeof want_start);
+  g_clear_pointer (&shown, g_array_unref);
+
+  um_diffusion_view_add_step (view, 0, pos0, ids0, conf, G_N_ELEMENTS (pos0));
+  shown = um_diffusion_view_get_shown_ids (view);
+  g_assert_cmpmem (shown->data, shown->len * 4, want_0, sizeof want_0);
+  g_clear_pointer (&shown, g_array_unref);
+  um_diffusion_view_add_step (view, 1, pos1, ids1, conf, G_N_ELEMENTS (pos1));
+  shown = um_diffusion_view_get_shown_ids (view);
+  g_assert_cmpmem (shown->data, shown->len * 4, want_1, sizeof want_1);
+  g_clear_pointer (&shown, g_array_unref);
+
+  /* Back to before the first step and forward again. */
+  um_diffusion_view_set_shown_step (view, -1);
+  shown = um_diffusion_view_get_shown_ids (view);
+  g_assert_cmpmem (shown->data, shown->len * 4, want_start, sizeof want_start);
+  g_clear_pointer (&shown, g_array_unref);
+  um_diffusion_view_set_shown_step (view, 0);
+  shown = um_diffusion_view_get_shown_ids (view);
+  g_assert_cmpmem (shown->data, shown->len * 4, want_0, sizeof want_0);
+
+  tip = um_diffusion_view_describe_position (view, 7);
+  g_assert_nonnull (strstr (tip, "from the start"));
+  g_clear_pointer (&tip, g_free);
+  tip = um_diffusion_view_describe_position (view, 6);
+  g_assert_nonnull (strstr (tip, "step 1"));
+
+  /* A new run forgets them. */
+  um_diffusion_view_reset (view, prompt, gen, gen, 2);
+  g_clear_pointer (&shown, g_array_unref);
+  shown = um_diffusion_view_get_shown_ids (view);
+  for (guint i = 0; i < shown->len; i++)
+    g_assert_cmpint (g_array_index (shown, gint32, i), ==, MASK_ID);
+}
+
 typedef struct {
   int shown_step, n_steps, n_steps_recorded, following;
 } NotifyCounts;
@@ -948,6 +1008,7 @@ main (int argc, char *argv[])
   g_test_add_func ("/diffusion-view/reset", test_reset);
   g_test_add_func ("/diffusion-view/follow", test_follow);
   g_test_add_func ("/diffusion-view/replay", test_replay);
+  g_test_add_func ("/diffusion-view/positions-and-fixed", test_positions_and_fixed);
   g_test_add_func ("/diffusion-view/notify", test_notify);
   g_test_add_func ("/diffusion-view/bad-input", test_bad_input);
   g_test_add_func ("/diffusion-view/large", test_large);
