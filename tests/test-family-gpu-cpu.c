@@ -1,7 +1,9 @@
-/* The new families' whole forward on the GPU against the CPU (Dream,
- * LLaDA-MoE, RND1 in F32 and Q8_0 GGUF): every op the forward uses on the
- * shapes these models give it, together. Exits 77 (skipped) where no GPU
- * is usable; the host emulation's build (tests/cuda-emu) never skips. */
+/* The new families' whole forward on the GPU against the CPU backend
+ * (Dream, LLaDA-MoE, RND1 in F32 and Q8_0 GGUF), beside test-family-forward
+ * (one sequence against the float64 fixtures): two different sequences in
+ * one pass, and the default fast path held to the CPU's logits closely
+ * rather than loosely to the fixtures. Exits 77 (skipped) where no GPU is
+ * usable; the host emulation's build (tests/cuda-emu) never skips. */
 #include <math.h>
 #include <string.h>
 
@@ -209,7 +211,7 @@ main (int argc, char **argv)
       return 77;
     }
   cpu = um_backend_cpu_new (0, 0, NULL);
-  g_test_add_func ("/family-forward-gpu/all", test_family_forward);
+  g_test_add_func ("/family-gpu-cpu/forward", test_family_forward);
   rc = g_test_run ();
   um_backend_free (gpu);
   um_backend_free (cpu);
