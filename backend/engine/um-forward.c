@@ -1117,6 +1117,12 @@ um_forward_reserve (UmForward *fw, const UmForwardShape *shape, GError **error)
   um_forward_bytes (fw->model, &fw->opts, shape, &b);
   if (!grow_arena (fw, b.arena, error) || (b.kv_cache > 0 && !grow_kv (fw, b.kv_cache, error)))
     return FALSE;
+  /* MoE: the router's logits of the largest chunk, now rather than in the
+   * first pass (the plan counts them in host_index). */
+  if (fw->model->cfg.n_experts > 0
+      && !host_router (fw, (size_t) chunk_rows (shape->n_seq * shape->seq_len, fw->opts.row_chunk)
+                           * fw->model->cfg.n_experts, error))
+    return FALSE;
   if (b.host_logits / sizeof (float) > fw->host_logits_floats)
     {
       g_free (fw->host_logits);

@@ -18,6 +18,7 @@ um_moe_routing_clear (UmMoeRouting *r)
   g_free (r->choice);
   g_free (r->weight);
   g_free (r->work);
+  g_free (r->fill);
   um_moe_routing_init (r);
 }
 
@@ -37,6 +38,7 @@ reserve (UmMoeRouting *r, int n_tokens, int n_experts, int k)
       r->cap_experts = n_experts;
       r->offset = g_renew (int, r->offset, n_experts + 1);
       r->work = g_renew (double, r->work, 2 * (size_t) n_experts);
+      r->fill = g_renew (int, r->fill, n_experts);
     }
 }
 
@@ -99,14 +101,12 @@ um_moe_route (const UmModelConfig *cfg, const float *logits, const float *bias, 
     r->offset[r->choice[i] + 1]++;
   for (int e = 0; e < E; e++)
     r->offset[e + 1] += r->offset[e];
-  {
-    g_autofree int *fill = g_memdup2 (r->offset, E * sizeof (int));
-    for (int t = 0; t < n_tokens; t++)
-      for (int j = 0; j < k; j++)
-        {
-          int e = r->choice[(size_t) t * k + j], at = fill[e]++;
-          r->rows[at] = t;
-          r->scale[at] = (float) r->weight[(size_t) t * k + j];
-        }
-  }
+  memcpy (r->fill, r->offset, E * sizeof (int));
+  for (int t = 0; t < n_tokens; t++)
+    for (int j = 0; j < k; j++)
+      {
+        int e = r->choice[(size_t) t * k + j], at = r->fill[e]++;
+        r->rows[at] = t;
+        r->scale[at] = (float) r->weight[(size_t) t * k + j];
+      }
 }

@@ -29,6 +29,7 @@ typedef struct {
   /*< private >*/
   int     cap_tokens, cap_experts;
   double *work;
+  int    *fill;          /* n_experts: the counting sort's cursors */
 } UmMoeRouting;
 
 void um_moe_routing_init  (UmMoeRouting *r);
