@@ -319,7 +319,7 @@ um_cli_gen_options_to_params (const UmCliGenOptions *o, UmGenParams *p, GError *
       const char *colon = strchr (o->constraints[i], ':');
       g_autofree char *pos = colon ? g_strndup (o->constraints[i], colon - o->constraints[i]) : NULL;
       gint64 offset;
-      UmGenConstraint ci;
+      UmGenConstraint ci = { 0 };
 
       if (pos == NULL || !g_ascii_string_to_signed (pos, 10, 0, G_MAXINT, &offset, NULL) || colon[1] == '\0')
         {

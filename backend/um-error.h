@@ -21,6 +21,8 @@ typedef enum {
   UM_ERROR_OUT_OF_MEMORY,   /* an allocation beyond the budget or the machine */
   UM_ERROR_CANCELLED,       /* kept for callers that do not use GIO; GCancellable gives G_IO_ERROR_CANCELLED */
   UM_ERROR_CONFLICT,        /* a file changed since the caller read it (another process wrote it) */
+  UM_ERROR_BUSY,            /* the engine's queue is full: try again later */
+  UM_ERROR_REMOTE,          /* a server answered with an error, or the connection failed */
 } UmError;
 
 GQuark um_error_quark (void);

@@ -134,7 +134,7 @@ read_params (UmGeneratePage *self, UmGenParams *p)
       GtkEditable *entry = g_object_get_data (G_OBJECT (row), "um-entry");
       const char *word = gtk_editable_get_text (entry);
       char *copy;
-      UmGenConstraint c;
+      UmGenConstraint c = { 0 };
 
       if (word == NULL || word[0] == '\0')
         continue;

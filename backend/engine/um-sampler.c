@@ -109,9 +109,15 @@ validate_common (const UmGenParams *p, int prompt_len, guint max_seq_len, GError
       const UmGenConstraint *ci = &p->constraints[i];
       if (ci->offset < 0 || ci->offset >= p->gen_length)
         FAIL ("constraint offset %d is outside the answer [0, %d)", ci->offset, p->gen_length);
-      if (ci->word == NULL || ci->word[0] == '\0')
+      if (ci->word == NULL && ci->ids != NULL)
+        {
+          if (ci->n_ids <= 0 || (gint64) ci->offset + ci->n_ids > p->gen_length)
+            FAIL ("the %d tokens at offset %d do not fit in the answer (%d tokens)", ci->n_ids, ci->offset,
+                  p->gen_length);
+        }
+      else if (ci->word == NULL || ci->word[0] == '\0')
         FAIL ("the constraint at offset %d has an empty word", ci->offset);
-      if (!g_utf8_validate (ci->word, -1, NULL))
+      else if (!g_utf8_validate (ci->word, -1, NULL))
         FAIL ("the constraint at offset %d is not valid UTF-8", ci->offset);
       /* Token-level overlaps are checked once the words are tokenized. */
       for (int j = 0; j < i; j++)
@@ -352,25 +358,31 @@ place_constraints (UmModel           *model,
 
   if (p->n_constraints == 0)
     return TRUE;
-  if (model->tokenizer == NULL)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "word constraints need the model's tokenizer");
-      return FALSE;
-    }
   taken = g_new0 (gboolean, p->gen_length);
   for (int i = 0; i < p->n_constraints; i++)
     {
       const UmGenConstraint *ci = &p->constraints[i];
       g_autoptr(GArray) ids = g_array_new (FALSE, FALSE, sizeof (gint32));
-      g_autofree char *text = g_ascii_isspace (ci->word[0]) ? g_strdup (ci->word) : g_strconcat (" ", ci->word, NULL);
 
-      if (!um_tokenizer_encode (model->tokenizer, text, -1, ids, error))
-        return FALSE;
+      if (ci->word == NULL)
+        g_array_append_vals (ids, ci->ids, ci->n_ids);
+      else
+        {
+          g_autofree char *text = g_ascii_isspace (ci->word[0]) ? g_strdup (ci->word)
+                                                                 : g_strconcat (" ", ci->word, NULL);
+          if (model->tokenizer == NULL)
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "word constraints need the model's tokenizer");
+              return FALSE;
+            }
+          if (!um_tokenizer_encode (model->tokenizer, text, -1, ids, error))
+            return FALSE;
+        }
       if (ids->len == 0 || (gint64) ci->offset + ids->len > p->gen_length)
         {
           g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
                        "the constraint “%s” at offset %d (%u tokens) does not fit in the answer (%d tokens)",
-                       ci->word, ci->offset, ids->len, p->gen_length);
+                       ci->word ? ci->word : "(tokens)", ci->offset, ids->len, p->gen_length);
           return FALSE;
         }
       for (guint t = 0; t < ids->len; t++)
@@ -380,14 +392,15 @@ place_constraints (UmModel           *model,
           if (id < 0 || (guint) id >= model->cfg.vocab_size || id == model->cfg.mask_id)
             {
               g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                           "the constraint “%s” tokenizes to %d, which the model cannot take", ci->word, id);
+                           "the constraint “%s” tokenizes to %d, which the model cannot take",
+                           ci->word ? ci->word : "(tokens)", id);
               return FALSE;
             }
           if (taken[at])
             {
               g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
                            "the constraint “%s” at offset %d overlaps another one at answer position %d",
-                           ci->word, ci->offset, at);
+                           ci->word ? ci->word : "(tokens)", ci->offset, at);
               return FALSE;
             }
           taken[at] = TRUE;

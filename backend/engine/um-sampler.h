@@ -32,8 +32,12 @@ gboolean    um_cache_mode_from_string (const char *s, UmCacheMode *out);
  * count as committed: they are never candidates and the per-block step
  * split counts only the real masks. */
 typedef struct {
-  int         offset;
-  const char *word;
+  int           offset;
+  const char   *word;
+  /* Instead of @word (which is then NULL): these tokens verbatim, with no
+   * space added (a completion's suffix when infilling). */
+  const gint32 *ids;
+  int           n_ids;
 } UmGenConstraint;
 
 /* The confidence rule of Dream's timestep schedule (the model family's
