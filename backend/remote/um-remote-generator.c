@@ -86,8 +86,10 @@ normalize_base_url (const char *url, GError **error)
 static SoupSession *
 new_session (void)
 {
-  /* The stream is consumed as it arrives: no sniffing, no caching. */
-  return soup_session_new_with_options ("user-agent", "unmask/" PACKAGE_VERSION, NULL);
+  /* libsoup's own I/O timeout (60 s by default) would cut a silent but
+   * live stream of a server that does not ping: the calls' own timer
+   * decides instead. */
+  return soup_session_new_with_options ("user-agent", "unmask/" PACKAGE_VERSION, "timeout", 0, NULL);
 }
 
 static SoupMessage *
