@@ -57,6 +57,7 @@ typedef struct {
   UmGeneratorResult *result;
   GError            *error;
   int                prompt_len;
+  int                answer_len;    /* max_tokens: the canvas without a suffix */
   /* server thread */
   gboolean           headers_sent, finished;
   int                in_flight;
@@ -204,11 +205,12 @@ piece_text (UmGenerator *gen, gint32 id)
 /* The committed answer text from position 0: contiguous committed
  * positions, up to the first EOS/EOT. */
 static char *
-committed_prefix (UmGenerator *gen, const UmStepEvent *ev, gboolean *final)
+committed_prefix (UmGenerator *gen, const UmStepEvent *ev, int answer_len, gboolean *final)
 {
   const UmGeneratorInfo *info = um_generator_get_info (gen);
   const gint32 *a = ev->canvas + ev->prompt_len;
-  int c = ev->seq_len - ev->prompt_len, n = 0;
+  /* A suffix (infilling) follows the answer in the canvas: not its text. */
+  int c = MIN (ev->seq_len - ev->prompt_len, answer_len), n = 0;
   UmEngine *engine = um_generator_get_engine (gen);
 
   *final = FALSE;
@@ -296,7 +298,7 @@ on_step (const UmStepEvent *ev, gpointer data)
       g_array_append_val (s->changes, ch);
     }
   sc->first = FALSE;
-  s->prefix = committed_prefix (sc->gen, ev, &s->prefix_final);
+  s->prefix = committed_prefix (sc->gen, ev, run->answer_len, &s->prefix_final);
 
   g_mutex_lock (&run->server->lock);
   if (g_strcmp0 (run->server->running_id, run->id) != 0)
@@ -412,6 +414,7 @@ admit (gpointer data)
       greq.n_prompt_ids = (int) prompt->len;
     }
   run->prompt_len = UM_IS_LOCAL_GENERATOR (gen) ? (int) prompt->len : 0;
+  run->answer_len = greq.params.gen_length;
   um_generator_get_queue (gen, &running, &waiting);
   if (running && server->opt.max_queue >= 0 && waiting >= server->opt.max_queue)
     {

@@ -402,7 +402,7 @@ add_model (JsonBuilder *b, UmServer *server, UmGenerator *gen)
   json_builder_set_member_name (b, "unmask");
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "arch");
-  json_builder_add_string_value (b, um_arch_info (info->arch)->name);
+  json_builder_add_string_value (b, um_arch_info (info->arch)->gguf_arch);
   json_builder_set_member_name (b, "display_name");
   json_builder_add_string_value (b, info->display_name ? info->display_name : "");
   json_builder_set_member_name (b, "max_seq_len");
@@ -464,7 +464,7 @@ serve_info (UmServer *server, SoupServerMessage *msg, UmGenerator *gen)
   json_builder_set_member_name (b, "model");
   json_builder_add_string_value (b, model_id (server, gen));
   json_builder_set_member_name (b, "arch");
-  json_builder_add_string_value (b, um_arch_info (info->arch)->name);
+  json_builder_add_string_value (b, um_arch_info (info->arch)->gguf_arch);
   json_builder_set_member_name (b, "backend");
   if (engine != NULL)
     json_builder_add_string_value (b, um_backend_name (um_engine_get_backend (engine)));

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <libsoup/soup.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <string.h>
 
 #include "um-error.h"
@@ -66,6 +67,12 @@ on_drain (GObject *source, GAsyncResult *result, gpointer user_data)
 }
 
 static void
+die_with_parent (gpointer data)
+{
+  prctl (PR_SET_PDEATHSIG, SIGKILL);
+}
+
+static void
 server_start (Server *s, const char *max_queue)
 {
   const char *cli = g_getenv ("UM_CLI");
@@ -74,8 +81,14 @@ server_start (Server *s, const char *max_queue)
 
   g_assert_nonnull (cli);
   g_assert_nonnull (model);
-  s->proc = g_subprocess_new (G_SUBPROCESS_FLAGS_STDOUT_PIPE, &error, cli, "serve", "--model", model, "--port", "0",
-                              "--threads", "1", "--max-queue", max_queue, NULL);
+  {
+    g_autoptr(GSubprocessLauncher) launcher = g_subprocess_launcher_new (G_SUBPROCESS_FLAGS_STDOUT_PIPE);
+    /* A failed assertion here must not leave the server running (and
+     * meson waiting on its inherited stderr). */
+    g_subprocess_launcher_set_child_setup (launcher, die_with_parent, NULL, NULL);
+    s->proc = g_subprocess_launcher_spawn (launcher, &error, cli, "serve", "--model", model, "--port", "0",
+                                           "--threads", "1", "--max-queue", max_queue, NULL);
+  }
   g_assert_no_error (error);
   s->out = g_data_input_stream_new (g_subprocess_get_stdout_pipe (s->proc));
   for (;;)

@@ -820,7 +820,7 @@ build_body (UmRemoteGenerator *self, const UmGeneratorRequest *req, const char *
     {
       json_builder_set_member_name (b, "unmask");
       json_builder_begin_object (b);
-      um_remote_add_unmask_params (b, p);
+      um_remote_add_unmask_params (b, p, self->info.arch);
       json_builder_set_member_name (b, "stream_steps");
       json_builder_add_string_value (b, "diff");
       json_builder_end_object (b);
