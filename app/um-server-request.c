@@ -564,6 +564,7 @@ um_api_request_resolve (const UmApiRequest *r,
                         const UmGenLayer   *model,
                         const UmGenLayer   *profile,
                         int                 prompt_len,
+                        int                 suffix_len,
                         guint               max_seq_len,
                         UmGenParams        *out,
                         char              **param,
@@ -571,8 +572,11 @@ um_api_request_resolve (const UmApiRequest *r,
 {
   UmGenLayer user = *server_user;
   UmGenParams b = *base;
+  UmGenParams run;
   UmGenResolved resolved;
   g_autoptr(GError) verr = NULL;
+  gboolean infill = r->suffix != NULL && r->suffix[0] != '\0';
+  gboolean user_block = um_gen_layer_has (&r->user, UM_GEN_KEY_BLOCK_LENGTH);
 
   if (param)
     *param = NULL;
@@ -598,32 +602,47 @@ um_api_request_resolve (const UmApiRequest *r,
   *out = resolved.params;
   /* OpenAI clients set max_tokens and nothing of ours: a block length or
    * step count that came from the defaults must not make a plain request
-   * fail. The block becomes the whole canvas if it does not divide it;
+   * fail. The block becomes the whole canvas if it does not divide it (or
+   * with a suffix, which then sits in the one block after the answer);
    * steps stay at most one per token and a multiple of the blocks. */
-  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK && out->gen_length > 0)
-    {
-      if (!um_gen_layer_has (&r->user, UM_GEN_KEY_BLOCK_LENGTH)
-          && (out->block_length <= 0 || out->gen_length % out->block_length != 0))
-        out->block_length = out->gen_length;
-      if (!um_gen_layer_has (&r->user, UM_GEN_KEY_STEPS) && out->block_length > 0
-          && out->gen_length % out->block_length == 0)
-        {
-          int blocks = out->gen_length / out->block_length;
-          int steps = MIN (out->steps, out->gen_length);
-          steps -= steps % blocks;
-          out->steps = MAX (steps, blocks);
-        }
-    }
-  if (prompt_len >= 0 && (gint64) prompt_len + out->gen_length > (gint64) max_seq_len)
+  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK && out->gen_length > 0
+      && !user_block && (out->block_length <= 0 || out->gen_length % out->block_length != 0 || infill))
+    out->block_length = out->gen_length;
+  if (prompt_len >= 0
+      && (gint64) prompt_len + MAX (suffix_len, 0) + out->gen_length > (gint64) max_seq_len)
     {
       if (param)
         *param = g_strdup (r->kind == UM_API_CHAT ? "messages" : "prompt");
       g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,   /* answered as context_length_exceeded */
-                   "the prompt (%d tokens) and max_tokens (%d) exceed the model's context of %u tokens",
-                   prompt_len, out->gen_length, max_seq_len);
+                   "the prompt (%d tokens%s) and max_tokens (%d) exceed the model's context of %u tokens",
+                   prompt_len + MAX (suffix_len, 0), suffix_len > 0 ? " with the suffix" : "", out->gen_length,
+                   max_seq_len);
       return FALSE;
     }
-  if (!um_gen_params_validate_for (out, arch, MAX (prompt_len, 0), max_seq_len, &verr))
+  /* What the generator will run: a suffix's tokens are fixed after the
+   * answer and grow the canvas; one block stays one block. */
+  run = *out;
+  if (suffix_len > 0)
+    {
+      if (run.block_length == run.gen_length)
+        run.block_length += suffix_len;
+      run.gen_length += suffix_len;
+      if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK && run.block_length > 0
+          && run.gen_length % run.block_length != 0)
+        FAIL ("unmask.block_length",
+              "with the suffix (%d tokens) the canvas is max_tokens + %d = %d tokens: unmask.block_length (%d) "
+              "must divide it, or equal max_tokens (one block), or be left out",
+              suffix_len, suffix_len, run.gen_length, run.block_length);
+    }
+  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK && out->gen_length > 0 && run.block_length > 0
+      && run.gen_length % run.block_length == 0 && !um_gen_layer_has (&r->user, UM_GEN_KEY_STEPS))
+    {
+      int blocks = run.gen_length / run.block_length;
+      int steps = MIN (out->steps, out->gen_length);
+      steps -= steps % blocks;
+      out->steps = run.steps = MAX (steps, blocks);
+    }
+  if (!um_gen_params_validate_for (&run, arch, MAX (prompt_len, 0), max_seq_len, &verr))
     FAIL ("unmask", "%s", verr->message);
   return TRUE;
 }

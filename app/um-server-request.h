@@ -53,7 +53,10 @@ gboolean um_api_request_parse (UmApiKind     kind,
 /* The parameters the request runs with: @base (the server's non-key
  * settings) and the layers in precedence order (request, server command
  * line, model, profile, family default), then the request's other fields.
- * Validated for @arch with @prompt_len (-1: not known here); a prompt and
+ * Validated for @arch with @prompt_len and @suffix_len (tokens; -1: not
+ * known here) as the generator will run them: a suffix grows the canvas
+ * after the answer (um-local-generator.c), and a request with one runs as
+ * a single block unless it sets unmask.block_length. A prompt, suffix and
  * canvas longer than @max_seq_len is UM_ERROR_CONFIG (context_length_exceeded). */
 gboolean um_api_request_resolve (const UmApiRequest *r,
                                  UmArch              arch,
@@ -62,6 +65,7 @@ gboolean um_api_request_resolve (const UmApiRequest *r,
                                  const UmGenLayer   *model,
                                  const UmGenLayer   *profile,
                                  int                 prompt_len,
+                                 int                 suffix_len,
                                  guint               max_seq_len,
                                  UmGenParams        *out,
                                  char              **param,

@@ -28,6 +28,7 @@ typedef struct {
   double  elapsed;
   GArray *changes;     /* Change */
   char   *prefix;      /* committed text from the answer's start */
+  int     prefix_tokens;  /* the tokens it decodes */
   gboolean prefix_final;
 } StepOut;
 
@@ -56,7 +57,8 @@ typedef struct {
   gboolean           done;
   UmGeneratorResult *result;
   GError            *error;
-  int                prompt_len;
+  int                prompt_len;     /* the canvas's offset */
+  int                suffix_len;     /* tokens; counted as prompt in the usage */
   int                answer_len;    /* max_tokens: the canvas without a suffix */
   /* server thread */
   gboolean           headers_sent, finished;
@@ -69,6 +71,8 @@ typedef struct {
   char             **pieces;
   gboolean           keyframe_sent;
   int                steps_seen;
+  int                prefix_tokens;  /* of the last step seen */
+  double             elapsed;        /* seconds, of the last step seen */
   gint64             last_write, last_step_sent;
   guint              ping_source, check_source, interval_source;
   char              *stop_text;     /* the text up to a stop string, once one was seen */
@@ -205,7 +209,7 @@ piece_text (UmGenerator *gen, gint32 id)
 /* The committed answer text from position 0: contiguous committed
  * positions, up to the first EOS/EOT. */
 static char *
-committed_prefix (UmGenerator *gen, const UmStepEvent *ev, int answer_len, gboolean *final)
+committed_prefix (UmGenerator *gen, const UmStepEvent *ev, int answer_len, int *n_tokens, gboolean *final)
 {
   const UmGeneratorInfo *info = um_generator_get_info (gen);
   const gint32 *a = ev->canvas + ev->prompt_len;
@@ -225,6 +229,7 @@ committed_prefix (UmGenerator *gen, const UmStepEvent *ev, int answer_len, gbool
     }
   if (n == c)
     *final = TRUE;
+  *n_tokens = n;
   if (engine != NULL)
     {
       char *t = um_tokenizer_decode (um_engine_get_model (engine)->tokenizer, a, n, TRUE, NULL);
@@ -298,7 +303,7 @@ on_step (const UmStepEvent *ev, gpointer data)
       g_array_append_val (s->changes, ch);
     }
   sc->first = FALSE;
-  s->prefix = committed_prefix (sc->gen, ev, run->answer_len, &s->prefix_final);
+  s->prefix = committed_prefix (sc->gen, ev, run->answer_len, &s->prefix_tokens, &s->prefix_final);
 
   g_mutex_lock (&run->server->lock);
   if (g_strcmp0 (run->server->running_id, run->id) != 0)
@@ -345,10 +350,10 @@ on_done (GObject *source, GAsyncResult *result, gpointer data)
   run_unref (run);
 }
 
+/* Home context. TRUE when the generation was submitted (on_done ends it). */
 static gboolean
-admit (gpointer data)
+admit_run (Run *run)
 {
-  Run *run = data;
   UmServer *server = run->server;
   g_autoptr(UmGenerator) gen = um_server_ref_generator (server);
   g_autoptr(GArray) prompt = g_array_new (FALSE, FALSE, sizeof (gint32));
@@ -358,16 +363,16 @@ admit (gpointer data)
   g_autofree UmGenMessage *msgs = NULL;
   const UmGeneratorInfo *info;
   UmGeneratorRequest greq;
-  int running, waiting, prompt_len = -1;
+  int running, waiting, prompt_len = -1, suffix_len = -1;
   DoneCtx *dc;
 
   if (gen == NULL)
     {
       refuse (run, 503, "unavailable_error", "Loading model", NULL, NULL);
-      return G_SOURCE_REMOVE;
+      return FALSE;
     }
   if (g_cancellable_is_cancelled (run->cancellable))
-    return G_SOURCE_REMOVE;   /* the client left before its turn came */
+    return FALSE;   /* the client left before its turn came */
   info = um_generator_get_info (gen);
 
   um_generator_request_init (&greq);
@@ -391,18 +396,26 @@ admit (gpointer data)
         {
           refuse (run, 400, "invalid_request_error", error->message,
                   run->req.kind == UM_API_CHAT ? "messages" : "prompt", NULL);
-          return G_SOURCE_REMOVE;
+          return FALSE;
         }
-      prompt_len = (int) (prompt->len + suffix->len);
+      if (prompt->len == 0)
+        {
+          /* The engine needs a token to start from; say so before a 200. */
+          refuse (run, 400, "invalid_request_error", "the prompt is empty",
+                  run->req.kind == UM_API_CHAT ? "messages" : "prompt", NULL);
+          return FALSE;
+        }
+      prompt_len = (int) prompt->len;
+      suffix_len = (int) suffix->len;
     }
   if (!um_api_request_resolve (&run->req, info->arch, &server->base, &server->user_layer,
-                               &info->recommendation->layer, &server->profile_layer, prompt_len, info->max_seq_len,
-                               &greq.params, &param, &error))
+                               &info->recommendation->layer, &server->profile_layer, prompt_len, suffix_len,
+                               info->max_seq_len, &greq.params, &param, &error))
     {
       gboolean context = g_error_matches (error, UM_ERROR, UM_ERROR_CONFIG);
       refuse (run, 400, "invalid_request_error", error->message, param,
               context ? "context_length_exceeded" : NULL);
-      return G_SOURCE_REMOVE;
+      return FALSE;
     }
   if (UM_IS_LOCAL_GENERATOR (gen))
     {
@@ -414,6 +427,7 @@ admit (gpointer data)
       greq.n_prompt_ids = (int) prompt->len;
     }
   run->prompt_len = UM_IS_LOCAL_GENERATOR (gen) ? (int) prompt->len : 0;
+  run->suffix_len = UM_IS_LOCAL_GENERATOR (gen) ? (int) suffix->len : 0;
   run->answer_len = greq.params.gen_length;
   um_generator_get_queue (gen, &running, &waiting);
   if (running && server->opt.max_queue >= 0 && waiting >= server->opt.max_queue)
@@ -421,7 +435,7 @@ admit (gpointer data)
       g_autofree char *m = g_strdup_printf ("the server is busy: %d request%s waiting (the limit); try again later",
                                             waiting, waiting == 1 ? "" : "s");
       refuse (run, 503, "unavailable_error", m, NULL, "server_busy");
-      return G_SOURCE_REMOVE;
+      return FALSE;
     }
 
   dc = g_new0 (DoneCtx, 1);
@@ -430,12 +444,25 @@ admit (gpointer data)
   dc->sc->run = run;
   dc->sc->gen = g_object_ref (gen);
   dc->sc->first = TRUE;
-  g_atomic_int_inc (&server->n_generations);
   g_mutex_lock (&run->lock);
   run->admitted = TRUE;
   post_locked (run);
   g_mutex_unlock (&run->lock);
   um_generator_generate_async (gen, &greq, on_step, dc->sc, run->cancellable, on_done, dc);
+  return TRUE;
+}
+
+/* A request counts in n_generations from the moment its admission is
+ * posted, so that um_server_stop () waits for admissions still queued on
+ * the home context too: none may run after the server is freed. */
+static gboolean
+admit (gpointer data)
+{
+  Run *run = data;
+  UmServer *server = run->server;
+
+  if (!admit_run (run))
+    g_atomic_int_add (&server->n_generations, -1);
   return G_SOURCE_REMOVE;
 }
 
@@ -529,15 +556,17 @@ write_event (Run *run, JsonBuilder *b)
 static void
 add_usage (Run *run, JsonBuilder *b)
 {
-  int completion = run->result ? run->result->completion_tokens : 0;
+  /* A stream cut by a stop string ends before the generation does: its
+   * answer is the committed prefix seen so far. */
+  int completion = run->result ? run->result->completion_tokens : run->prefix_tokens;
   json_builder_set_member_name (b, "usage");
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "prompt_tokens");
-  json_builder_add_int_value (b, run->prompt_len);
+  json_builder_add_int_value (b, run->prompt_len + run->suffix_len);
   json_builder_set_member_name (b, "completion_tokens");
   json_builder_add_int_value (b, completion);
   json_builder_set_member_name (b, "total_tokens");
-  json_builder_add_int_value (b, run->prompt_len + completion);
+  json_builder_add_int_value (b, run->prompt_len + run->suffix_len + completion);
   json_builder_end_object (b);
 }
 
@@ -575,6 +604,8 @@ apply_step (Run *run, StepOut *s)
       run->pieces[pos] = g_strdup (ch->piece);
     }
   run->steps_seen++;
+  run->prefix_tokens = s->prefix_tokens;
+  run->elapsed = s->elapsed;
 }
 
 /* Of the committed text, what may go out now: not a possibly incomplete
@@ -752,7 +783,7 @@ stream_end (Run *run, const char *finish)
   json_builder_set_member_name (b, "forward_passes");
   json_builder_add_int_value (b, run->result ? run->result->forward_passes : run->steps_seen);
   json_builder_set_member_name (b, "elapsed_ms");
-  json_builder_add_double_value (b, run->result ? run->result->seconds * 1000.0 : 0.0);
+  json_builder_add_double_value (b, (run->result ? run->result->seconds : run->elapsed) * 1000.0);
   json_builder_end_object (b);
   json_builder_end_object (b);
   write_event (run, b);
@@ -1208,6 +1239,7 @@ um_server_handle_generation (UmServer *server, SoupServerMessage *msg, UmApiKind
   if (run->req.stream && server->opt.ping_interval_s > 0)
     run->ping_source = add_timeout (run, 1000, ping_cb);
   run->check_source = add_timeout (run, 100, check_cb);
+  g_atomic_int_inc (&server->n_generations);
   g_main_context_invoke_full (server->home, G_PRIORITY_DEFAULT, admit, run, run_unref);
 }
 

@@ -347,7 +347,7 @@ add_defaults (JsonBuilder *b, UmServer *server, UmGenerator *gen)
 
   um_gen_layer_init (&empty.user);
   if (!um_api_request_resolve (&empty, info->arch, &server->base, &server->user_layer,
-                               &info->recommendation->layer, &server->profile_layer, -1, info->max_seq_len, &p,
+                               &info->recommendation->layer, &server->profile_layer, -1, -1, info->max_seq_len, &p,
                                NULL, NULL))
     um_gen_params_init_for_arch (&p, info->arch);
   json_builder_begin_object (b);
@@ -375,6 +375,19 @@ add_defaults (JsonBuilder *b, UmServer *server, UmGenerator *gen)
         case UM_GEN_KEY_GREEDY: json_builder_add_boolean_value (b, p.greedy); break;
         default: json_builder_add_null_value (b); break;
         }
+    }
+  /* The extension's settings that are not keys, where the family has them. */
+  if (um_arch_info (info->arch)->schedule == UM_SCHEDULE_BLOCK)
+    {
+      json_builder_set_member_name (b, "cache");
+      json_builder_add_string_value (b, um_cache_mode_to_string (p.cache));
+      json_builder_set_member_name (b, "factor");
+      json_builder_add_double_value (b, p.factor);
+    }
+  if (um_arch_info (info->arch)->schedule != UM_SCHEDULE_ENTROPY)
+    {
+      json_builder_set_member_name (b, "threshold");
+      json_builder_add_double_value (b, p.threshold);
     }
   json_builder_end_object (b);
 }
