@@ -90,6 +90,16 @@ if [ "$(tail -c 16 "$tmp/body")" = $'data: [DONE]\n\n' ] || tail -n 2 "$tmp/body
   echo "ok $n - the stream ends with [DONE]"
 else echo "not ok $n - no [DONE] at the end"; fail=1; fi
 expect 200 "GET /v1/unmask/info" "$u/v1/unmask/info"
+expect 400 "an empty prompt" -d '{"prompt":"","max_tokens":8}' "$u/v1/completions"
+grep -q '"param":"prompt"' "$tmp/body" || { echo "not ok - empty prompt: param not named"; fail=1; }
+# A suffix grows the canvas after the answer: checked before the 200.
+expect 200 "a suffix (infill) with the default blocks" -d '{"prompt":"She looked at the","suffix":" The end.","max_tokens":64,"unmask":{"steps":8}}' "$u/v1/completions"
+expect 200 "a streamed suffix" -N -d '{"prompt":"She looked at the","suffix":" The end.","max_tokens":64,"stream":true,"unmask":{"steps":8}}' "$u/v1/completions"
+n=$((n + 1))
+if grep -q '"error"' "$tmp/body"; then echo "not ok $n - an error in the suffix stream: $(head -c 300 "$tmp/body")"; fail=1
+else echo "ok $n - no error in the suffix stream"; fi
+expect 400 "a suffix and a block that does not divide the canvas" -d '{"prompt":"She looked at the","suffix":" The end.","max_tokens":16,"unmask":{"steps":4,"block_length":8}}' "$u/v1/completions"
+grep -q '"param":"unmask.block_length"' "$tmp/body" || { echo "not ok - suffix blocks: param not named"; fail=1; }
 
 # The same ids as unmask-cli generate, same options (the exact schedule).
 n=$((n + 1))
