@@ -664,6 +664,43 @@ test_stop (void)
   fixture_close (&f);
 }
 
+/* A history the tokenizer here did not make (a conversation saved with
+ * another model; one held with a server) goes as messages, rendered by the
+ * generator with this model's template; the page keeps no ids of it. */
+static void
+test_history_as_messages (void)
+{
+  Fixture f;
+  UmChatConversation *c;
+
+  clear_store ();
+  fixture_open (&f, generator);
+  set_params (f.page, 16, 16, 8);
+  um_chat_page_send (f.page, "What is free software?");
+  wait_not_busy (f.page);
+  c = um_chat_page_get_conversation (f.page);
+  g_assert_cmpuint (c->ids->len, >, 16);
+
+  g_free (c->model_path);
+  c->model_path = g_strdup ("/elsewhere/another-model");
+  um_chat_page_send (f.page, "And open source?");
+  wait_not_busy (f.page);
+  g_assert_cmpuint (c->messages->len, ==, 4);
+  g_assert_false (((UmChatStoreMessage *) g_ptr_array_index (c->messages, 3))->stopped);
+  g_assert_cmpuint (c->ids->len, ==, 0);
+  g_assert_cmpuint (c->prev_ids->len, ==, 0);
+
+  /* The next turn and Regenerate build on the messages too. */
+  um_chat_page_send (f.page, "Thanks.");
+  wait_not_busy (f.page);
+  g_assert_cmpuint (c->messages->len, ==, 6);
+  um_chat_page_regenerate (f.page);
+  wait_not_busy (f.page);
+  g_assert_cmpuint (c->messages->len, ==, 6);
+  g_assert_cmpuint (c->ids->len, ==, 0);
+  fixture_close (&f);
+}
+
 static void
 on_other_done (GObject *source, GAsyncResult *result, gpointer data)
 {
@@ -950,6 +987,7 @@ main (int argc, char **argv)
   g_test_add_func ("/chat-page/turns", test_turns);
   g_test_add_func ("/chat-page/stop", test_stop);
   g_test_add_func ("/chat-page/errors", test_errors);
+  g_test_add_func ("/chat-page/history-as-messages", test_history_as_messages);
   g_test_add_func ("/chat-page/delete-and-broken", test_delete_and_broken);
   g_test_add_func ("/chat-page/dispose-while-busy", test_dispose_while_busy);
   g_test_add_func ("/chat-page/screenshot-mid-answer", test_screenshot_mid_answer);
