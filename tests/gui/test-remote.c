@@ -14,6 +14,7 @@
 #include <adwaita.h>
 #include <libsoup/soup.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <string.h>
 
 #include "um-connect-dialog.h"
@@ -116,6 +117,12 @@ on_line (GObject *source, GAsyncResult *result, gpointer data)
   r->done = TRUE;
 }
 
+static void
+die_with_parent (gpointer data)
+{
+  prctl (PR_SET_PDEATHSIG, SIGKILL);
+}
+
 /* Starts `unmask-cli serve --port 0 --model <demo>` and reads the address
  * it prints ("Listening on http://127.0.0.1:PORT/"). */
 static void
@@ -125,11 +132,14 @@ start_server (void)
   g_autofree char *model = um_window_find_demo_model ();
   g_autoptr(GError) error = NULL;
   g_autoptr(GDataInputStream) in = NULL;
+  g_autoptr(GSubprocessLauncher) launcher = NULL;
 
   g_assert_nonnull (cli);
   g_assert_nonnull (model);
-  server = g_subprocess_new (G_SUBPROCESS_FLAGS_STDOUT_PIPE, &error, cli, "serve", "--port", "0",
-                             "--model", model, NULL);
+  launcher = g_subprocess_launcher_new (G_SUBPROCESS_FLAGS_STDOUT_PIPE);
+  /* Never outlives the test, even one that aborts. */
+  g_subprocess_launcher_set_child_setup (launcher, die_with_parent, NULL, NULL);
+  server = g_subprocess_launcher_spawn (launcher, &error, cli, "serve", "--port", "0", "--model", model, NULL);
   g_assert_no_error (error);
   in = g_data_input_stream_new (g_subprocess_get_stdout_pipe (server));
   while (server_url == NULL)
@@ -220,6 +230,9 @@ typedef struct {
 static void
 on_steps_recorded (UmDiffusionView *view, GParamSpec *pspec, Watch *w)
 {
+  /* A new run empties the view first. */
+  if (um_diffusion_view_get_n_steps_recorded (view) == 0)
+    return;
   w->notifies++;
   if (w->stop_at > 0 && w->notifies == w->stop_at && !w->acted)
     {
