@@ -86,8 +86,10 @@ normalize_base_url (const char *url, GError **error)
 static SoupSession *
 new_session (void)
 {
-  /* The stream is consumed as it arrives: no sniffing, no caching. */
-  return soup_session_new_with_options ("user-agent", "unmask/" PACKAGE_VERSION, NULL);
+  /* libsoup's own I/O timeout (60 s by default) would cut a silent but
+   * live stream of a server that does not ping: the calls' own timer
+   * decides instead. */
+  return soup_session_new_with_options ("user-agent", "unmask/" PACKAGE_VERSION, "timeout", 0, NULL);
 }
 
 static SoupMessage *
@@ -671,7 +673,21 @@ typedef struct {
   GTask             *task;
   UmRemoteStream    *stream;
   gint64             t0;
+  UmStepFunc         step_cb;
+  gpointer           step_data;
+  GCancellable      *cancelled;   /* the call's: no step reaches the caller after a cancel */
 } Run;
+
+/* A chunk read at once may hold several steps: once the caller cancelled
+ * (from a step callback, say), the rest are not delivered. */
+static void
+run_on_step (const UmStepEvent *ev, gpointer user_data)
+{
+  Run *run = user_data;
+
+  if (run->step_cb != NULL && !g_cancellable_is_cancelled (run->cancelled))
+    run->step_cb (ev, run->step_data);
+}
 
 static gboolean
 run_on_data (Call *call, const char *data, gsize len, GError **error)
@@ -804,7 +820,7 @@ build_body (UmRemoteGenerator *self, const UmGeneratorRequest *req, const char *
     {
       json_builder_set_member_name (b, "unmask");
       json_builder_begin_object (b);
-      um_remote_add_unmask_params (b, p);
+      um_remote_add_unmask_params (b, p, self->info.arch);
       json_builder_set_member_name (b, "stream_steps");
       json_builder_add_string_value (b, "diff");
       json_builder_end_object (b);
@@ -836,6 +852,7 @@ remote_run_async (UmGenerator              *gen,
   GError *error = NULL;
   SoupMessage *msg;
   guint timeout;
+  Call *call;
   Run *run;
 
   g_task_set_check_cancellable (task, FALSE);
@@ -867,10 +884,14 @@ remote_run_async (UmGenerator              *gen,
   run->self = self;
   run->task = task;
   run->t0 = g_get_monotonic_time ();
-  run->stream = um_remote_stream_new (&setup, &self->pieces, step_cb, step_data);
+  run->step_cb = step_cb;
+  run->step_data = step_data;
+  run->stream = um_remote_stream_new (&setup, &self->pieces, run_on_step, run);
   timeout = self->read_timeout_s ? self->read_timeout_s : self->unmask ? UNMASK_STREAM_TIMEOUT_S
                                                                        : OTHER_STREAM_TIMEOUT_S;
-  call_start (call_new (msg, url, timeout, cancellable, self->closing, run_on_data, run_on_done, run), self->session);
+  call = call_new (msg, url, timeout, cancellable, self->closing, run_on_data, run_on_done, run);
+  run->cancelled = call->cancellable;
+  call_start (call, self->session);
 }
 
 static UmGeneratorResult *

@@ -236,32 +236,69 @@ um_remote_error_message (const char *body, gsize len)
 }
 
 void
-um_remote_add_unmask_params (JsonBuilder *b, const UmGenParams *p)
+um_remote_add_unmask_params (JsonBuilder *b, const UmGenParams *p, UmArch arch)
 {
-  json_builder_set_member_name (b, "steps");
-  json_builder_add_int_value (b, p->steps);
-  json_builder_set_member_name (b, "block_length");
-  json_builder_add_int_value (b, p->block_length);
-  json_builder_set_member_name (b, "remasking");
-  json_builder_add_string_value (b, um_remasking_to_string (p->remasking));
-  json_builder_set_member_name (b, "cfg_scale");
-  json_builder_add_double_value (b, p->cfg_scale);
-  json_builder_set_member_name (b, "cache");
-  json_builder_add_string_value (b, um_cache_mode_to_string (p->cache));
-  json_builder_set_member_name (b, "threshold");
-  json_builder_add_double_value (b, p->threshold);
-  json_builder_set_member_name (b, "factor");
-  json_builder_add_double_value (b, p->factor);
-  json_builder_set_member_name (b, "alg");
-  json_builder_add_string_value (b, um_alg_to_string (p->alg));
-  json_builder_set_member_name (b, "eps");
-  json_builder_add_double_value (b, p->eps);
-  json_builder_set_member_name (b, "alg_temp");
-  json_builder_add_double_value (b, p->alg_temp);
-  json_builder_set_member_name (b, "top_p");
-  json_builder_add_double_value (b, p->top_p);
-  json_builder_set_member_name (b, "top_k");
-  json_builder_add_int_value (b, p->top_k);
-  json_builder_set_member_name (b, "greedy");
-  json_builder_add_boolean_value (b, p->greedy);
+  /* Only the options of the model's family: an Unmask server refuses the
+   * others, as unmask-cli does. */
+#define KEY(k) um_gen_key_applies (UM_GEN_KEY_##k, arch)
+  if (KEY (STEPS))
+    {
+      json_builder_set_member_name (b, "steps");
+      json_builder_add_int_value (b, p->steps);
+    }
+  if (KEY (BLOCK_LENGTH))
+    {
+      json_builder_set_member_name (b, "block_length");
+      json_builder_add_int_value (b, p->block_length);
+    }
+  if (KEY (REMASKING))
+    {
+      json_builder_set_member_name (b, "remasking");
+      json_builder_add_string_value (b, um_remasking_to_string (p->remasking));
+    }
+  if (KEY (CFG_SCALE))
+    {
+      json_builder_set_member_name (b, "cfg_scale");
+      json_builder_add_double_value (b, p->cfg_scale);
+    }
+  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK)
+    {
+      json_builder_set_member_name (b, "cache");
+      json_builder_add_string_value (b, um_cache_mode_to_string (p->cache));
+      json_builder_set_member_name (b, "threshold");
+      json_builder_add_double_value (b, p->threshold);
+      json_builder_set_member_name (b, "factor");
+      json_builder_add_double_value (b, p->factor);
+    }
+  if (KEY (ALG))
+    {
+      json_builder_set_member_name (b, "alg");
+      json_builder_add_string_value (b, um_alg_to_string (p->alg));
+    }
+  if (KEY (EPS))
+    {
+      json_builder_set_member_name (b, "eps");
+      json_builder_add_double_value (b, p->eps);
+    }
+  if (KEY (ALG_TEMP))
+    {
+      json_builder_set_member_name (b, "alg_temp");
+      json_builder_add_double_value (b, p->alg_temp);
+    }
+  if (KEY (TOP_P))
+    {
+      json_builder_set_member_name (b, "top_p");
+      json_builder_add_double_value (b, p->top_p);
+    }
+  if (KEY (TOP_K))
+    {
+      json_builder_set_member_name (b, "top_k");
+      json_builder_add_int_value (b, p->top_k);
+    }
+  if (KEY (GREEDY))
+    {
+      json_builder_set_member_name (b, "greedy");
+      json_builder_add_boolean_value (b, p->greedy);
+    }
+#undef KEY
 }

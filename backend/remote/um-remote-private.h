@@ -87,6 +87,6 @@ char    *um_remote_error_message (const char *body, gsize len);
 
 /* The "unmask" request object's keys from @p (what the server's defaults
  * carry too). */
-void     um_remote_add_unmask_params (JsonBuilder *b, const UmGenParams *p);
+void     um_remote_add_unmask_params (JsonBuilder *b, const UmGenParams *p, UmArch arch);
 
 G_END_DECLS
