@@ -11,6 +11,7 @@ struct _UmServing {
   GObject      parent_instance;
   UmSettings  *settings;
   UmGenerator *generator;      /* local, or NULL */
+  UmGenLayer   profile;        /* the optimizer profile's layer for its model */
   gulong       queue_handler;
   UmServer    *server;
   char       **uris;
@@ -33,6 +34,9 @@ stop_server (UmServing *self)
   um_server_stop (self->server);
   g_clear_pointer (&self->server, um_server_free);
   g_clear_pointer (&self->uris, g_strfreev);
+  /* The server bounded the queue for its clients; the app's own wait. */
+  if (self->generator != NULL)
+    um_generator_set_max_waiting (self->generator, -1);
 }
 
 static void
@@ -47,6 +51,14 @@ start_server (UmServing *self)
   g_object_get (self->settings, "serve-scope", &scope, "serve-key", &key, "serve-port", &port, NULL);
   um_server_options_init (&opt);
   opt.port = (guint) port;
+  /* What a request leaves out is what the app would use: its settings
+   * (the user's choices above the model's recommendation), then the
+   * profile. Read when serving starts. */
+  um_settings_get_params (self->settings, &opt.gen_base);
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (um_settings_get_user_set (self->settings) & UM_GEN_KEY_BIT (k))
+      um_gen_layer_take (&opt.gen_user, (UmGenKey) k, &opt.gen_base);
+  opt.gen_profile = self->profile;
   if (g_strcmp0 (scope, "network") == 0)
     {
       /* Reachable from other machines: never without a key. */
@@ -119,10 +131,14 @@ on_queue_changed (UmServing *self)
 }
 
 void
-um_serving_set_generator (UmServing *self, UmGenerator *generator)
+um_serving_set_generator (UmServing *self, UmGenerator *generator, const UmGenLayer *profile)
 {
   g_return_if_fail (UM_IS_SERVING (self));
 
+  if (profile != NULL)
+    self->profile = *profile;
+  else
+    um_gen_layer_init (&self->profile);
   if (self->generator == generator)
     return;
   if (self->queue_handler != 0)
@@ -130,6 +146,8 @@ um_serving_set_generator (UmServing *self, UmGenerator *generator)
   /* The server lets go of the old one before it goes. */
   if (self->server != NULL)
     um_server_set_generator (self->server, generator);
+  if (self->generator != NULL)
+    um_generator_set_max_waiting (self->generator, -1);
   g_set_object (&self->generator, generator);
   if (generator != NULL)
     self->queue_handler = g_signal_connect_swapped (generator, "queue-changed", G_CALLBACK (on_queue_changed), self);
@@ -236,6 +254,7 @@ um_serving_class_init (UmServingClass *klass)
 static void
 um_serving_init (UmServing *self)
 {
+  um_gen_layer_init (&self->profile);
 }
 
 UmServing *

@@ -20,8 +20,12 @@ G_BEGIN_DECLS
 G_DECLARE_FINAL_TYPE (UmServing, um_serving, UM, SERVING, GObject)
 
 UmServing          *um_serving_new (UmSettings *settings);
-/* The model to serve: a local generator, or NULL. */
-void                um_serving_set_generator (UmServing *self, UmGenerator *generator);
+/* The model to serve: a local generator, or NULL; @profile: the optimizer
+ * profile's generation layer for it (NULL: none). Requests get the app's
+ * settings, as they are when serving starts, for what they leave out. */
+void                um_serving_set_generator (UmServing         *self,
+                                              UmGenerator       *generator,
+                                              const UmGenLayer  *profile);
 /* Listening now; its addresses (NULL when not). */
 gboolean            um_serving_get_active (UmServing *self);
 const char * const *um_serving_get_uris (UmServing *self);

@@ -347,7 +347,13 @@ set_generator (UmWindow *self, UmGenerator *generator)
                                engine);
   /* The server serves a model of this computer, never a server's. */
   if (self->serving != NULL)
-    um_serving_set_generator (self->serving, engine != NULL ? generator : NULL);
+    {
+      g_autofree char *id = engine != NULL && self->model_path ? um_model_identity (self->model_path) : NULL;
+      UmGenLayer profile;
+
+      um_profile_gen_layer (self->profile, id, &profile);
+      um_serving_set_generator (self->serving, engine != NULL ? generator : NULL, engine != NULL ? &profile : NULL);
+    }
   g_clear_object (&old);
   update_workspace (self);
   /* The model in use names the button that opens another one. */

@@ -361,31 +361,57 @@ on_fetched (GObject *source, GAsyncResult *result, gpointer data)
   f->done = TRUE;
 }
 
-/* One request, answered while the main loop runs (the app's generator
- * lives on it). Returns the status, 0 when it could not connect. */
-static guint
-fetch (SoupSession *session, const char *method, const char *url, const char *json, char **body)
+static SoupMessage *
+fetch_start (SoupSession *session, const char *method, const char *url, const char *json, Fetch *f)
 {
-  g_autoptr(SoupMessage) msg = soup_message_new (method, url);
-  Fetch f = { NULL, NULL, FALSE };
+  SoupMessage *msg = soup_message_new (method, url);
 
   if (json != NULL)
     {
       g_autoptr(GBytes) bytes = g_bytes_new (json, strlen (json));
       soup_message_set_request_body_from_bytes (msg, "application/json", bytes);
     }
-  soup_session_send_and_read_async (session, msg, G_PRIORITY_DEFAULT, NULL, on_fetched, &f);
-  wait_for (is_true, &f.done, 60);
-  if (f.body == NULL)
+  *f = (Fetch) { NULL, NULL, FALSE };
+  soup_session_send_and_read_async (session, msg, G_PRIORITY_DEFAULT, NULL, on_fetched, f);
+  return msg;
+}
+
+/* The status of a request started by fetch_start () once it is answered
+ * (the main loop runs meanwhile: the app's generator lives on it); 0 when
+ * it could not connect. */
+static guint
+fetch_end (SoupMessage *msg, Fetch *f, char **body)
+{
+  guint status;
+
+  wait_for (is_true, &f->done, 60);
+  status = soup_message_get_status (msg);
+  g_object_unref (msg);
+  if (f->body == NULL)
     {
-      g_test_message ("%s %s: %s", method, url, f.error->message);
-      g_error_free (f.error);
+      g_test_message ("%s", f->error->message);
+      g_error_free (f->error);
       return 0;
     }
   if (body != NULL)
-    *body = g_strndup (g_bytes_get_data (f.body, NULL), g_bytes_get_size (f.body));
-  g_bytes_unref (f.body);
-  return soup_message_get_status (msg);
+    *body = g_strndup (g_bytes_get_data (f->body, NULL), g_bytes_get_size (f->body));
+  g_bytes_unref (f->body);
+  return status;
+}
+
+static guint
+fetch (SoupSession *session, const char *method, const char *url, const char *json, char **body)
+{
+  Fetch f;
+  SoupMessage *msg = fetch_start (session, method, url, json, &f);
+  return fetch_end (msg, &f, body);
+}
+
+static gboolean
+one_waiting (gpointer win)
+{
+  const char *label = um_window_get_serve_label (win);
+  return label != NULL && strstr (label, "1 waiting") != NULL;
 }
 
 static void
@@ -425,6 +451,27 @@ test_serve_switch (void)
                            "{\"prompt\":\"The\",\"max_tokens\":8,\"unmask\":{\"steps\":8,\"block_length\":8}}",
                            &body), ==, 200);
   g_assert_nonnull (strstr (body, "\"choices\""));
+  g_clear_pointer (&body, g_free);
+
+  /* The app generating: a client waits its turn, and the header says so. */
+  {
+    UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+    SoupMessage *msg;
+    Fetch f;
+
+    um_generate_page_set_prompt (page, "The");
+    set_params (win, 1024, 1024);
+    um_generate_page_generate (page);
+    msg = fetch_start (session, "POST", completions,
+                       "{\"prompt\":\"The\",\"max_tokens\":8,\"unmask\":{\"steps\":8,\"block_length\":8}}", &f);
+    wait_for (one_waiting, win, 10);
+    g_test_message ("%s", um_window_get_serve_label (win));
+    um_generate_page_stop (page);
+    g_assert_cmpuint (fetch_end (msg, &f, &body), ==, 200);
+    g_assert_nonnull (strstr (body, "\"choices\""));
+    wait_for (not_running, page, 10);
+    g_assert_false (one_waiting (win));
+  }
 
   /* Off: the port closes. */
   g_object_set (settings, "serve", FALSE, NULL);
