@@ -4,6 +4,7 @@
 #include "um-serving.h"
 
 #include <glib/gi18n.h>
+#include <string.h>
 
 #include "um-server.h"
 
@@ -186,27 +187,43 @@ um_serving_get_error (UmServing *self)
   return self->error;
 }
 
+/* "http://127.0.0.1:8765/" → "127.0.0.1:8765"; a wildcard address (any
+ * interface) reads as this computer's name, which the network knows. */
+static char *
+short_address (const char *uri)
+{
+  g_autoptr(GUri) parsed = g_uri_parse (uri, G_URI_FLAGS_NONE, NULL);
+  const char *host;
+
+  if (parsed == NULL || g_uri_get_host (parsed) == NULL)
+    return g_strdup (uri);
+  host = g_uri_get_host (parsed);
+  if (g_str_equal (host, "0.0.0.0") || g_str_equal (host, "::"))
+    host = g_get_host_name ();
+  if (strchr (host, ':') != NULL)
+    return g_strdup_printf ("[%s]:%d", host, g_uri_get_port (parsed));
+  return g_strdup_printf ("%s:%d", host, g_uri_get_port (parsed));
+}
+
 char *
 um_serving_describe (UmServing *self)
 {
-  const char *where;
+  g_autofree char *where = NULL;
   int waiting;
 
   g_return_val_if_fail (UM_IS_SERVING (self), NULL);
   if (self->server == NULL)
     return NULL;
-  where = self->uris != NULL && self->uris[0] != NULL ? self->uris[0] : "";
+  where = short_address (self->uris != NULL && self->uris[0] != NULL ? self->uris[0] : "");
   if (self->generator == NULL)
-    /* Translators: the header bar while serving without a local model; %s is an address */
-    return g_strdup_printf (_("Serving at %s · no model"), where);
+    /* Translators: the header bar while serving without a local model; %s is an address, e.g. "127.0.0.1:8765" */
+    return g_strdup_printf (_("%s · no model"), where);
   waiting = um_serving_get_n_waiting (self);
   if (waiting == 0)
-    /* Translators: the header bar while serving; %s is an address, e.g. "http://127.0.0.1:8765/" */
-    return g_strdup_printf (_("Serving at %s"), where);
+    return g_steal_pointer (&where);
   /* Translators: the header bar while serving: the address and the requests waiting for the engine */
-  return g_strdup_printf (g_dngettext (GETTEXT_PACKAGE, "Serving at %s · %d waiting", "Serving at %s · %d waiting",
-                                       waiting),
-                          where, waiting);
+  return g_strdup_printf (g_dngettext (GETTEXT_PACKAGE, "%s · %d waiting", "%s · %d waiting", waiting), where,
+                          waiting);
 }
 
 void

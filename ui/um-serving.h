@@ -33,8 +33,8 @@ const char * const *um_serving_get_uris (UmServing *self);
 int                 um_serving_get_n_waiting (UmServing *self);
 /* Why the server could not start (the port is taken, …), or NULL. */
 const char         *um_serving_get_error (UmServing *self);
-/* The header bar's line: "Serving at http://127.0.0.1:8765/ · 2 waiting",
- * or NULL when not serving. */
+/* The header bar's line: "127.0.0.1:8765 · 2 waiting" (the count when
+ * some wait), or NULL when not serving. */
 char               *um_serving_describe (UmServing *self);
 /* Stops serving until the settings change again (the window closes). */
 void                um_serving_shutdown (UmServing *self);

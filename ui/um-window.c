@@ -3,6 +3,7 @@
 #include "um-window.h"
 
 #include <glib/gi18n.h>
+#include <string.h>
 
 #include "um-chat-page.h"
 #include "um-connect-dialog.h"
@@ -36,6 +37,11 @@ struct _UmWindow {
   GtkLabel        *model_label;
   GtkLabel        *family_label;
   GtkLabel        *serve_label;
+  GtkWidget       *serve_box;
+  GtkLabel        *serve_waiting_label;
+  char            *serve_text;       /* what the serving pill says, or NULL */
+  GtkLabel        *remote_label;
+  GtkWidget       *connect_button;
   GtkStack        *content_stack;
   AdwViewStack    *view_stack;
   UmGeneratePage  *generate_page;
@@ -370,6 +376,21 @@ set_generator (UmWindow *self, UmGenerator *generator)
         subtitle = g_strdup_printf (_("%s · %s"), info->display_name, family);
       adw_view_switcher_title_set_subtitle (self->switcher_title, subtitle);
       gtk_label_set_text (self->model_label, info->display_name);
+      /* The subtitle hides behind a wide window's view switcher: the
+       * server also names the button that connects to one. */
+      if (info->remote)
+        {
+          g_autoptr(GUri) uri = g_uri_parse (info->location, G_URI_FLAGS_NONE, NULL);
+          g_autofree char *host = uri != NULL && g_uri_get_host (uri) != NULL
+                                  ? (g_uri_get_port (uri) > 0
+                                     ? g_strdup_printf ("%s:%d", g_uri_get_host (uri), g_uri_get_port (uri))
+                                     : g_strdup (g_uri_get_host (uri)))
+                                  : g_strdup (info->location);
+          /* Translators: the tooltip of the header's server button while connected; %s is the server's address */
+          g_autofree char *tip = g_strdup_printf (_("Running on %s — Connect to Another Server…"), info->location);
+          gtk_label_set_text (self->remote_label, host);
+          gtk_widget_set_tooltip_text (self->connect_button, tip);
+        }
       gtk_label_set_text (self->family_label, family);
       gtk_widget_set_visible (GTK_WIDGET (self->family_label), TRUE);
     }
@@ -379,6 +400,9 @@ set_generator (UmWindow *self, UmGenerator *generator)
       gtk_label_set_text (self->model_label, _("Open Model"));
       gtk_widget_set_visible (GTK_WIDGET (self->family_label), FALSE);
     }
+  gtk_widget_set_visible (GTK_WIDGET (self->remote_label), info != NULL && info->remote);
+  if (info == NULL || !info->remote)
+    gtk_widget_set_tooltip_text (self->connect_button, _("Connect to a Server…"));
   update_serve_label (self);
   update_reload_action (self);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_HAS_ENGINE]);
@@ -849,12 +873,34 @@ update_serve_label (UmWindow *self)
   g_autofree char *all = uris != NULL ? g_strjoinv ("\n", (char **) uris) : NULL;
   g_autofree char *tip = NULL;
 
-  gtk_label_set_text (self->serve_label, text ? text : "");
-  gtk_widget_set_visible (GTK_WIDGET (self->serve_label), text != NULL);
+  const char *dot = text != NULL ? strstr (text, " · ") : NULL;
+
+  /* The address may shrink; the count after it may not. */
+  g_free (self->serve_text);
+  self->serve_text = g_strdup (text);
+  if (dot != NULL)
+    {
+      g_autofree char *where = g_strndup (text, dot - text);
+      gtk_label_set_text (self->serve_label, where);
+      gtk_label_set_text (self->serve_waiting_label, dot + 1);
+    }
+  else
+    gtk_label_set_text (self->serve_label, text ? text : "");
+  gtk_widget_set_visible (GTK_WIDGET (self->serve_waiting_label), dot != NULL);
+  gtk_widget_set_visible (self->serve_box, text != NULL);
   if (all != NULL)
-    /* Translators: the tooltip of the header's "Serving at …": the addresses, one a line */
-    tip = g_strdup_printf (_("OpenAI-compatible API of this model (Preferences → Serve this model):\n%s"), all);
-  gtk_widget_set_tooltip_text (GTK_WIDGET (self->serve_label), tip);
+    {
+      int waiting = um_serving_get_n_waiting (self->serving);
+      /* Translators: the tooltip of the header's serving pill: the addresses, one a line, then the requests waiting */
+      tip = g_strdup_printf (g_dngettext (GETTEXT_PACKAGE,
+                                          "Serving this model (Preferences → Serve this model) at\n%s\n%d request waiting",
+                                          "Serving this model (Preferences → Serve this model) at\n%s\n%d requests waiting",
+                                          waiting),
+                             all, waiting);
+    }
+  gtk_widget_set_tooltip_text (self->serve_box, tip);
+  gtk_accessible_update_property (GTK_ACCESSIBLE (self->serve_box), GTK_ACCESSIBLE_PROPERTY_LABEL,
+                                  tip ? tip : "", -1);
 }
 
 static void
@@ -881,10 +927,17 @@ um_window_get_serve_uris (UmWindow *self)
 }
 
 const char *
+um_window_get_remote_label (UmWindow *self)
+{
+  g_return_val_if_fail (UM_IS_WINDOW (self), NULL);
+  return gtk_widget_get_visible (GTK_WIDGET (self->remote_label)) ? gtk_label_get_text (self->remote_label) : NULL;
+}
+
+const char *
 um_window_get_serve_label (UmWindow *self)
 {
   g_return_val_if_fail (UM_IS_WINDOW (self), NULL);
-  return gtk_widget_get_visible (GTK_WIDGET (self->serve_label)) ? gtk_label_get_text (self->serve_label) : NULL;
+  return self->serve_text;
 }
 
 typedef struct {
@@ -1065,6 +1118,7 @@ um_window_finalize (GObject *object)
   UmWindow *self = UM_WINDOW (object);
   g_free (self->loading_path);
   g_free (self->serve_error);
+  g_free (self->serve_text);
   g_free (self->connecting_url);
   g_free (self->error_message);
   g_free (self->notice);
@@ -1121,6 +1175,10 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmWindow, model_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, family_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, serve_label);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, serve_box);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, serve_waiting_label);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, remote_label);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, connect_button);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, content_stack);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, view_stack);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, generate_page);

@@ -102,8 +102,11 @@ AdwToast   *um_window_get_profile_toast (UmWindow *self);
 /* Shows the Optimizer page, with or without a model (win.show-optimizer). */
 void        um_window_show_optimizer (UmWindow *self);
 
+/* The server the model runs on, as the header bar names it
+ * ("127.0.0.1:8765"), or NULL when the model is local. */
+const char *um_window_get_remote_label (UmWindow *self);
 /* Preferences → Serve this model: the addresses served now (NULL when
- * not serving) and what the header bar says ("Serving at … · 2 waiting"),
+ * not serving) and what the header bar says ("127.0.0.1:8765 · 2 waiting"),
  * or NULL. */
 const char * const *um_window_get_serve_uris (UmWindow *self);
 const char *um_window_get_serve_label (UmWindow *self);

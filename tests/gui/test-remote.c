@@ -96,6 +96,37 @@ destroy_window (UmWindow *win)
   g_assert_finalize_object (win);
 }
 
+/* With UM_SCREENSHOT_DIR set, a PNG of @widget (after drawing settles). */
+static void
+save_screenshot (GtkWidget *widget, const char *name)
+{
+  const char *dir = g_getenv ("UM_SCREENSHOT_DIR");
+  g_autoptr(GdkPaintable) paintable = NULL;
+  g_autoptr(GtkSnapshot) snapshot = NULL;
+  g_autoptr(GskRenderNode) node = NULL;
+  g_autoptr(GdkTexture) texture = NULL;
+  g_autofree char *path = NULL;
+  gint64 end = g_get_monotonic_time () + 800 * 1000;
+  int w, h;
+
+  if (dir == NULL)
+    return;
+  while (g_get_monotonic_time () < end)
+    g_main_context_iteration (NULL, FALSE);
+  w = gtk_widget_get_width (widget);
+  h = gtk_widget_get_height (widget);
+  paintable = gtk_widget_paintable_new (widget);
+  snapshot = gtk_snapshot_new ();
+  gdk_paintable_snapshot (paintable, GDK_SNAPSHOT (snapshot), w, h);
+  node = gtk_snapshot_free_to_node (g_steal_pointer (&snapshot));
+  g_assert_nonnull (node);
+  texture = gsk_renderer_render_texture (gtk_native_get_renderer (GTK_NATIVE (widget)), node,
+                                         &GRAPHENE_RECT_INIT (0, 0, w, h));
+  path = g_build_filename (dir, name, NULL);
+  g_assert_true (gdk_texture_save_to_png (texture, path));
+  g_test_message ("saved %s", path);
+}
+
 static void
 set_params (UmWindow *win, int gen, int steps)
 {
@@ -209,6 +240,7 @@ connect_window (UmWindow *win, const char *url)
   wait_for (dialog_idle, dialog, 30);
   g_test_message ("dialog: %s", um_connect_dialog_get_status (dialog) ? um_connect_dialog_get_status (dialog) : "-");
   g_assert_cmpuint (um_connect_dialog_get_n_models (dialog), ==, 1);
+  save_screenshot (GTK_WIDGET (dialog), "connect-dialog.png");
   um_connect_dialog_connect (dialog);
   g_assert_null (find_toplevel (UM_TYPE_CONNECT_DIALOG));
   wait_for (not_loading, win, 30);
@@ -275,6 +307,8 @@ test_client (void)
   /* The header says where the model runs; Memory and Optimizer that they
    * describe this computer. */
   g_assert_nonnull (strstr (um_window_get_subtitle (win), "127.0.0.1"));
+  g_assert_nonnull (um_window_get_remote_label (win));
+  g_assert_true (g_str_has_prefix (server_url + strlen ("http://"), um_window_get_remote_label (win)));
   g_assert_nonnull (um_memory_page_get_remote_note (UM_MEMORY_PAGE (um_window_get_memory_page (win))));
   g_assert_nonnull (um_optimizer_page_get_remote_note (UM_OPTIMIZER_PAGE (um_window_get_optimizer_page (win))));
 
@@ -286,6 +320,7 @@ test_client (void)
   g_assert_cmpint (steps, ==, 32);
   g_assert_cmpint (w.notifies, >=, 2);
   g_assert_cmpuint (um_generate_page_get_last_ids (page)->len, ==, 32);
+  save_screenshot (GTK_WIDGET (win), "remote-generate.png");
   {
     g_autoptr(GArray) shown = um_diffusion_view_get_shown_ids (um_generate_page_get_view (page));
     g_assert_cmpmem (shown->data, shown->len * sizeof (gint32), um_generate_page_get_last_ids (page)->data,
@@ -438,7 +473,11 @@ test_serve_switch (void)
   g_test_message ("serving at %s: %s", uri, um_window_get_serve_label (win));
   g_assert_true (g_str_has_prefix (uri, "http://127.0.0.1:") || g_str_has_prefix (uri, "http://[::1]:"));
   g_assert_nonnull (um_window_get_serve_label (win));
-  g_assert_nonnull (strstr (um_window_get_serve_label (win), uri));
+  {
+    /* "http://127.0.0.1:PORT/" is shown as "127.0.0.1:PORT". */
+    g_autofree char *host_port = g_strndup (uri + strlen ("http://"), strlen (uri) - strlen ("http://") - 1);
+    g_assert_cmpstr (um_window_get_serve_label (win), ==, host_port);
+  }
   g_assert_null (um_window_get_error_message (win));
 
   health = g_strconcat (uri, "health", NULL);
@@ -466,6 +505,7 @@ test_serve_switch (void)
                        "{\"prompt\":\"The\",\"max_tokens\":8,\"unmask\":{\"steps\":8,\"block_length\":8}}", &f);
     wait_for (one_waiting, win, 10);
     g_test_message ("%s", um_window_get_serve_label (win));
+    save_screenshot (GTK_WIDGET (win), "serving.png");
     um_generate_page_stop (page);
     g_assert_cmpuint (fetch_end (msg, &f, &body), ==, 200);
     g_assert_nonnull (strstr (body, "\"choices\""));
