@@ -21,6 +21,7 @@
 #include "um-generate-page.h"
 #include "um-memory-page.h"
 #include "um-optimizer-page.h"
+#include "um-preferences.h"
 #include "um-settings.h"
 #include "um-test-util.h"
 #include "um-window.h"
@@ -465,6 +466,25 @@ test_serve_switch (void)
   wait_for (not_loading, win, 30);
   g_assert_nonnull (um_window_get_engine (win));
   g_assert_null (um_window_get_serve_label (win));
+
+  /* Preferences: off by default; "Local network" makes a key to copy
+   * (nothing is bound while the switch is off). */
+  {
+    GtkWidget *prefs = um_preferences_new (settings);
+    g_autofree char *key = NULL;
+    gboolean on = TRUE;
+
+    g_object_get (settings, "serve", &on, NULL);
+    g_assert_false (on);
+    g_assert_null (um_preferences_get_key (UM_PREFERENCES (prefs)));
+    g_object_set (settings, "serve-scope", "network", NULL);
+    g_object_get (settings, "serve-key", &key, NULL);
+    g_assert_true (g_str_has_prefix (key, "um-"));
+    g_assert_cmpstr (um_preferences_get_key (UM_PREFERENCES (prefs)), ==, key);
+    g_object_set (settings, "serve-scope", "local", NULL);
+    g_assert_null (um_preferences_get_key (UM_PREFERENCES (prefs)));
+    gtk_window_destroy (GTK_WINDOW (prefs));
+  }
 
   /* On, on a free port of this computer only. */
   g_object_set (settings, "serve-port", 0, "serve-scope", "local", "serve", TRUE, NULL);
