@@ -1081,6 +1081,12 @@ um_window_dispose (GObject *object)
 {
   UmWindow *self = UM_WINDOW (object);
 
+  /* Its clients' runs end (on this context) while the pages are whole. */
+  if (self->serving != NULL)
+    {
+      g_signal_handlers_disconnect_by_data (self->serving, self);
+      um_serving_shutdown (self->serving);
+    }
   if (self->load_cancellable)
     g_cancellable_cancel (self->load_cancellable);
   g_clear_handle_id (&self->profile_check_id, g_source_remove);
@@ -1103,8 +1109,6 @@ um_window_dispose (GObject *object)
   self->generate_page = NULL;
   self->chat_page = NULL;
   self->optimizer_page = NULL;
-  if (self->serving != NULL)
-    um_serving_shutdown (self->serving);
   g_clear_object (&self->serving);
   g_clear_object (&self->generator);
   g_clear_object (&self->monitor);

@@ -538,7 +538,15 @@ test_serve_switch (void)
   wait_for (not_serving, win, 10);
   g_assert_null (um_window_get_serve_label (win));
   g_assert_cmpuint (fetch (session, "GET", health, NULL, NULL), ==, 0);
+
+  /* Closing the window while it serves stops the server with it. */
+  g_object_set (settings, "serve", TRUE, NULL);
+  wait_for (serving, win, 10);
+  g_clear_pointer (&health, g_free);
+  health = g_strconcat (um_window_get_serve_uris (win)[0], "health", NULL);
+  g_assert_cmpuint (fetch (session, "GET", health, NULL, NULL), ==, 200);
   destroy_window (win);
+  g_assert_cmpuint (fetch (session, "GET", health, NULL, NULL), ==, 0);
 }
 
 int
