@@ -80,14 +80,16 @@ struct _UmGeneratorClass
   GObjectClass parent_class;
 
   const UmGeneratorInfo *(*get_info) (UmGenerator *self);
-  void               (*generate_async)  (UmGenerator              *self,
+  /* Runs one request now (the base class queues; these never see two at
+   * once). @req stays valid until the callback. */
+  void               (*run_async)       (UmGenerator              *self,
                                          const UmGeneratorRequest *req,
                                          UmStepFunc                step_cb,
                                          gpointer                  step_data,
                                          GCancellable             *cancellable,
                                          GAsyncReadyCallback       callback,
                                          gpointer                  user_data);
-  UmGeneratorResult *(*generate_finish) (UmGenerator   *self,
+  UmGeneratorResult *(*run_finish)      (UmGenerator   *self,
                                          GAsyncResult  *result,
                                          GError       **error);
   /* One token's text, for the diffusion view; NULL if unknown. */
