@@ -132,6 +132,7 @@ export function rawExchange(send, { timeoutMs = 10000 } = {}) {
       if (end < 0) return;
       const m = /\r\ncontent-length:\s*(\d+)/i.exec(text.slice(0, end));
       if (m && got.length >= end + 4 + Number(m[1])) done();
+      else if (/\r\ntransfer-encoding:\s*chunked/i.test(text.slice(0, end)) && text.endsWith('\r\n0\r\n\r\n')) done();
     });
     sock.on('close', () => done({ closed: true }));
     // A server that answers early and closes makes our remaining writes fail: that is fine.
