@@ -5,9 +5,9 @@
 set -euo pipefail
 
 packages=(meson ninja-build gcc g++ pkg-config libglib2.0-dev libjson-glib-dev libzstd-dev
-          libopenblas-openmp-dev libgtk-4-dev libadwaita-1-dev gettext desktop-file-utils appstream)
+          libopenblas-openmp-dev libsoup-3.0-dev libgtk-4-dev libadwaita-1-dev gettext desktop-file-utils appstream)
 if [ "${1:-}" = "--tests" ]; then
-  packages+=(clang libclang-rt-14-dev xvfb xauth dbus)
+  packages+=(clang libclang-rt-14-dev xvfb xauth dbus curl)
 fi
 
 missing=()

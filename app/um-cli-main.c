@@ -15,6 +15,7 @@ static const struct {
 } commands[] = {
   { "generate",   um_cli_generate,   "generate text from a prompt, showing the canvas fill in" },
   { "chat",       um_cli_chat,       "multi-turn chat with an Instruct model" },
+  { "serve",      um_cli_serve,      "serve the model over OpenAI's API (chat/completions, completions)" },
   { "logits",     um_cli_logits,     "print the logits of a token sequence as JSON" },
   { "tokenize",   um_cli_tokenize,   "text to token ids" },
   { "detokenize", um_cli_detokenize, "token ids to text" },

@@ -14,6 +14,7 @@ typedef int (*UmCliCommand) (int argc, char **argv);
 
 int um_cli_generate (int argc, char **argv);
 int um_cli_chat (int argc, char **argv);
+int um_cli_serve (int argc, char **argv);
 int um_cli_logits (int argc, char **argv);
 int um_cli_tokenize (int argc, char **argv);
 int um_cli_detokenize (int argc, char **argv);

@@ -30,6 +30,15 @@ typedef struct {
   char   **cors_origins;      /* allowed Origins; NULL: CORS off, any Origin is refused */
   guint    ping_interval_s;   /* ": ping" comments after this much silence; 0: none */
   char    *model_id;          /* the id /v1/models lists; NULL: the generator's */
+  /* Generation settings for what a request leaves out, below the
+   * request's own and above the model's recommendation (unmask-cli serve's
+   * generation options; the app: its settings): the keys @gen_user sets,
+   * and everything that is not a key (seed, cache, threshold...) from
+   * @gen_base. @gen_profile: the optimizer profile's layer, below the
+   * model's. */
+  UmGenParams gen_base;
+  UmGenLayer  gen_user;
+  UmGenLayer  gen_profile;
 } UmServerOptions;
 
 #define UM_SERVER_DEFAULT_PORT       8765
@@ -50,8 +59,10 @@ gboolean  um_server_start (UmServer *server, GError **error);
 void      um_server_set_generator (UmServer *server, UmGenerator *generator);
 /* The URLs it listens on ("http://127.0.0.1:8765/"), NULL-terminated. */
 char    **um_server_get_uris (UmServer *server);
-/* Requests answered so far, and those waiting (for the app's header bar);
- * "changed" notifications arrive through @cb on the generator's thread. */
+/* Requests running, waiting and answered so far (for the app's header
+ * bar); "changed" notifications arrive through @cb on the generator's
+ * thread. */
+void      um_server_get_counts (UmServer *server, int *n_running, int *n_waiting, guint64 *n_served);
 typedef void (*UmServerChangedFunc) (UmServer *server, gpointer user_data);
 void      um_server_set_changed_func (UmServer *server, UmServerChangedFunc cb, gpointer user_data);
 /* Cancels every request (running and queued), closes the sockets, joins

@@ -50,4 +50,9 @@ UmGenerator *um_remote_generator_new_finish (GAsyncResult *result, GError **erro
 
 const char  *um_remote_generator_get_url (UmRemoteGenerator *self);
 
+/* Seconds of silence (not even a ping) after which a generation fails
+ * with UM_ERROR_REMOTE; 0: the default (60 s against an Unmask server,
+ * which pings every 15 s; 300 s against others, which may not ping). */
+void         um_remote_generator_set_read_timeout (UmRemoteGenerator *self, guint seconds);
+
 G_END_DECLS
