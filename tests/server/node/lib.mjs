@@ -18,10 +18,11 @@ export const PORT = Number(new URL(BASE).port);
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// One HTTP exchange; never reuses a connection (agent: false) so that a
-// test's faults cannot leak into the next one. Resolves with status,
+// One HTTP exchange; by default on a connection of its own (agent: false)
+// so that a test's faults cannot leak into the next one. Resolves with status,
 // headers, body text and parsed JSON (null when it isn't JSON).
-export function request({ method = 'GET', path = '/', headers = {}, body, timeoutMs = 30000, signal } = {}) {
+// `agent`: an http.Agent to keep connections alive, as SDK clients do.
+export function request({ method = 'GET', path = '/', headers = {}, body, timeoutMs = 30000, signal, agent = false } = {}) {
   return new Promise((resolve, reject) => {
     const data = body === undefined ? undefined
       : Buffer.isBuffer(body) || typeof body === 'string' ? Buffer.from(body) : Buffer.from(JSON.stringify(body));
@@ -29,7 +30,7 @@ export function request({ method = 'GET', path = '/', headers = {}, body, timeou
     if (data !== undefined && !Object.keys(h).some((k) => k.toLowerCase() === 'content-type'))
       h['Content-Type'] = 'application/json';
     if (data !== undefined) h['Content-Length'] = data.length;
-    const req = http.request({ host: '127.0.0.1', port: PORT, method, path, headers: h, agent: false, signal }, (res) => {
+    const req = http.request({ host: '127.0.0.1', port: PORT, method, path, headers: h, agent, signal }, (res) => {
       const parts = [];
       res.on('data', (d) => parts.push(d));
       res.on('end', () => {
@@ -56,7 +57,7 @@ export const postJson = (path, body, opts = {}) => request({ method: 'POST', pat
 // with the status, headers, parsed chunks, the raw text, whether
 // `data: [DONE]` came and whether we aborted.
 // `signal` aborts it at any time, before the answer's head too.
-export function sseRequest(path, body, { headers = {}, timeoutMs = 60000, onEvent, signal } = {}) {
+export function sseRequest(path, body, { headers = {}, timeoutMs = 60000, onEvent, signal, agent = false } = {}) {
   return new Promise((resolve, reject) => {
     const data = Buffer.from(JSON.stringify(body));
     const out = { status: 0, headers: {}, chunks: [], raw: '', done: false, aborted: false, malformed: [] };
@@ -68,7 +69,7 @@ export function sseRequest(path, body, { headers = {}, timeoutMs = 60000, onEven
       if (err) reject(err); else resolve(out);
     };
     const req = http.request({
-      host: '127.0.0.1', port: PORT, method: 'POST', path, agent: false,
+      host: '127.0.0.1', port: PORT, method: 'POST', path, agent,
       headers: { 'Content-Type': 'application/json', 'Content-Length': data.length, Accept: 'text/event-stream', ...headers },
     }, (res) => {
       out.status = res.statusCode;

@@ -3,6 +3,7 @@
 // tests/server/run-node-tests.sh load. Every loop is bounded in count and
 // time; the measured figures are printed as diagnostics ("# ...").
 import { test } from 'node:test';
+import http from 'node:http';
 import assert from 'node:assert/strict';
 import {
   request, postJson, sseRequest, rawExchange, head, health, info, queueState, waitForQueue, rssKiB, sleep,
@@ -28,10 +29,11 @@ const KINDS = ['chat', 'stream', 'completion'];
 const serial = new Map(); // `${kind}/${seed}` → text
 
 // One answer, checked complete; resolves { status, text, retryAfter, body }.
-async function ask(kind, seed) {
+// `agent`: the client's keep-alive connection, as an SDK client has.
+async function ask(kind, seed, agent = false) {
   const [path, body] = small(kind, seed);
   if (kind === 'stream') {
-    const r = await sseRequest(path, body, { timeoutMs: 30000 });
+    const r = await sseRequest(path, body, { timeoutMs: 30000, agent });
     if (r.status !== 200) return { status: r.status, retryAfter: r.headers['retry-after'], body: r.raw };
     assert.deepEqual(r.malformed, []);
     assert.ok(r.done, 'stream without [DONE]');
@@ -39,7 +41,7 @@ async function ask(kind, seed) {
     assert.equal(r.chunks.filter((c) => c.choices[0]?.finish_reason).length, 1, 'one finish_reason');
     return { status: 200, text: r.chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('') };
   }
-  const r = await postJson(path, body, { timeoutMs: 30000 });
+  const r = await postJson(path, body, { timeoutMs: 30000, agent });
   if (r.status !== 200) return { status: r.status, retryAfter: r.headers['retry-after'], body: r.json };
   const c = r.json.choices[0];
   assert.ok(['stop', 'length'].includes(c.finish_reason));
@@ -66,18 +68,23 @@ test('8 clients × 25 requests: overflow → 503 with Retry-After, every answer 
   let busy = 0;
   let rss20 = NaN;
   const t0 = performance.now();
+  // Each client keeps its connection alive, as the SDKs do: libsoup 3.2.3
+  // (Debian 12) leaks the GSocket of every accepted connection (≈ 0.6 KiB,
+  // fixed upstream in 3.4.0, "soup-listener: Plug a leak"), which would
+  // swamp the server's own growth with one connection per request.
   const client = async (c) => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
     for (let i = 0; i < PER; i++) {
       const seed = (c * PER + i) % SEEDS;
       const kind = KINDS[(c + i) % KINDS.length];
       for (let attempt = 0; ; attempt++) {
         assert.ok(performance.now() < deadline, 'load phase over 60 s');
-        const a = await ask(kind, seed);
+        const a = await ask(kind, seed, agent);
         if (a.status === 503) {
           busy++;
           assert.match(String(a.retryAfter), /^\d+$/, '503 without Retry-After');
           if (kind !== 'stream') assert.equal(a.body.error.type, 'unavailable_error');
-          await sleep(5 + Math.random() * 20);
+          await sleep(20 + Math.random() * 40);
           continue;
         }
         assert.equal(a.status, 200, `client ${c} request ${i}: ${a.status} ${JSON.stringify(a.body)}`);
@@ -86,6 +93,7 @@ test('8 clients × 25 requests: overflow → 503 with Retry-After, every answer 
       }
       if (++done === 20) rss20 = rssKiB();
     }
+    agent.destroy();
   };
   await Promise.all(Array.from({ length: CLIENTS }, (_, c) => client(c)));
   const seconds = (performance.now() - t0) / 1000;
@@ -177,6 +185,7 @@ test('a client leaving a non-streamed request, running or queued, cancels it', T
   await waitForQueue((s) => s.waiting === 0, 5000);
   const cMs = performance.now() - t2;
   note(`queued clients left: dropped from the queue in ${bMs.toFixed(1)} ms (plain), ${cMs.toFixed(1)} ms (stream)`);
+  assert.ok(bMs < 1000 && cMs < 1000, 'queued requests of gone clients kept over a second');
   assert.ok(queueState(await info()).running, 'the running request went with the queued ones');
   holder.abort();
   await a;
@@ -317,18 +326,27 @@ test('wrong types and absurd numbers → 400 with the field named', T, async () 
   }
 });
 
-test('header floods → 4xx, and the server goes on', T, async () => {
+test('header floods → refused at once, and the server goes on', T, async () => {
+  // Over 64 KiB of head, libsoup 3.2.3 stops reading and closes the
+  // connection without writing the 400 it sets (HEADER_SIZE_LIMIT in
+  // soup-message-io-data.c; no server hook runs before that): a prompt close
+  // is the answer there. Under the limit, the head reaches the server.
   const cases = {
     'one 1 MB header': head('GET', '/health', { 'X-Flood': 'a'.repeat(1 << 20) }),
-    '5000 headers': head('GET', '/health', Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`X-H${i}`, 'y'.repeat(30)]))),
+    '5000 headers (200 KB)': head('GET', '/health', Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`X-H${i}`, 'y'.repeat(30)]))),
     'a 200 KB path': head('GET', `/v1/${'p'.repeat(200 << 10)}`),
+    '3000 headers (60 KB)': head('GET', '/health', Object.fromEntries(Array.from({ length: 3000 }, (_, i) => [`X-H${i}`, 'y'.repeat(10)]))),
   };
   for (const [label, bytes] of Object.entries(cases)) {
     const t0 = performance.now();
     const r = await rawExchange((s) => s.write(bytes), { timeoutMs: 10000 });
-    note(`${label}: ${r.status || 'no status'}${r.closed ? ', closed' : ''} in ${(performance.now() - t0).toFixed(0)} ms`);
+    const ms = performance.now() - t0;
+    note(`${label}: ${r.status || 'no answer'}${r.closed ? ', connection closed' : ''} in ${ms.toFixed(0)} ms`);
     assert.ok(!r.timedOut, `${label}: no answer in 10 s`);
-    assert.ok(r.status >= 400 && r.status < 500, `${label}: ${r.status} ${r.text.slice(0, 100)}`);
+    if (bytes.length > 64 << 10)
+      assert.ok((r.status >= 400 && r.status < 500) || (r.status === 0 && r.closed && ms < 1000), `${label}: ${r.status} ${r.text.slice(0, 100)}`);
+    else
+      assert.ok(r.status === 200 || (r.status >= 400 && r.status < 500), `${label}: ${r.status}`);
     assert.ok(await health(), `${label}: server not healthy after it`);
   }
   // Many connections at once that each send a little and hang up.
