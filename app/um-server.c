@@ -106,7 +106,10 @@ um_server_send_error (SoupServerMessage *msg, guint status, const char *type, co
   json_builder_end_object (b);
   json_builder_end_object (b);
   root = json_builder_get_root (b);
-  if (status >= 500)
+  /* A failed generation would fail again (and OpenAI's SDKs retry twice
+   * by default); a busy or loading server is worth another try, after
+   * Retry-After. */
+  if (status >= 500 && status != 503)
     soup_message_headers_replace (h, "x-should-retry", "false");
   if (status == 503)
     soup_message_headers_replace (h, "Retry-After", "1");

@@ -60,6 +60,7 @@ header_has "Allow: POST"
 expect 405 "POST on /v1/models" -d '{}' "$u/v1/models"
 expect 501 "embeddings" -d '{"input":"x"}' "$u/v1/embeddings"
 expect 501 "responses" -d '{"input":"x"}' "$u/v1/responses"
+header_has "x-should-retry: false"
 expect 400 "invalid JSON" -d '{"messages":' "$u/v1/chat/completions"
 expect 400 "no messages" -d '{}' "$u/v1/chat/completions"
 expect 400 "n > 1" -d '{"messages":[{"role":"user","content":"hi"}],"n":2}' "$u/v1/chat/completions"
@@ -141,6 +142,10 @@ pids+=($!)
 for _ in $(seq 1 100); do curl -s "$b/v1/unmask/info" | grep -q '"running":1' && break; sleep 0.05; done
 expect 503 "a full queue" -d '{"prompt":"a","max_tokens":8}' "$b/v1/completions"
 header_has "Retry-After"
+n=$((n + 1))
+# Busy is worth a retry (after Retry-After); OpenAI's SDKs would not retry with x-should-retry: false.
+if grep -qi '^x-should-retry: false' "$tmp/headers"; then echo "not ok $n - a 503 says x-should-retry: false"; fail=1
+else echo "ok $n - a 503 lets clients retry"; fi
 expect 200 "health while busy" "$b/health"
 
 echo "1..$n"
