@@ -301,14 +301,19 @@ early_handler (SoupServer *soup, SoupServerMessage *msg, const char *path, GHash
           return;
         }
       soup_message_headers_replace (resp, "Access-Control-Allow-Origin", origin);
+      soup_message_headers_replace (resp, "Access-Control-Expose-Headers", "x-request-id, Retry-After, x-should-retry");
       soup_message_headers_replace (resp, "Vary", "Origin");
     }
   if (strcmp (method, "OPTIONS") == 0)
     {
       /* Preflights carry no credentials: answered before the key check. */
       soup_message_headers_replace (resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      /* An allowed page may send what its client sends (openai-node adds
+       * its X-Stainless-* headers); without an Origin nothing reads this. */
+      const char *asked = soup_message_headers_get_one (req, "Access-Control-Request-Headers");
       soup_message_headers_replace (resp, "Access-Control-Allow-Headers",
-                                    "Authorization, Content-Type, x-api-key, OpenAI-Organization, OpenAI-Project");
+                                    origin != NULL && asked != NULL ? asked
+                                    : "Authorization, Content-Type, x-api-key, OpenAI-Organization, OpenAI-Project");
       soup_message_headers_replace (resp, "Access-Control-Max-Age", "600");
       soup_message_headers_replace (resp, "Allow", "GET, POST, OPTIONS");
       soup_server_message_set_status (msg, 204, NULL);

@@ -132,6 +132,11 @@ start cors --cors-origin http://app.example
 c=$url
 expect 204 "an allowed origin's preflight" -X OPTIONS -H 'Origin: http://app.example' "$c/v1/chat/completions"
 header_has "Access-Control-Allow-Origin: http://app.example"
+expect 204 "an allowed origin's preflight for an SDK's headers" -X OPTIONS -H 'Origin: http://app.example' \
+  -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: authorization, x-stainless-os' "$c/v1/chat/completions"
+header_has "Access-Control-Allow-Headers: authorization, x-stainless-os"
+expect 200 "an allowed origin's request" -H 'Origin: http://app.example' "$c/v1/models"
+header_has "Access-Control-Expose-Headers: x-request-id"
 expect 403 "another origin" -H 'Origin: http://evil.example' "$c/v1/models"
 
 # A full queue: one running, none waiting → 503 with Retry-After.
