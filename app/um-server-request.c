@@ -625,6 +625,11 @@ um_api_request_resolve (const UmApiRequest *r,
                    max_seq_len);
       return FALSE;
     }
+  /* RND1 keeps the canvas's last position for its pad token, where a
+   * suffix's last token would go. */
+  if (infill && um_arch_info (arch)->schedule == UM_SCHEDULE_ENTROPY)
+    UNSUPPORTED ("suffix", "a suffix is not supported for %s models: their schedule reserves the canvas's last "
+                 "position", um_arch_info (arch)->name);
   /* What the generator will run: a suffix's tokens are fixed after the
    * answer and grow the canvas; one block stays one block. */
   run = *out;

@@ -429,8 +429,9 @@ admit_run (Run *run)
                                info->max_seq_len, &greq.params, &param, &error))
     {
       gboolean context = g_error_matches (error, UM_ERROR, UM_ERROR_CONFIG);
+      gboolean unsupported = g_error_matches (error, UM_ERROR, UM_ERROR_UNSUPPORTED);
       refuse (run, 400, "invalid_request_error", error->message, param,
-              context ? "context_length_exceeded" : NULL);
+              context ? "context_length_exceeded" : unsupported ? "unsupported" : NULL);
       return FALSE;
     }
   if (UM_IS_LOCAL_GENERATOR (gen))

@@ -432,6 +432,32 @@ test_resolve_suffix (void)
   }
 }
 
+/* RND1 keeps the canvas's last position for its pad: no suffix there. */
+static void
+test_resolve_suffix_rnd1 (void)
+{
+  UmApiRequest r;
+  UmGenParams base, p;
+  UmGenLayer none;
+  g_autofree char *param = NULL;
+  g_autoptr(GError) error = NULL;
+
+  g_assert_true (parse (UM_API_COMPLETIONS, "{\"prompt\":\"a\",\"suffix\":\"b\",\"max_tokens\":16}", &r, NULL, NULL));
+  um_gen_params_init (&base);
+  um_gen_layer_init (&none);
+  g_assert_false (um_api_request_resolve (&r, UM_ARCH_RND1, &base, &none, &none, &none, 3, 2, 4096, &p, &param,
+                                          &error));
+  g_assert_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED);
+  g_assert_cmpstr (param, ==, "suffix");
+  g_clear_error (&error);
+  g_clear_pointer (&param, g_free);
+  /* Dream infills. */
+  g_assert_true (um_api_request_resolve (&r, UM_ARCH_DREAM, &base, &none, &none, &none, 3, 2, 4096, &p, &param,
+                                         &error));
+  g_assert_no_error (error);
+  um_api_request_clear (&r);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -443,5 +469,6 @@ main (int argc, char **argv)
   g_test_add_func ("/server-request/resolve-defaults", test_resolve_defaults);
   g_test_add_func ("/server-request/resolve-context", test_resolve_context);
   g_test_add_func ("/server-request/resolve-suffix", test_resolve_suffix);
+  g_test_add_func ("/server-request/resolve-suffix-rnd1", test_resolve_suffix_rnd1);
   return g_test_run ();
 }
