@@ -85,6 +85,9 @@ start_server() {
   shift 2
   while [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
+  # The redirections happen in the child: create the files first, or the
+  # first sed below may run before they exist.
+  : >"$tmp/$name.out"; : >"$tmp/$name.err"
   env "${envs[@]}" "$cli" serve --port 0 --model "$model" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
   local pid=$! url="" deadline=$((SECONDS + 60))
   pids+=("$pid"); names+=("$name")

@@ -22,6 +22,7 @@ tmp=$(mktemp -d)
 export XDG_CONFIG_HOME=$tmp/config XDG_CACHE_HOME=$tmp/cache
 # The same threads for both sides.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
+: >"$tmp/out"; : >"$tmp/err"   # before the child opens them: sed reads them at once
 "$cli" serve --port 0 --model "$model" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$tmp"' EXIT
