@@ -227,6 +227,7 @@ um_application_startup (GApplication *app)
   static const char *stop_accels[] = { "Escape", NULL };
   static const char *help_accels[] = { "F1", "<Control>question", NULL };
   static const char *optimizer_accels[] = { "<Control><Shift>o", NULL };
+  static const char *connect_accels[] = { "<Control>l", NULL };
 
   G_APPLICATION_CLASS (um_application_parent_class)->startup (app);
 
@@ -239,6 +240,7 @@ um_application_startup (GApplication *app)
   gtk_application_set_accels_for_action (GTK_APPLICATION (app), "win.stop", stop_accels);
   gtk_application_set_accels_for_action (GTK_APPLICATION (app), "win.show-help-overlay", help_accels);
   gtk_application_set_accels_for_action (GTK_APPLICATION (app), "win.show-optimizer", optimizer_accels);
+  gtk_application_set_accels_for_action (GTK_APPLICATION (app), "win.connect-server", connect_accels);
 }
 
 static void

@@ -103,6 +103,16 @@ get_string (JsonNode *n, const char *name, const char **out, char **param, GErro
   return TRUE;
 }
 
+/* @o's member @name if it is a string, else NULL (json-glib's getters
+ * complain about other types, and the types here are the client's). */
+static const char *
+member_string (JsonObject *o, const char *name)
+{
+  JsonNode *n = o ? json_object_get_member (o, name) : NULL;
+  return n && JSON_NODE_HOLDS_VALUE (n) && json_node_get_value_type (n) == G_TYPE_STRING ? json_node_get_string (n)
+                                                                                         : NULL;
+}
+
 /* A message's content: a string, or text parts joined. */
 static gboolean
 message_content (JsonNode *n, int index, char **out, char **param, GError **error)
@@ -128,15 +138,14 @@ message_content (JsonNode *n, int index, char **out, char **param, GError **erro
         {
           JsonNode *pn = json_array_get_element (parts, i);
           JsonObject *po = JSON_NODE_HOLDS_OBJECT (pn) ? json_node_get_object (pn) : NULL;
-          const char *type = po && json_object_has_member (po, "type") ? json_object_get_string_member_with_default (po, "type", NULL) : NULL;
+          const char *type = member_string (po, "type");
           const char *t;
 
           if (type == NULL)
             FAIL (name, "%s[%u] must be an object with a \"type\"", name, i);
           if (strcmp (type, "text") != 0)
             UNSUPPORTED (name, "%s[%u]: content of type \"%s\" is not supported (text only)", name, i, type);
-          if (!json_object_has_member (po, "text")
-              || !get_string (json_object_get_member (po, "text"), name, &t, param, error))
+          if (!json_object_has_member (po, "text") || !get_string (json_object_get_member (po, "text"), name, &t, NULL, NULL))
             FAIL (name, "%s[%u].text must be a string", name, i);
           g_string_append (text, t);
         }
@@ -483,11 +492,8 @@ um_api_request_parse (UmApiKind     kind,
           if (echo)
             UNSUPPORTED ("echo", "echo is not supported");
         }
-      if (MEMBER ("best_of") && (!get_int (n, "best_of", 1, 1, &iv, param, error)))
-        {
-          g_clear_error (error);
-          UNSUPPORTED ("best_of", "best_of other than 1 is not supported");
-        }
+      if (MEMBER ("best_of") && (!get_int (n, "best_of", 1, 1, &iv, NULL, NULL)))
+        UNSUPPORTED ("best_of", "best_of other than 1 is not supported");
     }
   if (MEMBER ("n"))
     {
@@ -505,7 +511,7 @@ um_api_request_parse (UmApiKind     kind,
   if (MEMBER ("response_format"))
     {
       JsonObject *ro = JSON_NODE_HOLDS_OBJECT (n) ? json_node_get_object (n) : NULL;
-      const char *type = ro ? json_object_get_string_member_with_default (ro, "type", NULL) : NULL;
+      const char *type = member_string (ro, "type");
       if (type == NULL)
         FAIL ("response_format", "response_format must be an object with a \"type\"");
       if (strcmp (type, "text") != 0)
@@ -619,6 +625,11 @@ um_api_request_resolve (const UmApiRequest *r,
                    max_seq_len);
       return FALSE;
     }
+  /* RND1 keeps the canvas's last position for its pad token, where a
+   * suffix's last token would go. */
+  if (infill && um_arch_info (arch)->schedule == UM_SCHEDULE_ENTROPY)
+    UNSUPPORTED ("suffix", "a suffix is not supported for %s models: their schedule reserves the canvas's last "
+                 "position", um_arch_info (arch)->name);
   /* What the generator will run: a suffix's tokens are fixed after the
    * answer and grow the canvas; one block stays one block. */
   run = *out;

@@ -206,11 +206,21 @@ piece_text (UmGenerator *gen, gint32 id)
   return t ? g_utf8_make_valid (t, -1) : g_strdup ("");
 }
 
+typedef struct {
+  Run         *run;
+  UmGenerator *gen;
+  gboolean     first;
+  int          prefix_n;      /* tokens of @prefix; -1: none yet */
+  char        *prefix;        /* the last committed prefix decoded */
+} StepCtx;
+
 /* The committed answer text from position 0: contiguous committed
- * positions, up to the first EOS/EOT. */
+ * positions, up to the first EOS/EOT. Decoded again only when it grew
+ * (it never shrinks), so a long canvas costs the home thread little. */
 static char *
-committed_prefix (UmGenerator *gen, const UmStepEvent *ev, int answer_len, int *n_tokens, gboolean *final)
+committed_prefix (StepCtx *sc, const UmStepEvent *ev, int answer_len, int *n_tokens, gboolean *final)
 {
+  UmGenerator *gen = sc->gen;
   const UmGeneratorInfo *info = um_generator_get_info (gen);
   const gint32 *a = ev->canvas + ev->prompt_len;
   /* A suffix (infilling) follows the answer in the canvas: not its text. */
@@ -230,10 +240,14 @@ committed_prefix (UmGenerator *gen, const UmStepEvent *ev, int answer_len, int *
   if (n == c)
     *final = TRUE;
   *n_tokens = n;
+  if (n == sc->prefix_n && sc->prefix != NULL)
+    return g_strdup (sc->prefix);
+  g_free (sc->prefix);
+  sc->prefix_n = n;
   if (engine != NULL)
     {
       char *t = um_tokenizer_decode (um_engine_get_model (engine)->tokenizer, a, n, TRUE, NULL);
-      return t ? t : g_strdup ("");
+      sc->prefix = t ? t : g_strdup ("");
     }
   else
     {
@@ -244,15 +258,10 @@ committed_prefix (UmGenerator *gen, const UmStepEvent *ev, int answer_len, int *
           if (p)
             g_string_append (s, p);
         }
-      return g_string_free (s, FALSE);
+      sc->prefix = g_string_free (s, FALSE);
     }
+  return g_strdup (sc->prefix);
 }
-
-typedef struct {
-  Run         *run;
-  UmGenerator *gen;
-  gboolean     first;
-} StepCtx;
 
 static void
 on_step (const UmStepEvent *ev, gpointer data)
@@ -303,7 +312,9 @@ on_step (const UmStepEvent *ev, gpointer data)
       g_array_append_val (s->changes, ch);
     }
   sc->first = FALSE;
-  s->prefix = committed_prefix (sc->gen, ev, run->answer_len, &s->prefix_tokens, &s->prefix_final);
+  /* Only a stream sends text before the end. */
+  if (run->req.stream)
+    s->prefix = committed_prefix (sc, ev, run->answer_len, &s->prefix_tokens, &s->prefix_final);
 
   g_mutex_lock (&run->server->lock);
   if (g_strcmp0 (run->server->running_id, run->id) != 0)
@@ -313,6 +324,10 @@ on_step (const UmStepEvent *ev, gpointer data)
     }
   g_mutex_unlock (&run->server->lock);
   g_mutex_lock (&run->lock);
+  /* Merged steps send the last prefix only: a stalled client must not
+   * make every step's copy pile up. */
+  if (!g_queue_is_empty (&run->pending))
+    g_clear_pointer (&((StepOut *) g_queue_peek_tail (&run->pending))->prefix, g_free);
   g_queue_push_tail (&run->pending, s);
   post_locked (run);
   g_mutex_unlock (&run->lock);
@@ -343,6 +358,7 @@ on_done (GObject *source, GAsyncResult *result, gpointer data)
   post_locked (run);
   g_mutex_unlock (&run->lock);
   g_object_unref (dc->sc->gen);
+  g_free (dc->sc->prefix);
   g_free (dc->sc);
   g_free (dc);
   g_atomic_int_add (&server->n_generations, -1);
@@ -413,8 +429,9 @@ admit_run (Run *run)
                                info->max_seq_len, &greq.params, &param, &error))
     {
       gboolean context = g_error_matches (error, UM_ERROR, UM_ERROR_CONFIG);
+      gboolean unsupported = g_error_matches (error, UM_ERROR, UM_ERROR_UNSUPPORTED);
       refuse (run, 400, "invalid_request_error", error->message, param,
-              context ? "context_length_exceeded" : NULL);
+              context ? "context_length_exceeded" : unsupported ? "unsupported" : NULL);
       return FALSE;
     }
   if (UM_IS_LOCAL_GENERATOR (gen))
@@ -444,6 +461,7 @@ admit_run (Run *run)
   dc->sc->run = run;
   dc->sc->gen = g_object_ref (gen);
   dc->sc->first = TRUE;
+  dc->sc->prefix_n = -1;
   g_mutex_lock (&run->lock);
   run->admitted = TRUE;
   post_locked (run);

@@ -106,7 +106,10 @@ um_server_send_error (SoupServerMessage *msg, guint status, const char *type, co
   json_builder_end_object (b);
   json_builder_end_object (b);
   root = json_builder_get_root (b);
-  if (status >= 500)
+  /* A failed generation would fail again (and OpenAI's SDKs retry twice
+   * by default); a busy or loading server is worth another try, after
+   * Retry-After. */
+  if (status >= 500 && status != 503)
     soup_message_headers_replace (h, "x-should-retry", "false");
   if (status == 503)
     soup_message_headers_replace (h, "Retry-After", "1");
@@ -298,14 +301,19 @@ early_handler (SoupServer *soup, SoupServerMessage *msg, const char *path, GHash
           return;
         }
       soup_message_headers_replace (resp, "Access-Control-Allow-Origin", origin);
+      soup_message_headers_replace (resp, "Access-Control-Expose-Headers", "x-request-id, Retry-After, x-should-retry");
       soup_message_headers_replace (resp, "Vary", "Origin");
     }
   if (strcmp (method, "OPTIONS") == 0)
     {
       /* Preflights carry no credentials: answered before the key check. */
       soup_message_headers_replace (resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      /* An allowed page may send what its client sends (openai-node adds
+       * its X-Stainless-* headers); without an Origin nothing reads this. */
+      const char *asked = soup_message_headers_get_one (req, "Access-Control-Request-Headers");
       soup_message_headers_replace (resp, "Access-Control-Allow-Headers",
-                                    "Authorization, Content-Type, x-api-key, OpenAI-Organization, OpenAI-Project");
+                                    origin != NULL && asked != NULL ? asked
+                                    : "Authorization, Content-Type, x-api-key, OpenAI-Organization, OpenAI-Project");
       soup_message_headers_replace (resp, "Access-Control-Max-Age", "600");
       soup_message_headers_replace (resp, "Allow", "GET, POST, OPTIONS");
       soup_server_message_set_status (msg, 204, NULL);

@@ -39,7 +39,7 @@ struct _UmChatPage {
   GtkWidget          *fast_button;
   GtkWidget          *params_reset_button;
 
-  UmEngine           *engine;
+  UmGenerator        *generator;     /* "an engine", local or remote */
   UmSettings         *settings;      /* the Fast decoding controls are bound to it */
   UmGenParams         params;
   UmChatConversation *conv;

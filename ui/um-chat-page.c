@@ -1,9 +1,14 @@
 /* um-chat-page.c — multi-turn chat with an Instruct model (see um-chat-page.h).
  *
- * The token history is built by the model's chat template
- * (um_model_build_chat_prompt; for LLaDA as its reference chat.py does): each
- * turn's prompt is the previous prompt + answer without EOS, then the new
- * user turn. A stopped answer is kept for reading but never enters the
+ * The page talks to "an engine" (UmGenerator), local or remote. With the
+ * model's tokenizer in this process the token history is built by the
+ * model's chat template (um_model_build_chat_prompt; for LLaDA as its
+ * reference chat.py does): each turn's prompt is the previous prompt +
+ * answer ids without EOS, then the new user turn, sent as prompt ids.
+ * Otherwise (a server; a saved conversation of another model) the turns go
+ * as messages, which the generator renders with the model's template: the
+ * same text, though the answers are tokenized again rather than kept as
+ * generated. A stopped answer is kept for reading but never enters the
  * history, so the next turn continues from the last complete one.
  *
  * The saved conversations (the Chats popover, delete, export as Markdown)
@@ -18,7 +23,6 @@
 
 #include "um-chat-template.h"
 #include "um-window.h"
-#include "um-worker.h"
 
 #define MASK_GLYPH "░"
 
@@ -33,10 +37,9 @@ typedef struct {
  * the worker delivers its step events and then its callback, which frees it. */
 struct _ChatRun {
   GWeakRef      page;
-  UmEngine     *engine;      /* only handed back to um_engine_generate_finish */
   GCancellable *cancellable;
   GArray       *base_ids;    /* gint32: the history the prompt was built on */
-  GArray       *prompt_ids;  /* gint32 */
+  GArray       *prompt_ids;  /* gint32; NULL when the turns went as messages */
   UmGenParams   params;
   char         *model_path;
   char         *model_name;
@@ -344,7 +347,7 @@ um_chat_page_update_state (UmChatPage *self)
   gboolean has_messages = self->conv->messages->len > 0;
   g_autofree char *text = entry_text (self);
   gboolean has_text = !text_is_blank (text);
-  gboolean can_run = self->engine != NULL && !busy;
+  gboolean can_run = self->generator != NULL && !busy;
 
   gtk_widget_action_set_enabled (w, "chat.send", can_run && has_text);
   gtk_widget_action_set_enabled (w, "chat.stop", busy && !self->run->stopped);
@@ -357,10 +360,10 @@ um_chat_page_update_state (UmChatPage *self)
   gtk_widget_set_sensitive (GTK_WIDGET (self->chats_button), !busy);
 
   gtk_label_set_text (self->placeholder_label,
-                      self->engine ? _("Ask something…") : _("Open a model to chat"));
+                      self->generator ? _("Ask something…") : _("Open a model to chat"));
   gtk_widget_set_visible (GTK_WIDGET (self->placeholder_label), text[0] == '\0');
 
-  if (self->engine == NULL)
+  if (self->generator == NULL)
     {
       adw_status_page_set_title (self->status_page, _("Open a Model to Chat"));
       adw_status_page_set_description (self->status_page,
@@ -414,6 +417,32 @@ save_conversation (UmChatPage *self)
 
 /* ---- the live answer ---- */
 
+/* Text of @n ids, special tokens skipped. Runs of tokens decode together
+ * where the tokenizer is in this process (a character split over two tokens
+ * comes out whole); otherwise token by token, as the generator names them.
+ * NULL if a token is unknown. */
+static char *
+decode_ids (UmChatPage *self, const gint32 *ids, guint n)
+{
+  UmEngine *engine = um_generator_get_engine (self->generator);
+  GString *out;
+
+  if (engine != NULL)
+    return um_tokenizer_decode (um_engine_get_model (engine)->tokenizer, ids, n, TRUE, NULL);
+  out = g_string_new (NULL);
+  for (guint i = 0; i < n; i++)
+    {
+      g_autofree char *piece = um_generator_token_text (self->generator, ids[i]);
+      if (piece == NULL)
+        {
+          g_string_free (out, TRUE);
+          return NULL;
+        }
+      g_string_append (out, piece);
+    }
+  return g_string_free (out, FALSE);
+}
+
 /* The text of one token for the live view, escaped for markup. Tokens are
  * decoded one by one, so a character split over two tokens shows as U+FFFD
  * until the answer is final. */
@@ -424,9 +453,11 @@ token_piece (UmChatPage *self, gint32 id)
 
   if (piece == NULL)
     {
-      g_autofree char *text = um_tokenizer_decode (um_engine_get_model (self->engine)->tokenizer,
-                                                   &id, 1, TRUE, NULL);
-      piece = g_markup_escape_text (text ? text : "?", -1);
+      g_autofree char *text = decode_ids (self, &id, 1);
+      /* Unknown yet (a server names a token when it sends it): not kept. */
+      if (text == NULL)
+        return "?";
+      piece = g_markup_escape_text (text, -1);
       g_hash_table_insert (self->pieces, GINT_TO_POINTER (id), piece);
     }
   return piece;
@@ -448,16 +479,16 @@ confidence_colour (float confidence)
 static void
 paint_live (UmChatPage *self)
 {
-  const UmModelConfig *cfg;
+  const UmGeneratorInfo *cfg;
   g_autoptr(GString) markup = NULL;
   g_autofree char *caption = NULL;
   gboolean in_masks = FALSE;
   Bubble *b;
 
   g_clear_handle_id (&self->paint_id, g_source_remove);
-  if (self->live_row == NULL || self->engine == NULL)
+  if (self->live_row == NULL || self->generator == NULL)
     return;
-  cfg = &um_engine_get_model (self->engine)->cfg;
+  cfg = um_generator_get_info (self->generator);
   b = bubble_get (self->live_row);
   markup = g_string_new (NULL);
   for (guint i = 0; i < self->live_ids->len; i++)
@@ -522,16 +553,14 @@ schedule_paint (UmChatPage *self)
 static char *
 partial_text (UmChatPage *self)
 {
-  const UmModelConfig *cfg;
-  UmTokenizer *tok;
+  const UmGeneratorInfo *cfg;
   const gint32 *ids;
   GString *out = g_string_new (NULL);
   guint n = 0, end = 0;
 
-  if (self->engine == NULL || self->live_ids == NULL)
+  if (self->generator == NULL || self->live_ids == NULL)
     return g_string_free (out, FALSE);
-  cfg = &um_engine_get_model (self->engine)->cfg;
-  tok = um_engine_get_model (self->engine)->tokenizer;
+  cfg = um_generator_get_info (self->generator);
   ids = (const gint32 *) self->live_ids->data;
   while (n < self->live_ids->len && ids[n] != cfg->eos_id && ids[n] != cfg->eot_id)
     {
@@ -551,7 +580,7 @@ partial_text (UmChatPage *self)
       while (j < end && ids[j] != cfg->mask_id)
         j++;
       {
-        g_autofree char *text = um_tokenizer_decode (tok, ids + i, j - i, TRUE, NULL);
+        g_autofree char *text = decode_ids (self, ids + i, j - i);
         g_string_append (out, text ? text : "?");
       }
       i = j;
@@ -604,10 +633,9 @@ on_generated (GObject *source, GAsyncResult *result, gpointer user_data)
   ChatRun *run = user_data;
   g_autoptr(UmChatPage) self = g_weak_ref_get (&run->page);
   g_autoptr(GError) error = NULL;
-  g_autoptr(UmGenResult) res = NULL;
+  g_autoptr(UmGeneratorResult) res = NULL;
 
-  /* Never dereferences the engine, which may be gone by now. */
-  res = um_engine_generate_finish (run->engine, result, &error);
+  res = um_generator_generate_finish (UM_GENERATOR (source), result, &error);
   if (self == NULL || self->run != run)
     {
       chat_run_free (run);
@@ -622,9 +650,19 @@ on_generated (GObject *source, GAsyncResult *result, gpointer user_data)
       UmChatConversation *c = self->conv;
 
       um_chat_conversation_add_message (c, "assistant", res->text, FALSE);
-      ids_assign (c->prev_ids, run->base_ids);
-      ids_assign (c->ids, run->prompt_ids);
-      g_array_append_vals (c->ids, res->ids->data, res->ids->len);
+      if (run->prompt_ids != NULL)
+        {
+          ids_assign (c->prev_ids, run->base_ids);
+          ids_assign (c->ids, run->prompt_ids);
+          g_array_append_vals (c->ids, res->ids->data, res->ids->len);
+        }
+      else
+        {
+          /* Sent as messages: no token history; the next turn goes as
+           * messages too. */
+          g_array_set_size (c->prev_ids, 0);
+          g_array_set_size (c->ids, 0);
+        }
       if (self->live_row != NULL)
         {
           bubble_set_answer (self->live_row, res->text, FALSE);
@@ -656,26 +694,79 @@ on_generated (GObject *source, GAsyncResult *result, gpointer user_data)
   chat_run_free (run);
 }
 
+/* The model the page runs, as conversations record it: the local model's
+ * path, or the server's URL and model id. */
+static char *
+generator_model_path (UmGenerator *generator)
+{
+  UmEngine *engine = um_generator_get_engine (generator);
+  const UmGeneratorInfo *info = um_generator_get_info (generator);
+
+  if (engine != NULL)
+    return g_strdup (um_engine_get_model (engine)->path);
+  return g_strdup_printf ("%s#%s", info->location ? info->location : "", info->model_id ? info->model_id : "");
+}
+
+/* The complete turns before message @before (a stopped answer and the
+ * question it answered are left out, as from the token history), then
+ * @text as the new user turn. The strings are borrowed. */
+static GArray *
+history_messages (UmChatPage *self, guint before, const char *text)
+{
+  GArray *out = g_array_new (FALSE, FALSE, sizeof (UmGenMessage));
+  GPtrArray *msgs = self->conv->messages;
+  UmGenMessage m;
+
+  for (guint i = 0; i < before && i < msgs->len;)
+    {
+      UmChatStoreMessage *q = g_ptr_array_index (msgs, i);
+      UmChatStoreMessage *a = i + 1 < before ? g_ptr_array_index (msgs, i + 1) : NULL;
+
+      if (g_strcmp0 (q->role, "user") == 0 && a != NULL && g_strcmp0 (a->role, "assistant") == 0 && !a->stopped)
+        {
+          m.role = q->role;
+          m.content = q->content;
+          g_array_append_val (out, m);
+          m.role = a->role;
+          m.content = a->content ? a->content : (char *) "";
+          g_array_append_val (out, m);
+          i += 2;
+        }
+      else
+        i++;
+    }
+  m.role = (char *) "user";
+  m.content = (char *) text;
+  g_array_append_val (out, m);
+  return out;
+}
+
 /* Starts an answer to @text (a new turn) or, with @regenerate, to the last
  * user message again. Problems are shown inline; FALSE if nothing started. */
 static gboolean
 start_run (UmChatPage *self, const char *text, gboolean regenerate)
 {
-  UmModel *model;
+  UmEngine *engine;
+  const UmGeneratorInfo *info;
   UmChatConversation *c = self->conv;
   UmChatStoreMessage *last = last_message (self);
-  g_autoptr(GArray) prompt = g_array_new (FALSE, FALSE, sizeof (gint32));
+  g_autoptr(GArray) prompt = NULL;
+  g_autoptr(GArray) messages = NULL;
   g_autoptr(GError) error = NULL;
+  g_autofree char *model_path = NULL;
   UmGenParams params;
-  UmGenRequest req;
+  UmGeneratorRequest req;
   GArray *base = c->ids;
   gboolean discard = FALSE;
+  guint before = c->messages->len;
   ChatRun *run;
   Bubble *b;
 
-  if (self->engine == NULL || self->run != NULL)
+  if (self->generator == NULL || self->run != NULL)
     return FALSE;
-  model = um_engine_get_model (self->engine);
+  engine = um_generator_get_engine (self->generator);
+  info = um_generator_get_info (self->generator);
+  model_path = generator_model_path (self->generator);
   um_chat_page_get_params (self, &params);
 
   if (regenerate)
@@ -684,6 +775,7 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
       if (u < 0)
         return FALSE;
       text = ((UmChatStoreMessage *) g_ptr_array_index (c->messages, u))->content;
+      before = (guint) u;
       discard = g_strcmp0 (last->role, "assistant") == 0;
       /* A complete last answer is in the history: build on the one before. */
       if (discard && !last->stopped)
@@ -695,25 +787,34 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
     return FALSE;
 
   clear_error_rows (self);
-  if (!um_model_build_chat_prompt (model, base->len ? (const gint32 *) base->data : NULL,
-                                   base->len, text, prompt, &error)
-      || !um_gen_params_validate_for (&params, model->cfg.arch, prompt->len, model->cfg.max_seq_len, &error))
+  messages = history_messages (self, before, text);
+  /* The exact chat.py history where this process has the tokenizer and the
+   * ids are this model's (or there is no history yet); else the turns as
+   * messages. */
+  if (engine != NULL && (messages->len == 1 || (base->len > 0 && g_strcmp0 (c->model_path, model_path) == 0)))
     {
-      g_autofree char *msg = g_strdup_printf (_("Cannot answer: %s"), error->message);
-      add_error_row (self, msg, FALSE);
-      um_chat_page_update_state (self);
-      return FALSE;
+      UmModel *model = um_engine_get_model (engine);
+
+      prompt = g_array_new (FALSE, FALSE, sizeof (gint32));
+      if (!um_model_build_chat_prompt (model, base->len ? (const gint32 *) base->data : NULL,
+                                       base->len, text, prompt, &error)
+          || !um_gen_params_validate_for (&params, model->cfg.arch, prompt->len, model->cfg.max_seq_len, &error))
+        {
+          g_autofree char *msg = g_strdup_printf (_("Cannot answer: %s"), error->message);
+          add_error_row (self, msg, FALSE);
+          um_chat_page_update_state (self);
+          return FALSE;
+        }
     }
 
   run = g_new0 (ChatRun, 1);
   g_weak_ref_init (&run->page, self);
-  run->engine = self->engine;
   run->cancellable = g_cancellable_new ();
   run->base_ids = ids_copy (base);
   run->prompt_ids = g_steal_pointer (&prompt);
   run->params = params;
-  run->model_path = g_strdup (model->path);
-  run->model_name = g_strdup (model->display_name);
+  run->model_path = g_steal_pointer (&model_path);
+  run->model_name = g_strdup (info->display_name);
 
   if (regenerate)
     {
@@ -747,7 +848,7 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
   for (int i = 0; i < params.gen_length; i++)
     {
       float none = -1.0f;
-      g_array_append_val (self->live_ids, model->cfg.mask_id);
+      g_array_append_val (self->live_ids, info->mask_id);
       g_array_append_val (self->live_fresh, none);
     }
   self->live_step = 0;
@@ -759,11 +860,20 @@ start_run (UmChatPage *self, const char *text, gboolean regenerate)
   set_run (self, run);
   save_conversation (self);
 
-  um_gen_request_init (&req);
+  um_generator_request_init (&req);
   req.params = params;
-  req.prompt_ids = (const gint32 *) run->prompt_ids->data;
-  req.n_prompt_ids = run->prompt_ids->len;
-  um_engine_generate_async (self->engine, &req, on_step, run, run->cancellable, on_generated, run);
+  if (run->prompt_ids != NULL)
+    {
+      req.prompt_ids = (const gint32 *) run->prompt_ids->data;
+      req.n_prompt_ids = run->prompt_ids->len;
+    }
+  else
+    {
+      /* The strings are the conversation's; the request is copied. */
+      req.messages = (const UmGenMessage *) messages->data;
+      req.n_messages = (int) messages->len;
+    }
+  um_generator_generate_async (self->generator, &req, on_step, run, run->cancellable, on_generated, run);
   return TRUE;
 }
 
@@ -776,16 +886,16 @@ um_chat_page_new (void)
 }
 
 void
-um_chat_page_set_engine (UmChatPage *self, UmEngine *engine)
+um_chat_page_set_generator (UmChatPage *self, UmGenerator *generator)
 {
   g_return_if_fail (UM_IS_CHAT_PAGE (self));
 
-  if (self->engine == engine)
+  if (self->generator == generator)
     return;
-  /* Stop while the old engine is still there to decode the partial answer;
-   * the run's callback does not use the engine. */
+  /* Stop while the old generator is still there to decode the partial
+   * answer; the run's callback does not use the page's. */
   um_chat_page_stop (self);
-  self->engine = engine;
+  g_set_object (&self->generator, generator);
   g_hash_table_remove_all (self->pieces);
   um_chat_page_update_state (self);
 }
@@ -1213,7 +1323,7 @@ um_chat_page_dispose (GObject *object)
       gtk_native_dialog_destroy (self->export_dialog);
       g_clear_object (&self->export_dialog);
     }
-  self->engine = NULL;
+  g_clear_object (&self->generator);
   self->live_row = NULL;
   gtk_widget_dispose_template (GTK_WIDGET (self), UM_TYPE_CHAT_PAGE);
   g_clear_object (&self->settings);

@@ -9,7 +9,7 @@
 #include <adwaita.h>
 
 #include "um-chat-store.h"
-#include "um-engine.h"
+#include "um-generator.h"
 #include "um-mode-limits.h"
 #include "um-settings.h"
 
@@ -20,9 +20,9 @@ G_DECLARE_FINAL_TYPE (UmChatPage, um_chat_page, UM, CHAT_PAGE, AdwBin)
 
 GtkWidget *um_chat_page_new (void);
 
-/* The engine to chat with (NULL when no model is loaded). Not owned: the
- * window keeps it alive while set. */
-void       um_chat_page_set_engine (UmChatPage *self, UmEngine *engine);
+/* The engine to chat with, local or remote (NULL when no model is loaded;
+ * a reference is kept). */
+void       um_chat_page_set_generator (UmChatPage *self, UmGenerator *generator);
 /* Generation parameters for answers (copied). */
 void       um_chat_page_set_params (UmChatPage *self, const UmGenParams *params);
 /* Binds the page's Fast decoding controls to @settings (otherwise done on

@@ -4,8 +4,6 @@
 
 #include <glib/gi18n.h>
 
-#include "um-chat-template.h"
-#include "um-worker.h"
 
 #include <string.h>
 
@@ -55,7 +53,7 @@ struct _UmGeneratePage {
   GtkWidget       *reset_all_button;
   GtkLabel        *model_note_label;
 
-  UmEngine        *engine;
+  UmGenerator     *generator;       /* "an engine", local or remote */
   UmSettings      *settings;
   GCancellable    *cancellable;
   char            *problem;
@@ -67,6 +65,8 @@ struct _UmGeneratePage {
   gboolean         variable_steps;   /* threshold or factor: steps is only a bound */
   gboolean         updating_scale;
   gboolean         fixed_seen;       /* the run's tokens in place from the start are known */
+  gboolean         laid_out;         /* the view knows the run's prompt length (first step) */
+  int              run_block_length;
   UmModeInfo       mode_info;
   gboolean         have_mode;
   UmLimitsWarning     limits;
@@ -341,8 +341,8 @@ current_arch (UmGeneratePage *self)
 {
   UmArch arch = UM_ARCH_LLADA;
 
-  if (self->engine != NULL)
-    return um_engine_get_model (self->engine)->cfg.arch;
+  if (self->generator != NULL)
+    return um_generator_get_info (self->generator)->arch;
   if (self->settings != NULL)
     um_settings_family_to_arch (um_settings_get_family (self->settings), &arch);
   return arch;
@@ -354,7 +354,7 @@ update_problem (UmGeneratePage *self)
 {
   UmGenParams p;
   g_autoptr(GError) error = NULL;
-  guint max_len = self->engine ? um_engine_get_model (self->engine)->cfg.max_seq_len : 4096;
+  guint max_len = self->generator ? um_generator_get_info (self->generator)->max_seq_len : 4096;
   gboolean running = self->cancellable != NULL;
 
   read_params (self, &p);
@@ -381,7 +381,7 @@ update_problem (UmGeneratePage *self)
   gtk_label_set_text (self->problem_label, self->problem ? self->problem : "");
   gtk_widget_set_visible (GTK_WIDGET (self->problem_label), self->problem != NULL);
   gtk_widget_set_sensitive (GTK_WIDGET (self->generate_button),
-                            self->engine != NULL && !running && self->problem == NULL);
+                            self->generator != NULL && !running && self->problem == NULL);
   gtk_widget_set_sensitive (GTK_WIDGET (self->stop_button), running);
   update_limits (self);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_PROBLEM]);
@@ -391,9 +391,12 @@ static char *
 token_text (gint32 id, gpointer user_data)
 {
   UmGeneratePage *self = user_data;
-  if (self->engine == NULL)
+  char *text;
+
+  if (self->generator == NULL)
     return g_strdup ("?");
-  return um_tokenizer_decode (um_engine_get_model (self->engine)->tokenizer, &id, 1, FALSE, NULL);
+  text = um_generator_token_text (self->generator, id);
+  return text != NULL ? text : g_strdup ("?");
 }
 
 /* @n_this: tokens committed by this step, or -1 before the first. With a
@@ -420,7 +423,7 @@ update_stats (UmGeneratePage *self, int step, int n_steps, int n_this, double el
 static void
 show_fixed (UmGeneratePage *self, const UmStepEvent *ev)
 {
-  gint32 mask = um_engine_get_model (self->engine)->cfg.mask_id;
+  gint32 mask = um_generator_get_info (self->generator)->mask_id;
   g_autoptr(GArray) positions = g_array_new (FALSE, FALSE, sizeof (gint32));
   g_autoptr(GArray) ids = g_array_new (FALSE, FALSE, sizeof (gint32));
   int k = 0;
@@ -447,6 +450,14 @@ on_step (const UmStepEvent *ev, gpointer user_data)
 
   if (self->cancellable == NULL)
     return;
+  /* The generator tokenizes the prompt (here or on a server): the canvas
+   * starts where the first step says. */
+  if (!self->laid_out)
+    {
+      self->laid_out = TRUE;
+      um_diffusion_view_reset (self->view, ev->prompt_len, ev->seq_len - ev->prompt_len, self->run_block_length,
+                               ev->n_steps);
+    }
   if (!self->fixed_seen)
     show_fixed (self, ev);
   um_diffusion_view_add_step (self->view, ev->step, ev->positions, ev->ids, ev->confidences, ev->n_committed);
@@ -465,9 +476,9 @@ on_generated (GObject *source, GAsyncResult *result, gpointer user_data)
 {
   g_autoptr(UmGeneratePage) self = user_data;
   g_autoptr(GError) error = NULL;
-  g_autoptr(UmGenResult) res = NULL;
+  g_autoptr(UmGeneratorResult) res = NULL;
 
-  res = um_engine_generate_finish (self->engine, result, &error);
+  res = um_generator_generate_finish (UM_GENERATOR (source), result, &error);
   g_clear_object (&self->cancellable);
   g_clear_error (&self->last_error);
   g_clear_pointer (&self->last_text, g_free);
@@ -502,36 +513,22 @@ um_generate_page_generate (UmGeneratePage *self)
 {
   GtkTextIter start, end;
   g_autofree char *prompt = NULL;
-  UmGenRequest req;
+  UmGeneratorRequest req;
   GtkTextBuffer *buffer = gtk_text_view_get_buffer (self->prompt_view);
-  g_autoptr(GArray) ids = NULL;
-  g_autoptr(GError) error = NULL;
-  UmModel *model;
 
   update_problem (self);
-  if (self->engine == NULL || self->cancellable != NULL || self->problem != NULL)
+  if (self->generator == NULL || self->cancellable != NULL || self->problem != NULL)
     return;
-  model = um_engine_get_model (self->engine);
   gtk_text_buffer_get_bounds (buffer, &start, &end);
   prompt = gtk_text_buffer_get_text (buffer, &start, &end, FALSE);
 
-  um_gen_request_init (&req);
+  /* The text, not ids: the generator tokenizes it (with the chat template
+   * when asked), here or on the server. Errors about the prompt's length
+   * come back as the run's error. */
+  um_generator_request_init (&req);
   read_params (self, &req.params);
   req.prompt = prompt;
   req.chat = gtk_switch_get_active (self->chat_switch);
-
-  /* The prompt length decides where the canvas starts: tokenize it here
-   * (cheap) so the view can be laid out before the first step. */
-  ids = g_array_new (FALSE, FALSE, sizeof (gint32));
-  if (req.chat ? !um_model_build_chat_prompt (model, NULL, 0, prompt, ids, &error)
-               : !um_tokenizer_encode (model->tokenizer, prompt, -1, ids, &error))
-    {
-      gtk_label_set_text (self->stats_label, error->message);
-      return;
-    }
-  req.prompt = NULL;
-  req.prompt_ids = (const gint32 *) ids->data;
-  req.n_prompt_ids = ids->len;
   /* The run borrows the words: move the snapshot to the run's storage,
    * which stays until the next run (never rebuilt while one is going). */
   {
@@ -543,16 +540,12 @@ um_generate_page_generate (UmGeneratePage *self)
     self->snap_words = tmp_w;
     req.params.constraints = self->run_constraints->len ? (const UmGenConstraint *) self->run_constraints->data : NULL;
   }
-  if (!um_gen_params_validate_for (&req.params, model->cfg.arch, ids->len, model->cfg.max_seq_len, &error))
-    {
-      gtk_label_set_text (self->problem_label, error->message);
-      gtk_widget_set_visible (GTK_WIDGET (self->problem_label), TRUE);
-      return;
-    }
 
-  um_diffusion_view_reset (self->view, ids->len, req.params.gen_length, req.params.block_length,
-                           req.params.steps);
+  /* Masks at once; the prompt's length is known at the first step. */
+  um_diffusion_view_reset (self->view, 0, req.params.gen_length, req.params.block_length, req.params.steps);
   um_diffusion_view_set_following (self->view, TRUE);
+  self->run_block_length = req.params.block_length;
+  self->laid_out = FALSE;
   self->updating_scale = TRUE;
   gtk_adjustment_configure (self->step_adjustment, 0, 0, 0, 1, 8, 0);
   self->updating_scale = FALSE;
@@ -568,8 +561,17 @@ um_generate_page_generate (UmGeneratePage *self)
   /* On a narrow window the parameters cover the canvas: get out of the way. */
   if (adw_flap_get_folded (self->flap))
     adw_flap_set_reveal_flap (self->flap, FALSE);
-  um_engine_generate_async (self->engine, &req, on_step, self, self->cancellable, on_generated,
-                            g_object_ref (self));
+  um_generator_generate_async (self->generator, &req, on_step, self, self->cancellable, on_generated,
+                               g_object_ref (self));
+  /* Queued behind another request (the chat, or a client of the server):
+   * say so until the first step. */
+  if (self->cancellable != NULL && !self->laid_out)
+    {
+      int n_running = 0, n_waiting = 0;
+      um_generator_get_queue (self->generator, &n_running, &n_waiting);
+      if (n_waiting > 0)
+        gtk_label_set_text (self->stats_label, _("Waiting for the engine…"));
+    }
   update_problem (self);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_RUNNING]);
 }
@@ -621,21 +623,23 @@ on_param_changed (UmGeneratePage *self)
 }
 
 void
-um_generate_page_set_engine (UmGeneratePage *self, UmEngine *engine)
+um_generate_page_set_generator (UmGeneratePage *self, UmGenerator *generator)
 {
   if (self->cancellable != NULL)
     {
-      /* A running generation keeps the engine busy; the window only swaps
-       * engines when nothing runs, but be safe on teardown. */
+      /* A running generation keeps the generator busy; the window only swaps
+       * them when nothing runs, but be safe on teardown. */
       g_cancellable_cancel (self->cancellable);
     }
-  self->engine = engine;
+  g_set_object (&self->generator, generator);
   um_diffusion_view_clear (self->view);
-  if (engine != NULL)
+  if (generator != NULL)
     {
-      UmModel *model = um_engine_get_model (engine);
-      g_autofree char *lower = g_ascii_strdown (model->path, -1);
-      um_diffusion_view_set_special_ids (self->view, model->cfg.mask_id, model->cfg.eos_id, model->cfg.eot_id);
+      const UmGeneratorInfo *info = um_generator_get_info (generator);
+      g_autofree char *name = g_strconcat (info->model_id ? info->model_id : "", " ",
+                                           info->display_name ? info->display_name : "", NULL);
+      g_autofree char *lower = g_ascii_strdown (name, -1);
+      um_diffusion_view_set_special_ids (self->view, info->mask_id, info->eos_id, info->eot_id);
       /* Base models are prompted with plain text, Instruct models with the
        * template; the shipped demo model is a base model (data/training). */
       if (strstr (lower, "base") != NULL || strstr (lower, "demo-model") != NULL)
@@ -655,7 +659,7 @@ um_generate_page_set_engine (UmGeneratePage *self, UmEngine *engine)
 static void
 update_model_note (UmGeneratePage *self)
 {
-  const UmGenRecommendation *rec = self->engine ? um_engine_get_recommendation (self->engine) : NULL;
+  const UmGenRecommendation *rec = self->generator ? um_generator_get_info (self->generator)->recommendation : NULL;
   g_autoptr(GString) text = g_string_new (NULL);
   g_autoptr(GString) tooltip = g_string_new (NULL);
 
@@ -912,6 +916,7 @@ um_generate_page_dispose (GObject *object)
     g_cancellable_cancel (self->cancellable);
   gtk_widget_dispose_template (GTK_WIDGET (self), UM_TYPE_GENERATE_PAGE);
   g_clear_object (&self->settings);
+  g_clear_object (&self->generator);
   G_OBJECT_CLASS (um_generate_page_parent_class)->dispose (object);
 }
 

@@ -5,7 +5,7 @@
 #include <adwaita.h>
 
 #include "um-diffusion-view.h"
-#include "um-engine.h"
+#include "um-generator.h"
 #include "um-mode-limits.h"
 #include "um-settings.h"
 
@@ -14,7 +14,8 @@ G_BEGIN_DECLS
 #define UM_TYPE_GENERATE_PAGE (um_generate_page_get_type ())
 G_DECLARE_FINAL_TYPE (UmGeneratePage, um_generate_page, UM, GENERATE_PAGE, AdwBin)
 
-void             um_generate_page_set_engine (UmGeneratePage *self, UmEngine *engine);
+/* The engine to run on, local or remote (a reference is kept); NULL: none. */
+void             um_generate_page_set_generator (UmGeneratePage *self, UmGenerator *generator);
 void             um_generate_page_set_settings (UmGeneratePage *self, UmSettings *settings);
 
 void             um_generate_page_set_prompt (UmGeneratePage *self, const char *text);

@@ -19,6 +19,8 @@ struct _UmMemoryPage {
   GtkLevelBar     *device_level;
   GtkLabel        *device_use_label, *dev_weights_label, *dev_buffers_label, *dev_backend_label;
   UmPlanBars      *plan_bars;
+  AdwPreferencesGroup *remote_group;
+  GtkLabel        *remote_label;
   UmMemoryMonitor *monitor;
 };
 
@@ -220,6 +222,30 @@ um_memory_page_class_init (UmMemoryPageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, dev_buffers_label);
   gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, dev_backend_label);
   gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, plan_bars);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, remote_group);
+  gtk_widget_class_bind_template_child (widget_class, UmMemoryPage, remote_label);
+}
+
+void
+um_memory_page_set_remote (UmMemoryPage *self, const char *server)
+{
+  g_return_if_fail (UM_IS_MEMORY_PAGE (self));
+
+  if (server != NULL)
+    {
+      /* Translators: %s is a server's address, e.g. "http://gpu-box:8765/v1" */
+      g_autofree char *text = g_strdup_printf (_("The model runs on the server at %s. This page shows the memory of "
+                                                 "this computer, not the server’s."), server);
+      gtk_label_set_text (self->remote_label, text);
+    }
+  gtk_widget_set_visible (GTK_WIDGET (self->remote_group), server != NULL);
+}
+
+const char *
+um_memory_page_get_remote_note (UmMemoryPage *self)
+{
+  g_return_val_if_fail (UM_IS_MEMORY_PAGE (self), NULL);
+  return gtk_widget_get_visible (GTK_WIDGET (self->remote_group)) ? gtk_label_get_text (self->remote_label) : NULL;
 }
 
 static void

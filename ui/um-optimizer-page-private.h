@@ -28,6 +28,7 @@ struct _UmOptimizerPage {
   AdwEntryRow      *budget_row;
   UmPlanBars       *plan_bars;
   GtkLabel         *status_label;
+  GtkLabel         *remote_label;     /* the model runs on a server */
   GtkWidget        *loaded_list;
   AdwActionRow     *loaded_row;
   AdwPreferencesGroup *plan_group;

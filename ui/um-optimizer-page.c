@@ -799,6 +799,29 @@ um_optimizer_page_set_model (UmOptimizerPage *self, const char *path, UmEngine *
 }
 
 void
+um_optimizer_page_set_remote (UmOptimizerPage *self, const char *server)
+{
+  g_return_if_fail (UM_IS_OPTIMIZER_PAGE (self));
+
+  if (server != NULL)
+    {
+      /* Translators: %s is a server's address, e.g. "http://gpu-box:8765/v1" */
+      g_autofree char *text = g_strdup_printf (_("The model in use runs on the server at %s. The optimizer describes "
+                                                 "and plans for this computer, not the server; open a model here to "
+                                                 "use its plan."), server);
+      gtk_label_set_text (self->remote_label, text);
+    }
+  gtk_widget_set_visible (GTK_WIDGET (self->remote_label), server != NULL);
+}
+
+const char *
+um_optimizer_page_get_remote_note (UmOptimizerPage *self)
+{
+  g_return_val_if_fail (UM_IS_OPTIMIZER_PAGE (self), NULL);
+  return gtk_widget_get_visible (GTK_WIDGET (self->remote_label)) ? gtk_label_get_text (self->remote_label) : NULL;
+}
+
+void
 um_optimizer_page_set_profile (UmOptimizerPage *self, const UmProfile *profile)
 {
   UmMemOptions mem;
@@ -1059,6 +1082,7 @@ um_optimizer_page_class_init (UmOptimizerPageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, restore_button);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, undo_button);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, history_list);
+  gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, remote_label);
   gtk_widget_class_bind_template_callback (widget_class, on_optimize_clicked);
   gtk_widget_class_bind_template_callback (widget_class, on_apply_clicked);
   gtk_widget_class_bind_template_callback (widget_class, on_restore_clicked);

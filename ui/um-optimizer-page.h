@@ -34,6 +34,11 @@ G_DECLARE_FINAL_TYPE (UmOptimizerPage, um_optimizer_page, UM, OPTIMIZER_PAGE, Ad
 void        um_optimizer_page_set_model (UmOptimizerPage *self, const char *path, UmEngine *engine);
 void        um_optimizer_page_set_profile (UmOptimizerPage *self, const UmProfile *profile);
 void        um_optimizer_page_set_monitor (UmOptimizerPage *self, UmMemoryMonitor *monitor);
+/* While the window's model runs on a server (@server: its address; NULL:
+ * here), the page says that it describes this computer, not the server. */
+void        um_optimizer_page_set_remote (UmOptimizerPage *self, const char *server);
+/* What it says then, or NULL (for tests). */
+const char *um_optimizer_page_get_remote_note (UmOptimizerPage *self);
 
 /* One click: probes the hardware, plans every mode for @model_path (NULL:
  * the window's model) at the current generation settings, applies the

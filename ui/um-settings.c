@@ -41,6 +41,12 @@ struct _UmSettings {
   int      top_k;
   gboolean greedy;
   GPtrArray *recent;       /* char*, NULL-terminated */
+  /* Serve this model (Preferences): off by default. */
+  gboolean serve;
+  char    *serve_scope;    /* "local" or "network" */
+  char    *serve_key;      /* "" until "Local network" makes one */
+  int      serve_port;
+  char    *remote_url;     /* the last server connected to */
 
   /* The family whose generation parameters the properties hold, and the
    * other families' (JsonObject, as settings.json has them). */
@@ -65,6 +71,7 @@ enum {
   PROP_FAST_DECODING, PROP_CACHE, PROP_FAST_RULE, PROP_THRESHOLD, PROP_FACTOR,
   PROP_ALG, PROP_ALG_TEMP, PROP_EPS, PROP_TOP_P, PROP_TOP_K, PROP_GREEDY,
   PROP_FAMILY,
+  PROP_SERVE, PROP_SERVE_SCOPE, PROP_SERVE_KEY, PROP_SERVE_PORT, PROP_REMOTE_URL,
   N_PROPS
 };
 static GParamSpec *props[N_PROPS];
@@ -153,6 +160,11 @@ um_settings_get_property (GObject *object, guint id, GValue *value, GParamSpec *
     case PROP_TOP_K: g_value_set_int (value, self->top_k); break;
     case PROP_GREEDY: g_value_set_boolean (value, self->greedy); break;
     case PROP_FAMILY: g_value_set_string (value, self->family); break;
+    case PROP_SERVE: g_value_set_boolean (value, self->serve); break;
+    case PROP_SERVE_SCOPE: g_value_set_string (value, self->serve_scope); break;
+    case PROP_SERVE_KEY: g_value_set_string (value, self->serve_key); break;
+    case PROP_SERVE_PORT: g_value_set_int (value, self->serve_port); break;
+    case PROP_REMOTE_URL: g_value_set_string (value, self->remote_url); break;
     default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, id, pspec);
     }
 }
@@ -200,6 +212,21 @@ um_settings_set_property (GObject *object, guint id, const GValue *value, GParam
     case PROP_FAMILY:
       um_settings_set_family (self, g_value_get_string (value));
       return;
+    case PROP_SERVE: self->serve = g_value_get_boolean (value); break;
+    case PROP_SERVE_SCOPE:
+      /* Anything else (a hand-edited file) stays on this computer. */
+      g_free (self->serve_scope);
+      self->serve_scope = g_strdup (g_strcmp0 (g_value_get_string (value), "network") == 0 ? "network" : "local");
+      break;
+    case PROP_SERVE_KEY:
+      g_free (self->serve_key);
+      self->serve_key = g_strdup (g_value_get_string (value) ? g_value_get_string (value) : "");
+      break;
+    case PROP_SERVE_PORT: self->serve_port = g_value_get_int (value); break;
+    case PROP_REMOTE_URL:
+      g_free (self->remote_url);
+      self->remote_url = g_strdup (g_value_get_string (value) ? g_value_get_string (value) : "");
+      break;
     default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, id, pspec); return;
     }
   {
@@ -246,6 +273,9 @@ um_settings_finalize (GObject *object)
   g_free (self->model_origin);
   g_free (self->alg);
   g_free (self->family);
+  g_free (self->serve_scope);
+  g_free (self->serve_key);
+  g_free (self->remote_url);
   g_hash_table_unref (self->families);
   g_ptr_array_unref (self->recent);
   G_OBJECT_CLASS (um_settings_parent_class)->finalize (object);
@@ -292,6 +322,14 @@ um_settings_class_init (UmSettingsClass *klass)
   props[PROP_GREEDY] = g_param_spec_boolean ("greedy", NULL, NULL, FALSE, f);
   /* um_arch_info ()->name of the model the generation parameters are for. */
   props[PROP_FAMILY] = g_param_spec_string ("family", NULL, NULL, "LLaDA", f);
+  /* Serve this model over OpenAI's API: the switch, "local" (this computer
+   * only) or "network" (with a key), the key, and the port (0: any free). */
+  props[PROP_SERVE] = g_param_spec_boolean ("serve", NULL, NULL, FALSE, f);
+  props[PROP_SERVE_SCOPE] = g_param_spec_string ("serve-scope", NULL, NULL, "local", f);
+  props[PROP_SERVE_KEY] = g_param_spec_string ("serve-key", NULL, NULL, "", f);
+  props[PROP_SERVE_PORT] = g_param_spec_int ("serve-port", NULL, NULL, 0, 65535, 8765, f);
+  /* Connect to a Server…: the address last connected to (never the key). */
+  props[PROP_REMOTE_URL] = g_param_spec_string ("remote-url", NULL, NULL, "", f);
   g_object_class_install_properties (object_class, N_PROPS, props);
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     g_assert (g_str_equal (key_names[k], g_param_spec_get_name (props[key_props[k]])));
@@ -315,6 +353,10 @@ um_settings_init (UmSettings *self)
   self->alg = g_strdup ("entropy");
   self->eps = 1e-3;
   self->family = g_strdup ("LLaDA");
+  self->serve_scope = g_strdup ("local");
+  self->serve_key = g_strdup ("");
+  self->serve_port = 8765;
+  self->remote_url = g_strdup ("");
   self->families = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, (GDestroyNotify) json_object_unref);
   self->recent = g_ptr_array_new_with_free_func (g_free);
   g_ptr_array_add (self->recent, NULL);

@@ -3,15 +3,20 @@
 #include "um-window.h"
 
 #include <glib/gi18n.h>
+#include <string.h>
 
 #include "um-chat-page.h"
+#include "um-connect-dialog.h"
 #include "um-generate-page.h"
 #include "um-memory-monitor.h"
 #include "um-memory-page.h"
 #include "um-mode-limits.h"
 #include "um-model-chooser.h"
 #include "um-model-scan.h"
+#include "um-local-generator.h"
 #include "um-optimizer-page.h"
+#include "um-remote-generator.h"
+#include "um-serving.h"
 #include "um-worker.h"
 
 struct _UmWindow {
@@ -31,6 +36,12 @@ struct _UmWindow {
   GtkLabel        *memory_label;
   GtkLabel        *model_label;
   GtkLabel        *family_label;
+  GtkLabel        *serve_label;
+  GtkWidget       *serve_box;
+  GtkLabel        *serve_waiting_label;
+  char            *serve_text;       /* what the serving pill says, or NULL */
+  GtkLabel        *remote_label;
+  GtkWidget       *connect_button;
   GtkStack        *content_stack;
   AdwViewStack    *view_stack;
   UmGeneratePage  *generate_page;
@@ -40,7 +51,10 @@ struct _UmWindow {
 
   UmSettings      *settings;
   UmMemoryMonitor *monitor;
-  UmEngine        *engine;
+  UmGenerator     *generator;        /* "an engine": a loaded model, or a server's */
+  UmServing       *serving;          /* Preferences → Serve this model */
+  char            *serve_error;      /* shown once in the banner */
+  char            *connecting_url;   /* while um_window_connect_server () runs */
   GCancellable    *load_cancellable;
   char            *loading_path;
   char            *error_message;
@@ -69,7 +83,14 @@ static GParamSpec *props[N_PROPS];
 UmEngine *
 um_window_get_engine (UmWindow *self)
 {
-  return self->engine;
+  return self->generator != NULL ? um_generator_get_engine (self->generator) : NULL;
+}
+
+UmGenerator *
+um_window_get_generator (UmWindow *self)
+{
+  g_return_val_if_fail (UM_IS_WINDOW (self), NULL);
+  return self->generator;
 }
 
 const char *
@@ -221,7 +242,7 @@ static void
 update_switcher_bar (UmWindow *self)
 {
   adw_view_switcher_bar_set_reveal (self->switcher_bar,
-                                    (self->engine != NULL || self->show_workspace)
+                                    (self->generator != NULL || self->show_workspace)
                                     && adw_view_switcher_title_get_title_visible (self->switcher_title));
 }
 
@@ -231,6 +252,14 @@ update_mode_info (UmWindow *self)
 {
   g_autofree char *id = self->model_path ? um_model_identity (self->model_path) : NULL;
   UmModeInfo info;
+
+  /* This computer's memory mode says nothing of a model on a server. */
+  if (self->generator != NULL && um_generator_get_info (self->generator)->remote)
+    {
+      um_generate_page_set_mode_info (self->generate_page, NULL);
+      um_chat_page_set_mode_info (self->chat_page, NULL);
+      return;
+    }
 
   um_mode_info_from_profile (&info, self->profile, id);
   um_generate_page_set_mode_info (self->generate_page, &info);
@@ -243,20 +272,23 @@ static void
 update_gen_layers (UmWindow *self)
 {
   g_autofree char *id = self->model_path ? um_model_identity (self->model_path) : NULL;
-  const UmGenRecommendation *rec = self->engine ? um_engine_get_recommendation (self->engine) : NULL;
+  const UmGenRecommendation *rec = self->generator ? um_generator_get_info (self->generator)->recommendation : NULL;
+  gboolean remote = self->generator != NULL && um_generator_get_info (self->generator)->remote;
   UmGenLayer profile;
 
   if (self->settings == NULL)
     return;
+  /* The profile's limits are this computer's: not for a server's model. */
   um_profile_gen_layer (self->profile, id, &profile);
-  um_settings_set_layers (self->settings, rec ? &rec->layer : NULL, rec ? rec->origin : NULL, &profile);
+  um_settings_set_layers (self->settings, rec ? &rec->layer : NULL, rec ? rec->origin : NULL,
+                          remote ? NULL : &profile);
 }
 
 /* The pages need a model, except the Optimizer once asked for. */
 static void
 update_workspace (UmWindow *self)
 {
-  gboolean workspace = self->engine != NULL || self->show_workspace;
+  gboolean workspace = self->generator != NULL || self->show_workspace;
 
   gtk_stack_set_visible_child_name (self->content_stack, workspace ? "workspace" : "welcome");
   adw_view_switcher_title_set_view_switcher_enabled (self->switcher_title, workspace);
@@ -284,7 +316,7 @@ engine_settings_differ (UmWindow *self, const UmProfile *a, const UmProfile *b)
 gboolean
 um_window_get_model_outdated (UmWindow *self)
 {
-  return self->engine != NULL && self->engine_profile != NULL
+  return um_window_get_engine (self) != NULL && self->engine_profile != NULL
          && engine_settings_differ (self, self->engine_profile, self->profile);
 }
 
@@ -296,29 +328,69 @@ update_reload_action (UmWindow *self)
   gtk_widget_action_set_enabled (GTK_WIDGET (self), "win.reload-model", um_window_get_model_outdated (self));
 }
 
+static void update_serve_label (UmWindow *self);
+
+/* Makes @generator (taken; NULL: none) the window's engine, local or remote. */
 static void
-set_engine (UmWindow *self, UmEngine *engine)
+set_generator (UmWindow *self, UmGenerator *generator)
 {
+  const UmGeneratorInfo *info = generator ? um_generator_get_info (generator) : NULL;
+  UmEngine *engine = generator ? um_generator_get_engine (generator) : NULL;
+  g_autoptr(UmGenerator) old = g_steal_pointer (&self->generator);
+
   /* The pages offer the family's options, with its remembered values. */
-  if (engine != NULL)
-    um_settings_set_family (self->settings, um_arch_info (um_engine_get_model (engine)->cfg.arch)->name);
+  if (info != NULL)
+    um_settings_set_family (self->settings, um_arch_info (info->arch)->name);
+  self->generator = generator;
   /* Pages drop their references before the old engine goes. */
-  um_generate_page_set_engine (self->generate_page, engine);
-  um_chat_page_set_engine (self->chat_page, engine);
+  um_generate_page_set_generator (self->generate_page, generator);
+  um_chat_page_set_generator (self->chat_page, generator);
   um_memory_monitor_set_engine (self->monitor, engine);
-  um_optimizer_page_set_model (self->optimizer_page, self->model_path, engine);
-  g_clear_pointer (&self->engine, um_engine_free);
-  self->engine = engine;
+  /* The memory figures and the optimizer are this computer's. */
+  um_memory_page_set_remote (self->memory_page, info != NULL && info->remote ? info->location : NULL);
+  um_optimizer_page_set_remote (self->optimizer_page, info != NULL && info->remote ? info->location : NULL);
+  um_optimizer_page_set_model (self->optimizer_page, engine != NULL || generator == NULL ? self->model_path : NULL,
+                               engine);
+  /* The server serves a model of this computer, never a server's. */
+  if (self->serving != NULL)
+    {
+      g_autofree char *id = engine != NULL && self->model_path ? um_model_identity (self->model_path) : NULL;
+      UmGenLayer profile;
+
+      um_profile_gen_layer (self->profile, id, &profile);
+      um_serving_set_generator (self->serving, engine != NULL ? generator : NULL, engine != NULL ? &profile : NULL);
+    }
+  g_clear_object (&old);
   update_workspace (self);
   /* The model in use names the button that opens another one. */
-  if (engine != NULL)
+  if (info != NULL)
     {
-      UmModel *model = um_engine_get_model (engine);
-      const char *family = um_arch_info (model->cfg.arch)->name;
-      /* Translators: the header's subtitle: the model's name, then its family, e.g. "Dream-v0-Instruct-7B · Dream" */
-      g_autofree char *subtitle = g_strdup_printf (_("%s · %s"), model->display_name, family);
+      const char *family = um_arch_info (info->arch)->name;
+      g_autofree char *subtitle = NULL;
+
+      if (info->remote)
+        /* Translators: the header's subtitle for a model on a server: the model, its family and the server, e.g. "LLaDA-8B-Instruct · LLaDA · http://gpu-box:8765/v1" */
+        subtitle = g_strdup_printf (_("%s · %s · %s"), info->display_name, family, info->location);
+      else
+        /* Translators: the header's subtitle: the model's name, then its family, e.g. "Dream-v0-Instruct-7B · Dream" */
+        subtitle = g_strdup_printf (_("%s · %s"), info->display_name, family);
       adw_view_switcher_title_set_subtitle (self->switcher_title, subtitle);
-      gtk_label_set_text (self->model_label, model->display_name);
+      gtk_label_set_text (self->model_label, info->display_name);
+      /* The subtitle hides behind a wide window's view switcher: the
+       * server also names the button that connects to one. */
+      if (info->remote)
+        {
+          g_autoptr(GUri) uri = g_uri_parse (info->location, G_URI_FLAGS_NONE, NULL);
+          g_autofree char *host = uri != NULL && g_uri_get_host (uri) != NULL
+                                  ? (g_uri_get_port (uri) > 0
+                                     ? g_strdup_printf ("%s:%d", g_uri_get_host (uri), g_uri_get_port (uri))
+                                     : g_strdup (g_uri_get_host (uri)))
+                                  : g_strdup (info->location);
+          /* Translators: the tooltip of the header's server button while connected; %s is the server's address */
+          g_autofree char *tip = g_strdup_printf (_("Running on %s — Connect to Another Server…"), info->location);
+          gtk_label_set_text (self->remote_label, host);
+          gtk_widget_set_tooltip_text (self->connect_button, tip);
+        }
       gtk_label_set_text (self->family_label, family);
       gtk_widget_set_visible (GTK_WIDGET (self->family_label), TRUE);
     }
@@ -328,6 +400,10 @@ set_engine (UmWindow *self, UmEngine *engine)
       gtk_label_set_text (self->model_label, _("Open Model"));
       gtk_widget_set_visible (GTK_WIDGET (self->family_label), FALSE);
     }
+  gtk_widget_set_visible (GTK_WIDGET (self->remote_label), info != NULL && info->remote);
+  if (info == NULL || !info->remote)
+    gtk_widget_set_tooltip_text (self->connect_button, _("Connect to a Server…"));
+  update_serve_label (self);
   update_reload_action (self);
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_HAS_ENGINE]);
 }
@@ -359,6 +435,12 @@ on_model_loaded (GObject *source, GAsyncResult *result, gpointer user_data)
   UmEngine *engine = um_engine_load_finish (result, &error);
   g_autofree char *path = g_strdup (self->loading_path);
 
+  /* Replaced by a connection to a server meanwhile: that one decides. */
+  if (g_task_get_cancellable (G_TASK (result)) != self->load_cancellable)
+    {
+      g_clear_pointer (&engine, um_engine_free);
+      return;
+    }
   finish_loading (self);
   if (engine == NULL)
     {
@@ -374,8 +456,8 @@ on_model_loaded (GObject *source, GAsyncResult *result, gpointer user_data)
   self->model_path = g_strdup (path);
   g_clear_pointer (&self->engine_profile, um_profile_free);
   self->engine_profile = g_steal_pointer (&self->load_profile);
+  set_generator (self, um_local_generator_new (engine));
   update_mode_info (self);
-  set_engine (self, engine);
   update_gen_layers (self);
   um_settings_add_recent_model (self->settings, path);
 }
@@ -434,7 +516,9 @@ um_window_load_model (UmWindow *self, const char *path)
   build_engine_options (self, path, &options);
   g_clear_pointer (&self->load_profile, um_profile_free);
   self->load_profile = um_profile_copy (self->profile);
+  g_clear_object (&self->load_cancellable);
   self->load_cancellable = g_cancellable_new ();
+  g_free (self->loading_path);
   self->loading_path = g_strdup (path);
   base = g_path_get_basename (path);
   gtk_label_set_text (self->loading_label, base);
@@ -462,8 +546,8 @@ um_window_reload_model (UmWindow *self)
   if (self->load_cancellable != NULL)
     g_cancellable_cancel (self->load_cancellable);
   self->show_workspace = TRUE;
-  if (self->engine != NULL)
-    set_engine (self, NULL);
+  if (self->generator != NULL)
+    set_generator (self, NULL);
   um_window_load_model (self, path);
 }
 
@@ -761,7 +845,7 @@ static void
 generate_activated (GtkWidget *widget, const char *action, GVariant *param)
 {
   UmWindow *self = UM_WINDOW (widget);
-  if (self->engine == NULL)
+  if (self->generator == NULL)
     return;
   if (g_strcmp0 (adw_view_stack_get_visible_child_name (self->view_stack), "chat") == 0)
     return;   /* the chat entry sends with Return itself */
@@ -779,6 +863,204 @@ stop_activated (GtkWidget *widget, const char *action, GVariant *param)
   um_chat_page_stop (self->chat_page);
 }
 
+/* ---- serving this model, and models on a server ---- */
+
+static void
+update_serve_label (UmWindow *self)
+{
+  g_autofree char *text = self->serving != NULL ? um_serving_describe (self->serving) : NULL;
+  const char * const *uris = self->serving != NULL ? um_serving_get_uris (self->serving) : NULL;
+  g_autofree char *all = uris != NULL ? g_strjoinv ("\n", (char **) uris) : NULL;
+  g_autofree char *tip = NULL;
+
+  const char *dot = text != NULL ? strstr (text, " · ") : NULL;
+
+  /* The address may shrink; the count after it may not. */
+  g_free (self->serve_text);
+  self->serve_text = g_strdup (text);
+  if (dot != NULL)
+    {
+      g_autofree char *where = g_strndup (text, dot - text);
+      gtk_label_set_text (self->serve_label, where);
+      gtk_label_set_text (self->serve_waiting_label, dot + 1);
+    }
+  else
+    gtk_label_set_text (self->serve_label, text ? text : "");
+  gtk_widget_set_visible (GTK_WIDGET (self->serve_waiting_label), dot != NULL);
+  gtk_widget_set_visible (self->serve_box, text != NULL);
+  if (all != NULL)
+    {
+      int waiting = um_serving_get_n_waiting (self->serving);
+      /* Translators: the tooltip of the header's serving pill: the addresses, one a line, then the requests waiting */
+      tip = g_strdup_printf (g_dngettext (GETTEXT_PACKAGE,
+                                          "Serving this model (Preferences → Serve this model) at\n%s\n%d request waiting",
+                                          "Serving this model (Preferences → Serve this model) at\n%s\n%d requests waiting",
+                                          waiting),
+                             all, waiting);
+    }
+  gtk_widget_set_tooltip_text (self->serve_box, tip);
+  gtk_accessible_update_property (GTK_ACCESSIBLE (self->serve_box), GTK_ACCESSIBLE_PROPERTY_LABEL,
+                                  tip ? tip : "", -1);
+}
+
+static void
+on_serving_changed (UmServing *serving, UmWindow *self)
+{
+  const char *error = um_serving_get_error (serving);
+
+  update_serve_label (self);
+  /* A failure is said once, not at every change of the queue. */
+  if (g_strcmp0 (error, self->serve_error) != 0)
+    {
+      g_free (self->serve_error);
+      self->serve_error = g_strdup (error);
+      if (error != NULL)
+        um_window_show_error (self, error);
+    }
+}
+
+const char * const *
+um_window_get_serve_uris (UmWindow *self)
+{
+  g_return_val_if_fail (UM_IS_WINDOW (self), NULL);
+  return self->serving != NULL ? um_serving_get_uris (self->serving) : NULL;
+}
+
+const char *
+um_window_get_remote_label (UmWindow *self)
+{
+  g_return_val_if_fail (UM_IS_WINDOW (self), NULL);
+  return gtk_widget_get_visible (GTK_WIDGET (self->remote_label)) ? gtk_label_get_text (self->remote_label) : NULL;
+}
+
+const char *
+um_window_get_serve_label (UmWindow *self)
+{
+  g_return_val_if_fail (UM_IS_WINDOW (self), NULL);
+  return self->serve_text;
+}
+
+typedef struct {
+  UmWindow     *self;
+  GCancellable *cancellable;
+  char         *url;
+} Connecting;
+
+static void
+on_remote_ready (GObject *source, GAsyncResult *result, gpointer user_data)
+{
+  Connecting *c = user_data;
+  g_autoptr(UmWindow) self = c->self;
+  g_autoptr(GError) error = NULL;
+  UmGenerator *generator = um_remote_generator_new_finish (result, &error);
+  g_autofree char *url = c->url;
+  gboolean current = self->load_cancellable == c->cancellable;
+
+  g_object_unref (c->cancellable);
+  g_free (c);
+  /* Replaced by another load or connection meanwhile: that one decides. */
+  if (!current)
+    {
+      g_clear_object (&generator);
+      return;
+    }
+  finish_loading (self);
+  if (generator == NULL)
+    {
+      if (!g_error_matches (error, G_IO_ERROR, G_IO_ERROR_CANCELLED))
+        {
+          /* Translators: the first %s is a server's address, the second why, e.g. "Connection refused" */
+          g_autofree char *msg = g_strdup_printf (_("Could not connect to %s: %s"), url, error->message);
+          um_window_show_error (self, msg);
+        }
+      return;
+    }
+  um_window_show_error (self, NULL);
+  /* No model of this computer is in use: nothing to reload or optimize. */
+  g_clear_pointer (&self->model_path, g_free);
+  g_clear_pointer (&self->engine_profile, um_profile_free);
+  set_generator (self, generator);
+  update_mode_info (self);
+  update_gen_layers (self);
+  g_object_set (self->settings, "remote-url", url, NULL);
+}
+
+void
+um_window_connect_server (UmWindow *self, const char *url, const char *key, const char *model_id)
+{
+  Connecting *c;
+
+  g_return_if_fail (UM_IS_WINDOW (self));
+  g_return_if_fail (url != NULL);
+  if (um_window_get_generating (self))
+    {
+      um_window_show_error (self, _("Stop the running generation before connecting to a server."));
+      return;
+    }
+  if (self->load_cancellable != NULL)
+    g_cancellable_cancel (self->load_cancellable);
+  g_clear_object (&self->load_cancellable);
+  g_clear_pointer (&self->loading_path, g_free);
+  self->load_cancellable = g_cancellable_new ();
+  c = g_new0 (Connecting, 1);
+  c->self = g_object_ref (self);
+  c->cancellable = g_object_ref (self->load_cancellable);
+  c->url = g_strdup (url);
+  {
+    /* Translators: shown while connecting; %s is a server's address */
+    g_autofree char *text = g_strdup_printf (_("Connecting to %s"), url);
+    gtk_label_set_text (self->loading_label, text);
+  }
+  gtk_progress_bar_set_fraction (self->loading_progress, 0.0);
+  gtk_progress_bar_set_show_text (self->loading_progress, FALSE);
+  gtk_progress_bar_pulse (self->loading_progress);
+  gtk_revealer_set_reveal_child (self->loading_revealer, TRUE);
+  g_object_notify_by_pspec (G_OBJECT (self), props[PROP_LOADING]);
+  um_remote_generator_new_async (url, key, model_id, self->load_cancellable, on_remote_ready, c);
+}
+
+static void
+on_connect_chosen (UmConnectDialog *dialog, const char *url, const char *key, const char *model, UmWindow *self)
+{
+  um_window_connect_server (self, url, key, model);
+}
+
+void
+um_window_open_connect_dialog (UmWindow *self)
+{
+  g_autofree char *url = NULL;
+  GtkWidget *dialog;
+
+  g_object_get (self->settings, "remote-url", &url, NULL);
+  dialog = um_connect_dialog_new (url != NULL && url[0] != '\0' ? url : NULL);
+  gtk_window_set_transient_for (GTK_WINDOW (dialog), GTK_WINDOW (self));
+  g_signal_connect_object (dialog, "connect", G_CALLBACK (on_connect_chosen), self, 0);
+  gtk_window_present (GTK_WINDOW (dialog));
+}
+
+static void
+connect_server_activated (GtkWidget *widget, const char *action, GVariant *param)
+{
+  um_window_open_connect_dialog (UM_WINDOW (widget));
+}
+
+/* A model on a server fails for reasons of the network or the server:
+ * say so where the window's errors go, not only on the page. */
+static void
+on_generate_finished (UmGeneratePage *page, UmWindow *self)
+{
+  const GError *error = um_generate_page_get_last_error (page);
+  const UmGeneratorInfo *info = self->generator ? um_generator_get_info (self->generator) : NULL;
+
+  if (error != NULL && info != NULL && info->remote && !g_error_matches (error, G_IO_ERROR, G_IO_ERROR_CANCELLED))
+    {
+      /* Translators: the first %s is a server's address, the second what went wrong */
+      g_autofree char *msg = g_strdup_printf (_("The server at %s did not answer: %s"), info->location,
+                                              error->message);
+      um_window_show_error (self, msg);
+    }
+}
+
 static void
 um_window_get_property (GObject *object, guint id, GValue *value, GParamSpec *pspec)
 {
@@ -787,7 +1069,7 @@ um_window_get_property (GObject *object, guint id, GValue *value, GParamSpec *ps
     {
     case PROP_LOADING: g_value_set_boolean (value, um_window_get_loading (self)); break;
     case PROP_ERROR_MESSAGE: g_value_set_string (value, self->error_message); break;
-    case PROP_HAS_ENGINE: g_value_set_boolean (value, self->engine != NULL); break;
+    case PROP_HAS_ENGINE: g_value_set_boolean (value, self->generator != NULL); break;
     case PROP_NOTICE: g_value_set_string (value, self->notice); break;
     case PROP_PROFILE: g_value_set_pointer (value, self->profile); break;
     default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, id, pspec);
@@ -799,6 +1081,12 @@ um_window_dispose (GObject *object)
 {
   UmWindow *self = UM_WINDOW (object);
 
+  /* Its clients' runs end (on this context) while the pages are whole. */
+  if (self->serving != NULL)
+    {
+      g_signal_handlers_disconnect_by_data (self->serving, self);
+      um_serving_shutdown (self->serving);
+    }
   if (self->load_cancellable)
     g_cancellable_cancel (self->load_cancellable);
   g_clear_handle_id (&self->profile_check_id, g_source_remove);
@@ -810,8 +1098,8 @@ um_window_dispose (GObject *object)
   self->profile_toast = NULL;
   if (self->generate_page != NULL)
     {
-      um_generate_page_set_engine (self->generate_page, NULL);
-      um_chat_page_set_engine (self->chat_page, NULL);
+      um_generate_page_set_generator (self->generate_page, NULL);
+      um_chat_page_set_generator (self->chat_page, NULL);
     }
   if (self->monitor)
     um_memory_monitor_set_engine (self->monitor, NULL);
@@ -821,7 +1109,8 @@ um_window_dispose (GObject *object)
   self->generate_page = NULL;
   self->chat_page = NULL;
   self->optimizer_page = NULL;
-  g_clear_pointer (&self->engine, um_engine_free);
+  g_clear_object (&self->serving);
+  g_clear_object (&self->generator);
   g_clear_object (&self->monitor);
   g_clear_object (&self->settings);
   G_OBJECT_CLASS (um_window_parent_class)->dispose (object);
@@ -832,6 +1121,9 @@ um_window_finalize (GObject *object)
 {
   UmWindow *self = UM_WINDOW (object);
   g_free (self->loading_path);
+  g_free (self->serve_error);
+  g_free (self->serve_text);
+  g_free (self->connecting_url);
   g_free (self->error_message);
   g_free (self->notice);
   g_free (self->model_path);
@@ -886,6 +1178,11 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmWindow, memory_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, model_label);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, family_label);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, serve_label);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, serve_box);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, serve_waiting_label);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, remote_label);
+  gtk_widget_class_bind_template_child (widget_class, UmWindow, connect_button);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, content_stack);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, view_stack);
   gtk_widget_class_bind_template_child (widget_class, UmWindow, generate_page);
@@ -904,6 +1201,7 @@ um_window_class_init (UmWindowClass *klass)
   gtk_widget_class_install_action (widget_class, "win.reload-model", NULL, reload_model_activated);
   gtk_widget_class_install_action (widget_class, "win.reset-param", "s", reset_param_activated);
   gtk_widget_class_install_action (widget_class, "win.reset-params", NULL, reset_params_activated);
+  gtk_widget_class_install_action (widget_class, "win.connect-server", NULL, connect_server_activated);
 }
 
 static void
@@ -942,6 +1240,9 @@ um_window_new (GtkApplication *app, UmSettings *settings)
 
   self->settings = g_object_ref (settings);
   um_generate_page_set_settings (self->generate_page, settings);
+  self->serving = um_serving_new (settings);
+  g_signal_connect_object (self->serving, "changed", G_CALLBACK (on_serving_changed), self, 0);
+  g_signal_connect_object (self->generate_page, "finished", G_CALLBACK (on_generate_finished), self, 0);
   um_settings_get_params (settings, &params);
   um_chat_page_set_params (self->chat_page, &params);
   g_signal_connect_object (settings, "notify", G_CALLBACK (on_settings_changed), self, 0);

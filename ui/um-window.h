@@ -5,6 +5,7 @@
 #include <adwaita.h>
 
 #include "um-engine.h"
+#include "um-generator.h"
 #include "um-profile.h"
 #include "um-settings.h"
 
@@ -24,8 +25,21 @@ void        um_window_open_model_chooser (UmWindow *self);
 /* Shows @message in the window's error banner. */
 void        um_window_show_error (UmWindow *self, const char *message);
 
-/* State, mostly for tests: the loaded engine (NULL if none), whether a load
- * is running ("loading"), the banner's message or NULL ("error-message"). */
+/* "Connect to a Server…" (win.connect-server): asks for an address and a
+ * key and lists the server's models; the chosen one is connected to. */
+void        um_window_open_connect_dialog (UmWindow *self);
+/* Makes model @model_id (NULL: the server's first) on the server at @url
+ * (@key may be NULL) the window's engine, off the main thread with Cancel
+ * ("loading" meanwhile); errors are shown in the window. Generate and Chat
+ * then run on the server; Memory and Optimizer say they describe this
+ * computer. */
+void        um_window_connect_server (UmWindow *self, const char *url, const char *key, const char *model_id);
+
+/* State, mostly for tests: the engine the pages run on, local or remote
+ * (NULL if none); the loaded engine when it is local (NULL if none or
+ * remote), whether a load or a connection is running ("loading"), the
+ * banner's message or NULL ("error-message"). */
+UmGenerator *um_window_get_generator (UmWindow *self);
 UmEngine   *um_window_get_engine (UmWindow *self);
 gboolean    um_window_get_loading (UmWindow *self);
 const char *um_window_get_error_message (UmWindow *self);
@@ -87,6 +101,15 @@ const char *um_window_get_last_toast (UmWindow *self);
 AdwToast   *um_window_get_profile_toast (UmWindow *self);
 /* Shows the Optimizer page, with or without a model (win.show-optimizer). */
 void        um_window_show_optimizer (UmWindow *self);
+
+/* The server the model runs on, as the header bar names it
+ * ("127.0.0.1:8765"), or NULL when the model is local. */
+const char *um_window_get_remote_label (UmWindow *self);
+/* Preferences → Serve this model: the addresses served now (NULL when
+ * not serving) and what the header bar says ("127.0.0.1:8765 · 2 waiting"),
+ * or NULL. */
+const char * const *um_window_get_serve_uris (UmWindow *self);
+const char *um_window_get_serve_label (UmWindow *self);
 
 /* Where the demo model lives (installed or in the source tree). */
 char       *um_window_find_demo_model (void);

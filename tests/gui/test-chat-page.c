@@ -15,10 +15,12 @@
 #include "um-chat-page.h"
 #include "um-chat-store.h"
 #include "um-chat-template.h"
+#include "um-local-generator.h"
 #include "um-worker.h"
 
 static char      *xdg_dir;
-static UmEngine  *engine;
+static UmEngine  *engine;        /* owned by generator */
+static UmGenerator *generator;   /* what the window gives the page */
 static JsonObject *generate_case;
 static JsonParser *expected;
 
@@ -110,7 +112,7 @@ typedef struct {
 } Fixture;
 
 static void
-fixture_open (Fixture *f, UmEngine *e)
+fixture_open (Fixture *f, UmGenerator *e)
 {
   GtkWidget *box = gtk_box_new (GTK_ORIENTATION_VERTICAL, 0);
   GtkWidget *header = adw_header_bar_new ();
@@ -125,7 +127,7 @@ fixture_open (Fixture *f, UmEngine *e)
   gtk_box_append (GTK_BOX (box), header);
   gtk_box_append (GTK_BOX (box), overlay);
   adw_window_set_content (ADW_WINDOW (f->window), box);
-  um_chat_page_set_engine (f->page, e);
+  um_chat_page_set_generator (f->page, e);
   gtk_window_present (GTK_WINDOW (f->window));
   iterate_for (50);
 }
@@ -392,7 +394,7 @@ test_turns (void)
   int busy_notified = 0;
 
   clear_store ();
-  fixture_open (&f, engine);
+  fixture_open (&f, generator);
   /* The fixture's generate case: the same ids must come out. */
   set_params (f.page, gen, (int) json_object_get_int_member (generate_case, "steps"),
               (int) json_object_get_int_member (generate_case, "block_length"));
@@ -558,7 +560,7 @@ test_stop (void)
   gint64 t0;
 
   clear_store ();
-  fixture_open (&f, engine);
+  fixture_open (&f, generator);
   set_params (f.page, 16, 16, 8);
   um_chat_page_send (f.page, "What is free software?");
   wait_not_busy (f.page);
@@ -662,10 +664,47 @@ test_stop (void)
   fixture_close (&f);
 }
 
+/* A history the tokenizer here did not make (a conversation saved with
+ * another model; one held with a server) goes as messages, rendered by the
+ * generator with this model's template; the page keeps no ids of it. */
+static void
+test_history_as_messages (void)
+{
+  Fixture f;
+  UmChatConversation *c;
+
+  clear_store ();
+  fixture_open (&f, generator);
+  set_params (f.page, 16, 16, 8);
+  um_chat_page_send (f.page, "What is free software?");
+  wait_not_busy (f.page);
+  c = um_chat_page_get_conversation (f.page);
+  g_assert_cmpuint (c->ids->len, >, 16);
+
+  g_free (c->model_path);
+  c->model_path = g_strdup ("/elsewhere/another-model");
+  um_chat_page_send (f.page, "And open source?");
+  wait_not_busy (f.page);
+  g_assert_cmpuint (c->messages->len, ==, 4);
+  g_assert_false (((UmChatStoreMessage *) g_ptr_array_index (c->messages, 3))->stopped);
+  g_assert_cmpuint (c->ids->len, ==, 0);
+  g_assert_cmpuint (c->prev_ids->len, ==, 0);
+
+  /* The next turn and Regenerate build on the messages too. */
+  um_chat_page_send (f.page, "Thanks.");
+  wait_not_busy (f.page);
+  g_assert_cmpuint (c->messages->len, ==, 6);
+  um_chat_page_regenerate (f.page);
+  wait_not_busy (f.page);
+  g_assert_cmpuint (c->messages->len, ==, 6);
+  g_assert_cmpuint (c->ids->len, ==, 0);
+  fixture_close (&f);
+}
+
 static void
 on_other_done (GObject *source, GAsyncResult *result, gpointer data)
 {
-  g_autoptr(UmGenResult) r = um_engine_generate_finish (engine, result, NULL);
+  g_autoptr(UmGeneratorResult) r = um_generator_generate_finish (generator, result, NULL);
   *(gboolean *) data = TRUE;
 }
 
@@ -674,7 +713,7 @@ test_errors (void)
 {
   Fixture f;
   UmChatConversation *c;
-  UmGenRequest req;
+  UmGeneratorRequest req;
   g_autoptr(GCancellable) cancellable = g_cancellable_new ();
   gboolean other_done = FALSE;
   g_autofree char *text = long_message ();
@@ -682,7 +721,7 @@ test_errors (void)
   UmModel *m = um_engine_get_model (engine);
 
   clear_store ();
-  fixture_open (&f, engine);
+  fixture_open (&f, generator);
   c = um_chat_page_get_conversation (f.page);
 
   /* Impossible parameters: nothing is sent, the problem is shown inline. */
@@ -692,22 +731,25 @@ test_errors (void)
   g_assert_cmpuint (c->messages->len, ==, 0);
   g_assert_cmpstr (gtk_stack_get_visible_child_name (find_main_stack (GTK_WIDGET (f.page))), ==, "messages");
 
-  /* The engine busy with another generation (the Generate page): the user
-   * turn stays, the error is inline, and Retry works once it is free. */
+  /* The engine busy with another generation (the Generate page, a client
+   * of the server) and no room to wait: the user turn stays, the error is
+   * inline, and Retry works once it is free. */
   um_tokenizer_encode (m->tokenizer, text, -1, long_prompt, NULL);
-  um_gen_request_init (&req);
+  um_generator_set_max_waiting (generator, 0);
+  um_generator_request_init (&req);
   req.params.gen_length = 64;
   req.params.steps = 64;
   req.params.block_length = 64;
   req.prompt_ids = (const gint32 *) long_prompt->data;
   req.n_prompt_ids = long_prompt->len;
-  um_engine_generate_async (engine, &req, NULL, NULL, cancellable, on_other_done, &other_done);
+  um_generator_generate_async (generator, &req, NULL, NULL, cancellable, on_other_done, &other_done);
   iterate_for (5);
   set_params (f.page, 16, 16, 8);
   um_chat_page_send (f.page, "hello");
   wait_not_busy (f.page);
   g_assert_cmpuint (c->messages->len, ==, 1);
   g_assert_cmpuint (c->ids->len, ==, 0);
+  um_generator_set_max_waiting (generator, -1);
   g_cancellable_cancel (cancellable);
   while (!other_done)
     g_main_context_iteration (NULL, TRUE);
@@ -733,7 +775,7 @@ test_delete_and_broken (void)
   GListModel *toplevels;
 
   clear_store ();
-  fixture_open (&f, engine);
+  fixture_open (&f, generator);
   set_params (f.page, 16, 16, 8);
   /* Typed in the entry: Shift+Return is a newline, Return sends. */
   {
@@ -813,12 +855,12 @@ test_dispose_while_busy (void)
   gboolean free_again = FALSE;
 
   clear_store ();
-  fixture_open (&f, engine);
+  fixture_open (&f, generator);
   set_params (f.page, 64, 64, 32);
   um_chat_page_send (f.page, text);
   iterate_for (5);
   g_assert_true (um_chat_page_get_busy (f.page));
-  um_chat_page_set_engine (f.page, NULL);   /* what the window does at dispose */
+  um_chat_page_set_generator (f.page, NULL);   /* what the window does at dispose */
   fixture_close (&f);
 
   /* The engine is free again once the worker has finished. */
@@ -871,7 +913,7 @@ test_screenshot_mid_answer (void)
       return;
     }
   clear_store ();
-  fixture_open (&f, engine);
+  fixture_open (&f, generator);
   save_screenshot (f.window, "chat-empty.png");
   set_params (f.page, 16, 16, 8);
   um_chat_page_send (f.page, "What is free software?");
@@ -933,6 +975,7 @@ main (int argc, char **argv)
   model_path = data_path ("tiny-llada");
   engine = um_engine_load (model_path, NULL, NULL, NULL, NULL, &error);
   g_assert_no_error (error);
+  generator = um_local_generator_new (engine);
   expected_path = data_path ("tiny-llada.expected.json");
   expected = json_parser_new ();
   json_parser_load_from_file (expected, expected_path, &error);
@@ -944,12 +987,13 @@ main (int argc, char **argv)
   g_test_add_func ("/chat-page/turns", test_turns);
   g_test_add_func ("/chat-page/stop", test_stop);
   g_test_add_func ("/chat-page/errors", test_errors);
+  g_test_add_func ("/chat-page/history-as-messages", test_history_as_messages);
   g_test_add_func ("/chat-page/delete-and-broken", test_delete_and_broken);
   g_test_add_func ("/chat-page/dispose-while-busy", test_dispose_while_busy);
   g_test_add_func ("/chat-page/screenshot-mid-answer", test_screenshot_mid_answer);
   ret = g_test_run ();
 
-  um_engine_free (engine);
+  g_object_unref (generator);
   g_object_unref (expected);
   rm_rf (xdg_dir);
   g_free (xdg_dir);

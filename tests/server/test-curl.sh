@@ -60,6 +60,7 @@ header_has "Allow: POST"
 expect 405 "POST on /v1/models" -d '{}' "$u/v1/models"
 expect 501 "embeddings" -d '{"input":"x"}' "$u/v1/embeddings"
 expect 501 "responses" -d '{"input":"x"}' "$u/v1/responses"
+header_has "x-should-retry: false"
 expect 400 "invalid JSON" -d '{"messages":' "$u/v1/chat/completions"
 expect 400 "no messages" -d '{}' "$u/v1/chat/completions"
 expect 400 "n > 1" -d '{"messages":[{"role":"user","content":"hi"}],"n":2}' "$u/v1/chat/completions"
@@ -90,6 +91,16 @@ if [ "$(tail -c 16 "$tmp/body")" = $'data: [DONE]\n\n' ] || tail -n 2 "$tmp/body
   echo "ok $n - the stream ends with [DONE]"
 else echo "not ok $n - no [DONE] at the end"; fail=1; fi
 expect 200 "GET /v1/unmask/info" "$u/v1/unmask/info"
+expect 400 "an empty prompt" -d '{"prompt":"","max_tokens":8}' "$u/v1/completions"
+grep -q '"param":"prompt"' "$tmp/body" || { echo "not ok - empty prompt: param not named"; fail=1; }
+# A suffix grows the canvas after the answer: checked before the 200.
+expect 200 "a suffix (infill) with the default blocks" -d '{"prompt":"She looked at the","suffix":" The end.","max_tokens":64,"unmask":{"steps":8}}' "$u/v1/completions"
+expect 200 "a streamed suffix" -N -d '{"prompt":"She looked at the","suffix":" The end.","max_tokens":64,"stream":true,"unmask":{"steps":8}}' "$u/v1/completions"
+n=$((n + 1))
+if grep -q '"error"' "$tmp/body"; then echo "not ok $n - an error in the suffix stream: $(head -c 300 "$tmp/body")"; fail=1
+else echo "ok $n - no error in the suffix stream"; fi
+expect 400 "a suffix and a block that does not divide the canvas" -d '{"prompt":"She looked at the","suffix":" The end.","max_tokens":16,"unmask":{"steps":4,"block_length":8}}' "$u/v1/completions"
+grep -q '"param":"unmask.block_length"' "$tmp/body" || { echo "not ok - suffix blocks: param not named"; fail=1; }
 
 # The same ids as unmask-cli generate, same options (the exact schedule).
 n=$((n + 1))
@@ -121,6 +132,11 @@ start cors --cors-origin http://app.example
 c=$url
 expect 204 "an allowed origin's preflight" -X OPTIONS -H 'Origin: http://app.example' "$c/v1/chat/completions"
 header_has "Access-Control-Allow-Origin: http://app.example"
+expect 204 "an allowed origin's preflight for an SDK's headers" -X OPTIONS -H 'Origin: http://app.example' \
+  -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: authorization, x-stainless-os' "$c/v1/chat/completions"
+header_has "Access-Control-Allow-Headers: authorization, x-stainless-os"
+expect 200 "an allowed origin's request" -H 'Origin: http://app.example' "$c/v1/models"
+header_has "Access-Control-Expose-Headers: x-request-id"
 expect 403 "another origin" -H 'Origin: http://evil.example' "$c/v1/models"
 
 # A full queue: one running, none waiting → 503 with Retry-After.
@@ -131,6 +147,10 @@ pids+=($!)
 for _ in $(seq 1 100); do curl -s "$b/v1/unmask/info" | grep -q '"running":1' && break; sleep 0.05; done
 expect 503 "a full queue" -d '{"prompt":"a","max_tokens":8}' "$b/v1/completions"
 header_has "Retry-After"
+n=$((n + 1))
+# Busy is worth a retry (after Retry-After); OpenAI's SDKs would not retry with x-should-retry: false.
+if grep -qi '^x-should-retry: false' "$tmp/headers"; then echo "not ok $n - a 503 says x-should-retry: false"; fail=1
+else echo "ok $n - a 503 lets clients retry"; fi
 expect 200 "health while busy" "$b/health"
 
 echo "1..$n"

@@ -1,0 +1,757 @@
+/* test-server.c — UmServer in this process (127.0.0.1, a free port) on the
+ * tiny LLaDA model, its generator on a "home" thread of its own as the
+ * app's is on the GTK thread, driven over raw sockets so that the test
+ * decides when the client reads or leaves:
+ * - a stream's shape as OpenAI's SDKs parse it (role first, usage null
+ *   until the usage chunk, one finish chunk, [DONE] last), its text equal
+ *   to the non-streamed answer, with and without a stop string;
+ * - a client that reads nothing: the generation still ends (the engine
+ *   never waits on the socket), then the steps arrive merged (first_step
+ *   < step), contiguous, and rebuild the canvas and commit steps that
+ *   return_trace gives;
+ * - clients that leave, running or queued, streaming or not, free the
+ *   engine at once;
+ * - um_server_free () while admissions are still queued on the home
+ *   context (ASan catches a run that outlives the server). */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <json-glib/json-glib.h>
+
+#include "um-error.h"
+#include "um-local-generator.h"
+#include "um-server.h"
+#include "um-test-util.h"
+
+/* ---- the home thread: the generator and the server live there ---- */
+
+typedef struct {
+  GThread      *thread;
+  GMainContext *context;
+  GMainLoop    *loop;
+  UmGenerator  *gen;
+  UmServer     *server;
+  guint16       port;
+  int           max_queue;
+  gint          seen_running;   /* atomics: the generator's queue, as the server reported it */
+  gint          idle_after_run;
+  GMutex        lock;
+  GCond         cond;
+  gboolean      ready;
+} Home;
+
+typedef struct {
+  Home       *home;
+  GSourceFunc func;
+  gpointer    data;
+  gboolean    done;
+} Call;
+
+static gboolean
+call_cb (gpointer user_data)
+{
+  Call *c = user_data;
+  c->func (c->data);
+  g_mutex_lock (&c->home->lock);
+  c->done = TRUE;
+  g_cond_broadcast (&c->home->cond);
+  g_mutex_unlock (&c->home->lock);
+  return G_SOURCE_REMOVE;
+}
+
+static Call *
+home_call_async (Home *home, GSourceFunc func, gpointer data)
+{
+  Call *c = g_new0 (Call, 1);
+  c->home = home;
+  c->func = func;
+  c->data = data;
+  g_main_context_invoke (home->context, call_cb, c);
+  return c;
+}
+
+static void
+home_wait (Call *c)
+{
+  gint64 end = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
+  g_mutex_lock (&c->home->lock);
+  while (!c->done)
+    if (!g_cond_wait_until (&c->home->cond, &c->home->lock, end))
+      g_error ("the home thread did not answer within 60 s");
+  g_mutex_unlock (&c->home->lock);
+  g_free (c);
+}
+
+static void
+home_call (Home *home, GSourceFunc func, gpointer data)
+{
+  home_wait (home_call_async (home, func, data));
+}
+
+static void
+on_changed (UmServer *server, gpointer user_data)
+{
+  Home *home = user_data;
+  int running, waiting;
+
+  um_server_get_counts (server, &running, &waiting, NULL);
+  if (running > 0)
+    g_atomic_int_set (&home->seen_running, 1);
+  else if (waiting == 0 && g_atomic_int_get (&home->seen_running))
+    g_atomic_int_set (&home->idle_after_run, 1);
+}
+
+static gboolean
+start_in_home (gpointer data)
+{
+  Home *home = data;
+  g_autofree char *path = um_test_data_path ("tiny-llada");
+  g_autoptr(GError) error = NULL;
+  g_auto(GStrv) uris = NULL;
+  UmServerOptions so;
+  UmEngineOptions opt;
+  UmEngine *engine;
+
+  um_engine_options_init (&opt);
+  opt.device = UM_DEVICE_CPU;
+  opt.n_threads = 1;
+  engine = um_engine_load (path, &opt, NULL, NULL, NULL, &error);
+  g_assert_no_error (error);
+  home->gen = um_local_generator_new (engine);
+  um_server_options_init (&so);
+  so.port = 0;
+  so.max_queue = home->max_queue;
+  so.ping_interval_s = 0;
+  home->server = um_server_new (home->gen, &so);
+  um_server_options_clear (&so);
+  um_server_set_changed_func (home->server, on_changed, home);
+  g_assert_true (um_server_start (home->server, &error));
+  g_assert_no_error (error);
+  uris = um_server_get_uris (home->server);
+  for (guint i = 0; uris[i]; i++)
+    if (g_str_has_prefix (uris[i], "http://127.0.0.1:"))
+      home->port = (guint16) atoi (uris[i] + strlen ("http://127.0.0.1:"));
+  g_assert_cmpuint (home->port, >, 0);
+  return G_SOURCE_REMOVE;
+}
+
+static gboolean
+free_in_home (gpointer data)
+{
+  Home *home = data;
+  g_clear_pointer (&home->server, um_server_free);
+  g_clear_object (&home->gen);
+  return G_SOURCE_REMOVE;
+}
+
+static gboolean
+quit_in_home (gpointer data)
+{
+  Home *home = data;
+  g_main_loop_quit (home->loop);
+  return G_SOURCE_REMOVE;
+}
+
+static gpointer
+home_thread (gpointer data)
+{
+  Home *home = data;
+  g_main_context_push_thread_default (home->context);
+  g_main_loop_run (home->loop);
+  /* Whatever is still posted here runs now (an admission after a freed
+   * server would be a use after free). */
+  while (g_main_context_iteration (home->context, FALSE))
+    ;
+  g_main_context_pop_thread_default (home->context);
+  return NULL;
+}
+
+static Home *
+home_new (int max_queue)
+{
+  Home *home = g_new0 (Home, 1);
+  g_mutex_init (&home->lock);
+  g_cond_init (&home->cond);
+  home->max_queue = max_queue;
+  home->context = g_main_context_new ();
+  home->loop = g_main_loop_new (home->context, FALSE);
+  home->thread = g_thread_new ("home", home_thread, home);
+  home_call (home, start_in_home, home);
+  return home;
+}
+
+static void
+home_free (Home *home)
+{
+  home_call (home, free_in_home, home);
+  home_call (home, quit_in_home, home);
+  g_thread_join (home->thread);
+  g_main_loop_unref (home->loop);
+  g_main_context_unref (home->context);
+  g_mutex_clear (&home->lock);
+  g_cond_clear (&home->cond);
+  g_free (home);
+}
+
+static void
+counts (Home *home, int *running, int *waiting)
+{
+  um_server_get_counts (home->server, running, waiting, NULL);
+}
+
+/* ---- a raw HTTP/1.1 client ---- */
+
+static GSocket *
+client_connect (Home *home, int rcvbuf)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GInetAddress) lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
+  g_autoptr(GSocketAddress) sa = g_inet_socket_address_new (lo, home->port);
+  GSocket *s = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, &error);
+
+  g_assert_no_error (error);
+  g_socket_set_timeout (s, 60);
+  if (rcvbuf > 0)
+    g_assert_true (g_socket_set_option (s, SOL_SOCKET, SO_RCVBUF, rcvbuf, NULL));
+  g_assert_true (g_socket_connect (s, sa, NULL, &error));
+  g_assert_no_error (error);
+  return s;
+}
+
+static void
+client_send (GSocket *s, const char *path, const char *body)
+{
+  g_autofree char *req = g_strdup_printf ("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                                          "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                                          path, strlen (body), body);
+  g_autoptr(GError) error = NULL;
+  gsize off = 0, len = strlen (req);
+
+  while (off < len)
+    {
+      gssize n = g_socket_send (s, req + off, len - off, NULL, &error);
+      g_assert_no_error (error);
+      off += (gsize) n;
+    }
+}
+
+/* Everything until the server closes; the response's status and body
+ * (de-chunked). */
+static char *
+client_read (GSocket *s, guint *status)
+{
+  g_autoptr(GString) raw = g_string_new (NULL);
+  g_autoptr(GString) body = g_string_new (NULL);
+  char buf[16384];
+  const char *p, *end;
+  gboolean chunked;
+
+  for (;;)
+    {
+      g_autoptr(GError) error = NULL;
+      gssize n = g_socket_receive (s, buf, sizeof buf, NULL, &error);
+      if (n <= 0)
+        {
+          if (error != NULL && !g_error_matches (error, G_IO_ERROR, G_IO_ERROR_CONNECTION_CLOSED))
+            g_assert_no_error (error);
+          break;
+        }
+      g_string_append_len (raw, buf, n);
+    }
+  g_assert_true (g_str_has_prefix (raw->str, "HTTP/1.1 "));
+  *status = (guint) atoi (raw->str + 9);
+  p = strstr (raw->str, "\r\n\r\n");
+  g_assert_nonnull (p);
+  {
+    g_autofree char *head = g_ascii_strdown (raw->str, p - raw->str);
+    chunked = strstr (head, "transfer-encoding: chunked") != NULL;
+  }
+  p += 4;
+  end = raw->str + raw->len;
+  if (!chunked)
+    return g_strndup (p, end - p);
+  while (p < end)
+    {
+      char *after;
+      guint64 size = g_ascii_strtoull (p, &after, 16);
+      p = strstr (after, "\r\n");
+      g_assert_nonnull (p);
+      p += 2;
+      if (size == 0)
+        break;
+      g_assert_cmpuint (size, <=, (guint64) (end - p));
+      g_string_append_len (body, p, (gssize) size);
+      p += size + 2;
+    }
+  return g_string_free (g_steal_pointer (&body), FALSE);
+}
+
+static char *
+request (Home *home, const char *path, const char *body, guint *status)
+{
+  g_autoptr(GSocket) s = client_connect (home, 0);
+  client_send (s, path, body);
+  return client_read (s, status);
+}
+
+static JsonObject *
+parse_object (const char *text)
+{
+  g_autoptr(GError) error = NULL;
+  JsonNode *root = json_from_string (text, &error);
+  JsonObject *o;
+
+  g_assert_no_error (error);
+  g_assert_true (JSON_NODE_HOLDS_OBJECT (root));
+  o = json_object_ref (json_node_get_object (root));
+  json_node_unref (root);
+  return o;
+}
+
+/* The "data: " payloads of an SSE body, in order; each event exactly
+ * "data: ...\n\n" (comments aside). */
+static GPtrArray *
+sse_events (const char *body)
+{
+  GPtrArray *v = g_ptr_array_new_with_free_func (g_free);
+  g_auto(GStrv) parts = g_strsplit (body, "\n\n", -1);
+  guint n = g_strv_length (parts);
+
+  g_assert_cmpuint (n, >=, 2);
+  g_assert_cmpstr (parts[n - 1], ==, "");   /* ends with a blank line */
+  for (guint i = 0; i + 1 < n; i++)
+    {
+      if (parts[i][0] == ':')
+        continue;
+      g_assert_true (g_str_has_prefix (parts[i], "data: "));
+      g_assert_null (strchr (parts[i], '\n'));   /* one line of JSON */
+      g_ptr_array_add (v, g_strdup (parts[i] + 6));
+    }
+  return v;
+}
+
+static JsonObject *
+first_choice (JsonObject *chunk)
+{
+  JsonArray *c = json_object_get_array_member (chunk, "choices");
+  return json_array_get_length (c) ? json_array_get_object_element (c, 0) : NULL;
+}
+
+/* A non-streamed answer's text. */
+static char *
+answer_text (JsonObject *o, gboolean chat, const char **finish)
+{
+  JsonObject *c = first_choice (o);
+  *finish = json_object_get_string_member (c, "finish_reason");
+  if (chat)
+    return g_strdup (json_object_get_string_member (json_object_get_object_member (c, "message"), "content"));
+  return g_strdup (json_object_get_string_member (c, "text"));
+}
+
+/* Checks a stream's framing and returns its text and finish reason. */
+static char *
+stream_text (const char *body, gboolean chat, gboolean usage, char **finish)
+{
+  g_autoptr(GPtrArray) ev = sse_events (body);
+  g_autoptr(GString) text = g_string_new (NULL);
+  g_autofree char *id = NULL;
+  guint n_finish = 0, last = ev->len - 1;
+
+  g_assert_cmpstr (g_ptr_array_index (ev, last), ==, "[DONE]");
+  *finish = NULL;
+  for (guint i = 0; i < last; i++)
+    {
+      g_autoptr(JsonObject) o = parse_object (g_ptr_array_index (ev, i));
+      JsonObject *c = first_choice (o);
+      gboolean usage_chunk = usage && i == last - 1;
+
+      g_assert_false (json_object_has_member (o, "error"));
+      g_assert_cmpstr (json_object_get_string_member (o, "object"), ==,
+                       chat ? "chat.completion.chunk" : "text_completion");
+      if (id == NULL)
+        id = g_strdup (json_object_get_string_member (o, "id"));
+      g_assert_cmpstr (json_object_get_string_member (o, "id"), ==, id);
+      g_assert_true (json_object_has_member (o, "created"));
+      if (usage)
+        {
+          /* OpenAI: "usage":null on every chunk but the last, which has
+           * "choices":[] and the counts. */
+          g_assert_true (json_object_has_member (o, "usage"));
+          if (usage_chunk)
+            {
+              JsonObject *u = json_object_get_object_member (o, "usage");
+              g_assert_null (c);
+              g_assert_cmpint (json_object_get_int_member (u, "total_tokens"), ==,
+                               json_object_get_int_member (u, "prompt_tokens")
+                               + json_object_get_int_member (u, "completion_tokens"));
+              g_assert_cmpint (json_object_get_int_member (u, "prompt_tokens"), >, 0);
+              continue;
+            }
+          g_assert_true (json_object_get_null_member (o, "usage"));
+        }
+      else
+        g_assert_false (json_object_has_member (o, "usage"));
+      g_assert_nonnull (c);
+      g_assert_cmpint (json_object_get_int_member (c, "index"), ==, 0);
+      if (chat)
+        {
+          JsonObject *d = json_object_get_object_member (c, "delta");
+          /* The role first, and only there. */
+          g_assert_true (json_object_has_member (d, "role") == (i == 0));
+          if (i == 0)
+            g_assert_cmpstr (json_object_get_string_member (d, "role"), ==, "assistant");
+          if (json_object_has_member (d, "content"))
+            g_string_append (text, json_object_get_string_member (d, "content"));
+        }
+      else
+        g_string_append (text, json_object_get_string_member (c, "text"));
+      if (!json_object_get_null_member (c, "finish_reason"))
+        {
+          JsonObject *u = json_object_get_object_member (o, "unmask");
+          n_finish++;
+          *finish = g_strdup (json_object_get_string_member (c, "finish_reason"));
+          g_assert_cmpstr (json_object_get_string_member (u, "type"), ==, "done");
+          g_assert_cmpint (json_object_get_int_member (u, "steps_run"), >, 0);
+          /* Only the usage chunk may follow. */
+          g_assert_cmpuint (i, ==, last - (usage ? 2 : 1));
+        }
+    }
+  g_assert_cmpuint (n_finish, ==, 1);
+  return g_string_free (g_steal_pointer (&text), FALSE);
+}
+
+/* ---- tests ---- */
+
+static void
+test_stream_shape (void)
+{
+  Home *home = home_new (4);
+  const char *req = "\"max_tokens\":32,\"seed\":5,\"temperature\":0.5,\"unmask\":{\"steps\":16,\"block_length\":16}";
+  g_autofree char *plain = g_strdup_printf ("{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],%s}", req);
+  g_autofree char *streamed = g_strdup_printf ("{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],%s,"
+                                               "\"stream\":true,\"stream_options\":{\"include_usage\":true}}", req);
+  guint status;
+  g_autofree char *a = request (home, "/v1/chat/completions", plain, &status);
+  g_autoptr(JsonObject) ao = NULL;
+  g_autofree char *b = NULL, *text = NULL, *stext = NULL, *sfinish = NULL;
+  const char *finish;
+
+  g_assert_cmpuint (status, ==, 200);
+  ao = parse_object (a);
+  text = answer_text (ao, TRUE, &finish);
+  b = request (home, "/v1/chat/completions", streamed, &status);
+  g_assert_cmpuint (status, ==, 200);
+  stext = stream_text (b, TRUE, TRUE, &sfinish);
+  g_assert_cmpstr (stext, ==, text);
+  g_assert_cmpstr (sfinish, ==, finish);
+  home_free (home);
+}
+
+/* A stop string cuts both the same way, whether found streaming (the
+ * stream ends early) or at the end. */
+static void
+test_stop (void)
+{
+  Home *home = home_new (4);
+  const char *req = "\"prompt\":\"Hello\",\"max_tokens\":64,\"seed\":7,\"temperature\":0.5,"
+                    "\"unmask\":{\"steps\":32,\"block_length\":16}";
+  g_autofree char *plain = g_strdup_printf ("{%s}", req);
+  guint status;
+  g_autofree char *a = request (home, "/v1/completions", plain, &status);
+  g_autoptr(JsonObject) ao = parse_object (a);
+  const char *finish;
+  g_autofree char *full = answer_text (ao, FALSE, &finish);
+  const char *stop = NULL;
+  g_autofree char *stop_json = NULL, *cut = NULL;
+
+  g_assert_cmpuint (status, ==, 200);
+  /* Two ASCII letters well inside the answer. */
+  for (const char *p = full + MIN (strlen (full), 6); p[0] && p[1]; p++)
+    if (g_ascii_isalpha (p[0]) && g_ascii_isalpha (p[1]))
+      {
+        stop = p;
+        break;
+      }
+  if (stop == NULL)
+    {
+      g_test_skip ("the tiny model's answer has no two letters in a row");
+      home_free (home);
+      return;
+    }
+  stop_json = g_strndup (stop, 2);
+  cut = g_strndup (full, strstr (full, stop_json) - full);
+  for (int streaming = 0; streaming < 2; streaming++)
+    {
+      g_autofree char *body = g_strdup_printf ("{%s,\"stop\":[\"zzzzzz\",\"%s\"]%s}", req, stop_json,
+                                               streaming ? ",\"stream\":true" : "");
+      g_autofree char *r = request (home, "/v1/completions", body, &status);
+      g_autofree char *text = NULL, *sfinish = NULL;
+
+      g_assert_cmpuint (status, ==, 200);
+      if (streaming)
+        text = stream_text (r, FALSE, FALSE, &sfinish);
+      else
+        {
+          g_autoptr(JsonObject) o = parse_object (r);
+          text = answer_text (o, FALSE, &finish);
+          sfinish = g_strdup (finish);
+        }
+      g_assert_cmpstr (text, ==, cut);
+      g_assert_cmpstr (sfinish, ==, "stop");
+    }
+  home_free (home);
+}
+
+/* The server's end of the client's connection @s, found among this
+ * process's descriptors (the server runs here). */
+static int
+server_fd_of (GSocket *s)
+{
+  struct sockaddr_in mine, peer;
+  socklen_t len = sizeof mine;
+
+  g_assert_cmpint (getsockname (g_socket_get_fd (s), (struct sockaddr *) &mine, &len), ==, 0);
+  for (int tries = 0; tries < 200; tries++)
+    {
+      for (int fd = 3; fd < 4096; fd++)
+        {
+          struct sockaddr_in a;
+          socklen_t l = sizeof peer;
+          if (fd == g_socket_get_fd (s) || getpeername (fd, (struct sockaddr *) &peer, &l) != 0
+              || peer.sin_family != AF_INET)
+            continue;
+          l = sizeof a;
+          if (peer.sin_port == mine.sin_port && getsockname (fd, (struct sockaddr *) &a, &l) == 0
+              && a.sin_port != mine.sin_port)
+            return fd;
+        }
+      g_usleep (10000);
+    }
+  g_error ("the server's end of the connection was not found");
+  return -1;
+}
+
+static gboolean
+wait_for (gint *flag, double seconds)
+{
+  gint64 end = g_get_monotonic_time () + (gint64) (seconds * G_USEC_PER_SEC);
+  while (!g_atomic_int_get (flag))
+    {
+      if (g_get_monotonic_time () > end)
+        return FALSE;
+      g_usleep (2000);
+    }
+  return TRUE;
+}
+
+static void
+test_lagging_socket (void)
+{
+  Home *home = home_new (4);
+  const char *req = "\"prompt\":\"Hello\",\"max_tokens\":256,\"seed\":3,\"temperature\":0.8,"
+                    "\"unmask\":{\"steps\":256,\"block_length\":256";
+  g_autofree char *traced = g_strdup_printf ("{%s,\"return_trace\":true}}", req);
+  g_autofree char *streamed = g_strdup_printf ("{%s,\"stream_steps\":\"diff\"},\"stream\":true}", req);
+  guint status;
+  g_autofree char *a = request (home, "/v1/completions", traced, &status);
+  g_autoptr(JsonObject) ao = parse_object (a);
+  JsonObject *trace = json_object_get_object_member (ao, "unmask");
+  JsonArray *want_ids = json_object_get_array_member (trace, "token_ids");
+  JsonArray *want_at = json_object_get_array_member (trace, "unmasked_at_step");
+  g_autoptr(GSocket) s = NULL;
+  g_autofree char *body = NULL;
+  g_autoptr(GPtrArray) ev = NULL;
+  g_autofree gint64 *ids = NULL;
+  g_autofree int *lo = NULL, *hi = NULL;
+  int small = 4096, next = 0, merged = 0, c = 0, steps = 0;
+
+  g_assert_cmpuint (status, ==, 200);
+  g_atomic_int_set (&home->seen_running, 0);
+  g_atomic_int_set (&home->idle_after_run, 0);
+  /* Small buffers on both ends: a few KB of a ~100 KB stream fit. */
+  s = client_connect (home, small);
+  g_assert_cmpint (setsockopt (server_fd_of (s), SOL_SOCKET, SO_SNDBUF, &small, sizeof small), ==, 0);
+  client_send (s, "/v1/completions", streamed);
+  /* Nothing read: the generation ends all the same. */
+  g_assert_true (wait_for (&home->idle_after_run, 60));
+  g_usleep (200000);
+  body = client_read (s, &status);
+  g_assert_cmpuint (status, ==, 200);
+  ev = sse_events (body);
+  for (guint i = 0; i + 1 < ev->len; i++)
+    {
+      g_autoptr(JsonObject) o = parse_object (g_ptr_array_index (ev, i));
+      JsonObject *u = json_object_get_object_member (o, "unmask");
+      int first, step;
+
+      if (u == NULL || strcmp (json_object_get_string_member (u, "type"), "step") != 0)
+        continue;
+      first = (int) json_object_get_int_member (u, "first_step");
+      step = (int) json_object_get_int_member (u, "step");
+      steps = (int) json_object_get_int_member (u, "steps");
+      /* Every step once, in order: merged steps are a range. */
+      g_assert_cmpint (first, ==, next);
+      g_assert_cmpint (step, >=, first);
+      merged += step > first;
+      next = step + 1;
+      if (json_object_has_member (u, "canvas"))
+        {
+          JsonArray *canvas = json_object_get_array_member (u, "canvas");
+          g_assert_cmpint (first, ==, 0);   /* the keyframe is the first step chunk */
+          c = (int) json_array_get_length (canvas);
+          g_assert_cmpint (c, ==, json_object_get_int_member (u, "canvas_len"));
+          ids = g_new (gint64, c);
+          lo = g_new (int, c);
+          hi = g_new (int, c);
+          for (int k = 0; k < c; k++)
+            {
+              JsonNode *e = json_array_get_element (canvas, k);
+              ids[k] = JSON_NODE_HOLDS_NULL (e) ? -1 : json_array_get_int_element (json_node_get_array (e), 0);
+              lo[k] = -1;   /* fixed before step 0, or committed by this step */
+              hi[k] = JSON_NODE_HOLDS_NULL (e) ? -1 : step;
+            }
+        }
+      else
+        {
+          JsonArray *changes = json_object_get_array_member (u, "changes");
+          g_assert_nonnull (ids);
+          for (guint k = 0; k < json_array_get_length (changes); k++)
+            {
+              JsonArray *ch = json_array_get_array_element (changes, k);
+              int pos = (int) json_array_get_int_element (ch, 0);
+              g_assert_cmpint (pos, >=, 0);
+              g_assert_cmpint (pos, <, c);
+              g_assert_cmpint (ids[pos], ==, -1);   /* committed once, never remasked */
+              ids[pos] = json_array_get_int_element (ch, 1);
+              lo[pos] = first;
+              hi[pos] = step;
+            }
+        }
+    }
+  g_assert_cmpint (next, ==, steps);
+  /* The socket lagged, so steps were merged into fewer chunks. */
+  g_assert_cmpint (merged, >, 0);
+  /* The canvas rebuilt from the keyframe and the diffs is the trace's,
+   * each position committed within its chunk's step range. */
+  g_assert_cmpint (c, ==, (int) json_array_get_length (want_ids));
+  for (int k = 0; k < c; k++)
+    {
+      int at = (int) json_array_get_int_element (want_at, k);
+      g_assert_cmpint (ids[k], ==, json_array_get_int_element (want_ids, k));
+      g_assert_cmpint (at, >=, lo[k]);
+      g_assert_cmpint (at, <=, hi[k]);
+    }
+  if (g_test_verbose ())
+    g_printerr ("%d steps, %d chunks merged several\n", steps, merged);
+  home_free (home);
+}
+
+static const char *long_req = "{\"prompt\":\"Hello\",\"max_tokens\":2048,\"unmask\":{\"steps\":2048,\"block_length\":2048}%s}";
+
+/* Waits until the counts are @running and @waiting; the seconds it took. */
+static double
+wait_counts (Home *home, int running, int waiting, double limit)
+{
+  gint64 t0 = g_get_monotonic_time ();
+  for (;;)
+    {
+      int r, w;
+      counts (home, &r, &w);
+      if (r == running && w == waiting)
+        return (g_get_monotonic_time () - t0) / 1e6;
+      if (g_get_monotonic_time () - t0 > (gint64) (limit * G_USEC_PER_SEC))
+        g_error ("waited %g s for %d running and %d waiting (now %d and %d)", limit, running, waiting, r, w);
+      g_usleep (5000);
+    }
+}
+
+static void
+test_disconnect (void)
+{
+  Home *home = home_new (4);
+  g_autofree char *plain = g_strdup_printf (long_req, "");
+  g_autofree char *streamed = g_strdup_printf (long_req, ",\"stream\":true");
+  GSocket *running, *queued, *queued_stream;
+  double t;
+
+  running = client_connect (home, 0);
+  client_send (running, "/v1/completions", plain);
+  wait_counts (home, 1, 0, 30);
+  queued = client_connect (home, 0);
+  client_send (queued, "/v1/completions", plain);
+  queued_stream = client_connect (home, 0);
+  client_send (queued_stream, "/v1/completions", streamed);
+  wait_counts (home, 1, 2, 30);
+  /* Queued clients leave: dropped before their turn. */
+  g_object_unref (queued);
+  g_object_unref (queued_stream);
+  t = wait_counts (home, 1, 0, 5);
+  g_assert_cmpfloat (t, <, 2.0);
+  /* The running one leaves: the engine stops within a step (the server
+   * looks every 100 ms). */
+  g_object_unref (running);
+  t = wait_counts (home, 0, 0, 5);
+  if (g_test_verbose ())
+    g_printerr ("engine free %.3f s after the client left\n", t);
+  g_assert_cmpfloat (t, <, 2.0);
+
+  /* A streaming client leaving mid-answer, the same. */
+  running = client_connect (home, 0);
+  client_send (running, "/v1/completions", streamed);
+  wait_counts (home, 1, 0, 30);
+  g_usleep (100000);
+  g_object_unref (running);
+  t = wait_counts (home, 0, 0, 5);
+  g_assert_cmpfloat (t, <, 2.0);
+  home_free (home);
+}
+
+static gboolean
+sleep_then_free (gpointer data)
+{
+  Home *home = data;
+  /* The home context is busy: the server's admissions wait here. */
+  g_usleep (500000);
+  free_in_home (home);
+  return G_SOURCE_REMOVE;
+}
+
+static void
+test_stop_with_admissions_pending (void)
+{
+  Home *home = home_new (4);
+  g_autofree char *plain = g_strdup_printf (long_req, "");
+  GSocket *s[3];
+  Call *c;
+
+  c = home_call_async (home, sleep_then_free, home);
+  for (int i = 0; i < 3; i++)
+    {
+      s[i] = client_connect (home, 0);
+      client_send (s[i], "/v1/completions", plain);
+    }
+  home_wait (c);
+  /* The server is gone: every client sees its connection closed. */
+  for (int i = 0; i < 3; i++)
+    {
+      char buf[256];
+      gssize n;
+      while ((n = g_socket_receive (s[i], buf, sizeof buf, NULL, NULL)) > 0)
+        ;
+      g_object_unref (s[i]);
+    }
+  home_free (home);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/server/stream-shape", test_stream_shape);
+  g_test_add_func ("/server/stop", test_stop);
+  g_test_add_func ("/server/lagging-socket", test_lagging_socket);
+  g_test_add_func ("/server/disconnect", test_disconnect);
+  g_test_add_func ("/server/stop-with-admissions-pending", test_stop_with_admissions_pending);
+  return g_test_run ();
+}
