@@ -46,7 +46,8 @@ typedef struct {
   char              *id;
   char              *model;
   gint64             created;
-  GCancellable      *cancellable;
+  GCancellable      *cancellable;   /* cancelled on the home context only (cancel_run ()) */
+  gint               cancel_asked;  /* atomic: cancel_run () was called */
   gboolean           gone;          /* the client left */
   /* set on home, read on the server thread under lock */
   GMutex             lock;
@@ -195,6 +196,25 @@ refuse (Run *run, guint status, const char *type, const char *message, const cha
   run->refusal = r;
   post_locked (run);
   g_mutex_unlock (&run->lock);
+}
+
+static gboolean
+cancel_cb (gpointer data)
+{
+  Run *run = data;
+  g_cancellable_cancel (run->cancellable);
+  return G_SOURCE_REMOVE;
+}
+
+/* Stops the run's generation, from any thread. The cancel itself happens
+ * on the home context, where the generator's sources on the cancellable
+ * live: GLib 2.74 leaks a GCancellableSource disposed on one thread while
+ * its cancellable is being cancelled on another. */
+static void
+cancel_run (Run *run)
+{
+  if (g_atomic_int_compare_and_exchange (&run->cancel_asked, 0, 1))
+    g_main_context_invoke_full (run->server->home, G_PRIORITY_DEFAULT, cancel_cb, run_ref (run), run_unref);
 }
 
 /* ---- home context: admission, steps, end ---- */
@@ -387,7 +407,7 @@ admit_run (Run *run)
       refuse (run, 503, "unavailable_error", "Loading model", NULL, NULL);
       return FALSE;
     }
-  if (g_cancellable_is_cancelled (run->cancellable))
+  if (g_atomic_int_get (&run->cancel_asked))
     return FALSE;   /* the client left before its turn came */
   info = um_generator_get_info (gen);
 
@@ -1035,7 +1055,7 @@ mark_gone (Run *run)
   if (!run->gone)
     {
       run->gone = TRUE;
-      g_cancellable_cancel (run->cancellable);
+      cancel_run (run);
     }
 }
 
@@ -1106,7 +1126,7 @@ service (Run *run)
       if (run->req.stream && run->stop_text != NULL && !done)
         {
           /* A stop string: the answer is complete, the engine can stop. */
-          g_cancellable_cancel (run->cancellable);
+          cancel_run (run);
           if (run->in_flight > 0)
             return;
         }
@@ -1267,6 +1287,6 @@ um_server_cancel_runs (UmServer *server)
   for (guint i = 0; i < server->runs->len; i++)
     {
       Run *run = g_ptr_array_index (server->runs, i);
-      g_cancellable_cancel (run->cancellable);
+      cancel_run (run);
     }
 }
