@@ -39,6 +39,11 @@ struct _UmServer
   gpointer         changed_data;
 };
 
+/* OpenAI's error envelope {"error":{message,type,param,code}} into @b; the
+ * code is @code, else @int_code when not 0 (an in-band stream error carries
+ * the status there), else null. */
+void um_server_add_error (JsonBuilder *b, const char *message, const char *type, const char *param,
+                          const char *code, gint64 int_code);
 /* Answers with OpenAI's error envelope. */
 void um_server_send_error (SoupServerMessage *msg, guint status, const char *type, const char *message,
                            const char *param, const char *code);

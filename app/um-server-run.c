@@ -506,14 +506,17 @@ admit (gpointer data)
 
 /* ---- server thread: answering ---- */
 
+/* The members every answer starts with; @object NULL: a stream chunk's. */
 static void
-begin_chunk (Run *run, JsonBuilder *b)
+begin_answer (Run *run, JsonBuilder *b, const char *object)
 {
+  if (object == NULL)
+    object = run->req.kind == UM_API_CHAT ? "chat.completion.chunk" : "text_completion";
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "id");
   json_builder_add_string_value (b, run->id);
   json_builder_set_member_name (b, "object");
-  json_builder_add_string_value (b, run->req.kind == UM_API_CHAT ? "chat.completion.chunk" : "text_completion");
+  json_builder_add_string_value (b, object);
   json_builder_set_member_name (b, "created");
   json_builder_add_int_value (b, run->created);
   json_builder_set_member_name (b, "model");
@@ -786,7 +789,7 @@ send_headers (Run *run)
   soup_message_body_set_accumulate (soup_server_message_get_response_body (run->msg), FALSE);
   run->headers_sent = TRUE;
   /* The role comes first: OpenAI's stream helpers insist. */
-  begin_chunk (run, b);
+  begin_answer (run, b, NULL);
   add_choices (run, b, FALSE, run->req.kind == UM_API_CHAT, NULL, NULL);
   if (run->req.include_usage)
     {
@@ -805,7 +808,7 @@ stream_end (Run *run, const char *finish)
 {
   g_autoptr(JsonBuilder) b = json_builder_new ();
 
-  begin_chunk (run, b);
+  begin_answer (run, b, NULL);
   add_choices (run, b, FALSE, FALSE, NULL, finish);
   if (run->req.include_usage)
     {
@@ -828,7 +831,7 @@ stream_end (Run *run, const char *finish)
   if (run->req.include_usage)
     {
       g_autoptr(JsonBuilder) u = json_builder_new ();
-      begin_chunk (run, u);
+      begin_answer (run, u, NULL);
       add_choices (run, u, TRUE, FALSE, NULL, NULL);
       add_usage (run, u);
       json_builder_end_object (u);
@@ -845,19 +848,7 @@ stream_error (Run *run, guint status, const char *type, const char *message)
 {
   g_autoptr(JsonBuilder) b = json_builder_new ();
 
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "error");
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "message");
-  json_builder_add_string_value (b, message);
-  json_builder_set_member_name (b, "type");
-  json_builder_add_string_value (b, type);
-  json_builder_set_member_name (b, "param");
-  json_builder_add_null_value (b);
-  json_builder_set_member_name (b, "code");
-  json_builder_add_int_value (b, status);
-  json_builder_end_object (b);
-  json_builder_end_object (b);
+  um_server_add_error (b, message, type, NULL, NULL, status);
   write_event (run, b);
   write_raw (run, g_strdup ("data: [DONE]\n\n"), strlen ("data: [DONE]\n\n"));
   soup_message_body_complete (soup_server_message_get_response_body (run->msg));
@@ -895,7 +886,7 @@ stream_steps (Run *run, GQueue *steps)
   delta = next_delta (run, last->prefix, FALSE);
   if (delta == NULL && !want_steps)
     return;
-  begin_chunk (run, b);
+  begin_answer (run, b, NULL);
   add_choices (run, b, FALSE, FALSE, delta, NULL);
   if (run->req.include_usage)
     {
@@ -931,17 +922,7 @@ respond_json (Run *run)
       text = run->stop_text;
       finish = "stop";
     }
-  json_builder_begin_object (b);
-  json_builder_set_member_name (b, "id");
-  json_builder_add_string_value (b, run->id);
-  json_builder_set_member_name (b, "object");
-  json_builder_add_string_value (b, run->req.kind == UM_API_CHAT ? "chat.completion" : "text_completion");
-  json_builder_set_member_name (b, "created");
-  json_builder_add_int_value (b, run->created);
-  json_builder_set_member_name (b, "model");
-  json_builder_add_string_value (b, run->model);
-  json_builder_set_member_name (b, "system_fingerprint");
-  json_builder_add_string_value (b, "unmask-" PACKAGE_VERSION);
+  begin_answer (run, b, run->req.kind == UM_API_CHAT ? "chat.completion" : "text_completion");
   json_builder_set_member_name (b, "choices");
   json_builder_begin_array (b);
   json_builder_begin_object (b);
@@ -1166,7 +1147,7 @@ service (Run *run)
     if (delta != NULL)
       {
         g_autoptr(JsonBuilder) b = json_builder_new ();
-        begin_chunk (run, b);
+        begin_answer (run, b, NULL);
         add_choices (run, b, FALSE, FALSE, delta, NULL);
         if (run->req.include_usage)
           {

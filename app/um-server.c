@@ -79,13 +79,9 @@ send_json (SoupServerMessage *msg, guint status, JsonNode *root)
 }
 
 void
-um_server_send_error (SoupServerMessage *msg, guint status, const char *type, const char *message,
-                      const char *param, const char *code)
+um_server_add_error (JsonBuilder *b, const char *message, const char *type, const char *param, const char *code,
+                     gint64 int_code)
 {
-  g_autoptr(JsonBuilder) b = json_builder_new ();
-  g_autoptr(JsonNode) root = NULL;
-  SoupMessageHeaders *h = soup_server_message_get_response_headers (msg);
-
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "error");
   json_builder_begin_object (b);
@@ -101,10 +97,23 @@ um_server_send_error (SoupServerMessage *msg, guint status, const char *type, co
   json_builder_set_member_name (b, "code");
   if (code)
     json_builder_add_string_value (b, code);
+  else if (int_code != 0)
+    json_builder_add_int_value (b, int_code);
   else
     json_builder_add_null_value (b);
   json_builder_end_object (b);
   json_builder_end_object (b);
+}
+
+void
+um_server_send_error (SoupServerMessage *msg, guint status, const char *type, const char *message,
+                      const char *param, const char *code)
+{
+  g_autoptr(JsonBuilder) b = json_builder_new ();
+  g_autoptr(JsonNode) root = NULL;
+  SoupMessageHeaders *h = soup_server_message_get_response_headers (msg);
+
+  um_server_add_error (b, message, type, param, code, 0);
   root = json_builder_get_root (b);
   /* A failed generation would fail again (and OpenAI's SDKs retry twice
    * by default); a busy or loading server is worth another try, after
