@@ -20,6 +20,7 @@ static const UmArchInfo arch_infos[UM_ARCH_N] = {
   [UM_ARCH_DREAM]     = { UM_ARCH_DREAM,     "Dream",     "dream",     TRUE,  UM_SCHEDULE_TIMESTEP },
   [UM_ARCH_LLADA_MOE] = { UM_ARCH_LLADA_MOE, "LLaDA-MoE", "llada-moe", FALSE, UM_SCHEDULE_BLOCK },
   [UM_ARCH_RND1]      = { UM_ARCH_RND1,      "RND1",      "rnd1",      TRUE,  UM_SCHEDULE_ENTROPY },
+  [UM_ARCH_LLADA2]    = { UM_ARCH_LLADA2,    "LLaDA 2",   "llada2",    FALSE, UM_SCHEDULE_BLOCK_CAUSAL },
 };
 
 const UmArchInfo *

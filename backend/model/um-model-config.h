@@ -1,5 +1,5 @@
 /* um-model-config.h — hyperparameters and special ids of a diffusion LM
- * (LLaDA, Dream, LLaDA-MoE, RND1), read from config.json (+
+ * (LLaDA, Dream, LLaDA-MoE, RND1, LLaDA 2.x), read from config.json (+
  * generation_config.json) or GGUF metadata, and validated against the
  * tensor table. Nothing is hard-coded: what a family has (biases, QK-norm,
  * RoPE variant, logits shift, dense or MoE FFN and its router) is data
@@ -20,6 +20,7 @@ typedef enum {
   UM_ARCH_DREAM,       /* Dream-7B, Dream-Coder, DiffuCoder: HF "Dream", GGUF "dream" */
   UM_ARCH_LLADA_MOE,   /* LLaDA-MoE-7B-A1B: HF "lladamoe"/"llada" with experts, GGUF "llada-moe" */
   UM_ARCH_RND1,        /* RND1-30B-A3B: HF "rnd1"/"RND1", GGUF "rnd1" */
+  UM_ARCH_LLADA2,      /* LLaDA 2.x mini/flash: HF "llada2_moe", GGUF "llada2" (BailingMoeV2's keys) */
   UM_ARCH_N
 } UmArch;
 
@@ -28,6 +29,8 @@ typedef enum {
   UM_SCHEDULE_BLOCK,     /* LLaDA: semi-autoregressive blocks, low-confidence remasking */
   UM_SCHEDULE_TIMESTEP,  /* Dream: linspace(1, eps, steps+1), confidence rules */
   UM_SCHEDULE_ENTROPY,   /* RND1: keep the highest-entropy positions masked */
+  UM_SCHEDULE_BLOCK_CAUSAL, /* LLaDA 2.x: blocks in turn under a block-causal mask; each step commits
+                             * the positions above the threshold, or the step's count of the most confident */
 } UmSchedule;
 
 typedef struct {
@@ -72,6 +75,14 @@ typedef struct {
   gboolean qkv_bias;         /* q, k and v projections add a bias (Dream) */
   gboolean qk_norm;          /* per-head RMSNorm of q and k (weights [head_dim]) before RoPE */
   gboolean shift_logits;     /* the sampler reads row i-1 for position i (Dream, RND1) */
+  /* RoPE rotates the first rope_dim of each head's head_dim values (NEOX:
+   * pairs (i, i + rope_dim/2), frequencies theta^(-2i/rope_dim)); the rest
+   * pass unchanged. rope_dim = head_dim except LLaDA 2.x (half). Even. */
+  guint    rope_dim;
+  /* Attention is block-causal (LLaDA 2.x): a query sees the keys of its own
+   * block and of earlier ones, blocks of the generation's block_length
+   * aligned to position 0 (um_forward_set_attention_block ()). */
+  gboolean block_causal;
 
   /* Mixture of experts. n_experts 0: every layer has the dense SwiGLU FFN
    * of mlp_hidden. Otherwise layers from n_dense_leading on route each
@@ -83,6 +94,17 @@ typedef struct {
   UmRouterFunc router_func;
   gboolean     router_norm;  /* renormalise the chosen experts' weights to sum 1 */
   double       router_scale; /* the routed weights × this (1: none) */
+  /* Group-limited routing (LLaDA 2.x, DeepSeek-V3): n_expert_groups > 1
+   * splits the experts into that many equal groups; a group scores the sum
+   * of its two best selection scores (probability + selection bias), the
+   * n_groups_used best groups are kept and the top-k is taken inside them.
+   * 0 or 1: no groups. */
+  guint        n_expert_groups;
+  guint        n_groups_used;
+  /* Shared expert of every MoE layer: a SwiGLU FFN of this width applied to
+   * every token and added unweighted (LLaDA 2.x: moe_intermediate_size ×
+   * num_shared_experts). 0: none. */
+  guint        shared_ffn;
 } UmModelConfig;
 
 /* Reads config.json and, if present, generation_config.json in @dir. */

@@ -39,12 +39,20 @@ typedef struct {
   UmWeight k_norm;      /* [1, hd] */
   UmWeight router;      /* [E, D]: the router's logits are x · routerᵀ (MoE layers) */
   UmWeight router_bias; /* [1, E]: added for the choice of experts only (selection bias) */
+  UmWeight sh_gate;     /* [Fs, D]: the shared expert (data NULL when none) */
+  UmWeight sh_up;       /* [Fs, D] */
+  UmWeight sh_down;     /* [D, Fs] */
+  /* Fused q/k/v (LLaDA 2.x stores query_key_value [(H + 2·Hkv)·hd, D]):
+   * wq, wk and wv are then row slices of this stored tensor, which writers
+   * keep whole; data NULL for separate projections. */
+  UmWeight wqkv;
   /* This layer's counts: the configuration's, unless structured pruning
    * (memory modes) removed heads or FFN neurons from it. */
   guint    n_heads;
   guint    n_kv_heads;
   guint    ffn;           /* F: the dense FFN's, or one expert's */
   guint    n_experts;     /* E: 0 for a dense FFN */
+  guint    shared_ffn;    /* Fs: the shared expert's width, 0 when none */
 } UmLayerWeights;
 
 /* Expert @e's slice of a stacked expert matrix @w of @n_experts experts. */
