@@ -68,6 +68,7 @@ typedef struct {
   char    *kv_cache;
   double   threshold;
   double   factor;
+  gboolean eos_early_stop;     /* LLaDA 2 */
   char   **constraints;        /* "POS:WORD" as given */
   /* Dream's timestep and RND1's entropy schedules */
   char    *alg;

@@ -778,6 +778,11 @@ update_family (UmGeneratePage *self)
       temperature = _("Scales the uncertainty that decides which positions wait; without Greedy Tokens it also "
                       "samples the tokens");
       break;
+    case UM_SCHEDULE_BLOCK_CAUSAL:
+      description = _("LLaDA 2’s schedule: blocks are decoded in turn, each seeing only the blocks before it; a "
+                      "step commits every position above the threshold, or else its share of the most confident.");
+      temperature = _("0 always picks the most likely token");
+      break;
     case UM_SCHEDULE_BLOCK:
     default:
       description = _("The reference schedule: the answer is split into blocks, and each block gets an equal share "

@@ -301,7 +301,11 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
    * device then holds what the plan predicted from load on (what the app
    * shows as measured before the first answer), and a budget they do not
    * fit fails here rather than at the first step. */
-  um_plan_forward_shape (&options->shape, engine->backend->ops->choose != NULL, &shape);
+  {
+    UmPlanShape aligned = options->shape;
+    aligned.block_aligned |= engine->model->cfg.block_causal;
+    um_plan_forward_shape (&aligned, engine->backend->ops->choose != NULL, &shape);
+  }
   return um_forward_reserve (engine->forward, &shape, error);
 }
 

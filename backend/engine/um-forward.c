@@ -24,6 +24,7 @@ typedef struct {
   UmDevWeight *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
   /* NULL where the family or layer has none */
   UmDevWeight *bq, *bk, *bv, *q_norm, *k_norm, *router, *router_bias;
+  UmDevWeight *sh_gate, *sh_up, *sh_down;   /* the shared expert (LLaDA 2.x) */
   /* MoE layers: expert e's gate, up and down at [3e], [3e+1], [3e+2]
    * (slices of the stacked w_gate, w_up, w_down, which are then NULL). */
   UmDevWeight **experts;
@@ -73,6 +74,9 @@ struct _UmForward {
   float          *host_router;    /* MoE: the router's logits of a chunk, downloaded */
   size_t          host_router_floats;
   float          *host_bias;      /* MoE: a layer's selection bias, downloaded once per pass */
+  /* Block-causal attention (cfg.block_causal): the generation's block
+   * length; 0 bidirectional. */
+  int             attn_block;
 };
 
 void
@@ -235,7 +239,7 @@ typedef struct {
 static guint
 max_device_weights (const UmModel *model)
 {
-  return 3 + 16 * model->cfg.n_layers;
+  return 3 + 20 * model->cfg.n_layers;
 }
 
 /* The weights a forward with @o (embed_on_host resolved) loads onto the
@@ -286,6 +290,12 @@ device_weights (const UmModel *model, const UmForwardOptions *o, UmForward *fw, 
               const UmWeight *m = i == 0 ? &src->w_gate : i == 1 ? &src->w_up : &src->w_down;
               ADD (m, dst->experts + i, DW_LAYER);
               out[n - 1].n_experts = src->n_experts;
+            }
+          if (src->shared_ffn > 0)
+            {
+              ADD (&src->sh_gate, &dst->sh_gate, DW_LAYER);
+              ADD (&src->sh_up, &dst->sh_up, DW_LAYER);
+              ADD (&src->sh_down, &dst->sh_down, DW_LAYER);
             }
           continue;
         }
@@ -386,7 +396,7 @@ arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_
   const gboolean moe = c->n_experts > 0;
   /* The FFN buffers hold a chunk of dense rows or one expert's group (at
    * most the chunk). */
-  const size_t F = MAX (c->mlp_hidden, moe ? c->expert_ffn : 0);
+  const size_t F = MAX (c->mlp_hidden, moe ? MAX (c->expert_ffn, c->shared_ffn) : 0);
   const size_t chunk = chunk_rows ((int) T, row_chunk);
   const size_t floats[N_SLOTS] = {
     [SLOT_X] = T * D,
@@ -776,6 +786,21 @@ moe_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xc, 
   return TRUE;
 }
 
+/* The shared expert (LLaDA 2.x): a SwiGLU FFN every token goes through,
+ * added unweighted beside the routed experts. */
+static gboolean
+shared_expert_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xc, UmBuf *hc, int c,
+                    UmBuf **b, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+
+  return matmul (fw, hc, c, L->sh_gate, &W->sh_gate, b[SLOT_GATE], error)
+         && matmul (fw, hc, c, L->sh_up, &W->sh_up, b[SLOT_UP], error)
+         && ops->swiglu (fw->be, b[SLOT_GATE], b[SLOT_UP], (size_t) c * W->shared_ffn, b[SLOT_GATE], error)
+         && matmul (fw, b[SLOT_GATE], c, L->sh_down, &W->sh_down, b[SLOT_EY], error)
+         && ops->add (fw->be, xc, b[SLOT_EY], (size_t) c * fw->model->cfg.d_model, error);
+}
+
 /* RMSNorm, the FFN (dense SwiGLU or mixture of experts) and the residual on
  * @m rows of @xr, @chunk rows at a time. */
 static gboolean
@@ -811,7 +836,8 @@ mlp_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, 
         UmBuf *xc = whole ? xr : v[0], *hc = whole ? h : v[1];
         ok = ops->rms_norm (be, xc, c, D, L->ffn_norm, eps, hc, error);
         if (ok && W->n_experts > 0)
-          ok = moe_rows (fw, L, W, xc, hc, c, b, error);
+          ok = moe_rows (fw, L, W, xc, hc, c, b, error)
+               && (W->shared_ffn == 0 || shared_expert_rows (fw, L, W, xc, hc, c, b, error));
         else if (ok)
           ok = matmul (fw, hc, c, L->w_gate, &W->w_gate, gate, error)
                && matmul (fw, hc, c, L->w_up, &W->w_up, up, error)
@@ -886,7 +912,8 @@ finish_qk (UmForward *fw, UmBuf *x, int rows, const gint32 *pos, int n_heads, co
 
   return (bias == NULL || ops->add_bias (fw->be, x, rows, n_heads * hd, bias, error))
          && (norm == NULL || ops->rms_norm (fw->be, x, rows * n_heads, hd, norm, (float) c->rms_eps, x, error))
-         && ops->rope (fw->be, x, rows, pos, n_heads, hd, c->rope_theta, c->rope_interleaved, error);
+         && ops->rope (fw->be, x, rows, pos, n_heads, hd, c->rope_dim > 0 ? (int) c->rope_dim : hd, c->rope_theta,
+                       c->rope_interleaved, error);
 }
 
 /* q of @rows normalized rows @h, ready for attention. */
@@ -911,6 +938,23 @@ kv_proj (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *h, in
          && finish_qk (fw, k, rows, pos, W->n_kv_heads, L->bk, L->k_norm, error);
 }
 
+/* Block-causal attention: how many keys (from position 0) each of @n query
+ * rows at positions @pos sees in a window of @seq_len: its block's end.
+ * NULL (every key) when the model or the generation has no blocks. */
+static gint32 *
+kv_lengths (const UmForward *fw, const gint32 *pos, int n, int seq_len)
+{
+  const int B = fw->attn_block;
+  gint32 *len;
+
+  if (!fw->model->cfg.block_causal || B <= 0)
+    return NULL;
+  len = g_new (gint32, MAX (n, 1));
+  for (int i = 0; i < n; i++)
+    len[i] = (gint32) MIN ((gint64) seq_len, ((gint64) pos[i] / B + 1) * B);
+  return len;
+}
+
 static gboolean
 forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, const gint32 *rows,
               int n, gboolean keep_kv, const HeadOut *dst, GCancellable *cancellable, GError **error)
@@ -924,6 +968,7 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
   const gboolean subset = rows != NULL;
   g_autofree gint32 *index = g_new (gint32, pass_index_count (T, subset ? n : 0));
   gint32 *pos = index, *seq = index + T, *sel_pos = NULL, *sel_seq = NULL;
+  g_autofree gint32 *kv_all = NULL, *kv_sel = NULL;
 
   for (int t = 0; t < T; t++)
     {
@@ -939,7 +984,9 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
           sel_pos[i] = pos[rows[i]];
           sel_seq[i] = seq[rows[i]];
         }
+      kv_sel = kv_lengths (fw, sel_pos, n, seq_len);
     }
+  kv_all = kv_lengths (fw, pos, T, seq_len);
 
   if (fw->opts.embed_on_host ? !embed_host (fw, ids, T, b[SLOT_X], error)
                              : !ops->embed (be, fw->tok_embd, ids, T, b[SLOT_X], error))
@@ -983,8 +1030,8 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
         }
       else if (!q_proj (fw, L, W, b[SLOT_H], T, pos, b[SLOT_Q], error))
         return FALSE;
-      if (!ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, kb, vb, seq_len, H, Hkv, hd,
-                           b[SLOT_ATT], error))
+      if (!ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, last ? kv_sel : kv_all, kb, vb, seq_len, H,
+                           Hkv, hd, b[SLOT_ATT], error))
         return FALSE;
       fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
       if (!matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
@@ -1154,6 +1201,7 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
   const float eps = (float) c->rms_eps;
   g_autofree gint32 *index = g_new (gint32, cached_index_count (m, n));
   gint32 *sub_ids = index, *pos = index + m, *seq = index + 2 * m, *sel = index + 3 * m;
+  g_autofree gint32 *kv_len = NULL;
   gboolean ok = TRUE;
 
   for (int i = 0; i < m; i++)
@@ -1175,6 +1223,7 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
         }
       sel[i] = s * len + (p - start);
     }
+  kv_len = kv_lengths (fw, pos, m, seq_len);
 
   if (fw->opts.embed_on_host ? !embed_host (fw, sub_ids, m, b[SLOT_X], error)
                              : !ops->embed (be, fw->tok_embd, sub_ids, m, b[SLOT_X], error))
@@ -1212,8 +1261,8 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
           free_views (fw, v, 4);
         }
       ok = ok
-           && ops->attention (be, b[SLOT_Q], m, seq, fw->kv_views[2 * l], fw->kv_views[2 * l + 1], seq_len, H, Hkv,
-                              hd, b[SLOT_ATT], error)
+           && ops->attention (be, b[SLOT_Q], m, seq, kv_len, fw->kv_views[2 * l], fw->kv_views[2 * l + 1], seq_len,
+                              H, Hkv, hd, b[SLOT_ATT], error)
            && matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
            && ops->add (be, b[SLOT_X], b[SLOT_H], (size_t) m * D, error)
            && mlp_rows (fw, L, W, b[SLOT_X], b[SLOT_H], b, m, error);
@@ -1408,6 +1457,99 @@ um_forward_choose_cached (UmForward          *fw,
   if (!choose_setup (fw, n_rows, rule, positions, out_ids, out_conf, &dst, error)
       || !logits_pass_cached (fw, ids, n_seq, seq_len, block_start, block_end, refresh, dual, rows, n_rows, &dst,
                               cancellable, error))
+    return FALSE;
+  choose_on_host (fw, n_rows, &dst);
+  return TRUE;
+}
+
+void
+um_forward_set_attention_block (UmForward *fw, int block_length)
+{
+  fw->attn_block = MAX (block_length, 0);
+}
+
+static gboolean
+logits_pass_window (UmForward     *fw,
+                    const gint32  *ids,
+                    int            canvas,
+                    int            window,
+                    int            start,
+                    const gint32  *rows,
+                    int            n_rows,
+                    const HeadOut *dst,
+                    GCancellable  *cancellable,
+                    GError       **error)
+{
+  const UmModelConfig *c = &fw->model->cfg;
+  gint64 t_start = g_get_monotonic_time ();
+  UmBuf *views[N_SLOTS] = { NULL };
+  ArenaLayout a;
+  gboolean ok;
+
+  if (window <= 0 || window > canvas || (guint) canvas > c->max_seq_len || start < 0 || start >= window
+      || rows == NULL || n_rows <= 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "forward: window %d from %d of a %d-token canvas is not a window, or no rows were asked for",
+                   window, start, canvas);
+      return FALSE;
+    }
+  for (int i = 0; i < n_rows; i++)
+    if (rows[i] < start || rows[i] >= window || (i > 0 && rows[i] <= rows[i - 1]))
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                     "forward: requested rows must be ascending and inside the computed part [%d, %d) (row %d)",
+                     start, window, rows[i]);
+        return FALSE;
+      }
+  /* Nothing kept for a canvas of this length: compute everything. */
+  if (fw->kv == NULL || fw->kv_views == NULL || fw->kv_rows != canvas)
+    {
+      if (!ensure_kv (fw, canvas, error))
+        return FALSE;
+      start = 0;
+    }
+  if (start == 0)
+    {
+      arena_layout (fw->model, 1, window, n_rows, fw->opts.row_chunk, &a);
+      ok = carve (fw, &a, views, error)
+           && forward_pass (fw, views, ids, 1, window, n_rows == window ? NULL : rows, n_rows, TRUE, dst,
+                            cancellable, error);
+    }
+  else
+    {
+      arena_layout (fw->model, 1, window - start, n_rows, fw->opts.row_chunk, &a);
+      ok = carve (fw, &a, views, error)
+           && cached_pass (fw, views, ids, 1, window, start, window, rows, n_rows, dst, cancellable, error);
+    }
+  free_views (fw, views, N_SLOTS);
+  return ok && count_pass (fw, n_rows, t_start);
+}
+
+gboolean
+um_forward_choose_window (UmForward          *fw,
+                          const gint32       *ids,
+                          int                 canvas,
+                          int                 window,
+                          int                 start,
+                          const gint32       *rows,
+                          int                 n_rows,
+                          const UmChooseRule *rule,
+                          const gint32       *positions,
+                          gint32             *out_ids,
+                          double             *out_conf,
+                          GCancellable       *cancellable,
+                          GError            **error)
+{
+  HeadOut dst;
+
+  if (rule->cfg_scale > 0.0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "forward: a window pass has no guidance");
+      return FALSE;
+    }
+  if (!choose_setup (fw, n_rows, rule, positions, out_ids, out_conf, &dst, error)
+      || !logits_pass_window (fw, ids, canvas, window, start, rows, n_rows, &dst, cancellable, error))
     return FALSE;
   choose_on_host (fw, n_rows, &dst);
   return TRUE;

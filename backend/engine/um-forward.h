@@ -180,6 +180,35 @@ gboolean   um_forward_choose_cached (UmForward          *fw,
                                      GCancellable       *cancellable,
                                      GError            **error);
 
+/* Block-causal attention for models that have it (cfg.block_causal, LLaDA
+ * 2.x): blocks of @block_length aligned to position 0, a query sees the
+ * keys of its own block and earlier ones. 0 (the default): every key. The
+ * generation's block length; set before its passes. */
+void       um_forward_set_attention_block (UmForward *fw, int block_length);
+
+/* A step of a block-causal generation (one sequence): the first @window
+ * positions of @ids (a canvas of @canvas tokens, window ≤ canvas) under the
+ * block-causal mask. Positions [@start, window) run through the layers and
+ * their keys and values are kept; those of [0, start) are the ones kept by
+ * earlier calls on this canvas, which the caller guarantees unchanged since
+ * (under the block-causal mask they cannot change once their blocks are
+ * final). @start 0, or a canvas this forward has kept nothing for, computes
+ * the whole window. @rows (ascending, inside [start, window)) are chosen as
+ * um_forward_choose () does, without guidance. */
+gboolean   um_forward_choose_window (UmForward          *fw,
+                                     const gint32       *ids,
+                                     int                 canvas,
+                                     int                 window,
+                                     int                 start,
+                                     const gint32       *rows,
+                                     int                 n_rows,
+                                     const UmChooseRule *rule,
+                                     const gint32       *positions,
+                                     gint32             *out_ids,
+                                     double             *out_conf,
+                                     GCancellable       *cancellable,
+                                     GError            **error);
+
 const UmForwardStats *um_forward_get_stats (UmForward *fw);
 void                  um_forward_reset_stats (UmForward *fw);
 UmModel              *um_forward_get_model (UmForward *fw);

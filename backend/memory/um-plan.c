@@ -495,8 +495,14 @@ void
 um_plan_forward_shape (const UmPlanShape *shape, gboolean backend_chooses, UmForwardShape *out)
 {
   const int n_seq = shape->cfg ? 2 : 1;
-  const int L = shape->prompt_length + shape->gen_length;
-  const int block = MIN (shape->block_length > 0 ? shape->block_length : shape->gen_length, shape->gen_length);
+  int L = shape->prompt_length + shape->gen_length;
+  int block = MIN (shape->block_length > 0 ? shape->block_length : shape->gen_length, shape->gen_length);
+
+  if (shape->block_aligned && shape->block_length > 0)
+    {
+      block = shape->block_length;
+      L = (L + block - 1) / block * block;
+    }
 
   memset (out, 0, sizeof *out);
   out->n_seq = n_seq;
@@ -589,7 +595,11 @@ um_plan_compute (const UmModel       *model,
     }
 
   /* A GPU backend chooses tokens itself; the CPU's leaves logits to the host. */
-  um_plan_forward_shape (shape, target->cuda, &fs);
+  {
+    UmPlanShape aligned = *shape;
+    aligned.block_aligned |= c->block_causal;
+    um_plan_forward_shape (&aligned, target->cuda, &fs);
+  }
   n = fs.n_rows;
   memset (plan, 0, sizeof *plan);
   plan->mode = options->mode;

@@ -57,6 +57,8 @@ typedef struct {
   int      block_length;
   gboolean cfg;             /* classifier-free guidance doubles the canvas */
   gboolean kv_cache;        /* fast decoding's block KV cache (prefix or dual) */
+  gboolean block_aligned;   /* the canvas is rounded up to whole blocks (LLaDA 2.x; the plan and the
+                             * engine set it from the model) */
 } UmPlanShape;
 
 void um_plan_shape_init (UmPlanShape *shape);
