@@ -84,6 +84,9 @@ family_variants (UmBackend *be, UmModel *model, const gint32 *ids, int L, const 
       UmForwardOptions o;
       double e = 0.0;
 
+      /* Experts off the device: mixtures of experts only. */
+      if (variant >= 4 && model->cfg.n_experts == 0)
+        break;
       um_forward_options_init (&o);
       o.stream_slots = variant == 2 ? 2 : 0;
       o.row_chunk = variant >= 3 ? 3 : 0;
