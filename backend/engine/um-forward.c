@@ -886,7 +886,8 @@ finish_qk (UmForward *fw, UmBuf *x, int rows, const gint32 *pos, int n_heads, co
 
   return (bias == NULL || ops->add_bias (fw->be, x, rows, n_heads * hd, bias, error))
          && (norm == NULL || ops->rms_norm (fw->be, x, rows * n_heads, hd, norm, (float) c->rms_eps, x, error))
-         && ops->rope (fw->be, x, rows, pos, n_heads, hd, c->rope_theta, c->rope_interleaved, error);
+         && ops->rope (fw->be, x, rows, pos, n_heads, hd, c->rope_dim > 0 ? (int) c->rope_dim : hd, c->rope_theta,
+                       c->rope_interleaved, error);
 }
 
 /* q of @rows normalized rows @h, ready for attention. */
@@ -983,7 +984,7 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
         }
       else if (!q_proj (fw, L, W, b[SLOT_H], T, pos, b[SLOT_Q], error))
         return FALSE;
-      if (!ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, kb, vb, seq_len, H, Hkv, hd,
+      if (!ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, NULL, kb, vb, seq_len, H, Hkv, hd,
                            b[SLOT_ATT], error))
         return FALSE;
       fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
@@ -1212,8 +1213,8 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
           free_views (fw, v, 4);
         }
       ok = ok
-           && ops->attention (be, b[SLOT_Q], m, seq, fw->kv_views[2 * l], fw->kv_views[2 * l + 1], seq_len, H, Hkv,
-                              hd, b[SLOT_ATT], error)
+           && ops->attention (be, b[SLOT_Q], m, seq, NULL, fw->kv_views[2 * l], fw->kv_views[2 * l + 1], seq_len, H,
+                              Hkv, hd, b[SLOT_ATT], error)
            && matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
            && ops->add (be, b[SLOT_X], b[SLOT_H], (size_t) m * D, error)
            && mlp_rows (fw, L, W, b[SLOT_X], b[SLOT_H], b, m, error);
