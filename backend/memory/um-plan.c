@@ -485,7 +485,7 @@ cpu_scratch (const UmModel *m, UmProducts products, int T, int n, int chunk)
         { &L->sh_down, L->sh_down.rows, mlp_rows },
       };
       for (guint i = 0; i < G_N_ELEMENTS (p); i++)
-        if (p[i].w->rows > 0)   /* a dense layer has no router, most none of the shared expert */
+        if (p[i].w->rows > 0)   /* a dense layer has no router */
           best = MAX (best, um_cpu_matmul_scratch_bytes (p[i].w->dtype, p[i].rows, p[i].w->cols, p[i].m, products));
     }
   best = MAX (best, um_cpu_matmul_scratch_bytes (m->output.dtype, m->output.rows, m->output.cols, head_rows,
