@@ -338,6 +338,9 @@ um_cli_inspect (int argc, char **argv)
   MEMBER_INT ("n_heads", c->n_heads);
   MEMBER_INT ("n_kv_heads", c->n_kv_heads);
   MEMBER_INT ("head_dim", c->head_dim);
+  MEMBER_INT ("rope_dim", c->rope_dim);
+  json_builder_set_member_name (b, "block_causal");
+  json_builder_add_boolean_value (b, c->block_causal);
   MEMBER_INT ("mlp_hidden", c->mlp_hidden);
   MEMBER_INT ("vocab_size", c->vocab_size);
   MEMBER_INT ("max_sequence_length", c->max_seq_len);
@@ -385,6 +388,14 @@ um_cli_inspect (int argc, char **argv)
           c->mlp_hidden);
   if (c->n_experts > 0)
     printf ("  experts       %u of %u per token, FFN %u each\n", c->n_experts_used, c->n_experts, c->expert_ffn);
+  if (c->n_experts > 0 && (c->n_expert_groups > 1 || c->shared_ffn > 0 || c->n_dense_leading > 0))
+    printf ("  routing       %s, %u groups (%u kept), ×%g%s%s; shared expert %u; leading dense layers: %u\n",
+            c->router_func == UM_ROUTER_SIGMOID ? "sigmoid" : "softmax", MAX (c->n_expert_groups, 1),
+            MAX (c->n_groups_used, 1), c->router_scale, c->router_norm ? ", renormalised" : "",
+            c->expert_bias ? ", selection bias" : "", c->shared_ffn, c->n_dense_leading);
+  if (c->rope_dim != c->head_dim || c->block_causal)
+    printf ("  attention     RoPE over %u of %u values per head%s\n", c->rope_dim, c->head_dim,
+            c->block_causal ? ", block-causal" : "");
   printf ("  vocabulary    %u tokens, max sequence %u, RoPE θ %g, RMSNorm ε %g\n",
           c->vocab_size, c->max_seq_len, c->rope_theta, c->rms_eps);
   printf ("  parameters    %" G_GUINT64_FORMAT " (%.3f B), %.2f GiB as stored, %u tensors\n",

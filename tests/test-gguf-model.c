@@ -275,7 +275,7 @@ write_variant (const GgufCase *c, const char *path)
   g_assert_no_error (error);
 }
 
-/* Dream, LLaDA-MoE and RND1 files that lie: expert counts of 0 or 2^31,
+/* Dream, LLaDA-MoE, RND1 and LLaDA 2 files that lie: expert counts of 0 or 2^31,
  * more experts per token than experts, shapes that disagree with the
  * metadata, a router or a bias missing, a rotated width above the head
  * size, an odd head size, options we do not run: each a clear error.
@@ -330,7 +330,38 @@ test_family_variants (void)
       UM_ERROR_UNSUPPORTED, "rnd1.gguf", "grouped" },
     { "tiny-rnd1-q8_0.gguf", NULL, SET_U32, 0, NULL, "blk.0.ffn_gate_inp.weight",
       UM_ERROR_FORMAT, "blk.0.ffn_gate_inp.weight", "missing" },
-    /* Allowed: the head tied to the embedding, and no biases anywhere. */
+    /* llada2: groups that do not fit, a rotated width RoPE cannot pair, a
+     * fused q/k/v of other heads, required router keys, a shared expert
+     * lost, attention that says causal. */
+    { "tiny-llada2-f32.gguf", "llada2.expert_group_count", SET_U32, 3, NULL, NULL,
+      UM_ERROR_CONFIG, "llada2.gguf", "expert_group_count" },
+    { "tiny-llada2-f32.gguf", "llada2.expert_group_used_count", SET_U32, 5, NULL, NULL,
+      UM_ERROR_CONFIG, "llada2.gguf", "expert_group_used_count" },
+    { "tiny-llada2-f32.gguf", "llada2.expert_group_used_count", SET_U32, 1, NULL, NULL,
+      UM_ERROR_CONFIG, "llada2.gguf", "3 experts per token" },
+    { "tiny-llada2-f32.gguf", "llada2.rope.dimension_count", SET_U32, 7, NULL, NULL,
+      UM_ERROR_CONFIG, "llada2.rope.dimension_count", "even" },
+    { "tiny-llada2-f32.gguf", "llada2.rope.dimension_count", SET_U32, 32, NULL, NULL,
+      UM_ERROR_CONFIG, "llada2.gguf", "above the head size" },
+    { "tiny-llada2-q8_0.gguf", "llada2.attention.head_count_kv", SET_U32, 1, NULL, NULL,
+      UM_ERROR_CONFIG, "blk.0.attn_qkv.weight", "[96, 64]" },
+    { "tiny-llada2-f32.gguf", "llada2.expert_weights_scale", DROP_KEY, 0, NULL, NULL,
+      UM_ERROR_CONFIG, "llada2.expert_weights_scale", "missing" },
+    { "tiny-llada2-f32.gguf", "llada2.expert_gating_func", DROP_KEY, 0, NULL, NULL,
+      UM_ERROR_CONFIG, "llada2.expert_gating_func", "missing" },
+    { "tiny-llada2-f32.gguf", "llada2.leading_dense_block_count", SET_U32, 0, NULL, NULL,
+      UM_ERROR_FORMAT, "blk.0.ffn_gate_inp.weight", "missing" },
+    { "tiny-llada2-f32.gguf", "llada2.expert_shared_feed_forward_length", SET_U32, 64, NULL, NULL,
+      UM_ERROR_CONFIG, "blk.1.ffn_gate_shexp.weight", "[64, 64]" },
+    { "tiny-llada2-q8_0.gguf", NULL, SET_U32, 0, NULL, "blk.1.ffn_down_shexp.weight",
+      UM_ERROR_FORMAT, "blk.1.ffn_down_shexp.weight", "missing" },
+    { "tiny-llada2-f32.gguf", NULL, SET_U32, 0, NULL, "blk.0.attn_qkv.weight",
+      UM_ERROR_FORMAT, "blk.0.attn_qkv.weight", "missing" },
+    { "tiny-llada2-f32.gguf", "llada2.attention.causal", SET_BOOL, 1, NULL, NULL,
+      UM_ERROR_UNSUPPORTED, "llada2.gguf", "causal" },
+    /* Allowed: the head tied to the embedding, and no biases anywhere
+     * (llada2: no selection bias, as llama.cpp allows). */
+    { "tiny-llada2-f32.gguf", NULL, SET_U32, 0, NULL, "*.bias", 0, NULL, NULL },
     { "tiny-rnd1-f32.gguf", NULL, SET_U32, 0, NULL, "output.weight", 0, NULL, NULL },
     { "tiny-dream-f32.gguf", NULL, SET_U32, 0, NULL, "*.bias", 0, NULL, NULL },
     { "tiny-llada-moe-f32.gguf", "diffusion.shift_logits", SET_BOOL, 1, NULL, NULL, 0, NULL, NULL },
@@ -345,6 +376,7 @@ test_family_variants (void)
       g_autoptr(UmModel) m = NULL;
 
       path = g_build_filename (dir, g_str_has_prefix (c->src, "tiny-llada-moe") ? "llada-moe.gguf"
+                                    : g_str_has_prefix (c->src, "tiny-llada2") ? "llada2.gguf"
                                     : g_str_has_prefix (c->src, "tiny-dream") ? "dream.gguf" : "rnd1.gguf", NULL);
       g_test_message ("case %u: %s, %s, tensor %s", i, c->src, c->key ? c->key : "-",
                       c->drop_tensor ? c->drop_tensor : "-");
@@ -359,7 +391,11 @@ test_family_variants (void)
               g_assert_true (m->output.data == m->tok_embd.data);
             }
           else if (c->drop_tensor != NULL)
-            g_assert_true (!m->cfg.qkv_bias && m->layers[1].bq.data == NULL);
+            {
+              g_assert_true (!m->cfg.qkv_bias && m->layers[1].bq.data == NULL);
+              g_assert_false (m->cfg.expert_bias);
+              g_assert_null (m->layers[1].router_bias.data);
+            }
           else
             g_assert_true (m->cfg.shift_logits);
           continue;

@@ -254,7 +254,9 @@ test_layout (void)
       g_assert_true (um_layer_mat (L, 0) == &L->wq);
       g_assert_true (um_layer_mat (L, 4) == &L->w_gate);
       g_assert_true (um_layer_mat (L, 6) == &L->w_down);
-      g_assert_null (um_layer_mat (L, 7));
+      g_assert_true (um_layer_mat (L, 7) == &L->sh_gate);
+      g_assert_true (um_layer_mat (L, 9) == &L->sh_down);
+      g_assert_null (um_layer_mat (L, UM_LAYER_N_MATS));
       g_assert_null (um_layer_mat (L, -1));
       for (int i = 0; i < UM_LAYER_N_MATS; i++)
         {

@@ -1,8 +1,8 @@
 /* Finding models on disk: a fake Hugging Face cache with a safetensors
  * snapshot, a GGUF repository, a broken snapshot and a non-LLaDA GGUF, plus
  * recent paths first and without duplicates; snapshots and GGUFs of every
- * family (Dream without tokenizer.json, LLaDA-MoE, RND1) found with their
- * family named. */
+ * family (Dream without tokenizer.json, LLaDA-MoE, RND1, LLaDA 2) found with
+ * their family named. */
 #include <glib/gstdio.h>
 #include <string.h>
 
@@ -210,9 +210,12 @@ test_families (void)
   g_auto(GStrv) rnd1_parts = g_strsplit (rnd1_config, "@MODEL_TYPE@", 2);
   g_autofree char *rnd1_lower = g_strjoinv ("rnd1", rnd1_parts);
   g_autofree char *rnd1_upper = g_strjoinv ("RND1", rnd1_parts);
+  g_autofree char *llada2_config_path = um_test_data_path ("tiny-llada2/config.json");
+  g_autofree char *llada2_config = um_test_read_file (llada2_config_path);
   g_autoptr(GPtrArray) entries = NULL;
   static const char *const archs[][2] = {
     { "dream", "Dream" }, { "llada-moe", "LLaDA-MoE" }, { "rnd1", "RND1" }, { "llada", "LLaDA" },
+    { "llada2", "LLaDA 2" },
   };
   const UmModelEntry *e;
 
@@ -223,6 +226,7 @@ test_families (void)
   make_family_snapshot (hub, "models--inclusionAI--LLaDA-MoE-Tiny", llada_moe_config, TOKENIZER_JSON);
   make_family_snapshot (hub, "models--radicalnumerics--RND1-Tiny", rnd1_lower, TOKENIZER_JSON);
   make_family_snapshot (hub, "models--someone--RND1-Upper", rnd1_upper, TOKENIZER_JSON);
+  make_family_snapshot (hub, "models--inclusionAI--LLaDA2.0-Tiny", llada2_config, TOKENIZER_JSON);
   for (guint i = 0; i < G_N_ELEMENTS (archs); i++)
     {
       g_autofree char *name = g_strdup_printf ("%s.gguf", archs[i][0]);
@@ -236,12 +240,13 @@ test_families (void)
 
   g_setenv ("HF_HUB_CACHE", hub, TRUE);
   entries = um_model_scan (NULL, NULL);
-  g_assert_cmpuint (entries->len, ==, 10);
+  g_assert_cmpuint (entries->len, ==, 12);
 
   assert_family (entries, "Dream-org/Dream-Tiny", "Dream");
   assert_family (entries, "inclusionAI/LLaDA-MoE-Tiny", "LLaDA-MoE");
   assert_family (entries, "radicalnumerics/RND1-Tiny", "RND1");
   assert_family (entries, "someone/RND1-Upper", "RND1");
+  assert_family (entries, "inclusionAI/LLaDA2.0-Tiny", "LLaDA 2");
   for (guint i = 0; i < G_N_ELEMENTS (archs); i++)
     {
       g_autofree char *name = g_strdup_printf ("someone/dllm-GGUF · %s.gguf", archs[i][0]);

@@ -621,6 +621,7 @@ test_chat_detect (void)
       { UM_ARCH_LLADA, UM_CHAT_FORMAT_LLADA, NULL },
       { UM_ARCH_DREAM, UM_CHAT_FORMAT_CHATML, "You are a helpful assistant." },
       { UM_ARCH_LLADA_MOE, UM_CHAT_FORMAT_LING, "detailed thinking off" },
+      { UM_ARCH_LLADA2, UM_CHAT_FORMAT_LING, "detailed thinking off" },
       { UM_ARCH_RND1, UM_CHAT_FORMAT_TASK, NULL },
     };
     for (guint i = 0; i < G_N_ELEMENTS (fallbacks); i++)
@@ -652,7 +653,8 @@ test_chat_from_dir (void)
       g_autofree char *rel = g_strdup_printf ("tiny-%s", families[f]);
       g_autofree char *src = um_test_data_path (rel);
       UmArch arch = g_str_equal (families[f], "dream") ? UM_ARCH_DREAM
-                    : g_str_equal (families[f], "rnd1") ? UM_ARCH_RND1 : UM_ARCH_LLADA_MOE;
+                    : g_str_equal (families[f], "rnd1") ? UM_ARCH_RND1
+                    : g_str_equal (families[f], "llada2") ? UM_ARCH_LLADA2 : UM_ARCH_LLADA_MOE;
       g_autoptr(UmChatTemplate) t = um_chat_template_from_dir (src, arch, &error);
 
       g_assert_no_error (error);
@@ -702,7 +704,7 @@ typedef struct {
 static const PromptCase prompt_cases[] = {
   { "dream", UM_ARCH_DREAM, "What is free software?", 49 },
   { "llada-moe", UM_ARCH_LLADA_MOE, "What is free software, in short?", 54 },
-  { "llada2", UM_ARCH_LLADA_MOE, "What is free software, in short?", 54 },
+  { "llada2", UM_ARCH_LLADA2, "What is free software, in short?", 54 },
   { "rnd1", UM_ARCH_RND1, "What is free software?", 23 },
 };
 

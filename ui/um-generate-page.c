@@ -457,6 +457,9 @@ on_step (const UmStepEvent *ev, gpointer user_data)
       self->laid_out = TRUE;
       um_diffusion_view_reset (self->view, ev->prompt_len, ev->seq_len - ev->prompt_len, self->run_block_length,
                                ev->n_steps);
+      /* LLaDA 2's blocks are aligned to the canvas's start. */
+      if (um_arch_info (self->arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL && self->run_block_length > 0)
+        um_diffusion_view_set_block_offset (self->view, ev->prompt_len % self->run_block_length);
     }
   if (!self->fixed_seen)
     show_fixed (self, ev);

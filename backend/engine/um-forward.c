@@ -782,6 +782,9 @@ stream_layer (UmForward *fw, guint l, DevLayer *out, GError **error)
   out->w_gate = m[4];
   out->w_up = m[5];
   out->w_down = m[6];
+  out->sh_gate = W->shared_ffn > 0 ? m[7] : NULL;
+  out->sh_up = W->shared_ffn > 0 ? m[8] : NULL;
+  out->sh_down = W->shared_ffn > 0 ? m[9] : NULL;
 
   /* The next slot last held a layer whose ops (on a GPU, queued) must be
    * done before the copy overwrites it. */

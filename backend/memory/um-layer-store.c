@@ -119,6 +119,9 @@ um_layer_mat (const UmLayerWeights *L, int i)
     case 4: return &L->w_gate;
     case 5: return &L->w_up;
     case 6: return &L->w_down;
+    case 7: return &L->sh_gate;
+    case 8: return &L->sh_up;
+    case 9: return &L->sh_down;
     default: return NULL;
     }
 }

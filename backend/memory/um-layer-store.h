@@ -2,7 +2,7 @@
  * streaming: the compute device keeps only a few layer slots, and each layer
  * is copied (decoded) from this store into a slot before it runs.
  *
- * The store holds the seven matrices of every layer (the norm vectors are
+ * The store holds the matrices of every layer (the norm vectors are
  * small and stay resident) in memory from the backend's host_alloc (pinned
  * on a GPU), either as they are or zstd-compressed. Building it releases the
  * model's mapped file pages it copied, so the process holds the store instead
@@ -26,8 +26,10 @@ G_BEGIN_DECLS
 #define UM_LAYER_STORE_FRAME_BYTES ((size_t) 2 << 20)
 #define UM_LAYER_STORE_FRAME_ALIGN 64
 
-/* wq, wk, wv, wo, w_gate, w_up, w_down, in this order. */
-#define UM_LAYER_N_MATS 7
+/* wq, wk, wv, wo, w_gate, w_up, w_down, then the shared expert's sh_gate,
+ * sh_up, sh_down (empty where a layer has none), in this order. A fused
+ * q/k/v (LLaDA 2) is stored as its three row slices, the same bytes. */
+#define UM_LAYER_N_MATS 10
 /* Alignment of each matrix in a slot: enough for any vector load or DMA. */
 #define UM_LAYER_ALIGN 256
 

@@ -286,7 +286,7 @@ layer_matrix_bytes (const UmModel *model, const char *type)
   for (guint i = 0; plan != NULL && i < plan->len; i++)
     {
       const UmPlannedTensor *t = &g_array_index (plan, UmPlannedTensor, i);
-      if (t->layer >= 0 && t->kind >= UM_PLANNED_Q && t->kind <= UM_PLANNED_DOWN)
+      if (t->layer >= 0 && um_planned_kind_is_layer_matrix (t->kind))
         total += t->bytes;
     }
   return total;
@@ -393,11 +393,37 @@ make_shadow (const UmModel *model, const char *type, const UmMemOptions *o, Shad
         case UM_PLANNED_GATE: w = L ? &L->w_gate : NULL; break;
         case UM_PLANNED_UP: w = L ? &L->w_up : NULL; break;
         case UM_PLANNED_DOWN: w = L ? &L->w_down : NULL; break;
+        case UM_PLANNED_SH_GATE: w = L ? &L->sh_gate : NULL; break;
+        case UM_PLANNED_SH_UP: w = L ? &L->sh_up : NULL; break;
+        case UM_PLANNED_SH_DOWN: w = L ? &L->sh_down : NULL; break;
+        case UM_PLANNED_QKV:
+          /* Fused: q, k and v are its row slices, in the kept heads' ratio. */
+          if (L != NULL)
+            {
+              const guint group = L->n_heads / MAX (L->n_kv_heads, 1);
+              const guint64 kvd = t->rows / (group + 2), qd = t->rows - 2 * kvd;
+              set_weight (&L->wqkv, t->dtype, t->rows, t->cols, t->bytes);
+              set_weight (&L->wq, t->dtype, qd, t->cols, qd * L->wqkv.row_bytes);
+              set_weight (&L->wk, t->dtype, kvd, t->cols, kvd * L->wqkv.row_bytes);
+              set_weight (&L->wv, t->dtype, kvd, t->cols, kvd * L->wqkv.row_bytes);
+            }
+          break;
         /* Small tensors stay float in memory (as the model holds them),
          * whatever the file's type; biases shrink with pruned heads. */
         case UM_PLANNED_Q_BIAS: w = L ? &L->bq : NULL; break;
         case UM_PLANNED_K_BIAS: w = L ? &L->bk : NULL; break;
         case UM_PLANNED_V_BIAS: w = L ? &L->bv : NULL; break;
+        case UM_PLANNED_QKV_BIAS:
+          if (L != NULL)
+            {
+              const guint group = L->n_heads / MAX (L->n_kv_heads, 1);
+              const guint64 kvd = t->cols / (group + 2), qd = t->cols - 2 * kvd;
+              L->bq.cols = qd;
+              L->bk.cols = L->bv.cols = kvd;
+              L->bq.row_bytes = qd * sizeof (float);
+              L->bk.row_bytes = L->bv.row_bytes = kvd * sizeof (float);
+            }
+          break;
         default: break;   /* norms, QK-norms and the router keep their shapes */
         }
       if (w != NULL)
@@ -466,6 +492,9 @@ cpu_scratch (const UmModel *m, UmProducts products, int T, int n, int chunk, gbo
         { &L->w_gate, L->w_gate.rows / E, mlp_rows }, { &L->w_up, L->w_up.rows / E, mlp_rows },
         { &L->w_down, L->w_down.rows / E, mlp_rows },
         { &L->router, L->router.rows, mlp_rows },
+        /* The shared expert takes every row (LLaDA 2). */
+        { &L->sh_gate, L->sh_gate.rows, mlp_rows }, { &L->sh_up, L->sh_up.rows, mlp_rows },
+        { &L->sh_down, L->sh_down.rows, mlp_rows },
       };
       for (guint i = 0; i < G_N_ELEMENTS (p); i++)
         {

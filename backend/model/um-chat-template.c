@@ -191,6 +191,7 @@ um_chat_template_for_arch (UmArch arch, const char *jinja)
     case UM_ARCH_DREAM:
       return um_chat_template_new (UM_CHAT_FORMAT_CHATML, "You are a helpful assistant.");
     case UM_ARCH_LLADA_MOE:
+    case UM_ARCH_LLADA2:
       return um_chat_template_new (UM_CHAT_FORMAT_LING, "detailed thinking off");
     case UM_ARCH_LLADA:
     case UM_ARCH_RND1:

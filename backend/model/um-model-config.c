@@ -249,7 +249,9 @@ detect_arch (JsonObject *obj, const char *file, UmArch *arch, GError **error)
 
   if (!get_string (obj, file, "model_type", &type, error))
     return FALSE;
-  if (has_architecture (obj, "LLaDAMoE") || g_strcmp0 (type, "lladamoe") == 0
+  if (g_strcmp0 (type, "llada2_moe") == 0 || has_architecture (obj, "LLaDA2Moe"))
+    *arch = UM_ARCH_LLADA2;
+  else if (has_architecture (obj, "LLaDAMoE") || g_strcmp0 (type, "lladamoe") == 0
       || g_strcmp0 (type, "llada_moe") == 0
       || (g_strcmp0 (type, "llada") == 0 && !json_object_has_member (obj, "d_model")
           && json_object_has_member (obj, "num_experts")))
@@ -263,7 +265,8 @@ detect_arch (JsonObject *obj, const char *file, UmArch *arch, GError **error)
   else
     {
       g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
-                   "%s: “model_type” is “%s”; Unmask runs LLaDA, Dream, LLaDA-MoE and RND1 models", file, type);
+                   "%s: “model_type” is “%s”; Unmask runs LLaDA, Dream, LLaDA-MoE, RND1 and LLaDA 2 models",
+                   file, type);
       return FALSE;
     }
   return TRUE;
@@ -308,6 +311,7 @@ load_olmo (UmModelConfig *cfg, JsonObject *obj, JsonObject *gen, const char *fil
   cfg->n_heads = n_heads;
   cfg->n_kv_heads = n_kv;
   cfg->head_dim = d_model % n_heads == 0 ? d_model / n_heads : 0;
+  cfg->rope_dim = cfg->head_dim;
   cfg->mlp_hidden = mlp;
   /* embedding_size may pad vocab_size; the tensors have embedding_size rows. */
   cfg->vocab_size = MAX (vocab, emb);
@@ -329,10 +333,12 @@ refuse_if (JsonObject *obj, const char *file, const char *key, gboolean refused,
 {
   if (refused)
     g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "%s: “%s” is not supported (only %s)", file, key,
-                 g_str_equal (key, "moe_router_score_function") ? "“softmax” or “sigmoid”"
+                 g_str_equal (key, "moe_router_score_function") || g_str_equal (key, "score_function")
+                 ? "“softmax” or “sigmoid”"
                  : g_str_equal (key, "moe_layer_freq") ? "dense layers first, then expert layers"
                  : g_str_equal (key, "partial_rotary_factor") ? "1"
                  : g_str_equal (key, "decoder_sparse_step") ? "1"
+                 : g_str_equal (key, "use_bias") ? "false: the attention output has no bias"
                  : "false, null or empty");
   return !refused;
 }
@@ -392,6 +398,80 @@ read_layer_freq (JsonObject *obj, const char *file, guint n_layers, guint *n_den
   return TRUE;
 }
 
+/* The id LLaDA2MoeModelLM.generate () masks with when the config names
+ * none (llama.cpp's converters hard-code it for the Ling vocabulary). */
+#define LING_MASK_ID 156895
+
+/* LLaDA 2.x's attention and experts (LLaDA2MoeConfig, BailingMoeV2's keys).
+ * An absent key takes the config class's default, as transformers would:
+ * half of each head rotated, QK-norm on, 8 groups of which 4 are kept,
+ * routed weights × 2.5, no leading dense layer, no shared expert. The
+ * reference gate is sigmoid and renormalises; the config may say so. */
+static gboolean
+load_llada2_parts (UmModelConfig *cfg, JsonObject *obj, const char *file, guint n_layers, guint head_dim,
+                   GError **error)
+{
+  gint64 n_exp = 0, n_used = 0, exp_ffn = 0, n_dense = 0, n_group = 8, topk_group = 4, n_shared = 0;
+  double partial = 0.5, scale = 2.5, rot;
+  const char *score = "sigmoid";
+
+  if (!get_int (obj, file, "num_experts", REQUIRED, 0, G_MAXUINT32, &n_exp, error)
+      || !get_int (obj, file, "num_experts_per_tok", REQUIRED, 0, G_MAXUINT32, &n_used, error)
+      || !get_int (obj, file, "moe_intermediate_size", REQUIRED, 0, G_MAXUINT32, &exp_ffn, error)
+      || !get_int (obj, file, "first_k_dense_replace", OPTIONAL, 0, n_layers, &n_dense, error)
+      || !get_int (obj, file, "n_group", OPTIONAL, 0, G_MAXUINT32, &n_group, error)
+      || !get_int (obj, file, "topk_group", OPTIONAL, 0, G_MAXUINT32, &topk_group, error)
+      || !get_int (obj, file, "num_shared_experts", OPTIONAL, 0, MAX_EXPERTS, &n_shared, error)
+      || !get_double (obj, file, "routed_scaling_factor", OPTIONAL, &scale, error)
+      || !get_double (obj, file, "partial_rotary_factor", OPTIONAL, &partial, error)
+      || !get_string (obj, file, "score_function", &score, error)
+      || !refuse_if (obj, file, "score_function",
+                     !g_str_equal (score, "softmax") && !g_str_equal (score, "sigmoid"), error)
+      || !refuse_if (obj, file, "use_bias", get_bool (obj, "use_bias", FALSE), error)
+      || !refuse_if (obj, file, "norm_head", get_bool (obj, "norm_head", FALSE), error))
+    return FALSE;
+  if (exp_ffn == 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “moe_intermediate_size” is 0", file);
+      return FALSE;
+    }
+  /* transformers rotates int(head_dim · partial_rotary_factor) values. */
+  if (!(partial > 0.0 && partial <= 1.0))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “partial_rotary_factor” is %g; it must be in (0, 1]",
+                   file, partial);
+      return FALSE;
+    }
+  rot = floor ((double) head_dim * partial);
+  if (rot < 2 || (guint) rot % 2 != 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "%s: “partial_rotary_factor” %g of the head size %u rotates %u values; RoPE needs an even, "
+                   "non-zero count", file, partial, head_dim, (guint) rot);
+      return FALSE;
+    }
+  cfg->rope_dim = (guint) rot;
+  cfg->n_experts = n_exp;
+  cfg->n_experts_used = n_used;
+  cfg->expert_ffn = exp_ffn;
+  cfg->n_dense_leading = n_dense;
+  /* One group (or none) is no grouping; topk_group then has no say. */
+  cfg->n_expert_groups = n_group > 1 ? n_group : 0;
+  cfg->n_groups_used = n_group > 1 ? topk_group : 0;
+  /* An absurd product is left for validation to name. */
+  cfg->shared_ffn = (guint) MIN ((guint64) exp_ffn * n_shared, G_MAXUINT32);
+  cfg->router_func = g_str_equal (score, "softmax") ? UM_ROUTER_SOFTMAX : UM_ROUTER_SIGMOID;
+  cfg->router_norm = get_bool (obj, "norm_topk_prob", TRUE);
+  cfg->router_scale = scale;
+  /* The gate registers expert_bias whatever the flag says (zeros when
+   * off): whether the checkpoint has it is the tensors' business. */
+  cfg->expert_bias = get_bool (obj, "moe_router_enable_expert_bias", TRUE);
+  cfg->block_causal = TRUE;
+  cfg->qk_norm = get_bool (obj, "use_qk_norm", TRUE);
+  cfg->qkv_bias = get_bool (obj, "use_qkv_bias", FALSE);
+  return TRUE;
+}
+
 /* Dream (Qwen2 keys), LLaDA-MoE (OLMoE-like keys) and RND1 (Qwen3-MoE keys). */
 static gboolean
 load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *gen, const char *file,
@@ -401,7 +481,9 @@ load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *ge
   gint64 n_layers = 0, d_model = 0, n_heads = 0, n_kv = 0, mlp = 0, vocab = 0, head_dim = 0;
   gint64 max_seq = 4096, mask = -1, eos = -1, pad = -1, bos = -1;
   gint64 n_exp = 0, n_used = 0, exp_ffn = 0;
-  double theta = 10000.0, eps = 1e-6;
+  const gboolean llada2 = arch == UM_ARCH_LLADA2;
+  /* LLaDA2MoeConfig's own default eps */
+  double theta = 10000.0, eps = llada2 ? 1e-5 : 1e-6;
   gboolean moe = arch == UM_ARCH_LLADA_MOE || arch == UM_ARCH_RND1;
   const char *score = "softmax";
 
@@ -409,7 +491,7 @@ load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *ge
       || !get_int (obj, file, "hidden_size", REQUIRED, 1, MAX_DIM, &d_model, error)
       || !get_int (obj, file, "num_attention_heads", REQUIRED, 1, MAX_DIM, &n_heads, error)
       || !get_int (obj, file, "vocab_size", REQUIRED, 1, MAX_VOCAB, &vocab, error)
-      || !get_int (obj, file, "intermediate_size", moe ? OPTIONAL : REQUIRED, 1, MAX_DIM, &mlp, error)
+      || !get_int (obj, file, "intermediate_size", moe || llada2 ? OPTIONAL : REQUIRED, 1, MAX_DIM, &mlp, error)
       || !get_int (obj, file, "max_position_embeddings", OPTIONAL, 1, MAX_SEQ, &max_seq, error)
       || !get_double (obj, file, "rope_theta", OPTIONAL, &theta, error)
       || !get_double (obj, file, "rms_norm_eps", OPTIONAL, &eps, error)
@@ -435,8 +517,9 @@ load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *ge
       || !refuse_if (obj, file, "shared_expert_intermediate_size",
                      node_is_set (obj, "shared_expert_intermediate_size"), error)
       || !refuse_if (obj, file, "moe_router_enable_expert_bias",
-                     node_is_set (obj, "moe_router_enable_expert_bias"), error))
+                     !llada2 && node_is_set (obj, "moe_router_enable_expert_bias"), error))
     return FALSE;
+  if (!llada2)
   {
     double partial = 1.0;
     gint64 sparse_step = 1;
@@ -479,9 +562,16 @@ load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *ge
     }
   if (mask < 0)
     {
-      /* Real LLaDA-MoE configs may lack it; llama.cpp's converter hard-codes this id. */
-      if (arch == UM_ARCH_LLADA_MOE && vocab > 156895)
-        mask = 156895;
+      /* Real LLaDA-MoE and LLaDA 2 configs may lack it (Ling's vocabulary). */
+      if ((arch == UM_ARCH_LLADA_MOE || llada2) && vocab > LING_MASK_ID)
+        mask = LING_MASK_ID;
+      else if (arch == UM_ARCH_LLADA_MOE || llada2)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                       "%s: “mask_token_id” is missing, and the reference's default (%d) is outside the "
+                       "vocabulary (%" G_GINT64_FORMAT ")", file, LING_MASK_ID, vocab);
+          return FALSE;
+        }
       else
         {
           g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “mask_token_id” is missing", file);
@@ -499,6 +589,15 @@ load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *ge
   cfg->n_heads = n_heads;
   cfg->n_kv_heads = n_kv;
   cfg->head_dim = head_dim > 0 ? head_dim : d_model % n_heads == 0 ? d_model / n_heads : 0;
+  cfg->rope_dim = cfg->head_dim;
+  if (llada2 && !load_llada2_parts (cfg, obj, file, n_layers, cfg->head_dim, error))
+    return FALSE;
+  if (llada2 && cfg->n_dense_leading > 0 && mlp == 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “intermediate_size” is missing for the %u leading "
+                   "dense layers (“first_k_dense_replace”)", file, cfg->n_dense_leading);
+      return FALSE;
+    }
   cfg->mlp_hidden = mlp > 0 ? mlp : cfg->expert_ffn;
   cfg->vocab_size = vocab;
   cfg->max_seq_len = max_seq;
@@ -510,6 +609,8 @@ load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *ge
   cfg->pad_id = pad >= 0 ? pad : eos;
   cfg->bos_id = bos;
   /* Qwen2 (Dream) always has q/k/v biases; the others say attention_bias. */
+  if (llada2)
+    return TRUE;
   cfg->qkv_bias = arch == UM_ARCH_DREAM || get_bool (obj, "attention_bias", FALSE);
   cfg->qk_norm = arch == UM_ARCH_RND1 || (arch == UM_ARCH_LLADA_MOE && get_bool (obj, "qk_layernorm", TRUE));
   return TRUE;
@@ -576,7 +677,12 @@ um_model_config_validate (const UmModelConfig *cfg,
     FAIL ("%s: %u heads of size %u are absurdly wide", source, cfg->n_heads, cfg->head_dim);
   if (cfg->n_kv_heads == 0 || cfg->n_heads % cfg->n_kv_heads != 0)
     FAIL ("%s: n_kv_heads (%u) does not divide n_heads (%u)", source, cfg->n_kv_heads, cfg->n_heads);
-  if ((cfg->arch == UM_ARCH_LLADA_MOE || cfg->arch == UM_ARCH_RND1) && cfg->n_experts == 0)
+  /* Every loader sets the rotated width (the whole head but for LLaDA 2). */
+  if (cfg->rope_dim == 0 || cfg->rope_dim % 2 != 0 || cfg->rope_dim > cfg->head_dim)
+    FAIL ("%s: RoPE's rotated width (%u) must be even, non-zero and at most the head size (%u)",
+          source, cfg->rope_dim, cfg->head_dim);
+  if ((cfg->arch == UM_ARCH_LLADA_MOE || cfg->arch == UM_ARCH_RND1 || cfg->arch == UM_ARCH_LLADA2)
+      && cfg->n_experts == 0)
     FAIL ("%s: the number of experts is 0 for a mixture-of-experts family (%s)",
           source, um_arch_info (cfg->arch)->name);
   if (cfg->n_experts > 0)
@@ -592,7 +698,32 @@ um_model_config_validate (const UmModelConfig *cfg,
         FAIL ("%s: %u leading dense layers of %u", source, cfg->n_dense_leading, cfg->n_layers);
       if (!(cfg->router_scale > 0.0) || !isfinite (cfg->router_scale))
         FAIL ("%s: the routed weights' scale (%g) must be a positive number", source, cfg->router_scale);
+      /* Groups: equal ones, each scored by its two best experts. */
+      if (cfg->n_expert_groups > 1)
+        {
+          guint per_group;
+          if (cfg->n_experts % cfg->n_expert_groups != 0 || cfg->n_experts / cfg->n_expert_groups < 2)
+            FAIL ("%s: the %u experts do not split into %u equal expert groups (n_group, expert_group_count) "
+                  "of two or more",
+                  source, cfg->n_experts, cfg->n_expert_groups);
+          per_group = cfg->n_experts / cfg->n_expert_groups;
+          if (cfg->n_groups_used == 0 || cfg->n_groups_used > cfg->n_expert_groups)
+            FAIL ("%s: the expert groups kept per token (%u; topk_group, expert_group_used_count) must be 1 to "
+                  "the number of groups (%u)",
+                  source, cfg->n_groups_used, cfg->n_expert_groups);
+          if (cfg->n_experts_used > (guint64) cfg->n_groups_used * per_group)
+            FAIL ("%s: %u experts per token do not fit in the %u expert groups kept (topk_group, "
+                  "expert_group_used_count), of %u experts each",
+                  source, cfg->n_experts_used, cfg->n_groups_used, per_group);
+        }
+      else if (cfg->n_groups_used > 1)
+        FAIL ("%s: %u expert groups kept per token without groups (%u)",
+              source, cfg->n_groups_used, cfg->n_expert_groups);
+      if (cfg->shared_ffn > MAX_DIM)
+        FAIL ("%s: the shared expert's width (%u) is absurd", source, cfg->shared_ffn);
     }
+  else if (cfg->shared_ffn > 0 || cfg->n_expert_groups > 1 || cfg->expert_bias)
+    FAIL ("%s: expert groups, a shared expert or a selection bias without experts", source);
   if (cfg->vocab_size == 0 || cfg->vocab_size > MAX_VOCAB)
     FAIL ("%s: the vocabulary size (%u) is zero or absurd", source, cfg->vocab_size);
   if (cfg->max_seq_len == 0 || cfg->max_seq_len > MAX_SEQ)
@@ -631,7 +762,8 @@ count_params (const UmModelConfig *cfg, uint64_t experts)
     {
       total += attn;
       if (um_model_config_layer_is_moe (cfg, l))
-        total += (uint64_t) cfg->n_experts * d /* router */ + experts * 3 * d * cfg->expert_ffn;
+        total += (uint64_t) cfg->n_experts * (d /* router */ + (cfg->expert_bias ? 1 : 0))
+                 + experts * 3 * d * cfg->expert_ffn + 3 * d * (uint64_t) cfg->shared_ffn;
       else
         total += 3 * d * f;
     }

@@ -101,6 +101,9 @@ typedef struct {
    * 0 or 1: no groups. */
   guint        n_expert_groups;
   guint        n_groups_used;
+  /* Every MoE layer has a per-expert selection bias (LLaDA 2.x's
+   * expert_bias, GGUF exp_probs_b.bias): UmLayerWeights.router_bias. */
+  gboolean     expert_bias;
   /* Shared expert of every MoE layer: a SwiGLU FFN of this width applied to
    * every token and added unweighted (LLaDA 2.x: moe_intermediate_size ×
    * num_shared_experts). 0: none. */

@@ -1,5 +1,6 @@
 /* Filling an UmModel from a llama.cpp GGUF file of architecture "llada",
- * "dream", "llada-moe" or "rnd1" (llama.cpp's keys and tensor names). */
+ * "dream", "llada-moe" or "rnd1" (llama.cpp's keys and tensor names), or of
+ * our "llada2" (BailingMoeV2's keys and names; see the README). */
 #include "um-model-gguf.h"
 
 #include <string.h>
@@ -164,12 +165,13 @@ read_counts (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
   Key k1, k2, k3;
 
   /* The MoE families' feed_forward_length is the dense width the
-   * converter copies from the config; their expert layers do not use it. */
+   * converter copies from the config; their expert layers do not use it,
+   * leading dense layers (LLaDA 2) do. */
   if (!read_per_layer (g, c, arch_key (&k1, c, "attention.head_count"), TRUE, &lc->heads, &c->n_heads, error)
       || !read_per_layer (g, c, arch_key (&k1, c, "attention.head_count_kv"), FALSE, &lc->kv_heads,
                           &c->n_kv_heads, error)
-      || !read_per_layer (g, c, arch_key (&k1, c, "feed_forward_length"), c->n_experts == 0, &lc->ffn,
-                          &c->mlp_hidden, error)
+      || !read_per_layer (g, c, arch_key (&k1, c, "feed_forward_length"),
+                          c->n_experts == 0 || c->n_dense_leading > 0, &lc->ffn, &c->mlp_hidden, error)
       || !opt_u32 (g, arch_key (&k1, c, "attention.key_length"), MAX_DIM, &key_len, error)
       || !opt_u32 (g, arch_key (&k2, c, "attention.value_length"), MAX_DIM, &value_len, error))
     return FALSE;
@@ -242,32 +244,50 @@ opt_count (UmGguf *g, const char *key, guint *out, GError **error)
   return opt_u32 (g, key, G_MAXUINT32, out, error);
 }
 
+/* A key llada2 files must carry (BailingMoeV2's loader requires it too). */
+static gboolean
+need_key (UmGguf *g, const UmModelConfig *c, const char *suffix, GError **error)
+{
+  Key k;
+
+  if (um_gguf_find_key (g, arch_key (&k, c, suffix)) >= 0)
+    return TRUE;
+  g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “%s” is missing", um_gguf_file_name (g), k.buf);
+  return FALSE;
+}
+
 /* Mixture-of-experts keys (llama.cpp's names). */
 static gboolean
 read_moe (UmModel *model, UmGguf *g, GError **error)
 {
   UmModelConfig *c = &model->cfg;
   const char *file = um_gguf_file_name (g);
-  guint gating = 0, groups = 0, ffn = 0;
+  const gboolean llada2 = c->arch == UM_ARCH_LLADA2;
+  guint gating = 0, groups = 0, groups_used = 0, ffn = 0, shared_ffn = 0, shared_count = 0;
   double scale = 0.0;
   Key k;
 
-  if (um_gguf_find_key (g, arch_key (&k, c, "expert_count")) < 0)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: “%s” is missing", file, k.buf);
-      return FALSE;
-    }
-  if (!opt_count (g, k.buf, &c->n_experts, error)
+  if (!need_key (g, c, "expert_count", error)
+      || (llada2 && (!need_key (g, c, "expert_used_count", error)
+                     || !need_key (g, c, "expert_feed_forward_length", error)
+                     || !need_key (g, c, "expert_gating_func", error)
+                     || !need_key (g, c, "expert_weights_scale", error))))
+    return FALSE;
+  if (!opt_count (g, arch_key (&k, c, "expert_count"), &c->n_experts, error)
       || !opt_count (g, arch_key (&k, c, "expert_used_count"), &c->n_experts_used, error)
       || !opt_count (g, arch_key (&k, c, "expert_feed_forward_length"), &c->expert_ffn, error)
       || !opt_u32 (g, arch_key (&k, c, "leading_dense_block_count"), MAX_LAYERS, &c->n_dense_leading, error)
       || !opt_u32 (g, arch_key (&k, c, "expert_gating_func"), G_MAXUINT32, &gating, error)
       || !opt_u32 (g, arch_key (&k, c, "expert_group_count"), G_MAXUINT32, &groups, error)
+      || !opt_u32 (g, arch_key (&k, c, "expert_group_used_count"), G_MAXUINT32, &groups_used, error)
+      || !opt_u32 (g, arch_key (&k, c, "expert_shared_feed_forward_length"), G_MAXUINT32, &shared_ffn, error)
+      || !opt_u32 (g, arch_key (&k, c, "expert_shared_count"), MAX_DIM, &shared_count, error)
       || !opt_f64 (g, arch_key (&k, c, "expert_weights_scale"), &scale, error))
     return FALSE;
   /* llama.cpp's graphs: LLaDA-MoE does not renormalise, RND1 does (as
-   * Qwen3-MoE); the key, when written, decides. */
-  c->router_norm = c->arch == UM_ARCH_RND1;
+   * Qwen3-MoE), and so does LLaDA 2's reference gate; the key, when
+   * written, decides. */
+  c->router_norm = c->arch == UM_ARCH_RND1 || llada2;
   if (!opt_bool (g, arch_key (&k, c, "expert_weights_norm"), &c->router_norm, error))
     return FALSE;
   if (c->expert_ffn == 0)
@@ -285,7 +305,25 @@ read_moe (UmModel *model, UmGguf *g, GError **error)
       return FALSE;
     }
   c->router_func = gating == 2 ? UM_ROUTER_SIGMOID : UM_ROUTER_SOFTMAX;
-  if (groups > 1)
+  if (llada2)
+    {
+      /* Groups and the shared expert; validation checks the counts. The
+       * converter writes the shared width (moe_intermediate_size ×
+       * num_shared_experts) and the count; without the width, each shared
+       * expert is one expert wide. */
+      c->n_expert_groups = groups > 1 ? groups : 0;
+      c->n_groups_used = groups > 1 ? groups_used : 0;
+      if (shared_count > 0)
+        c->shared_ffn = shared_ffn > 0 ? shared_ffn : (guint) MIN ((guint64) c->expert_ffn * shared_count,
+                                                                    G_MAXUINT32);
+      if (!(scale > 0.0))
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: %s is %g; the routed weights' scale must be "
+                       "positive", file, arch_key (&k, c, "expert_weights_scale"), scale);
+          return FALSE;
+        }
+    }
+  else if (groups > 1)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "%s: %s is %u; grouped expert routing is not "
                    "supported", file, arch_key (&k, c, "expert_group_count"), groups);
@@ -313,8 +351,8 @@ read_config (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
   if (!um_arch_from_gguf (arch, &family))
     {
       g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
-                   "%s: general.architecture is “%s”; Unmask runs “llada”, “dream”, “llada-moe” and “rnd1” "
-                   "models", file, arch);
+                   "%s: general.architecture is “%s”; Unmask runs “llada”, “dream”, “llada-moe”, “rnd1” and "
+                   "“llada2” models", file, arch);
       return FALSE;
     }
   memset (c, 0, sizeof *c);
@@ -331,7 +369,8 @@ read_config (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
       g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: %s is 0", file, arch_key (&k, c, "block_count"));
       return FALSE;
     }
-  if ((family == UM_ARCH_LLADA_MOE || family == UM_ARCH_RND1) && !read_moe (model, g, error))
+  if ((family == UM_ARCH_LLADA_MOE || family == UM_ARCH_RND1 || family == UM_ARCH_LLADA2)
+      && !read_moe (model, g, error))
     return FALSE;
   if (!read_counts (model, g, lc, error)
       || !opt_u32 (g, arch_key (&k, c, "context_length"), 1u << 20, &c->max_seq_len, error)
@@ -345,13 +384,22 @@ read_config (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
                    "%s: %s is %u, above the head size (%u)", file, k.buf, rope_dims, c->head_dim);
       return FALSE;
     }
-  if (rope_dims != 0 && rope_dims != c->head_dim)
+  /* Only LLaDA 2 rotates part of each head (llama.cpp's n_rot; absent: all). */
+  if (family == UM_ARCH_LLADA2 && rope_dims != 0 && rope_dims % 2 != 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "%s: %s is %u; RoPE rotates pairs, so it must be even", file, k.buf, rope_dims);
+      return FALSE;
+    }
+  if (family != UM_ARCH_LLADA2 && rope_dims != 0 && rope_dims != c->head_dim)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
                    "%s: %s is %u; only RoPE over the whole head (%u) is supported",
                    file, k.buf, rope_dims, c->head_dim);
       return FALSE;
     }
+  c->rope_dim = rope_dims != 0 ? rope_dims : c->head_dim;
+  c->block_causal = family == UM_ARCH_LLADA2;
   if (!opt_bool (g, arch_key (&k, c, "attention.causal"), &flag, error))
     return FALSE;
   if (flag)
@@ -455,7 +503,7 @@ has_qkv_bias (const UmTensorTable *t)
       const char *name = um_tensor_table_get (t, i)->name;
       if (g_str_has_prefix (name, "blk.")
           && (g_str_has_suffix (name, ".attn_q.bias") || g_str_has_suffix (name, ".attn_k.bias")
-              || g_str_has_suffix (name, ".attn_v.bias")))
+              || g_str_has_suffix (name, ".attn_v.bias") || g_str_has_suffix (name, ".attn_qkv.bias")))
         return TRUE;
     }
   return FALSE;
@@ -552,8 +600,20 @@ um_model_load_gguf_from (UmModel *model, UmGguf *g, GError **error)
    * so a file that lost some is refused rather than run without (LLaDA
    * has none). */
   model->cfg.qkv_bias = model->cfg.arch != UM_ARCH_LLADA && has_qkv_bias (model->tensors);
-  model->cfg.qk_norm = model->cfg.arch == UM_ARCH_LLADA_MOE || model->cfg.arch == UM_ARCH_RND1;
+  model->cfg.qk_norm = model->cfg.arch == UM_ARCH_LLADA_MOE || model->cfg.arch == UM_ARCH_RND1
+                       || model->cfg.arch == UM_ARCH_LLADA2;
   {
+    /* llada2: BailingMoeV2's names (fused attn_qkv, selection bias, shared expert). */
+    static const UmWeightNames llada2_names = {
+      .tok_embd = "token_embd.weight", .out_norm = "output_norm.weight", .output = "output.weight",
+      .layer_prefix = "blk.", .attn_norm = "attn_norm.weight", .wqkv = "attn_qkv.weight", .bqkv = "attn_qkv.bias",
+      .wo = "attn_output.weight", .wo_bias = "attn_output.bias", .ffn_norm = "ffn_norm.weight",
+      .w_gate = "ffn_gate.weight", .w_up = "ffn_up.weight", .w_down = "ffn_down.weight",
+      .q_norm = "attn_q_norm.weight", .k_norm = "attn_k_norm.weight",
+      .router = "ffn_gate_inp.weight", .router_bias = "exp_probs_b.bias",
+      .exp_gate = "ffn_gate_exps.weight", .exp_up = "ffn_up_exps.weight", .exp_down = "ffn_down_exps.weight",
+      .sh_gate = "ffn_gate_shexp.weight", .sh_up = "ffn_up_shexp.weight", .sh_down = "ffn_down_shexp.weight",
+    };
     static const UmWeightNames gguf_names = {
       .tok_embd = "token_embd.weight", .out_norm = "output_norm.weight", .output = "output.weight",
       .layer_prefix = "blk.", .attn_norm = "attn_norm.weight", .wq = "attn_q.weight", .wk = "attn_k.weight",
@@ -564,7 +624,7 @@ um_model_load_gguf_from (UmModel *model, UmGguf *g, GError **error)
       .router = "ffn_gate_inp.weight",
       .exp_gate = "ffn_gate_exps.weight", .exp_up = "ffn_up_exps.weight", .exp_down = "ffn_down_exps.weight",
     };
-    return um_model_bind_weights (model, &gguf_names, error);
+    return um_model_bind_weights (model, model->cfg.arch == UM_ARCH_LLADA2 ? &llada2_names : &gguf_names, error);
   }
 }
 

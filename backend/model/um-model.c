@@ -193,6 +193,56 @@ bind_split_experts (UmModel *model, UmWeight *w, const char *prefix, const char 
   return TRUE;
 }
 
+/* Rows [r0, r0 + n) of @w: a view (whole rows, so any block format). */
+static UmWeight
+weight_rows (const UmWeight *w, uint64_t r0, uint64_t n)
+{
+  UmWeight s = *w;
+  s.rows = n;
+  s.data = (const guint8 *) w->data + r0 * w->row_bytes;
+  return s;
+}
+
+/* Values [c0, c0 + n) of a float vector: a view. */
+static UmWeight
+vector_cols (const UmWeight *v, uint64_t c0, uint64_t n)
+{
+  UmWeight s = *v;
+  s.cols = n;
+  s.row_bytes = n * sizeof (float);
+  s.data = (const float *) v->data + c0;
+  return s;
+}
+
+/* Layer @l's fused q/k/v (LLaDA 2.x's query_key_value): the stored tensor,
+ * with q, k and v as views of its rows [q (H·hd) | k (Hkv·hd) | v (Hkv·hd)]. */
+static gboolean
+bind_fused_qkv (UmModel *model, const UmWeightNames *names, guint l, UmLayerWeights *L, GError **error)
+{
+  const UmModelConfig *c = &model->cfg;
+  const uint64_t qd = (uint64_t) L->n_heads * c->head_dim, kvd = (uint64_t) L->n_kv_heads * c->head_dim;
+  const UmTensorInfo *info;
+  char name[256];
+
+  g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, l, names->wqkv);
+  info = um_tensor_table_lookup (model->tensors, name);
+  if (info != NULL && info->n_dims == 2 && (info->shape[0] != qd + 2 * kvd || info->shape[1] != c->d_model))
+    {
+      g_autofree char *shape = um_tensor_shape_string (info);
+      g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
+                   "%s: tensor “%s” has shape %s but %u query and 2 × %u key/value heads of %u on a model of "
+                   "width %u imply [%" G_GUINT64_FORMAT ", %u]", info->file, name, shape, L->n_heads,
+                   L->n_kv_heads, c->head_dim, c->d_model, qd + 2 * kvd, c->d_model);
+      return FALSE;
+    }
+  if (!um_model_bind_weight (model, &L->wqkv, name, qd + 2 * kvd, c->d_model, error))
+    return FALSE;
+  L->wq = weight_rows (&L->wqkv, 0, qd);
+  L->wk = weight_rows (&L->wqkv, qd, kvd);
+  L->wv = weight_rows (&L->wqkv, qd + kvd, kvd);
+  return TRUE;
+}
+
 /* The mixture-of-experts FFN of layer @l: router and experts. */
 static gboolean
 bind_experts (UmModel *model, const UmWeightNames *names, guint l, UmLayerWeights *L, GError **error)
@@ -219,6 +269,34 @@ bind_experts (UmModel *model, const UmWeightNames *names, guint l, UmLayerWeight
   if (!um_model_bind_weight (model, &L->router, name, E, d, error)
       || !um_model_weight_to_f32 (model, &L->router, error))
     return FALSE;
+  if (c->expert_bias)
+    {
+      g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, l, names->router_bias);
+      if (!um_model_bind_weight (model, &L->router_bias, name, 1, E, error)
+          || !um_model_weight_to_f32 (model, &L->router_bias, error))
+        return FALSE;
+    }
+  if (c->shared_ffn > 0)
+    {
+      const struct { UmWeight *w; const char *suffix; uint64_t rows, cols; } shared[] = {
+        { &L->sh_gate, names->sh_gate, c->shared_ffn, d },
+        { &L->sh_up, names->sh_up, c->shared_ffn, d },
+        { &L->sh_down, names->sh_down, d, c->shared_ffn },
+      };
+      for (guint i = 0; i < G_N_ELEMENTS (shared); i++)
+        {
+          if (shared[i].suffix == NULL)
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "%s: this layout has no shared expert",
+                           model->display_name);
+              return FALSE;
+            }
+          g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, l, shared[i].suffix);
+          if (!um_model_bind_weight (model, shared[i].w, name, shared[i].rows, shared[i].cols, error))
+            return FALSE;
+        }
+      L->shared_ffn = c->shared_ffn;
+    }
   for (guint i = 0; i < G_N_ELEMENTS (mats); i++)
     {
       if (names->experts_prefix != NULL)
@@ -251,8 +329,22 @@ bind_attention_extras (UmModel *model, const UmWeightNames *names, guint l, UmLa
     { c->qk_norm, &L->k_norm, names->k_norm, c->head_dim },
   };
   char name[256];
+  guint first = 0;
 
-  for (guint i = 0; i < G_N_ELEMENTS (vecs); i++)
+  /* One bias for the fused q/k/v: q's, k's and v's are views of it. */
+  if (c->qkv_bias && names->bqkv != NULL)
+    {
+      UmWeight b;
+      g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, l, names->bqkv);
+      if (!um_model_bind_weight (model, &b, name, 1, qd + 2 * kvd, error)
+          || !um_model_weight_to_f32 (model, &b, error))
+        return FALSE;
+      L->bq = vector_cols (&b, 0, qd);
+      L->bk = vector_cols (&b, qd, kvd);
+      L->bv = vector_cols (&b, qd + kvd, kvd);
+      first = 3;
+    }
+  for (guint i = first; i < G_N_ELEMENTS (vecs); i++)
     {
       if (!vecs[i].want)
         continue;
@@ -286,6 +378,14 @@ um_model_bind_weights (UmModel *model, const UmWeightNames *names, GError **erro
     model->output = model->tok_embd;
   else if (!um_model_bind_weight (model, &model->output, names->output, v, d, error))
     return FALSE;
+  /* The selection bias is optional (llama.cpp's exp_probs_b); the first
+   * expert layer decides for all. */
+  model->cfg.expert_bias = FALSE;
+  if (names->router_bias != NULL && c->n_experts > 0 && c->n_dense_leading < c->n_layers)
+    {
+      g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, c->n_dense_leading, names->router_bias);
+      model->cfg.expert_bias = um_tensor_table_lookup (model->tensors, name) != NULL;
+    }
 
   for (guint l = 0; l < c->n_layers; l++)
     {
@@ -311,12 +411,28 @@ um_model_bind_weights (UmModel *model, const UmWeightNames *names, GError **erro
         { &L->w_up, names->w_up, f, d },
         { &L->w_down, names->w_down, d, f },
       };
-      /* A MoE layer binds its experts instead of the dense FFN (the last three). */
+      /* A MoE layer binds its experts instead of the dense FFN (the last
+       * three); a fused layout its q/k/v as one (their names NULL). */
       for (guint i = 0; i < G_N_ELEMENTS (per_layer) - (moe ? 3 : 0); i++)
         {
+          if (per_layer[i].suffix == NULL)
+            continue;
           g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, l, per_layer[i].suffix);
           if (!um_model_bind_weight (model, per_layer[i].w, name, per_layer[i].rows, per_layer[i].cols, error))
             return FALSE;
+        }
+      if (names->wqkv != NULL && !bind_fused_qkv (model, names, l, L, error))
+        return FALSE;
+      if (names->wo_bias != NULL)
+        {
+          g_snprintf (name, sizeof name, "%s%u.%s", names->layer_prefix, l, names->wo_bias);
+          if (um_tensor_table_lookup (model->tensors, name) != NULL)
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                           "%s: tensor “%s”: a bias on the attention output is not supported",
+                           model->display_name, name);
+              return FALSE;
+            }
         }
       if (!um_model_weight_to_f32 (model, &L->attn_norm, error)
           || !um_model_weight_to_f32 (model, &L->ffn_norm, error)
@@ -364,13 +480,13 @@ bos_from_tokenizer_config (UmModel *model, const char *dir, gint32 *bos, GError 
 
 /* Ids the configuration does not carry come from the vocabulary: the end
  * of a turn is each family's chat template's (LLaDA's Llama-3 one, Dream's
- * and RND1's ChatML, LLaDA-MoE's Ling one). */
+ * and RND1's ChatML, LLaDA-MoE's and LLaDA 2's Ling one). */
 void
 um_model_resolve_special_ids (UmModel *model)
 {
   static const char *const eot[UM_ARCH_N] = {
     [UM_ARCH_LLADA] = "<|eot_id|>", [UM_ARCH_DREAM] = "<|im_end|>",
-    [UM_ARCH_LLADA_MOE] = "<|role_end|>", [UM_ARCH_RND1] = "<|im_end|>",
+    [UM_ARCH_LLADA_MOE] = "<|role_end|>", [UM_ARCH_RND1] = "<|im_end|>", [UM_ARCH_LLADA2] = "<|role_end|>",
   };
   UmModelConfig *c = &model->cfg;
   if (c->eot_id < 0)
@@ -429,7 +545,22 @@ load_hf_dir (UmModel *model, GError **error)
       .router = "mlp.gate.weight", .experts_prefix = "mlp.experts.",
       .exp_gate = "gate_proj.weight", .exp_up = "up_proj.weight", .exp_down = "down_proj.weight",
     };
-    return um_model_bind_weights (model, model->cfg.arch == UM_ARCH_LLADA ? &olmo_names : &hf_names, error);
+    /* LLaDA 2.x: BailingMoeV2's names (LLaDA2MoeModelLM). */
+    static const UmWeightNames llada2_names = {
+      .tok_embd = "model.word_embeddings.weight", .out_norm = "model.norm.weight", .output = "lm_head.weight",
+      .layer_prefix = "model.layers.", .attn_norm = "input_layernorm.weight",
+      .wqkv = "attention.query_key_value.weight", .bqkv = "attention.query_key_value.bias",
+      .wo = "attention.dense.weight", .wo_bias = "attention.dense.bias",
+      .ffn_norm = "post_attention_layernorm.weight",
+      .w_gate = "mlp.gate_proj.weight", .w_up = "mlp.up_proj.weight", .w_down = "mlp.down_proj.weight",
+      .q_norm = "attention.query_layernorm.weight", .k_norm = "attention.key_layernorm.weight",
+      .router = "mlp.gate.weight", .router_bias = "mlp.gate.expert_bias", .experts_prefix = "mlp.experts.",
+      .exp_gate = "gate_proj.weight", .exp_up = "up_proj.weight", .exp_down = "down_proj.weight",
+      .sh_gate = "mlp.shared_experts.gate_proj.weight", .sh_up = "mlp.shared_experts.up_proj.weight",
+      .sh_down = "mlp.shared_experts.down_proj.weight",
+    };
+    return um_model_bind_weights (model, model->cfg.arch == UM_ARCH_LLADA ? &olmo_names
+                                         : model->cfg.arch == UM_ARCH_LLADA2 ? &llada2_names : &hf_names, error);
   }
 }
 

@@ -101,6 +101,7 @@ typedef struct {
   double           prune_heads, prune_ffn;
   GArray          *items;     /* PlanItem */
   GArray          *layers;    /* UmPlannedLayer */
+  GPtrArray       *owned;     /* sources made for the plan (a fused bias) */
 } Plan;
 
 static void
@@ -108,6 +109,7 @@ plan_clear (Plan *p)
 {
   g_clear_pointer (&p->items, g_array_unref);
   g_clear_pointer (&p->layers, g_array_unref);
+  g_clear_pointer (&p->owned, g_ptr_array_unref);
 }
 
 G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (Plan, plan_clear)
@@ -121,6 +123,7 @@ um_planned_kind_is_vector (UmPlannedKind kind)
     case UM_PLANNED_Q_BIAS:
     case UM_PLANNED_K_BIAS:
     case UM_PLANNED_V_BIAS:
+    case UM_PLANNED_QKV_BIAS:
     case UM_PLANNED_Q_NORM:
     case UM_PLANNED_K_NORM:
     case UM_PLANNED_ROUTER_BIAS:
@@ -128,6 +131,12 @@ um_planned_kind_is_vector (UmPlannedKind kind)
     default:
       return FALSE;
     }
+}
+
+gboolean
+um_planned_kind_is_layer_matrix (UmPlannedKind kind)
+{
+  return kind >= UM_PLANNED_Q && kind <= UM_PLANNED_SH_DOWN;
 }
 
 /* Tensors held as float in memory and kept in F32 in a file: llama.cpp
@@ -255,10 +264,75 @@ typedef struct {
   const UmWeight *w;
 } LayerTensor;
 
+/* A fused q/k/v's bias as one float vector [q | k | v] (the loaders hold
+ * views of one; copied so that any three do), owned by @owned. */
+static const UmWeight *
+fused_bias (const UmLayerWeights *L, GPtrArray *owned)
+{
+  const UmWeight *parts[] = { &L->bq, &L->bk, &L->bv };
+  UmWeight *w;
+  float *v;
+  guint64 n = 0;
+
+  if (L->bq.data == NULL)
+    return NULL;
+  for (guint i = 0; i < 3; i++)
+    n += parts[i]->cols;
+  w = g_new0 (UmWeight, 1);
+  v = g_new (float, n);
+  g_ptr_array_add (owned, w);
+  g_ptr_array_add (owned, v);
+  *w = L->bq;
+  w->name = "attn_qkv.bias";
+  w->cols = n;
+  w->row_bytes = n * sizeof (float);
+  w->data = v;
+  for (guint i = 0; i < 3; i++)
+    {
+      memcpy (v, parts[i]->data, parts[i]->cols * sizeof (float));
+      v += parts[i]->cols;
+    }
+  return w;
+}
+
+/* LLaDA 2's order (BailingMoeV2's converter): q/k/v fused, QK-norms
+ * before the output, the shared expert after the routed ones. */
 static guint
-layer_tensors (const UmLayerWeights *L, LayerTensor *out)
+layer_tensors_fused (const UmLayerWeights *L, GPtrArray *owned, LayerTensor *out)
 {
   const gboolean moe = L->n_experts > 0;
+  const LayerTensor all[] = {
+    { "attn_norm.weight", UM_PLANNED_NORM, &L->attn_norm },
+    { "attn_qkv.weight", UM_PLANNED_QKV, &L->wqkv },
+    { "attn_qkv.bias", UM_PLANNED_QKV_BIAS, fused_bias (L, owned) },
+    { "attn_q_norm.weight", UM_PLANNED_Q_NORM, &L->q_norm },
+    { "attn_k_norm.weight", UM_PLANNED_K_NORM, &L->k_norm },
+    { "attn_output.weight", UM_PLANNED_O, &L->wo },
+    { "ffn_norm.weight", UM_PLANNED_NORM, &L->ffn_norm },
+    { "ffn_gate_inp.weight", UM_PLANNED_ROUTER, moe ? &L->router : NULL },
+    { "exp_probs_b.bias", UM_PLANNED_ROUTER_BIAS, moe ? &L->router_bias : NULL },
+    { moe ? "ffn_gate_exps.weight" : "ffn_gate.weight", UM_PLANNED_GATE, &L->w_gate },
+    { moe ? "ffn_up_exps.weight" : "ffn_up.weight", UM_PLANNED_UP, &L->w_up },
+    { moe ? "ffn_down_exps.weight" : "ffn_down.weight", UM_PLANNED_DOWN, &L->w_down },
+    { "ffn_gate_shexp.weight", UM_PLANNED_SH_GATE, moe ? &L->sh_gate : NULL },
+    { "ffn_up_shexp.weight", UM_PLANNED_SH_UP, moe ? &L->sh_up : NULL },
+    { "ffn_down_shexp.weight", UM_PLANNED_SH_DOWN, moe ? &L->sh_down : NULL },
+  };
+  guint n = 0;
+
+  G_STATIC_ASSERT (G_N_ELEMENTS (all) <= MAX_LAYER_TENSORS);
+  for (guint i = 0; i < G_N_ELEMENTS (all); i++)
+    if (all[i].w != NULL && all[i].w->data != NULL)
+      out[n++] = all[i];
+  return n;
+}
+
+static guint
+layer_tensors (const UmLayerWeights *L, GPtrArray *owned, LayerTensor *out)
+{
+  const gboolean moe = L->n_experts > 0;
+  if (L->wqkv.data != NULL)
+    return layer_tensors_fused (L, owned, out);
   const LayerTensor all[] = {
     { "attn_norm.weight", UM_PLANNED_NORM, &L->attn_norm },
     { "attn_q.weight", UM_PLANNED_Q, &L->wq },
@@ -279,7 +353,7 @@ layer_tensors (const UmLayerWeights *L, LayerTensor *out)
   };
   guint n = 0;
 
-  G_STATIC_ASSERT (G_N_ELEMENTS (all) == MAX_LAYER_TENSORS);
+  G_STATIC_ASSERT (G_N_ELEMENTS (all) <= MAX_LAYER_TENSORS);
   for (guint i = 0; i < G_N_ELEMENTS (all); i++)
     if (all[i].w != NULL && all[i].w->data != NULL)
       out[n++] = all[i];
@@ -309,7 +383,10 @@ matrix_type (const QuantType *qt, const UmModelConfig *c, guint l, UmPlannedKind
       return c->n_experts == 8 ? UM_DTYPE_Q8_0 : more ? UM_DTYPE_Q6_K : qt->base;
     case UM_PLANNED_O:
       return c->n_experts == 8 && qt->base == UM_DTYPE_Q4_K ? UM_DTYPE_Q5_K : qt->base;
+    case UM_PLANNED_QKV:
+      return qt->base == UM_DTYPE_Q4_K ? UM_DTYPE_Q5_K : UM_DTYPE_Q6_K;
     case UM_PLANNED_DOWN:
+    case UM_PLANNED_SH_DOWN:
       return more ? UM_DTYPE_Q6_K : qt->base;
     default:
       return qt->base;
@@ -331,6 +408,15 @@ plan_build (Plan *p, const UmModel *m, const UmQuantizeOptions *opts, gboolean n
   p->prune_ffn = opts ? opts->prune_ffn : 0.0;
   p->items = g_array_new (FALSE, FALSE, sizeof (PlanItem));
   p->layers = g_array_sized_new (FALSE, TRUE, sizeof (UmPlannedLayer), c->n_layers);
+  p->owned = g_ptr_array_new_with_free_func (g_free);
+  /* A llada2 file holds q/k/v fused only: the model must have them so. */
+  for (guint l = 0; qt != NULL && c->arch == UM_ARCH_LLADA2 && l < c->n_layers; l++)
+    if (m->layers[l].wqkv.data == NULL)
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                     "%s: layer %u has no fused q/k/v, which a llada2 file holds", m->display_name, l);
+        return FALSE;
+      }
 
   if (qt == NULL)
     {
@@ -340,7 +426,7 @@ plan_build (Plan *p, const UmModel *m, const UmQuantizeOptions *opts, gboolean n
         {
           const UmLayerWeights *L = &m->layers[l];
           LayerTensor ts[MAX_LAYER_TENSORS];
-          const guint n = layer_tensors (L, ts);
+          const guint n = layer_tensors (L, p->owned, ts);
           UmPlannedLayer pl = { L->n_heads, L->n_kv_heads, L->ffn };
           for (guint i = 0; i < n; i++)
             plan_add (p, ts[i].w->name, l, ts[i].kind, ts[i].w, 0, ts[i].w->rows, ts[i].w->cols,
@@ -371,7 +457,7 @@ plan_build (Plan *p, const UmModel *m, const UmQuantizeOptions *opts, gboolean n
       const guint group = L->n_heads / MAX (L->n_kv_heads, 1);
       const guint64 E = L->n_experts;
       LayerTensor ts[MAX_LAYER_TENSORS];
-      const guint n = layer_tensors (L, ts);
+      const guint n = layer_tensors (L, p->owned, ts);
       UmPlannedLayer pl;
       guint64 qd, kvd;
 
@@ -392,10 +478,12 @@ plan_build (Plan *p, const UmModel *m, const UmQuantizeOptions *opts, gboolean n
             case UM_PLANNED_Q: rows = qd; cols = D; break;
             case UM_PLANNED_K:
             case UM_PLANNED_V: rows = kvd; cols = D; break;
+            case UM_PLANNED_QKV: rows = qd + 2 * kvd; cols = D; break;
             case UM_PLANNED_O: rows = D; cols = qd; break;
             case UM_PLANNED_Q_BIAS: cols = qd; break;
             case UM_PLANNED_K_BIAS:
             case UM_PLANNED_V_BIAS: cols = kvd; break;
+            case UM_PLANNED_QKV_BIAS: cols = qd + 2 * kvd; break;
             case UM_PLANNED_Q_NORM:
             case UM_PLANNED_K_NORM: cols = hd; break;
             case UM_PLANNED_NORM: cols = D; break;
@@ -403,6 +491,10 @@ plan_build (Plan *p, const UmModel *m, const UmQuantizeOptions *opts, gboolean n
             case UM_PLANNED_GATE:
             case UM_PLANNED_UP: rows = (E ? E : 1) * pl.ffn; cols = D; experts = E; break;
             case UM_PLANNED_DOWN: rows = (E ? E : 1) * D; cols = pl.ffn; experts = E; break;
+            /* The shared expert is not pruned. */
+            case UM_PLANNED_SH_GATE:
+            case UM_PLANNED_SH_UP: rows = L->shared_ffn; cols = D; break;
+            case UM_PLANNED_SH_DOWN: rows = D; cols = L->shared_ffn; break;
             default: break;
             }
           g_snprintf (name, sizeof name, "blk.%u.%s", l, ts[i].suffix);
@@ -562,6 +654,7 @@ top_k (const double *scores, guint n, guint k)
  * tensors comes from; NULL: the same index (no permutation, no pruning). */
 typedef struct {
   guint64 *q_rows, *k_rows, *v_rows, *o_cols;
+  guint64 *qkv_rows;         /* a fused q/k/v's: q's, then k's and v's, offset to their rows */
   guint64 *ffn_rows, *down_cols;
   guint64  down_cols_rows;   /* w_down rows sharing one column map (an expert's D); 0: all */
 } LayerMaps;
@@ -572,6 +665,7 @@ layer_maps_clear (LayerMaps *m)
   g_clear_pointer (&m->q_rows, g_free);
   g_clear_pointer (&m->k_rows, g_free);
   g_clear_pointer (&m->v_rows, g_free);
+  g_clear_pointer (&m->qkv_rows, g_free);
   g_clear_pointer (&m->o_cols, g_free);
   g_clear_pointer (&m->ffn_rows, g_free);
   g_clear_pointer (&m->down_cols, g_free);
@@ -641,6 +735,19 @@ prepare_layer (const UmModel *m, guint l, const UmPlannedLayer *pl, gboolean per
       maps->q_rows = head_rows (q_keep, pl->n_heads, hd, permute);
       maps->k_rows = head_rows (kv_keep, pl->n_kv_heads, hd, permute);
     }
+  /* A fused q/k/v's rows: its slices' maps, each offset to where the slice
+   * starts in the stored tensor. */
+  if (L->wqkv.data != NULL && maps->q_rows != NULL)
+    {
+      const guint64 qd = (guint64) pl->n_heads * hd, kvd = (guint64) pl->n_kv_heads * hd;
+      const guint64 *parts[] = { maps->q_rows, maps->k_rows, maps->v_rows };
+      const guint64 len[] = { qd, kvd, kvd }, start[] = { 0, L->wq.rows, L->wq.rows + L->wk.rows };
+      guint64 *map = maps->qkv_rows = g_new (guint64, qd + 2 * kvd);
+
+      for (guint i = 0; i < 3; i++)
+        for (guint64 j = 0; j < len[i]; j++)
+          *map++ = start[i] + (parts[i] != NULL ? parts[i][j] : j);
+    }
   if (pl->ffn < L->ffn)
     {
       /* A dense FFN is one "expert"; in a MoE layer each expert keeps its
@@ -704,22 +811,6 @@ set_per_layer (UmGgufWriter *w, const char *key, guint cfg_value, const GArray *
   return differs;
 }
 
-/* The tokenizer's pre-tokenizer as llama.cpp names it: what its
- * converter writes for each family's tokenizer (Dream and RND1 have Qwen's,
- * LLaDA-MoE Ling's, registered as "llada-moe"; LLaDA's files say
- * "default"). */
-static const char *
-tokenizer_pre (UmArch arch)
-{
-  switch (arch)
-    {
-    case UM_ARCH_DREAM:
-    case UM_ARCH_RND1: return "qwen2";
-    case UM_ARCH_LLADA_MOE: return "llada-moe";
-    default: return "default";
-    }
-}
-
 /* The chat template of a Hugging Face folder: tokenizer_config.json's
  * "chat_template", when it is one string. */
 static char *
@@ -754,6 +845,7 @@ write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
   const UmModelConfig *c = &model->cfg;
   const UmArchInfo *info = um_arch_info (c->arch);
   const char *arch = info->gguf_arch;
+  const gboolean llada2 = c->arch == UM_ARCH_LLADA2;
   UmTokenizer *tok = model->tokenizer;
   g_autoptr(GPtrArray) tokens = g_ptr_array_new_with_free_func (g_free);
   g_autoptr(GArray) types = g_array_new (FALSE, FALSE, sizeof (gint32));
@@ -782,48 +874,67 @@ write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
     set_per_layer (w, KEY ("feed_forward_length"), c->mlp_hidden, p->layers, G_STRUCT_OFFSET (UmPlannedLayer, ffn));
   else
     {
-      /* The dense width the configuration names (unused by MoE layers; the
-       * converter writes it), then the experts'. */
-      if (c->mlp_hidden > 0)
-        um_gguf_writer_set_u32 (w, KEY ("feed_forward_length"), c->mlp_hidden);
-      /* llama.cpp reads one expert width for the model: pruning keeps the
-       * same count in every layer (the shapes are the same), so it stays a
-       * scalar. */
-      set_per_layer (w, KEY ("expert_feed_forward_length"),
-                     g_array_index (p->layers, UmPlannedLayer, MIN (c->n_dense_leading, c->n_layers - 1)).ffn, p->layers,
-                     G_STRUCT_OFFSET (UmPlannedLayer, ffn));
+      /* Pruning keeps the same count in every layer of one shape: the
+       * leading dense layers share one width, the expert layers another,
+       * each written as llama.cpp reads it, a scalar. */
+      const guint dense_ffn = c->n_dense_leading > 0 ? g_array_index (p->layers, UmPlannedLayer, 0).ffn
+                                                     : c->mlp_hidden;
+      const guint expert_ffn = g_array_index (p->layers, UmPlannedLayer,
+                                              MIN (c->n_dense_leading, c->n_layers - 1)).ffn;
+
+      /* The dense width (the converter writes the configuration's even
+       * without dense layers), then the experts'. */
+      if (dense_ffn > 0)
+        um_gguf_writer_set_u32 (w, KEY ("feed_forward_length"), dense_ffn);
+      um_gguf_writer_set_u32 (w, KEY ("expert_feed_forward_length"), expert_ffn);
       um_gguf_writer_set_u32 (w, KEY ("expert_count"), c->n_experts);
       um_gguf_writer_set_u32 (w, KEY ("expert_used_count"), c->n_experts_used);
-      if (c->n_dense_leading > 0)
+      if (c->n_dense_leading > 0 || llada2)
         um_gguf_writer_set_u32 (w, KEY ("leading_dense_block_count"), c->n_dense_leading);
       /* llama.cpp's graphs hard-code each family's router (softmax;
        * renormalised for RND1 only, unscaled); say so only where a model
-       * departs from that, with llama.cpp's own keys. */
-      if (c->router_func == UM_ROUTER_SIGMOID)
-        um_gguf_writer_set_u32 (w, KEY ("expert_gating_func"), 2);
-      if (c->router_norm != (c->arch == UM_ARCH_RND1))
+       * departs from that, with llama.cpp's own keys. BailingMoeV2's
+       * loader wants them all. */
+      if (c->router_func == UM_ROUTER_SIGMOID || llada2)
+        um_gguf_writer_set_u32 (w, KEY ("expert_gating_func"), c->router_func == UM_ROUTER_SIGMOID ? 2 : 1);
+      if (c->router_norm != (c->arch == UM_ARCH_RND1) || llada2)
         um_gguf_writer_set_bool (w, KEY ("expert_weights_norm"), c->router_norm);
-      if (c->router_scale != 1.0)
+      if (c->router_scale != 1.0 || llada2)
         um_gguf_writer_set_f32 (w, KEY ("expert_weights_scale"), (float) c->router_scale);
+      if (c->n_expert_groups > 1)
+        {
+          um_gguf_writer_set_u32 (w, KEY ("expert_group_count"), c->n_expert_groups);
+          um_gguf_writer_set_u32 (w, KEY ("expert_group_used_count"), c->n_groups_used);
+        }
+      /* The shared expert's whole width, as one expert: llama.cpp's
+       * loader multiplies the width by the count. */
+      if (llada2)
+        {
+          um_gguf_writer_set_u32 (w, KEY ("expert_shared_feed_forward_length"), c->shared_ffn);
+          um_gguf_writer_set_u32 (w, KEY ("expert_shared_count"), c->shared_ffn > 0 ? 1 : 0);
+        }
     }
   heads_per_layer = set_per_layer (w, KEY ("attention.head_count"), c->n_heads, p->layers,
                                    G_STRUCT_OFFSET (UmPlannedLayer, n_heads));
   heads_per_layer |= set_per_layer (w, KEY ("attention.head_count_kv"), c->n_kv_heads, p->layers,
                                     G_STRUCT_OFFSET (UmPlannedLayer, n_kv_heads));
   /* With fewer heads than d_model / head_dim the head size cannot be
-   * derived; llama.cpp reads it from here (RND1's converter always writes
-   * it: its config names head_dim). */
-  if (heads_per_layer || (guint64) c->n_heads * c->head_dim != c->d_model || c->arch == UM_ARCH_RND1)
+   * derived; llama.cpp reads it from here (RND1's and LLaDA 2's converters
+   * always write it: their configs name head_dim). */
+  if (heads_per_layer || (guint64) c->n_heads * c->head_dim != c->d_model || c->arch == UM_ARCH_RND1 || llada2)
     {
       um_gguf_writer_set_u32 (w, KEY ("attention.key_length"), c->head_dim);
       um_gguf_writer_set_u32 (w, KEY ("attention.value_length"), c->head_dim);
     }
   um_gguf_writer_set_f32 (w, KEY ("rope.freq_base"), (float) c->rope_theta);
-  if (c->arch == UM_ARCH_LLADA)
-    um_gguf_writer_set_u32 (w, KEY ("rope.dimension_count"), c->head_dim);
+  /* LLaDA 2 rotates part of each head (llama.cpp's n_rot). */
+  if (c->arch == UM_ARCH_LLADA || llada2)
+    um_gguf_writer_set_u32 (w, KEY ("rope.dimension_count"), c->rope_dim);
   um_gguf_writer_set_f32 (w, KEY ("attention.layer_norm_rms_epsilon"), (float) c->rms_eps);
+  /* Diffusion models attend both ways (LLaDA 2 block-causally, which the
+   * generation's block length decides: not a file key). */
   um_gguf_writer_set_bool (w, KEY ("attention.causal"), FALSE);
-  if (c->arch == UM_ARCH_LLADA)
+  if (c->arch == UM_ARCH_LLADA || llada2)
     um_gguf_writer_set_u32 (w, KEY ("vocab_size"), c->vocab_size);
   /* Absent means "shift" to llama-diffusion-cli: Dream's and RND1's
    * converters write nothing, LLaDA's false. */
@@ -866,7 +977,10 @@ write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
   for (guint r = 0; r < um_tokenizer_n_merges (tok); r++)
     g_ptr_array_add (merges, (gpointer) um_tokenizer_get_merge (tok, r));
   um_gguf_writer_set_string (w, "tokenizer.ggml.model", "gpt2");
-  um_gguf_writer_set_string (w, "tokenizer.ggml.pre", tokenizer_pre (c->arch));
+  /* What llama.cpp's converter writes for each family's tokenizer (Dream
+   * and RND1 have Qwen's, LLaDA-MoE Ling's as "llada-moe", LLaDA 2 Ling's
+   * as "bailingmoe2"; LLaDA's files say "default"). */
+  um_gguf_writer_set_string (w, "tokenizer.ggml.pre", um_tokenizer_gguf_pre_name (arch));
   copy_key (w, src, "tokenizer.ggml.pre");
   um_gguf_writer_set_string_array (w, "tokenizer.ggml.tokens", (const char * const *) tokens->pdata, tokens->len);
   um_gguf_writer_set_i32_array (w, "tokenizer.ggml.token_type", types->data, types->len);
@@ -975,6 +1089,8 @@ conv_for (const PlanItem *it, const LayerMaps *maps, Conv *t)
     case UM_PLANNED_Q: t->row_map = maps->q_rows; break;
     case UM_PLANNED_K: t->row_map = maps->k_rows; break;
     case UM_PLANNED_V: t->row_map = maps->v_rows; break;
+    case UM_PLANNED_QKV: t->row_map = maps->qkv_rows; break;
+    case UM_PLANNED_QKV_BIAS: t->col_map = maps->qkv_rows; break;
     /* A bias entry goes with its projection's row. */
     case UM_PLANNED_Q_BIAS: t->col_map = maps->q_rows; break;
     case UM_PLANNED_K_BIAS: t->col_map = maps->k_rows; break;

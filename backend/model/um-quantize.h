@@ -26,7 +26,11 @@ typedef void (*UmQuantizeProgress) (double fraction, const char *tensor, gpointe
  * ffn_{gate,up,down}_exps, the router as ffn_gate_inp, biases as
  * attn_{q,k,v}.bias, QK-norms as attn_{q,k}_norm. Only LLaDA's Q/K rows are
  * permuted (its GGUF runs interleaved RoPE); the other families are NeoX in
- * both layouts.
+ * both layouts. LLaDA 2 is written as our "llada2" (BailingMoeV2's keys and
+ * names, see the README): q/k/v as one attn_qkv (from the stored fused
+ * tensor; its _M type is llama-quantize's for attn_qkv: Q5_K in Q4_K_M,
+ * Q6_K in Q5_K_M), the selection bias as exp_probs_b.bias (F32), the shared
+ * expert as ffn_{gate,up,down}_shexp (ffn_down_shexp typed as ffn_down).
  *
  * Structured pruning removes, in every layer, the attention units (a KV
  * head with its H/Hkv query heads) and FFN neurons of smallest weight norm:
@@ -36,7 +40,8 @@ typedef void (*UmQuantizeProgress) (double fraction, const char *tensor, gpointe
  * neuron's that of its rows of w_gate and w_up and its column of w_down. In
  * a mixture-of-experts layer every expert keeps the same number of neurons
  * (the experts are one stacked tensor), each its own best ones by the same
- * score over its own rows; the router is unchanged. How many are kept
+ * score over its own rows; the router and a shared expert are unchanged.
+ * A fused q/k/v keeps the rows of the kept heads, still as one tensor. How many are kept
  * depends only on the ratio and the shapes (see um_quantize_plan_layers()),
  * never on the weights. */
 typedef struct {
@@ -95,14 +100,19 @@ typedef enum {
   UM_PLANNED_Q,
   UM_PLANNED_K,
   UM_PLANNED_V,
+  UM_PLANNED_QKV,         /* q, k and v fused, rows [q | k | v] (LLaDA 2's attn_qkv) */
   UM_PLANNED_O,
   UM_PLANNED_GATE,        /* dense, or the stacked experts of a MoE layer */
   UM_PLANNED_UP,
   UM_PLANNED_DOWN,
+  UM_PLANNED_SH_GATE,     /* the shared expert (ffn_*_shexp) */
+  UM_PLANNED_SH_UP,
+  UM_PLANNED_SH_DOWN,
   /* Small tensors held as float (1-D, except the router). */
   UM_PLANNED_Q_BIAS,
   UM_PLANNED_K_BIAS,
   UM_PLANNED_V_BIAS,
+  UM_PLANNED_QKV_BIAS,
   UM_PLANNED_Q_NORM,
   UM_PLANNED_K_NORM,
   UM_PLANNED_ROUTER,      /* [E, D] */
@@ -122,6 +132,9 @@ typedef struct {
 
 /* Whether @kind is written as a 1-D tensor (norms, biases). */
 gboolean um_planned_kind_is_vector (UmPlannedKind kind);
+/* Whether @kind is one of a layer's large matrices (UM_PLANNED_Q to
+ * UM_PLANNED_SH_DOWN: attention, FFN or experts, shared expert). */
+gboolean um_planned_kind_is_layer_matrix (UmPlannedKind kind);
 /* The GGUF shape of @t (outermost first, as UmTensorInfo); returns the
  * number of dimensions (1, 2 or 3). */
 guint    um_planned_tensor_shape (const UmPlannedTensor *t, guint64 shape[3]);
