@@ -123,8 +123,10 @@ check_identical (const char *name)
           const UmForwardStats *st;
           const UmPlan *p;
           UmTestOutputs got;
-          /* Every pass for two of the four, the brief set for the others. */
-          const gboolean brief = (i + ci) % 2 == 1;
+          /* Every pass for two of the eight (the placements and copies
+           * are independent of the kind of pass), the brief set for the
+           * others: the test stays short. */
+          const gboolean brief = !((i == 0 && ci == 0) || (i == 3 && ci == 1));
           int differ;
 
           g_assert_no_error (error);
@@ -265,7 +267,7 @@ int
 main (int argc, char **argv)
 {
   static const char *const models[] = {
-    "tiny-llada-moe", "tiny-llada-moe-q8_0.gguf", "tiny-rnd1-q8_0.gguf",
+    "tiny-llada-moe", "tiny-llada-moe-q8_0.gguf", "tiny-rnd1-q8_0.gguf", "tiny-llada2",
   };
 
   g_test_init (&argc, &argv, NULL);

@@ -498,19 +498,13 @@ cpu_scratch (const UmModel *m, UmProducts products, int T, int n, int chunk, gbo
       };
       for (guint i = 0; i < G_N_ELEMENTS (p); i++)
         {
-          /* gate, up and down of a MoE layer are its routed experts' */
+          /* gate, up and down of a MoE layer are its routed experts'
+           * (the shared expert stays on the device) */
           gboolean expert = L->n_experts > 0 && i >= 4 && i <= 6;
           if (p[i].w->rows == 0   /* a dense layer has no router */
               || (expert && !experts && !only_experts) || (!expert && only_experts))
             continue;
           best = MAX (best, um_cpu_matmul_scratch_bytes (p[i].w->dtype, p[i].rows, p[i].w->cols, p[i].m, products));
-        }
-      /* The shared expert runs on the device. */
-      if (L->shared_ffn > 0 && !only_experts)
-        {
-          const UmWeight *sh[3] = { &L->sh_gate, &L->sh_up, &L->sh_down };
-          for (int i = 0; i < 3; i++)
-            best = MAX (best, um_cpu_matmul_scratch_bytes (sh[i]->dtype, sh[i]->rows, sh[i]->cols, mlp_rows, products));
         }
     }
   if (!only_experts)
