@@ -77,6 +77,32 @@ um_forward_experts_slots (const UmForwardOptions *o)
   return o->expert_slots >= 2 ? o->expert_slots : DEFAULT_SLOTS;
 }
 
+guint
+um_forward_expert_slots (const UmForwardOptions *options)
+{
+  return um_forward_experts_slots (options);
+}
+
+static const char *const placement_names[UM_EXPERTS_N_PLACEMENTS] = { "auto", "resident", "host", "fetch" };
+
+const char *
+um_expert_placement_to_string (UmExpertPlacement p)
+{
+  return (guint) p < UM_EXPERTS_N_PLACEMENTS ? placement_names[p] : "unknown";
+}
+
+gboolean
+um_expert_placement_from_string (const char *s, UmExpertPlacement *out)
+{
+  for (int i = 0; s != NULL && i < UM_EXPERTS_N_PLACEMENTS; i++)
+    if (g_ascii_strcasecmp (s, placement_names[i]) == 0)
+      {
+        *out = (UmExpertPlacement) i;
+        return TRUE;
+      }
+  return FALSE;
+}
+
 static gboolean
 uses_store (const UmForwardOptions *o)
 {
