@@ -125,13 +125,14 @@ print_hardware (const UmHardware *hw, const UmOptimizeResult *r)
     printf ("No GPU: %s\n", hw->why_no_gpu);
   printf ("Planned for %s on the %s%s, %.0f %% kept free\n", cap, r->cuda ? "GPU" : "CPU",
           r->budget ? " (budget)" : "", r->headroom * 100);
-  printf ("%-20s %-14s %12s %12s  %s\n", "mode", "weights", "device", "host", "fits");
+  printf ("%-20s %-14s %-9s %12s %12s  %s\n", "mode", "weights", "experts", "device", "host", "fits");
   for (guint i = 0; i < r->table->len; i++)
     {
       const UmPlan *p = &g_array_index (r->table, UmPlan, i);
       g_autofree char *d = g_format_size_full (p->device_peak, G_FORMAT_SIZE_IEC_UNITS);
       g_autofree char *h = g_format_size_full (MAX (p->host_peak, p->host_load_peak), G_FORMAT_SIZE_IEC_UNITS);
-      printf ("%-20s %-14s %12s %12s  %s%s\n", um_mem_mode_to_string (p->mode), p->weight_format, d, h,
+      printf ("%-20s %-14s %-9s %12s %12s  %s%s\n", um_mem_mode_to_string (p->mode), p->weight_format,
+              p->expert_bytes > 0 ? um_expert_placement_to_string (p->experts) : "-", d, h,
               um_optimize_result_fits (r, (int) i) ? "yes" : p->fits ? "only without headroom" : "no",
               (int) i == r->chosen ? "  ← chosen" : "");
     }
