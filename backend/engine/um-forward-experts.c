@@ -1,6 +1,6 @@
-/* um-forward-experts.c — routed experts in host memory: computed by the
- * host CPU (HOST), or fetched into device slots as the routing asks for
- * them (FETCH).
+/* um-forward-experts.c — routed experts in host memory (a copy, raw or
+ * zstd: see um-expert-store.h): computed by the host CPU (HOST), or
+ * fetched into device slots as the routing asks for them (FETCH).
  *
  * FETCH: a layer's experts that some row goes to are copied, one by one,
  * from the host copy into k slots on the device by the prefetcher's copy
@@ -46,8 +46,7 @@ struct _UmForwardExperts {
   UmExpertPlacement  placement;
   UmBackend         *host;        /* HOST: the CPU backend the experts run on */
   UmBackend         *be;          /* where they run: dev (FETCH) or host (HOST) */
-  UmExpertStore     *store;       /* FETCH; HOST with a compressed copy */
-  UmExpertUnits      units;       /* HOST in place (otherwise the store's) */
+  UmExpertStore     *store;       /* the experts' host copy */
   UmPrefetcher      *prefetcher;
   ExpertSlot        *slots;
   guint              n_slots;
@@ -103,8 +102,10 @@ um_expert_placement_from_string (const char *s, UmExpertPlacement *out)
   return FALSE;
 }
 
+/* Whether the experts are fetched into slots (FETCH; HOST from a zstd
+ * copy), rather than read in place from HOST's raw copy. */
 static gboolean
-uses_store (const UmForwardOptions *o)
+uses_slots (const UmForwardOptions *o)
 {
   return o->experts == UM_EXPERTS_FETCH || o->expert_zstd;
 }
@@ -143,7 +144,8 @@ um_forward_experts_bytes (const UmModel *model, const UmForwardOptions *o, int r
 
   if (!um_forward_experts_off_device (model, o))
     return;
-  /* The active experts and a group's rows. */
+  /* The active experts and a group's rows (the host copy itself is the
+   * plan's: um_expert_store_predict_bytes ()). */
   out->host_expert_work = (guint64) model->cfg.n_experts * sizeof (gint32) + (guint64) chunk * sizeof (gint32);
   if (o->experts == UM_EXPERTS_FETCH)
     {
@@ -154,8 +156,6 @@ um_forward_experts_bytes (const UmModel *model, const UmForwardOptions *o, int r
   out->host_expert_work += w.total + (guint64) rows * model->cfg.d_model * sizeof (float);
   if (o->expert_zstd)
     out->host_expert_work += (guint64) um_forward_experts_slots (o) * um_expert_slot_bytes (model);
-  else
-    out->host_experts = um_model_expert_bytes (model);
 }
 
 static void
@@ -206,7 +206,6 @@ um_forward_experts_free (UmForwardExperts *x)
   if (x->host != NULL)
     free_work (x);
   g_clear_pointer (&x->store, um_expert_store_free);
-  um_expert_units_clear (&x->units);
   g_free (x->staging);
   g_free (x->active);
   g_free (x->rows);
@@ -245,7 +244,7 @@ host_backend_new (UmForwardExperts *x, GError **error)
 static const UmExpertUnits *
 units_of (const UmForwardExperts *x)
 {
-  return x->store != NULL ? um_expert_store_get_units (x->store) : &x->units;
+  return um_expert_store_get_units (x->store);
 }
 
 UmForwardExperts *
@@ -281,18 +280,22 @@ um_forward_experts_new (UmModel                 *model,
     x->be = device;
   ops = x->be->ops;
 
-  if (uses_store (o))
+  if (ops->weight_view == NULL || ops->copy_upload == NULL || ops->sync == NULL || ops->host_alloc == NULL)
     {
-      if (ops->weight_view == NULL || ops->copy_upload == NULL || ops->sync == NULL || ops->host_alloc == NULL)
-        {
-          g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "the %s backend cannot fetch experts", ops->name);
-          return NULL;
-        }
-      /* Built on the backend that fetches: pinned memory on a GPU. */
-      x->store = um_expert_store_new (x->be, model, o->expert_zstd ? UM_STORE_ZSTD : UM_STORE_RAW,
-                                      UM_LAYER_STORE_ZSTD_LEVEL, progress, data, cancellable, error);
-      if (x->store == NULL)
-        return NULL;
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "the %s backend cannot fetch experts", ops->name);
+      return NULL;
+    }
+  /* The host copy, built by the backend that reads it: pinned memory on a
+   * GPU (FETCH), the host's for HOST. It takes the experts' file pages'
+   * place (they are released), so host memory holds every expert, as the
+   * plan counts, whichever a run reads, and nothing is read from the file
+   * while generating. */
+  x->store = um_expert_store_new (x->be, model, o->expert_zstd ? UM_STORE_ZSTD : UM_STORE_RAW,
+                                  UM_LAYER_STORE_ZSTD_LEVEL, progress, data, cancellable, error);
+  if (x->store == NULL)
+    return NULL;
+  if (uses_slots (o))
+    {
       x->n_slots = um_forward_experts_slots (o);
       x->slots = g_new0 (ExpertSlot, x->n_slots);
       for (guint s = 0; s < x->n_slots; s++)
@@ -304,23 +307,25 @@ um_forward_experts_new (UmModel                 *model,
     }
   else
     {
-      /* HOST in place: every expert slice referenced where the model has
-       * it (the CPU backend copies nothing). */
-      const UmExpertUnits *u;
-      um_expert_units_init (&x->units, model);
-      u = &x->units;
+      /* HOST from a raw copy: every expert slice read in place there (the
+       * CPU backend copies nothing). */
+      const UmExpertUnits *u = units_of (x);
+      UmLayerStore *store = um_expert_store_get_store (x->store);
       x->n_resident = 3 * um_expert_units_count (u);
       x->resident = g_new0 (UmDevWeight *, MAX (x->n_resident, 1));
       for (guint i = 0; i < um_expert_units_count (u); i++)
         {
           const UmLayerWeights *L = &u->model.layers[i];
           const UmWeight *m[3] = { &L->w_gate, &L->w_up, &L->w_down };
+          UmLayerLayout lay;
+          um_layer_layout (L, &lay);
           for (int k = 0; k < 3; k++)
-            if (g_cancellable_set_error_if_cancelled (cancellable, error)
-                || (x->resident[3 * i + k] = ops->weight_load (x->be, m[k], error)) == NULL)
-              return NULL;
-          if (progress != NULL)
-            progress ((double) (i + 1) / um_expert_units_count (u), data);
+            {
+              UmWeight w = *m[k];
+              w.data = um_layer_store_raw_block (store, i) + lay.offset[4 + k];
+              if ((x->resident[3 * i + k] = ops->weight_load (x->be, &w, error)) == NULL)
+                return NULL;
+            }
         }
     }
   return g_steal_pointer (&x);
@@ -506,7 +511,7 @@ um_forward_experts_run (UmForwardExperts   *x,
       U = x->views[W_U];
       Y = x->views[W_Y];
     }
-  if (x->store != NULL)
+  if (x->prefetcher != NULL)
     {
       /* The slots' last readers (the previous layer's experts) are done
        * before the copies overwrite them. */
@@ -524,7 +529,7 @@ um_forward_experts_run (UmForwardExperts   *x,
       const UmLayerWeights *slices = &units_of (x)->model.layers[u];
       UmDevWeight *const *w;
 
-      if (x->store != NULL)
+      if (x->prefetcher != NULL)
         {
           if (!wait_slot (x, s, u, st, error))
             return FALSE;
@@ -558,7 +563,7 @@ um_forward_experts_run (UmForwardExperts   *x,
         }
       /* This slot's expert is done with (queued ops finished): the copy
        * thread may refill it with the k-th next. */
-      if (x->store != NULL && j + (int) k < n_active)
+      if (x->prefetcher != NULL && j + (int) k < n_active)
         {
           if (!ops->sync (be, error))
             return FALSE;

@@ -60,7 +60,7 @@ gboolean          um_forward_experts_run (UmForwardExperts   *x,
 
 /* What @o's placement holds for MoE layers of @rows rows in chunks of
  * @chunk: device slots and host bytes into @out (expert_slots,
- * host_experts, host_expert_work). */
+ * host_expert_work). */
 void              um_forward_experts_bytes (const UmModel          *model,
                                             const UmForwardOptions *o,
                                             int                     rows,

@@ -42,9 +42,9 @@ typedef enum {
    * for RESIDENT. */
   UM_EXPERTS_AUTO,
   UM_EXPERTS_RESIDENT,   /* every expert on the device */
-  /* In host memory (in place from the model's file, or a zstd copy) and
-   * computed by the host CPU: the routed rows go down, the experts' outputs
-   * come back up and are added on the device. */
+  /* A copy in host memory (raw, read in place, or zstd, decoded into
+   * slots) computed by the host CPU: the routed rows go down, the experts'
+   * outputs come back up and are added on the device. */
   UM_EXPERTS_HOST,
   /* A host copy (raw or zstd); per layer, once routed, only the experts
    * some row goes to are copied into device slots, the next one while the
@@ -74,7 +74,7 @@ typedef struct {
    * combined with layer streaming. */
   UmExpertPlacement experts;
   /* The experts' host copy zstd-compressed (FETCH, HOST), decoded per
-   * fetch; FETCH's copy is raw otherwise, HOST's the model's own bytes. */
+   * fetch; raw otherwise. */
   gboolean      expert_zstd;
   guint         expert_slots;   /* FETCH (and HOST with zstd): slots, ≥ 2; 0: 2 */
 } UmForwardOptions;
@@ -131,8 +131,8 @@ typedef struct {
   guint64 host_index;      /* a pass's position, sequence and row arrays */
   /* Routed experts off the device: */
   guint64 expert_slots;    /* FETCH's device slots */
-  guint64 host_experts;    /* HOST in place: the experts' bytes, read from the model's file */
-  guint64 host_expert_work;/* HOST: rows and outputs in host memory, slots of a compressed copy */
+  guint64 host_expert_work;/* HOST: rows and outputs in host memory, slots of a compressed copy (the
+                            * copy itself: um_expert_store_predict_bytes ()) */
 } UmForwardBytes;
 
 void       um_forward_bytes (const UmModel          *model,

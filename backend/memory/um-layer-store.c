@@ -752,6 +752,14 @@ um_layer_store_fetch (UmLayerStore *s, guint layer, UmBuf *slot, GError **error)
   return ok;
 }
 
+const guint8 *
+um_layer_store_raw_block (UmLayerStore *s, guint layer)
+{
+  if (s->comp != UM_STORE_RAW || layer >= s->n_layers)
+    return NULL;
+  return s->layers[layer].block;
+}
+
 guint
 um_layer_store_n_layers (UmLayerStore *s)
 {

@@ -96,6 +96,11 @@ gboolean      um_layer_store_fetch      (UmLayerStore      *s,
                                          UmBuf             *slot,
                                          GError           **error);
 
+/* A RAW store's copy of @layer, laid out as a slot (um_layer_layout ()
+ * offsets), for reading in place: host memory that lives as long as the
+ * store. NULL for a ZSTD store or a layer out of range. */
+const guint8 *um_layer_store_raw_block  (UmLayerStore      *s,
+                                         guint              layer);
 guint         um_layer_store_n_layers   (UmLayerStore      *s);
 UmStoreCompression um_layer_store_compression (UmLayerStore *s);
 /* Safe to call while another thread fetches. */

@@ -598,24 +598,25 @@ plan_totals (UmPlan *p, const UmPlanTarget *t)
                 || MAX (p->host_peak, p->host_load_peak) - t->process_rss <= t->host_available);
 }
 
-/* Whether @p keeps a copy of the routed experts (FETCH; HOST compressed). */
+/* Whether @p keeps a copy of the routed experts in host memory: whenever
+ * they are off the device. */
 static gboolean
 experts_copied (const UmPlan *p)
 {
-  return p->experts == UM_EXPERTS_FETCH || (p->experts == UM_EXPERTS_HOST && p->options.host_zstd);
+  return p->experts == UM_EXPERTS_FETCH || p->experts == UM_EXPERTS_HOST;
 }
 
 /* The routed experts' host side for @p (off the device) on @held, with
- * @ratios for a zstd copy: the copy (or the file's pages read in place),
- * HOST's work buffers and products' scratch, and what building the copy
- * holds besides it (the source pages of one expert, the compressors). */
+ * @ratios for a zstd copy: the copy, HOST's work buffers and products'
+ * scratch, and what building the copy holds besides it (the source pages
+ * of one expert, the compressors). */
 static void
 plan_experts (UmPlan *p, const UmModel *held, const UmForwardBytes *fb, guint64 host_scratch,
               const UmStoreRatios *ratios)
 {
   const UmStoreCompression comp = p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW;
 
-  p->host[UM_PLAN_EXPERTS] = fb->host_experts + fb->host_expert_work + host_scratch;
+  p->host[UM_PLAN_EXPERTS] = fb->host_expert_work + host_scratch;
   p->host_store_build = 0;
   p->zstd_ratio = 1.0;
   p->zstd_measured = FALSE;

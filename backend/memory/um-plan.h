@@ -120,8 +120,8 @@ typedef enum {
   UM_PLAN_PROCESS,        /* program, libraries, tokenizer */
   UM_PLAN_KV_CACHE,       /* block KV cache of fast decoding: K and V of every layer */
   UM_PLAN_EXPERT_SLOTS,   /* FETCH: device slots the routed experts are copied into */
-  UM_PLAN_EXPERTS,        /* routed experts off the device: their host copy (or the file's pages
-                           * they are read from), HOST's work buffers and products' scratch */
+  UM_PLAN_EXPERTS,        /* routed experts off the device: their host copy, HOST's work buffers
+                           * and products' scratch */
   UM_PLAN_N_COMPONENTS
 } UmPlanComponent;
 
@@ -162,7 +162,7 @@ typedef struct {
   UmExpertPlacement experts;
   guint        expert_slots;
   guint64      expert_bytes;       /* the routed experts as held */
-  guint64      expert_store;       /* of host[UM_PLAN_EXPERTS]: their host copy (0: none, HOST reads the file) */
+  guint64      expert_store;       /* of host[UM_PLAN_EXPERTS]: their host copy */
   double       expert_seconds[UM_EXPERTS_N_PLACEMENTS];
   guint64      host_store_build;   /* building the host store holds this besides the store (less its decoding buffer, allocated after) */
 } UmPlan;
