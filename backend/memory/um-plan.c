@@ -606,37 +606,11 @@ experts_copied (const UmPlan *p)
   return p->experts == UM_EXPERTS_FETCH || p->experts == UM_EXPERTS_HOST;
 }
 
-/* The routed experts' host side for @p (off the device) on @held, with
- * @ratios for a zstd copy: the copy, HOST's work buffers and products'
- * scratch, and what building the copy holds besides it (the source pages
- * of one expert, the compressors). */
+/* The routed experts' host copy in @p (replacing one planned before) for
+ * @held with zstd's @ratios, and what building it holds besides it (the
+ * source pages of one expert, the compressors). */
 static void
-plan_experts (UmPlan *p, const UmModel *held, const UmForwardBytes *fb, guint64 host_scratch,
-              const UmStoreRatios *ratios)
-{
-  const UmStoreCompression comp = p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW;
-
-  p->host[UM_PLAN_EXPERTS] = fb->host_expert_work + host_scratch;
-  p->host_store_build = 0;
-  p->zstd_ratio = 1.0;
-  p->zstd_measured = FALSE;
-  p->zstd_sampled_bytes = 0;
-  if (!experts_copied (p))
-    return;
-  p->expert_store = um_expert_store_predict_bytes (held, comp, ratios);
-  p->host[UM_PLAN_EXPERTS] += p->expert_store;
-  p->host_store_build = um_expert_slot_bytes (held) + um_expert_store_build_bytes (held, comp, ratios);
-  if (comp == UM_STORE_ZSTD)
-    {
-      p->zstd_ratio = um_expert_store_mean_ratio (held, ratios);
-      p->zstd_measured = ratios->measured;
-      p->zstd_sampled_bytes = ratios->sampled_bytes;
-    }
-}
-
-/* @p's experts' copy again, with zstd's @ratios measured on @held. */
-static void
-replan_experts (UmPlan *p, const UmModel *held, const UmStoreRatios *ratios)
+plan_expert_copy (UmPlan *p, const UmModel *held, const UmStoreRatios *ratios)
 {
   const UmStoreCompression comp = p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW;
 
@@ -644,9 +618,21 @@ replan_experts (UmPlan *p, const UmModel *held, const UmStoreRatios *ratios)
   p->expert_store = um_expert_store_predict_bytes (held, comp, ratios);
   p->host[UM_PLAN_EXPERTS] += p->expert_store;
   p->host_store_build = um_expert_slot_bytes (held) + um_expert_store_build_bytes (held, comp, ratios);
-  p->zstd_ratio = um_expert_store_mean_ratio (held, ratios);
-  p->zstd_measured = ratios->measured;
-  p->zstd_sampled_bytes = ratios->sampled_bytes;
+  p->zstd_ratio = comp == UM_STORE_ZSTD ? um_expert_store_mean_ratio (held, ratios) : 1.0;
+  p->zstd_measured = comp == UM_STORE_ZSTD && ratios->measured;
+  p->zstd_sampled_bytes = comp == UM_STORE_ZSTD ? ratios->sampled_bytes : 0;
+}
+
+/* The routed experts' host side for @p (off the device) on @held: HOST's
+ * work buffers and products' scratch, and the copy. */
+static void
+plan_experts (UmPlan *p, const UmModel *held, const UmForwardBytes *fb, guint64 host_scratch,
+              const UmStoreRatios *ratios)
+{
+  p->host[UM_PLAN_EXPERTS] = fb->host_expert_work + host_scratch;
+  p->expert_store = 0;
+  if (experts_copied (p))
+    plan_expert_copy (p, held, ratios);
 }
 
 /* The host store of @held (the model as streamed) with @ratios. */
@@ -761,7 +747,6 @@ um_plan_compute (const UmModel       *model,
       UmPlanTarget rates = *target;
       UmForwardBytes off[UM_EXPERTS_N_PLACEMENTS];
       UmExpertPlacement want = options->experts;
-
       const int chunk = fo.row_chunk > 0 ? MIN (T, fo.row_chunk) : T;
 
       /* An expert's products see about its share of a chunk's routes. */
@@ -784,6 +769,8 @@ um_plan_compute (const UmModel       *model,
                                          ? UM_EXPERTS_HOST : UM_EXPERTS_FETCH;
           const UmExpertPlacement slow = fast == UM_EXPERTS_HOST ? UM_EXPERTS_FETCH : UM_EXPERTS_HOST;
           want = UM_EXPERTS_RESIDENT;
+          /* Off the device when they do not fit on it: the faster placement,
+           * unless only the slower one fits. */
           if (plan->device_capacity > 0 && options->resident_layers == 0
               && forward_device_bytes (&fb, target) > usable)
             want = forward_device_bytes (&off[fast], target) <= usable || forward_device_bytes (&off[slow], target) > usable
@@ -896,7 +883,7 @@ um_plan_measure_store (UmPlan *plan, const UmModel *held, const UmPlanTarget *ta
     {
       if (!um_expert_store_measure_ratios (held, UM_LAYER_STORE_ZSTD_LEVEL, UM_PLAN_ZSTD_SAMPLE_BYTES, &ratios, error))
         return FALSE;
-      replan_experts (plan, held, &ratios);
+      plan_expert_copy (plan, held, &ratios);
       plan_totals (plan, target);
       return TRUE;
     }
