@@ -32,8 +32,8 @@ typedef struct {
   gboolean     shaped;
 } ExpertSlot;
 
-/* HOST's host buffers for a chunk of rows: the chunk's rows (H), one
- * expert's group (X), its gate and up (G, U) and output (Y). */
+/* HOST's host buffers: the layer's rows (H), one expert's group of a
+ * chunk (X), its gate and up (G, U) and output (Y). */
 enum { W_H, W_X, W_G, W_U, W_Y, N_WORK };
 
 typedef struct {
@@ -43,7 +43,6 @@ typedef struct {
 struct _UmForwardExperts {
   UmModel           *model;
   UmBackend         *dev;
-  UmExpertPlacement  placement;
   UmBackend         *host;        /* HOST: the CPU backend the experts run on */
   UmBackend         *be;          /* where they run: dev (FETCH) or host (HOST) */
   UmExpertStore     *store;       /* the experts' host copy */
@@ -51,7 +50,7 @@ struct _UmForwardExperts {
   ExpertSlot        *slots;
   guint              n_slots;
   guint64            seq;         /* experts fetched so far: picks the slot */
-  UmDevWeight      **resident;    /* HOST in place: 3 per unit, on the host backend */
+  UmDevWeight      **resident;    /* HOST: 3 per unit, read in place from the raw copy by the host backend */
   guint              n_resident;
   /* HOST: rows downloaded and outputs to upload, and the host work buffers */
   float             *staging;
@@ -261,7 +260,6 @@ um_forward_experts_new (UmModel                 *model,
 
   x->model = model;
   x->dev = device;
-  x->placement = o->experts;
   x->active = g_new (gint32, MAX (model->cfg.n_experts, 1));
   if (o->stream_slots > 0)
     {
