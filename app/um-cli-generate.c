@@ -242,7 +242,14 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
       "Override the mode's weight format: stored, Q8_0, Q4_K_M, …", "TYPE" },
     { "resident-layers", 0, 0, G_OPTION_ARG_INT, &o->resident_layers,
       "Layer slots on the device when streaming (default: as many as the budget holds)", "K" },
-    { "zstd", 0, 0, G_OPTION_ARG_NONE, &o->zstd, "Compress the streamed layers' host copy (lossless)", NULL },
+    { "zstd", 0, 0, G_OPTION_ARG_NONE, &o->zstd,
+      "Compress the streamed layers' or the experts' host copy (lossless)", NULL },
+    { "experts", 0, 0, G_OPTION_ARG_STRING, &o->experts,
+      "MoE models: routed experts resident on the device, in host memory and computed there (host), fetched "
+      "into device slots as routed (fetch), or auto (default: off the device when the model does not fit)",
+      "PLACEMENT" },
+    { "expert-slots", 0, 0, G_OPTION_ARG_INT, &o->expert_slots, "Device slots experts are fetched into (default 2)",
+      "K" },
     { "prune-heads", 0, 0, G_OPTION_ARG_DOUBLE, &o->prune_heads,
       "Drop this fraction of attention heads per layer, lowest L2 norm first (≤ 0.3)", "R" },
     { "prune-ffn", 0, 0, G_OPTION_ARG_DOUBLE, &o->prune_ffn,
@@ -373,6 +380,7 @@ um_cli_gen_options_clear (UmCliGenOptions *o)
   g_clear_pointer (&o->device, g_free);
   g_clear_pointer (&o->mode, g_free);
   g_clear_pointer (&o->budget, g_free);
+  g_clear_pointer (&o->experts, g_free);
   g_clear_pointer (&o->weight_format, g_free);
   g_clear_pointer (&o->cache_dir, g_free);
   g_clear_pointer (&o->kv_cache, g_free);
@@ -591,6 +599,14 @@ um_cli_engine_options (UmCliGenOptions *o, UmGenParams *p, int prompt_length,
     opts->mem.resident_layers = o->resident_layers;
   if (o->zstd)
     opts->mem.host_zstd = TRUE;
+  if (o->experts != NULL && !um_expert_placement_from_string (o->experts, &opts->mem.experts))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "--experts must be auto, resident, host or fetch, not “%s”", o->experts);
+      return FALSE;
+    }
+  if (o->expert_slots != 0)
+    opts->mem.expert_slots = o->expert_slots;
   if (o->prune_heads != 0)
     opts->mem.prune_heads = o->prune_heads;
   if (o->prune_ffn != 0)

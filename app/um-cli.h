@@ -60,6 +60,8 @@ typedef struct {
   char    *weight_format;
   int      resident_layers;
   gboolean zstd;
+  char    *experts;
+  int      expert_slots;
   double   prune_heads;
   double   prune_ffn;
   int      row_chunk;

@@ -4,6 +4,8 @@
 
 #include "um-choose.h"
 #include "um-error.h"
+#include "um-expert-store.h"
+#include "um-forward-experts.h"
 #include "um-layer-store.h"
 #include "um-moe.h"
 #include "um-prefetch.h"
@@ -71,18 +73,48 @@ struct _UmForward {
   int             kv_rows;        /* canvas rows the cache holds (n_seq·seq_len) */
   UmForwardStats  stats;
   UmMoeRouting    routing;        /* MoE: the current chunk's routing */
+  UmMoeRouting   *routes;         /* experts off the device: each chunk's routing of a layer */
+  int             n_routes;
   float          *host_router;    /* MoE: the router's logits of a chunk, downloaded */
   size_t          host_router_floats;
   float          *host_bias;      /* MoE: a layer's selection bias, downloaded once per pass */
   /* Block-causal attention (cfg.block_causal): the generation's block
    * length; 0 bidirectional. */
   int             attn_block;
+  /* The routed experts when they are off the device (HOST, FETCH). */
+  UmForwardExperts *experts;
 };
 
 void
 um_forward_options_init (UmForwardOptions *options)
 {
   memset (options, 0, sizeof *options);
+}
+
+guint
+um_forward_expert_slots (const UmForwardOptions *options)
+{
+  return um_forward_experts_slots (options);
+}
+
+static const char *const placement_names[UM_EXPERTS_N_PLACEMENTS] = { "auto", "resident", "host", "fetch" };
+
+const char *
+um_expert_placement_to_string (UmExpertPlacement p)
+{
+  return (guint) p < UM_EXPERTS_N_PLACEMENTS ? placement_names[p] : "unknown";
+}
+
+gboolean
+um_expert_placement_from_string (const char *s, UmExpertPlacement *out)
+{
+  for (int i = 0; s != NULL && i < UM_EXPERTS_N_PLACEMENTS; i++)
+    if (g_ascii_strcasecmp (s, placement_names[i]) == 0)
+      {
+        *out = (UmExpertPlacement) i;
+        return TRUE;
+      }
+  return FALSE;
 }
 
 static gboolean
@@ -123,8 +155,9 @@ um_forward_free (UmForward *fw)
 {
   if (fw == NULL)
     return;
-  /* The copy thread first: it may be writing into a slot. */
+  /* The copy threads first: they may be writing into a slot. */
   g_clear_pointer (&fw->prefetcher, um_prefetcher_free);
+  g_clear_pointer (&fw->experts, um_forward_experts_free);
   for (guint s = 0; fw->stream != NULL && s < fw->opts.stream_slots; s++)
     {
       for (int i = 0; i < UM_LAYER_N_MATS; i++)
@@ -150,6 +183,9 @@ um_forward_free (UmForward *fw)
   g_free (fw->host_router);
   g_free (fw->host_bias);
   um_moe_routing_clear (&fw->routing);
+  for (int i = 0; i < fw->n_routes; i++)
+    um_moe_routing_clear (&fw->routes[i]);
+  g_free (fw->routes);
   for (guint l = 0; fw->layers != NULL && l < fw->model->cfg.n_layers; l++)
     g_free (fw->layers[l].experts);
   g_free (fw->layers);
@@ -284,8 +320,9 @@ device_weights (const UmModel *model, const UmForwardOptions *o, UmForward *fw, 
       ADD (&src->wo, &dst->wo, DW_LAYER);
       if (src->n_experts > 0)
         {
-          /* One device weight per expert slice: the products run per expert. */
-          for (int i = 0; i < 3; i++)
+          /* One device weight per expert slice: the products run per expert
+           * (off the device, um-forward-experts.c holds them). */
+          for (int i = 0; i < 3 && !um_forward_experts_off_device (model, o); i++)
             {
               const UmWeight *m = i == 0 ? &src->w_gate : i == 1 ? &src->w_up : &src->w_down;
               ADD (m, dst->experts + i, DW_LAYER);
@@ -312,6 +349,17 @@ static guint64
 weight_bytes (const UmWeight *w)
 {
   return w->rows * w->row_bytes;
+}
+
+/* Building the experts' host copy, as a share of the load's progress. */
+static void
+on_experts_progress (double fraction, gpointer user_data)
+{
+  UmForward *fw = user_data;
+  double done = fw->loaded_bytes + fraction * um_model_expert_bytes (fw->model);
+
+  if (fw->progress_cb != NULL)
+    fw->progress_cb (done / MAX (fw->total_bytes, 1), fw->progress_data);
 }
 
 UmForward *
@@ -350,6 +398,15 @@ um_forward_new_with (UmModel                *model,
 
   if (streaming (fw) && !setup_streaming (fw, error))
     return NULL;
+  /* The experts first: their copy releases the file's pages it read. */
+  if (um_forward_experts_off_device (model, &fw->opts))
+    {
+      fw->total_bytes += um_model_expert_bytes (model);
+      fw->experts = um_forward_experts_new (model, backend, &fw->opts, on_experts_progress, fw, cancellable, error);
+      if (fw->experts == NULL)
+        return NULL;
+      fw->loaded_bytes += um_model_expert_bytes (model);
+    }
   for (guint i = 0; i < n_refs; i++)
     {
       if (refs[i].n_experts == 0)
@@ -524,6 +581,16 @@ um_forward_bytes (const UmModel          *model,
       const size_t chunk = chunk_rows (T, o.row_chunk), E = model->cfg.n_experts, k = model->cfg.n_experts_used;
       out->host_index += chunk * E * sizeof (float) + chunk * k * (2 * sizeof (gint32) + sizeof (float) + sizeof (double))
                          + (E + 1) * sizeof (int) + 3 * E * sizeof (double);
+      /* Off the device, every chunk of a layer is routed before its
+       * experts run: a routing per chunk. */
+      if (um_forward_experts_off_device (model, &o))
+        {
+          const size_t n_chunks = (T + chunk - 1) / chunk;
+          out->host_index += (n_chunks - 1) * (chunk * k * (2 * sizeof (gint32) + sizeof (float) + sizeof (double))
+                                               + (E + 1) * sizeof (int) + 3 * E * sizeof (double))
+                             + n_chunks * sizeof (UmMoeRouting);
+          um_forward_experts_bytes (model, &o, T, (int) chunk, out);
+        }
     }
 }
 
@@ -804,6 +871,76 @@ shared_expert_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, U
          && ops->add (fw->be, xc, b[SLOT_EY], (size_t) c * fw->model->cfg.d_model, error);
 }
 
+/* Chunk @r0's rows of @x (@c of them, @D floats each), as a view unless
+ * they are all of it (then *@v stays NULL). */
+static gboolean
+chunk_view (UmForward *fw, UmBuf *x, int r0, int c, int m, UmBuf **v, UmBuf **out, GError **error)
+{
+  const size_t row = (size_t) fw->model->cfg.d_model * sizeof (float);
+
+  *v = NULL;
+  *out = x;
+  if (c == m)
+    return TRUE;
+  *v = fw->be->ops->buf_view (fw->be, x, r0 * row, c * row, error);
+  *out = *v;
+  return *v != NULL;
+}
+
+/* A MoE layer whose routed experts are off the device: every chunk is
+ * normalized and routed first, then the experts run (each fetched once for
+ * the layer, um-forward-experts.c), then the shared expert chunk by chunk.
+ * Each row sees the resident forward's ops in its order: its norm, its
+ * experts' outputs added by expert, then the shared expert's. */
+static gboolean
+moe_layer_off_device (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, UmBuf *h, UmBuf **b,
+                      int m, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+  const UmModelConfig *cfg = &fw->model->cfg;
+  const int D = cfg->d_model, E = W->n_experts;
+  const int chunk = chunk_rows (m, fw->opts.row_chunk), n_chunks = (m + chunk - 1) / chunk;
+
+  if (n_chunks > fw->n_routes)
+    {
+      fw->routes = g_renew (UmMoeRouting, fw->routes, n_chunks);
+      for (int i = fw->n_routes; i < n_chunks; i++)
+        um_moe_routing_init (&fw->routes[i]);
+      fw->n_routes = n_chunks;
+    }
+  for (int q = 0; q < n_chunks; q++)
+    {
+      const int r0 = q * chunk, c = MIN (chunk, m - r0);
+      UmBuf *v[2] = { NULL, NULL }, *xc, *hc;
+      gboolean ok = chunk_view (fw, xr, r0, c, m, &v[0], &xc, error)
+                    && chunk_view (fw, h, r0, c, m, &v[1], &hc, error)
+                    && ops->rms_norm (fw->be, xc, c, D, L->ffn_norm, (float) cfg->rms_eps, hc, error)
+                    && host_router (fw, (size_t) c * E, error)
+                    && matmul (fw, hc, c, L->router, &W->router, b[SLOT_ROUTER], error)
+                    && ops->buf_download (fw->be, b[SLOT_ROUTER], 0, fw->host_router, (size_t) c * E * sizeof (float),
+                                          error);
+      free_views (fw, v, 2);
+      if (!ok)
+        return FALSE;
+      um_moe_route (cfg, fw->host_router, W->router_bias.data, c, &fw->routes[q]);
+    }
+  if (!um_forward_experts_run (fw->experts, (guint) (W - fw->model->layers), fw->routes, chunk, xr, h, m, b[SLOT_EX],
+                               b[SLOT_GATE], b[SLOT_UP], b[SLOT_EY], &fw->stats, error))
+    return FALSE;
+  for (int q = 0; q < n_chunks && W->shared_ffn > 0; q++)
+    {
+      const int r0 = q * chunk, c = MIN (chunk, m - r0);
+      UmBuf *v[2] = { NULL, NULL }, *xc, *hc;
+      gboolean ok = chunk_view (fw, xr, r0, c, m, &v[0], &xc, error)
+                    && chunk_view (fw, h, r0, c, m, &v[1], &hc, error)
+                    && shared_expert_rows (fw, L, W, xc, hc, c, b, error);
+      free_views (fw, v, 2);
+      if (!ok)
+        return FALSE;
+    }
+  return TRUE;
+}
+
 /* RMSNorm, the FFN (dense SwiGLU or mixture of experts) and the residual on
  * @m rows of @xr, @chunk rows at a time. */
 static gboolean
@@ -817,6 +954,8 @@ mlp_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, 
   const int chunk = chunk_rows (m, fw->opts.row_chunk);
   UmBuf *gate = b[SLOT_GATE], *up = b[SLOT_UP];
 
+  if (W->n_experts > 0 && fw->experts != NULL)
+    return moe_layer_off_device (fw, L, W, xr, h, b, m, error);
   for (int r0 = 0; r0 < m; r0 += chunk)
     {
       const int c = MIN (chunk, m - r0);
@@ -1168,11 +1307,16 @@ um_forward_reserve (UmForward *fw, const UmForwardShape *shape, GError **error)
   if (!grow_arena (fw, b.arena, error) || (b.kv_cache > 0 && !grow_kv (fw, b.kv_cache, error)))
     return FALSE;
   /* MoE: the router's logits of the largest chunk, now rather than in the
-   * first pass (the plan counts them in host_index). */
-  if (fw->model->cfg.n_experts > 0
-      && !host_router (fw, (size_t) chunk_rows (shape->n_seq * shape->seq_len, fw->opts.row_chunk)
-                           * fw->model->cfg.n_experts, error))
-    return FALSE;
+   * first pass (the plan counts them in host_index), and the host buffers
+   * of experts off the device. */
+  if (fw->model->cfg.n_experts > 0)
+    {
+      const int chunk = chunk_rows (shape->n_seq * shape->seq_len, fw->opts.row_chunk);
+      if (!host_router (fw, (size_t) chunk * fw->model->cfg.n_experts, error)
+          || (fw->experts != NULL
+              && !um_forward_experts_reserve (fw->experts, shape->n_seq * shape->seq_len, chunk, error)))
+        return FALSE;
+    }
   if (b.host_logits / sizeof (float) > fw->host_logits_floats)
     {
       g_free (fw->host_logits);
@@ -1556,6 +1700,18 @@ um_forward_choose_window (UmForward          *fw,
     return FALSE;
   choose_on_host (fw, n_rows, &dst);
   return TRUE;
+}
+
+UmLayerStore *
+um_forward_get_expert_store (UmForward *fw)
+{
+  return um_forward_experts_get_store (fw->experts);
+}
+
+UmBackend *
+um_forward_get_host_backend (UmForward *fw)
+{
+  return um_forward_experts_get_host (fw->experts);
 }
 
 const UmForwardStats *
