@@ -35,10 +35,12 @@ dbus-run-session -- xvfb-run -a -s "-screen 0 1600x1200x24" \
   meson test -C build-ci --print-errorlogs --suite gui
 
 # 2. Sanitizers. OpenMP's runtime keeps thread pools alive at exit; that is
-#    not a leak of ours, so only leaks with our frames fail the run.
+#    not a leak of ours, so only leaks with our frames fail the run. Built
+#    optimized (-O2 -g): the checks are the same, the suite runs about twice
+#    as fast as at -O0, which keeps CI inside its time on 2 cores.
 if [ ! -f build-asan/build.ninja ]; then
-  meson setup build-asan -Dwerror=true -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dgui=disabled -Dcuda=disabled
+  meson setup build-asan -Dwerror=true -Dbuildtype=debugoptimized -Db_sanitize=address,undefined \
+    -Db_lundef=false -Dgui=disabled -Dcuda=disabled
 fi
 meson compile -C build-asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
