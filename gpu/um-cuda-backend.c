@@ -353,10 +353,11 @@ upload_index (CudaCtx *c, const gint32 *host, int n, GError **error)
   return c->index.ptr;
 }
 
-/* upload_index of @n indices and @n floats beside them in the index
- * scratch: [indices | values]; the values are at the result + n. */
+/* upload_index of @n indices and @n 4-byte values beside them (floats,
+ * more indices; NULL: none) in the index scratch: [indices | values]; the
+ * values are at the result + n. */
 static const int32_t *
-upload_index_values (CudaCtx *c, const gint32 *host, const float *values, int n, GError **error)
+upload_index_values (CudaCtx *c, const gint32 *host, const void *values, int n, GError **error)
 {
   const size_t bytes = (size_t) MAX (n, 0) * sizeof (int32_t);
   G_STATIC_ASSERT (sizeof (float) == sizeof (int32_t));
@@ -364,25 +365,9 @@ upload_index_values (CudaCtx *c, const gint32 *host, const float *values, int n,
   if (!scratch_ensure (c, &c->index, MAX (2 * bytes, 1), error)
       || !cuda_ok (cudaMemcpyAsync (c->index.ptr, host, bytes, cudaMemcpyHostToDevice, c->stream),
                    "copying indices", error)
-      || !cuda_ok (cudaMemcpyAsync ((char *) c->index.ptr + bytes, values, bytes, cudaMemcpyHostToDevice, c->stream),
-                   "copying indices", error))
-    return NULL;
-  return c->index.ptr;
-}
-
-/* Two index arrays of @n each into the index scratch, [a | b] (b NULL:
- * only a); b's copy is at the result + n. */
-static const int32_t *
-upload_index_pair (CudaCtx *c, const gint32 *a, const gint32 *b, int n, GError **error)
-{
-  const size_t bytes = (size_t) MAX (n, 0) * sizeof (int32_t);
-
-  if (!scratch_ensure (c, &c->index, MAX (2 * bytes, 1), error)
-      || !cuda_ok (cudaMemcpyAsync (c->index.ptr, a, bytes, cudaMemcpyHostToDevice, c->stream), "copying indices",
-                   error)
-      || (b != NULL
-          && !cuda_ok (cudaMemcpyAsync ((char *) c->index.ptr + bytes, b, bytes, cudaMemcpyHostToDevice, c->stream),
-                       "copying indices", error)))
+      || (values != NULL
+          && !cuda_ok (cudaMemcpyAsync ((char *) c->index.ptr + bytes, values, bytes, cudaMemcpyHostToDevice,
+                                        c->stream), "copying indices", error)))
     return NULL;
   return c->index.ptr;
 }
@@ -1028,7 +1013,7 @@ cuda_attention (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, const gint
     return FALSE;
   if (c->exact_attention)
     {
-      d_idx = upload_index_pair (c, q_seq, q_kv_len, nq, error);
+      d_idx = upload_index_values (c, q_seq, q_kv_len, nq, error);
       return d_idx != NULL
              && cuda_ok (um_cuda_attention (q->ptr, nq, d_idx, q_kv_len != NULL ? d_idx + nq : NULL, k->ptr, v->ptr,
                                             seq_len, n_heads, n_kv_heads, head_dim, out->ptr, c->stream),

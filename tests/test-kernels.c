@@ -345,13 +345,14 @@ test_attention (void)
 
 /* Masks: block-causal (blocks of 4 and 32, a last block cut short),
  * causal (every row's count differs: chunks split by their spread), and
- * random counts from 1 to L in any order, with GQA. */
+ * random counts from 1 to L in any order, with GQA. LLaDA 2.x's heads on
+ * every seed, the longer shapes on the first only (their cost). */
 static void
 test_attention_masked (void)
 {
   const int shapes[][4] = { { 45, 4, 2, 16 }, { 150, 4, 1, 16 }, { 67, 6, 3, 32 } };
 
-  for (guint s = 0; s < G_N_ELEMENTS (shapes); s++)
+  for (guint s = 0; s < (seed_index > 0 ? 1 : G_N_ELEMENTS (shapes)); s++)
     {
       const int L = shapes[s][0], H = shapes[s][1], Hkv = shapes[s][2], hd = shapes[s][3];
       g_autofree gint32 *len = g_new (gint32, L);

@@ -106,7 +106,8 @@ ids_string (const GArray *ids)
 static gboolean
 ids_equal (const GArray *a, const GArray *b)
 {
-  return a->len == b->len && memcmp (a->data, b->data, a->len * sizeof (gint32)) == 0;
+  /* An empty GArray's data may be NULL, which memcmp must not see. */
+  return a->len == b->len && (a->len == 0 || memcmp (a->data, b->data, a->len * sizeof (gint32)) == 0);
 }
 
 static void

@@ -432,8 +432,7 @@ write_family_config (const char *dir, const UmTestModelSpec *m, GError **error)
   set_if_present (obj, "topk_group", m->n_groups_used);
   if (m->expert_ffn > 0)
     set_if_present (obj, "num_shared_experts", m->shared_ffn / m->expert_ffn);
-  /* 0: the fixture's own (LLaDA-MoE's 1.0). */
-  if (json_object_has_member (obj, "partial_rotary_factor") && m->rotary_factor > 0)
+  if (m->rotary_factor > 0.0 && json_object_has_member (obj, "partial_rotary_factor"))
     json_object_set_double_member (obj, "partial_rotary_factor", m->rotary_factor);
   json_object_set_double_member (obj, "rope_theta", m->rope_theta);
   json_object_set_double_member (obj, "rms_norm_eps", m->rms_eps);
