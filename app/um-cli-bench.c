@@ -329,6 +329,15 @@ um_cli_bench (int argc, char **argv)
   MEMBER_INT ("peak_rss_bytes", rss);
   MEMBER_INT ("backend_peak_bytes", mem.peak);
   MEMBER_DBL ("stream_wait_seconds_per_forward", st.n_passes ? st.seconds_stream_wait / st.n_passes : 0);
+  MEMBER_STR ("experts", um_expert_placement_to_string (um_engine_get_plan (engine)->experts));
+  if (c->n_experts > 0)
+    {
+      MEMBER_DBL ("experts_fetched_per_forward", st.n_passes ? (double) st.experts_fetched / st.n_passes : 0);
+      MEMBER_DBL ("expert_bytes_fetched_per_forward",
+                  st.n_passes ? (double) st.expert_bytes_fetched / st.n_passes : 0);
+      MEMBER_DBL ("expert_wait_seconds_per_forward", st.n_passes ? st.seconds_expert_wait / st.n_passes : 0);
+      MEMBER_DBL ("experts_host_seconds_per_forward", st.n_passes ? st.seconds_experts_host / st.n_passes : 0);
+    }
   um_cli_memory_json (b, engine);
   if (!no_sgemm)
     {

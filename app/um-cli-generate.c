@@ -112,6 +112,7 @@ schedule_name (UmArch arch)
     {
     case UM_SCHEDULE_TIMESTEP: return "timestep schedule";
     case UM_SCHEDULE_ENTROPY: return "entropy schedule";
+    case UM_SCHEDULE_BLOCK_CAUSAL: return "block-causal schedule";
     case UM_SCHEDULE_BLOCK:
     default: return "block schedule";
     }
@@ -155,7 +156,8 @@ defaults_description (void)
           if (!um_gen_key_applies ((UmGenKey) k, (UmArch) a) || k == UM_GEN_KEY_GEN_LENGTH)
             continue;
           key = g_strdelimit (g_strdup (um_gen_key_name ((UmGenKey) k)), "_", '-');
-          v = um_arch_info ((UmArch) a)->schedule != UM_SCHEDULE_BLOCK && k == UM_GEN_KEY_STEPS
+          v = um_arch_info ((UmArch) a)->schedule != UM_SCHEDULE_BLOCK
+                  && um_arch_info ((UmArch) a)->schedule != UM_SCHEDULE_BLOCK_CAUSAL && k == UM_GEN_KEY_STEPS
                 ? g_strdup ("gen-length") : um_gen_params_format (&p, (UmGenKey) k);
           g_string_append_printf (s, "%s --%s %s", first ? "" : ",", key, v);
           first = FALSE;
@@ -178,7 +180,10 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
     { "seed", 0, 0, G_OPTION_ARG_INT64, &o->seed, "Random seed for sampling and the random rules", "N" },
     { "threshold", 0, 0, G_OPTION_ARG_DOUBLE, &o->threshold,
       "Parallel decoding (e.g. 0.9): commit every mask whose confidence is ≥ T (LLaDA, LLaDA-MoE: in the block, "
-      "at least one; Dream: p of its token, besides the schedule's count)", "T" },
+      "at least one; Dream: p of its token, besides the schedule's count; LLaDA 2: every p > T if they are at "
+      "least the step's count, default 0.95, 1 for the counts alone)", "T" },
+    { "eos-early-stop", 0, 0, G_OPTION_ARG_NONE, &o->eos_early_stop,
+      "LLaDA 2: stop as soon as a committed EOS has no mask before it", NULL },
     { "constraint", 0, 0, G_OPTION_ARG_STRING_ARRAY, &o->constraints,
       "Place WORD at answer position POS before decoding (repeatable)", "POS:WORD" },
     { "threads", 0, 0, G_OPTION_ARG_INT, &o->threads, "CPU threads (default: all cores)", "N" },
@@ -198,7 +203,8 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
     { "confidence-eos-eot-inf", 0, 0, G_OPTION_ARG_NONE, &o->confidence_eos_eot_inf,
       "Commit EOS/EOT only after everything else", NULL },
     { "cache", 0, 0, G_OPTION_ARG_STRING, &o->kv_cache,
-      "Block KV cache: none (default, exact), prefix or dual (approximate, faster)", "MODE" },
+      "Block KV cache: none (default, exact), prefix or dual (approximate, faster); LLaDA 2: finished blocks, "
+      "exact and on by default (none recomputes them)", "MODE" },
     { "factor", 0, 0, G_OPTION_ARG_DOUBLE, &o->factor,
       "Parallel decoding: commit the top n with (n + 1)(1 − c(n)) < F (e.g. 1.0)", "F" },
     { NULL }
@@ -236,7 +242,14 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
       "Override the mode's weight format: stored, Q8_0, Q4_K_M, …", "TYPE" },
     { "resident-layers", 0, 0, G_OPTION_ARG_INT, &o->resident_layers,
       "Layer slots on the device when streaming (default: as many as the budget holds)", "K" },
-    { "zstd", 0, 0, G_OPTION_ARG_NONE, &o->zstd, "Compress the streamed layers' host copy (lossless)", NULL },
+    { "zstd", 0, 0, G_OPTION_ARG_NONE, &o->zstd,
+      "Compress the streamed layers' or the experts' host copy (lossless)", NULL },
+    { "experts", 0, 0, G_OPTION_ARG_STRING, &o->experts,
+      "MoE models: routed experts resident on the device, in host memory and computed there (host), fetched "
+      "into device slots as routed (fetch), or auto (default: off the device when the model does not fit)",
+      "PLACEMENT" },
+    { "expert-slots", 0, 0, G_OPTION_ARG_INT, &o->expert_slots, "Device slots experts are fetched into (default 2)",
+      "K" },
     { "prune-heads", 0, 0, G_OPTION_ARG_DOUBLE, &o->prune_heads,
       "Drop this fraction of attention heads per layer, lowest L2 norm first (≤ 0.3)", "R" },
     { "prune-ffn", 0, 0, G_OPTION_ARG_DOUBLE, &o->prune_ffn,
@@ -302,6 +315,7 @@ um_cli_gen_options_to_params (const UmCliGenOptions *o, UmGenParams *p, GError *
     }
   p->threshold = o->threshold;
   p->factor = o->factor;
+  p->eos_early_stop = o->eos_early_stop;
   if (o->alg != NULL && !um_alg_from_string (o->alg, &p->alg))
     {
       g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
@@ -366,6 +380,7 @@ um_cli_gen_options_clear (UmCliGenOptions *o)
   g_clear_pointer (&o->device, g_free);
   g_clear_pointer (&o->mode, g_free);
   g_clear_pointer (&o->budget, g_free);
+  g_clear_pointer (&o->experts, g_free);
   g_clear_pointer (&o->weight_format, g_free);
   g_clear_pointer (&o->cache_dir, g_free);
   g_clear_pointer (&o->kv_cache, g_free);
@@ -407,6 +422,9 @@ resolve_params (UmCliGenOptions *o, UmGenParams *p, const char *model, const UmP
   else
     um_gen_layer_init (&profile_layer);
   um_gen_resolve_for (arch, p, &user, &o->recommendation->layer, &profile_layer, &o->resolved);
+  /* An explicit --cache stands (LLaDA 2's resolved default is its cache). */
+  if (o->kv_cache != NULL)
+    um_cache_mode_from_string (o->kv_cache, &o->resolved.params.cache);
   *p = o->resolved.params;
   return um_gen_resolved_validate (&o->resolved, o->recommendation->origin, 0, G_MAXUINT, error);
 }
@@ -581,6 +599,14 @@ um_cli_engine_options (UmCliGenOptions *o, UmGenParams *p, int prompt_length,
     opts->mem.resident_layers = o->resident_layers;
   if (o->zstd)
     opts->mem.host_zstd = TRUE;
+  if (o->experts != NULL && !um_expert_placement_from_string (o->experts, &opts->mem.experts))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "--experts must be auto, resident, host or fetch, not “%s”", o->experts);
+      return FALSE;
+    }
+  if (o->expert_slots != 0)
+    opts->mem.expert_slots = o->expert_slots;
   if (o->prune_heads != 0)
     opts->mem.prune_heads = o->prune_heads;
   if (o->prune_ffn != 0)

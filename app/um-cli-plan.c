@@ -51,6 +51,22 @@ um_cli_plan_to_json (const UmPlan *p)
       BOOL ("zstd_ratio_measured", p->zstd_measured);
       INT ("zstd_sampled_bytes", p->zstd_sampled_bytes);
     }
+  STR ("experts", um_expert_placement_to_string (p->experts));
+  if (p->expert_bytes > 0)
+    {
+      INT ("expert_bytes", p->expert_bytes);
+      if (p->expert_slots)
+        INT ("expert_slots", p->expert_slots);
+      if (p->expert_store)
+        INT ("expert_store_bytes", p->expert_store);
+      /* The time model's seconds per pass of the planned shape in the
+       * experts' products, in each placement. */
+      json_builder_set_member_name (b, "expert_seconds_per_pass");
+      json_builder_begin_object (b);
+      for (int i = UM_EXPERTS_RESIDENT; i < UM_EXPERTS_N_PLACEMENTS; i++)
+        DBL (um_expert_placement_to_string (i), p->expert_seconds[i]);
+      json_builder_end_object (b);
+    }
   BOOL ("embedding_on_host", p->embed_on_host);
   DBL ("prune_heads", p->options.prune_heads);
   DBL ("prune_ffn", p->options.prune_ffn);
@@ -131,8 +147,8 @@ print_table (const UmModel *model, GArray *table, const UmPlanTarget *t)
 
   printf ("%s: %s, %u layers, d_model %u, %s, vocab %u, %s\n", model->display_name, um_arch_info (c->arch)->name,
           c->n_layers, c->d_model, ffn, c->vocab_size, t->cuda ? "on the GPU" : "on the CPU backend");
-  printf ("%-20s %-14s %8s %12s %12s %12s  %s\n", "mode", "weights", "layers", "device", "host", "load peak",
-          "fits");
+  printf ("%-20s %-14s %8s %-9s %12s %12s %12s  %s\n", "mode", "weights", "layers", "experts", "device", "host",
+          "load peak", "fits");
   for (guint i = 0; i < table->len; i++)
     {
       const UmPlan *p = &g_array_index (table, UmPlan, i);
@@ -141,15 +157,24 @@ print_table (const UmModel *model, GArray *table, const UmPlanTarget *t)
       g_autofree char *l = g_format_size_full (p->host_load_peak, G_FORMAT_SIZE_IEC_UNITS);
       g_autofree char *layers = p->stream_slots ? g_strdup_printf ("%u/%u", p->stream_slots, p->n_layers)
                                                 : g_strdup_printf ("%u", p->n_layers);
-      printf ("%-20s %-14s %8s %12s %12s %12s  %s\n", um_mem_mode_to_string (p->mode), p->weight_format, layers, d,
-              h, l, p->fits ? "yes" : "no");
+      printf ("%-20s %-14s %8s %-9s %12s %12s %12s  %s\n", um_mem_mode_to_string (p->mode), p->weight_format, layers,
+              c->n_experts > 0 ? um_expert_placement_to_string (p->experts) : "-", d, h, l, p->fits ? "yes" : "no");
+    }
+  if (c->n_experts > 0 && table->len > 0)
+    {
+      const UmPlan *p = &g_array_index (table, UmPlan, 0);
+      printf ("experts' products per pass (time model, this machine): resident %.1f ms, host %.1f ms, fetch %.1f ms\n",
+              1e3 * p->expert_seconds[UM_EXPERTS_RESIDENT], 1e3 * p->expert_seconds[UM_EXPERTS_HOST],
+              1e3 * p->expert_seconds[UM_EXPERTS_FETCH]);
     }
   for (guint i = 0; i < table->len; i++)
     {
       const UmPlan *p = &g_array_index (table, UmPlan, i);
-      if (p->stream_slots > 0 && p->options.host_zstd)
+      if ((p->stream_slots > 0 || p->experts == UM_EXPERTS_HOST || p->experts == UM_EXPERTS_FETCH)
+          && p->options.host_zstd)
         {
-          printf ("zstd host store: %.3f of the raw bytes in %s, %s\n", p->zstd_ratio, um_mem_mode_to_string (p->mode),
+          printf ("zstd host store%s: %.3f of the raw bytes in %s, %s\n", p->stream_slots > 0 ? "" : " (experts)",
+                  p->zstd_ratio, um_mem_mode_to_string (p->mode),
                   p->zstd_measured ? "measured on the weights"
                                    : "estimated by type (loading measures it on the weights)");
         }

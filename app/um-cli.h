@@ -60,6 +60,8 @@ typedef struct {
   char    *weight_format;
   int      resident_layers;
   gboolean zstd;
+  char    *experts;
+  int      expert_slots;
   double   prune_heads;
   double   prune_ffn;
   int      row_chunk;
@@ -68,6 +70,7 @@ typedef struct {
   char    *kv_cache;
   double   threshold;
   double   factor;
+  gboolean eos_early_stop;     /* LLaDA 2 */
   char   **constraints;        /* "POS:WORD" as given */
   /* Dream's timestep and RND1's entropy schedules */
   char    *alg;

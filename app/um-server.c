@@ -394,6 +394,11 @@ add_defaults (JsonBuilder *b, UmServer *server, UmGenerator *gen)
         }
     }
   /* The extension's settings that are not keys, where the family has them. */
+  if (um_arch_info (info->arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL)
+    {
+      json_builder_set_member_name (b, "cache");
+      json_builder_add_string_value (b, um_cache_mode_to_string (p.cache));
+    }
   if (um_arch_info (info->arch)->schedule == UM_SCHEDULE_BLOCK)
     {
       json_builder_set_member_name (b, "cache");

@@ -27,6 +27,8 @@ typedef struct {
   int seq;                  /* the tile's sequence */
   int64_t i0;               /* its first query row */
   int t;                    /* its rows */
+  int n;                    /* keys its widest row sees (the scores' ld) */
+  gboolean masked;          /* some row sees fewer than n */
   int seq_len, n_heads, n_kv_heads, head_dim;
 } Tile;
 
@@ -35,19 +37,19 @@ static void
 scores_step (const Tile *tl, int h0, int h_step, int g0, int g_step, int batch, UmAttnStep *st)
 {
   const int hd = tl->head_dim, qld = tl->n_heads * hd, kvld = tl->n_kv_heads * hd;
-  const int64_t tile_scores = (int64_t) tl->t * tl->seq_len;
+  const int64_t tile_scores = (int64_t) tl->t * tl->n;
 
   *st = (UmAttnStep) {
     .kind = UM_ATTN_STEP_GEMM,
-    /* S_h (L × t) = Kᵀ (L × hd) · Q_h (hd × t) */
+    /* S_h (n × t) = Kᵀ (n × hd) · Q_h (hd × t) */
     .trans_a = TRUE, .trans_b = FALSE,
-    .m = tl->seq_len, .n = tl->t, .k = hd, .batch = batch,
+    .m = tl->n, .n = tl->t, .k = hd, .batch = batch,
     /* The scale as the scalar kernel and the CPU apply it: 1/sqrt(hd) on
      * the finished dot product (here in the product's epilogue). */
     .alpha = 1.0f / sqrtf ((float) hd),
     .a = { UM_ATTN_BUF_K, (int64_t) tl->seq * tl->seq_len * kvld + (int64_t) g0 * hd, kvld, (int64_t) g_step * hd },
     .b = { UM_ATTN_BUF_Q, tl->i0 * qld + (int64_t) h0 * hd, qld, (int64_t) h_step * hd },
-    .c = { UM_ATTN_BUF_S, h0 * tile_scores, tl->seq_len, h_step * tile_scores },
+    .c = { UM_ATTN_BUF_S, h0 * tile_scores, tl->n, h_step * tile_scores },
   };
 }
 
@@ -55,16 +57,16 @@ static void
 values_step (const Tile *tl, int h0, int h_step, int g0, int g_step, int batch, UmAttnStep *st)
 {
   const int hd = tl->head_dim, qld = tl->n_heads * hd, kvld = tl->n_kv_heads * hd;
-  const int64_t tile_scores = (int64_t) tl->t * tl->seq_len;
+  const int64_t tile_scores = (int64_t) tl->t * tl->n;
 
   *st = (UmAttnStep) {
     .kind = UM_ATTN_STEP_GEMM,
-    /* O_h (hd × t) = V (hd × L) · P_h (L × t) */
+    /* O_h (hd × t) = V (hd × n) · P_h (n × t) */
     .trans_a = FALSE, .trans_b = FALSE,
-    .m = hd, .n = tl->t, .k = tl->seq_len, .batch = batch,
+    .m = hd, .n = tl->t, .k = tl->n, .batch = batch,
     .alpha = 1.0f,
     .a = { UM_ATTN_BUF_V, (int64_t) tl->seq * tl->seq_len * kvld + (int64_t) g0 * hd, kvld, (int64_t) g_step * hd },
-    .b = { UM_ATTN_BUF_S, h0 * tile_scores, tl->seq_len, h_step * tile_scores },
+    .b = { UM_ATTN_BUF_S, h0 * tile_scores, tl->n, h_step * tile_scores },
     .c = { UM_ATTN_BUF_OUT, tl->i0 * qld + (int64_t) h0 * hd, qld, (int64_t) h_step * hd },
   };
 }
@@ -97,8 +99,11 @@ plan_tile (const Tile *tl, UmAttnStepFunc func, gpointer user_data)
           st = (UmAttnStep) {
             .kind = UM_ATTN_STEP_SOFTMAX,
             .rows = tl->t * tl->n_heads,
-            .len = tl->seq_len,
+            .len = tl->n,
             .s_off = 0,
+            .masked = tl->masked,
+            .q0 = tl->i0,
+            .q_rows = tl->t,
           };
           if (!func (&st, user_data))
             return FALSE;
@@ -108,31 +113,42 @@ plan_tile (const Tile *tl, UmAttnStepFunc func, gpointer user_data)
 }
 
 gboolean
-um_attention_plan (int nq, const gint32 *q_seq, int seq_len, int n_heads, int n_kv_heads, int head_dim,
-                   int tile_rows, UmAttnStepFunc func, gpointer user_data)
+um_attention_plan (int nq, const gint32 *q_seq, const gint32 *q_kv_len, int seq_len, int n_heads, int n_kv_heads,
+                   int head_dim, int tile_rows, UmAttnStepFunc func, gpointer user_data)
 {
   g_return_val_if_fail (nq <= 0 || q_seq != NULL, FALSE);
   g_return_val_if_fail (seq_len > 0 && head_dim > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0, FALSE);
   g_return_val_if_fail (tile_rows > 0, FALSE);
 
-  for (int64_t r0 = 0; r0 < nq;)
+#define KV_LEN(i) (q_kv_len != NULL ? (int) q_kv_len[i] : seq_len)
+  for (int64_t i0 = 0; i0 < nq;)
     {
-      int64_t r1 = r0 + 1;
+      /* The tile: rows of one sequence, at most tile_rows, key counts
+       * within UM_ATTN_KV_SLACK of each other. */
+      int64_t i1 = i0 + 1;
+      int lo = KV_LEN (i0), hi = lo;
 
-      while (r1 < nq && q_seq[r1] == q_seq[r0])
-        r1++;
-      for (int64_t i0 = r0; i0 < r1; i0 += tile_rows)
+      while (i1 < nq && i1 - i0 < tile_rows && q_seq[i1] == q_seq[i0]
+             && MAX (hi, KV_LEN (i1)) - MIN (lo, KV_LEN (i1)) <= UM_ATTN_KV_SLACK)
         {
-          const Tile tl = {
-            .seq = q_seq[r0],
-            .i0 = i0,
-            .t = (int) MIN ((int64_t) tile_rows, r1 - i0),
-            .seq_len = seq_len, .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
-          };
-          if (!plan_tile (&tl, func, user_data))
-            return FALSE;
+          lo = MIN (lo, KV_LEN (i1));
+          hi = MAX (hi, KV_LEN (i1));
+          i1++;
         }
-      r0 = r1;
+      {
+        const Tile tl = {
+          .seq = q_seq[i0],
+          .i0 = i0,
+          .t = (int) (i1 - i0),
+          .n = hi,
+          .masked = lo < hi,
+          .seq_len = seq_len, .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
+        };
+        if (!plan_tile (&tl, func, user_data))
+          return FALSE;
+      }
+      i0 = i1;
     }
+#undef KV_LEN
   return TRUE;
 }

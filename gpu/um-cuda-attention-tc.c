@@ -27,6 +27,7 @@ typedef struct {
   cudaStream_t stream;
   const float *q, *k, *v;
   float *s, *out;
+  const int32_t *kv_len;     /* device; NULL without a mask */
   GError **error;
 } Run;
 
@@ -58,7 +59,9 @@ run_step (const UmAttnStep *st, gpointer user_data)
 
   if (st->kind == UM_ATTN_STEP_SOFTMAX)
     {
-      cudaError_t e = um_cuda_attention_softmax (r->s + st->s_off, st->rows, st->len, r->stream);
+      const int32_t *row_len = st->masked ? r->kv_len + st->q0 : NULL;
+      cudaError_t e = um_cuda_attention_softmax (r->s + st->s_off, st->rows, st->len, row_len, st->q_rows,
+                                                 r->stream);
       if (e == cudaSuccess)
         return TRUE;
       (void) cudaGetLastError ();
@@ -86,11 +89,12 @@ run_step (const UmAttnStep *st, gpointer user_data)
 
 gboolean
 um_cuda_attention_tc (const UmCudaAttnBlas *blas, cublasHandle_t handle, cudaStream_t stream,
-                      const float *q, int nq, const gint32 *q_seq_host, const float *k, const float *v,
-                      int seq_len, int n_heads, int n_kv_heads, int head_dim, float *out,
-                      float *scratch, size_t scratch_bytes, GError **error)
+                      const float *q, int nq, const gint32 *q_seq_host, const gint32 *q_kv_len_host,
+                      const int32_t *q_kv_len_dev, const float *k, const float *v, int seq_len, int n_heads,
+                      int n_kv_heads, int head_dim, float *out, float *scratch, size_t scratch_bytes,
+                      GError **error)
 {
-  Run r = { blas, handle, stream, q, k, v, scratch, out, error };
+  Run r = { blas, handle, stream, q, k, v, scratch, out, q_kv_len_dev, error };
   cublasStatus_t bs;
   int tile;
 
@@ -98,6 +102,7 @@ um_cuda_attention_tc (const UmCudaAttnBlas *blas, cublasHandle_t handle, cudaStr
     return TRUE;
   if (blas == NULL || blas->set_stream == NULL || blas->gemm_strided_batched_ex == NULL || handle == NULL
       || q == NULL || q_seq_host == NULL || k == NULL || v == NULL || out == NULL || scratch == NULL
+      || (q_kv_len_host != NULL && q_kv_len_dev == NULL)
       || seq_len <= 0 || head_dim <= 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_FAILED,
@@ -110,6 +115,13 @@ um_cuda_attention_tc (const UmCudaAttnBlas *blas, cublasHandle_t handle, cudaStr
       {
         g_set_error (error, UM_ERROR, UM_ERROR_FAILED, "cuda: attention: query row %d has sequence %d", i,
                      (int) q_seq_host[i]);
+        return FALSE;
+      }
+  for (int i = 0; q_kv_len_host != NULL && i < nq; i++)
+    if (q_kv_len_host[i] < 1 || q_kv_len_host[i] > seq_len)
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_FAILED, "cuda: attention: query row %d sees %d keys of %d", i,
+                     (int) q_kv_len_host[i], seq_len);
         return FALSE;
       }
   tile = um_attention_plan_tile_rows (scratch_bytes, nq, seq_len, n_heads);
@@ -127,5 +139,6 @@ um_cuda_attention_tc (const UmCudaAttnBlas *blas, cublasHandle_t handle, cudaStr
                    blas->status_string ? blas->status_string (bs) : "error");
       return FALSE;
     }
-  return um_attention_plan (nq, q_seq_host, seq_len, n_heads, n_kv_heads, head_dim, tile, run_step, &r);
+  return um_attention_plan (nq, q_seq_host, q_kv_len_host, seq_len, n_heads, n_kv_heads, head_dim, tile, run_step,
+                            &r);
 }

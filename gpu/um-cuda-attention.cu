@@ -4,7 +4,9 @@
  * One block per row of scores.  Each thread keeps an online (max, sum) over
  * its strided share of the row, the block merges them, and a second pass
  * writes exp(s − max) / sum: two reads of the row (the second from cache)
- * and one write, instead of three passes. */
+ * and one write, instead of three passes.  Under a mask a row weighs only
+ * its first row_len scores and writes 0 over the rest (keys the query must
+ * not see), so the product with V that follows leaves them out. */
 #include "um-cuda-attention.h"
 #include "um-cuda-launch.h"
 
@@ -27,14 +29,15 @@ sm_merge (float &m, float &l, float om, float ol)
 }
 
 static __global__ void __launch_bounds__ (SM_THREADS)
-softmax_rows_kernel (float *s, int len)
+softmax_rows_kernel (float *s, int len, const int32_t *row_len, int q_rows)
 {
   __shared__ float wm[SM_WARPS], wl[SM_WARPS];
   float *row = s + (int64_t) blockIdx.x * len;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int n = row_len == NULL ? len : max (0, min ((int) row_len[blockIdx.x % (unsigned int) q_rows], len));
   float m = -INFINITY, l = 0.0f;
 
-  for (int j = tid; j < len; j += SM_THREADS)
+  for (int j = tid; j < n; j += SM_THREADS)
     {
       const float x = row[j];
       if (x > m)
@@ -63,18 +66,20 @@ softmax_rows_kernel (float *s, int len)
   for (int w = 1; w < SM_WARPS; w++)
     sm_merge (m, l, wm[w], wl[w]);
 
-  const float inv = 1.0f / l;
+  /* l 0: a row that sees no key (a caller bug) gets zeros, not NaN. */
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
   for (int j = tid; j < len; j += SM_THREADS)
-    row[j] = expf (row[j] - m) * inv;
+    row[j] = j < n && l > 0.0f ? expf (row[j] - m) * inv : 0.0f;
 }
 
 extern "C" cudaError_t
-um_cuda_attention_softmax (float *s, int64_t rows, int len, cudaStream_t stream)
+um_cuda_attention_softmax (float *s, int64_t rows, int len, const int32_t *row_len, int q_rows,
+                           cudaStream_t stream)
 {
   if (rows <= 0 || len <= 0)
     return cudaSuccess;
-  if (s == NULL || rows > 0x7fffffff)
+  if (s == NULL || rows > 0x7fffffff || (row_len != NULL && q_rows <= 0))
     return cudaErrorInvalidValue;
-  UM_LAUNCH ((softmax_rows_kernel), dim3 ((unsigned int) rows), SM_THREADS, 0, stream, s, len);
+  UM_LAUNCH ((softmax_rows_kernel), dim3 ((unsigned int) rows), SM_THREADS, 0, stream, s, len, row_len, q_rows);
   return cudaGetLastError ();
 }

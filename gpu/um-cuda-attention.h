@@ -22,8 +22,11 @@ extern "C" {
 #endif
 
 /* Softmax over @rows rows of @len contiguous floats at @s (device), in
- * place, in fp32: row max, exp, sum, normalise. */
-cudaError_t um_cuda_attention_softmax (float *s, int64_t rows, int len, cudaStream_t stream);
+ * place, in fp32: row max, exp, sum, normalise.  @row_len (device) NULL:
+ * over all len; else row r weighs only its first row_len[r % q_rows]
+ * floats (clamped to len) and the rest become 0. */
+cudaError_t um_cuda_attention_softmax (float *s, int64_t rows, int len, const int32_t *row_len, int q_rows,
+                                       cudaStream_t stream);
 
 #ifdef __cplusplus
 }
@@ -57,13 +60,16 @@ typedef struct {
 size_t um_cuda_attention_tc_scratch_bytes (int nq, int seq_len, int n_heads, int n_kv_heads, int head_dim);
 
 /* um_cuda_attention's contract (gpu/um-cuda-kernels.h), q_seq_host in host
- * memory.  @scratch (device, 16-byte aligned) holds the scores of a tile of
- * queries; any @scratch_bytes ≥ seq_len·n_heads·4 works, larger means fewer
- * and larger products.  Enqueued on @stream (the handle is set to it). */
+ * memory; the mask (NULL for none) both in host memory (the plan's tiles)
+ * and on the device (the softmax), the same nq values.  @scratch (device,
+ * 16-byte aligned) holds the scores of a tile of queries; any
+ * @scratch_bytes ≥ seq_len·n_heads·4 works, larger means fewer and larger
+ * products.  Enqueued on @stream (the handle is set to it). */
 gboolean um_cuda_attention_tc (const UmCudaAttnBlas *blas, cublasHandle_t handle, cudaStream_t stream,
-                               const float *q, int nq, const gint32 *q_seq_host, const float *k, const float *v,
-                               int seq_len, int n_heads, int n_kv_heads, int head_dim, float *out,
-                               float *scratch, size_t scratch_bytes, GError **error);
+                               const float *q, int nq, const gint32 *q_seq_host, const gint32 *q_kv_len_host,
+                               const int32_t *q_kv_len_dev, const float *k, const float *v, int seq_len,
+                               int n_heads, int n_kv_heads, int head_dim, float *out, float *scratch,
+                               size_t scratch_bytes, GError **error);
 
 G_END_DECLS
 #endif

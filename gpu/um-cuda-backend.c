@@ -353,10 +353,11 @@ upload_index (CudaCtx *c, const gint32 *host, int n, GError **error)
   return c->index.ptr;
 }
 
-/* upload_index of @n indices and @n floats beside them in the index
- * scratch: [indices | values]; the values are at the result + n. */
+/* upload_index of @n indices and @n 4-byte values beside them (floats,
+ * more indices; NULL: none) in the index scratch: [indices | values]; the
+ * values are at the result + n. */
 static const int32_t *
-upload_index_values (CudaCtx *c, const gint32 *host, const float *values, int n, GError **error)
+upload_index_values (CudaCtx *c, const gint32 *host, const void *values, int n, GError **error)
 {
   const size_t bytes = (size_t) MAX (n, 0) * sizeof (int32_t);
   G_STATIC_ASSERT (sizeof (float) == sizeof (int32_t));
@@ -364,8 +365,9 @@ upload_index_values (CudaCtx *c, const gint32 *host, const float *values, int n,
   if (!scratch_ensure (c, &c->index, MAX (2 * bytes, 1), error)
       || !cuda_ok (cudaMemcpyAsync (c->index.ptr, host, bytes, cudaMemcpyHostToDevice, c->stream),
                    "copying indices", error)
-      || !cuda_ok (cudaMemcpyAsync ((char *) c->index.ptr + bytes, values, bytes, cudaMemcpyHostToDevice, c->stream),
-                   "copying indices", error))
+      || (values != NULL
+          && !cuda_ok (cudaMemcpyAsync ((char *) c->index.ptr + bytes, values, bytes, cudaMemcpyHostToDevice,
+                                        c->stream), "copying indices", error)))
     return NULL;
   return c->index.ptr;
 }
@@ -984,39 +986,50 @@ cuda_rms_norm (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *w,
 }
 
 static gboolean
-cuda_rope (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int head_dim, double theta,
-           gboolean interleaved, GError **error)
+cuda_rope (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int head_dim, int rope_dim,
+           double theta, gboolean interleaved, GError **error)
 {
   CudaCtx *c = CTX (be);
-  const int32_t *d_pos = upload_index (c, pos, rows, error);
+  const int32_t *d_pos;
+
+  if (!um_backend_check_rope_dim ("cuda", head_dim, rope_dim, error))
+    return FALSE;
+  d_pos = upload_index (c, pos, rows, error);
   return d_pos != NULL
-         && cuda_ok (um_cuda_rope (x->ptr, rows, d_pos, n_heads, head_dim, theta, interleaved, c->stream), "RoPE",
-                     error);
+         && cuda_ok (um_cuda_rope (x->ptr, rows, d_pos, n_heads, head_dim, rope_dim, theta, interleaved, c->stream),
+                     "RoPE", error);
 }
 
 static gboolean
-cuda_attention (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, UmBuf *k, UmBuf *v, int seq_len,
-                int n_heads, int n_kv_heads, int head_dim, UmBuf *out, GError **error)
+cuda_attention (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, const gint32 *q_kv_len, UmBuf *k, UmBuf *v,
+                int seq_len, int n_heads, int n_kv_heads, int head_dim, UmBuf *out, GError **error)
 {
   CudaCtx *c = CTX (be);
   UmCudaAttnBlas ab = { blas.set_stream, blas.gemm_strided_batched_ex, blas.status_string };
+  const int32_t *d_idx, *d_kv_len = NULL;
   size_t bytes;
 
+  if (!um_backend_check_kv_len ("cuda", q_kv_len, nq, seq_len, error))
+    return FALSE;
   if (c->exact_attention)
     {
-      const int32_t *d_seq = upload_index (c, q_seq, nq, error);
-      return d_seq != NULL
-             && cuda_ok (um_cuda_attention (q->ptr, nq, d_seq, k->ptr, v->ptr, seq_len, n_heads, n_kv_heads,
-                                            head_dim, out->ptr, c->stream), "attention", error);
+      d_idx = upload_index_values (c, q_seq, q_kv_len, nq, error);
+      return d_idx != NULL
+             && cuda_ok (um_cuda_attention (q->ptr, nq, d_idx, q_kv_len != NULL ? d_idx + nq : NULL, k->ptr, v->ptr,
+                                            seq_len, n_heads, n_kv_heads, head_dim, out->ptr, c->stream),
+                         "attention", error);
     }
+  /* The mask's copy on the device, for the softmax between the products. */
+  if (q_kv_len != NULL && (d_kv_len = upload_index (c, q_kv_len, nq, error)) == NULL)
+    return FALSE;
   /* Tensor cores: TF32 products over tiles of queries with our softmax
    * between (gpu/um-cuda-attention-tc.c); the score buffer is bounded
    * (64 MiB) whatever the canvas. */
   bytes = um_cuda_attention_tc_scratch_bytes (nq, seq_len, n_heads, n_kv_heads, head_dim);
   if (!scratch_ensure (c, &c->att_scores, bytes, error))
     return FALSE;
-  return um_cuda_attention_tc (&ab, c->handle, c->stream, q->ptr, nq, q_seq, k->ptr, v->ptr, seq_len, n_heads,
-                               n_kv_heads, head_dim, out->ptr, c->att_scores.ptr, bytes, error);
+  return um_cuda_attention_tc (&ab, c->handle, c->stream, q->ptr, nq, q_seq, q_kv_len, d_kv_len, k->ptr, v->ptr,
+                               seq_len, n_heads, n_kv_heads, head_dim, out->ptr, c->att_scores.ptr, bytes, error);
 }
 
 static gboolean

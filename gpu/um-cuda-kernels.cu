@@ -492,12 +492,13 @@ um_cuda_rms_norm (const float *x, int rows, int dim, const float *w, float eps, 
 /* ---- RoPE ---------------------------------------------------------------- */
 
 /* One thread per (row, frequency i): the angle and its cos/sin are computed
- * once in double, as um_cpu_rope () does, then applied to every head. */
+ * once in double, as um_cpu_rope () does, then applied to every head. Only
+ * the first rope_dim values of a head turn (partial RoPE). */
 static __global__ void
-rope_kernel (float *x, int rows, const int32_t *pos, int n_heads, int head_dim, double theta,
+rope_kernel (float *x, int rows, const int32_t *pos, int n_heads, int head_dim, int rope_dim, double theta,
              int interleaved)
 {
-  const int half = head_dim / 2;
+  const int half = rope_dim / 2;
   const int64_t total = (int64_t) rows * half;
 
   for (int64_t t = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; t < total;
@@ -505,7 +506,7 @@ rope_kernel (float *x, int rows, const int32_t *pos, int n_heads, int head_dim, 
     {
       const int64_t r = t / half;
       const int i = (int) (t % half);
-      const double angle = (double) pos[r] * pow (theta, -2.0 * i / head_dim);
+      const double angle = (double) pos[r] * pow (theta, -2.0 * i / rope_dim);
       const float c = (float) cos (angle), s = (float) sin (angle);
       const int a = interleaved ? 2 * i : i;
       const int b = interleaved ? 2 * i + 1 : i + half;
@@ -522,17 +523,18 @@ rope_kernel (float *x, int rows, const int32_t *pos, int n_heads, int head_dim, 
 }
 
 extern "C" cudaError_t
-um_cuda_rope (float *x, int rows, const int32_t *pos, int n_heads, int head_dim, double theta,
+um_cuda_rope (float *x, int rows, const int32_t *pos, int n_heads, int head_dim, int rope_dim, double theta,
               int interleaved, cudaStream_t stream)
 {
   if (rows <= 0 || n_heads <= 0 || head_dim <= 0)
     return cudaSuccess;
-  if (x == NULL || pos == NULL || !(theta > 0.0) || (int64_t) n_heads * head_dim > UM_CUDA_MAX_DIM)
+  if (x == NULL || pos == NULL || !(theta > 0.0) || (int64_t) n_heads * head_dim > UM_CUDA_MAX_DIM
+      || rope_dim < 0 || rope_dim > head_dim || rope_dim % 2 != 0)
     return cudaErrorInvalidValue;
-  if (head_dim < 2)
+  if (rope_dim < 2)
     return cudaSuccess;   /* no pairs: the reference leaves x as it is */
-  UM_LAUNCH ((rope_kernel), grid_1d ((int64_t) rows * (head_dim / 2), UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream,
-              x, rows, pos, n_heads, head_dim, theta, interleaved);
+  UM_LAUNCH ((rope_kernel), grid_1d ((int64_t) rows * (rope_dim / 2), UM_CUDA_THREADS), UM_CUDA_THREADS, 0, stream,
+              x, rows, pos, n_heads, head_dim, rope_dim, theta, interleaved);
   return launch_status ();
 }
 
@@ -558,14 +560,15 @@ attention_smem (int bk, int head_dim)
 
 template <int BK, int KPT>
 static __global__ void __launch_bounds__ (ATT_THREADS)
-attention_kernel (const float *q, int nq, const int32_t *q_seq, const float *k, const float *v,
-                  int seq_len, int n_heads, int n_kv_heads, int head_dim, float scale, float *out)
+attention_kernel (const float *q, int nq, const int32_t *q_seq, const int32_t *q_kv_len, const float *k,
+                  const float *v, int seq_len, int n_heads, int n_kv_heads, int head_dim, float scale, float *out)
 {
   static_assert (BK % ATT_TPR == 0, "key tile must be a multiple of 16");
   constexpr int JPT = BK / ATT_TPR;   /* scores per thread and tile */
 
   UM_DYNAMIC_SHARED (float, smem);
   __shared__ int32_t seq[ATT_BQ];
+  __shared__ int32_t kvl[ATT_BQ];      /* keys each row sees (clamped to 0 … L) */
 
   const int ld = head_dim + 1;
   float *qs = smem;                   /* [ATT_BQ][ld] */
@@ -587,7 +590,12 @@ attention_kernel (const float *q, int nq, const int32_t *q_seq, const float *k, 
       qs[r * ld + d] = r < nrows ? q[(i0 + r) * qstride + (int64_t) h * head_dim + d] : 0.0f;
     }
   if (tid < ATT_BQ)
-    seq[tid] = tid < nrows ? q_seq[i0 + tid] : -1;
+    {
+      seq[tid] = tid < nrows ? q_seq[i0 + tid] : -1;
+      kvl[tid] = tid >= nrows ? 0
+                 : q_kv_len == NULL ? seq_len
+                 : max (0, min (q_kv_len[i0 + tid], seq_len));
+    }
   __syncthreads ();
 
   /* The block's rows may belong to several sequences (at a boundary, or when
@@ -602,6 +610,13 @@ attention_kernel (const float *q, int nq, const int32_t *q_seq, const float *k, 
         r1++;
       const bool active = qi >= r0 && qi < r1;
       float *orow = out + (i0 + qi) * qstride + (int64_t) h * head_dim;
+      /* The run reads the keys its widest row sees (the same in every
+       * thread: the loop's barriers stay uniform); each row weighs only its
+       * own. Rows outside the run see nothing and write nothing. */
+      int kv_end = 0;
+      for (int r = r0; r < r1; r++)
+        kv_end = max (kv_end, (int) kvl[r]);
+      const int lim = active ? kvl[qi] : 0;
 
       if (s < 0)
         {
@@ -622,9 +637,9 @@ attention_kernel (const float *q, int nq, const int32_t *q_seq, const float *k, 
       for (int t = 0; t < KPT; t++)
         acc[t] = 0.0f;
 
-      for (int kt = 0; kt < seq_len; kt += BK)
+      for (int kt = 0; kt < kv_end; kt += BK)
         {
-          const int nk = seq_len - kt < BK ? seq_len - kt : BK;
+          const int nk = kv_end - kt < BK ? kv_end - kt : BK;
           float sc[JPT];
           float tmax = -INFINITY, psum = 0.0f, corr;
 
@@ -644,7 +659,7 @@ attention_kernel (const float *q, int nq, const int32_t *q_seq, const float *k, 
               float dot = 0.0f;
               for (int d = 0; d < head_dim; d++)
                 dot += qr[d] * kr[d];
-              sc[u] = j < nk ? dot * scale : -INFINITY;
+              sc[u] = j < nk && kt + j < lim ? dot * scale : -INFINITY;
               tmax = fmaxf (tmax, sc[u]);
             }
           /* The 16 threads of a row are 16 aligned lanes of one warp. */
@@ -709,7 +724,7 @@ attention_kernel (const float *q, int nq, const int32_t *q_seq, const float *k, 
             {
               const int d = c + ATT_TPR * t;
               if (d < head_dim)
-                orow[d] = acc[t] / l;
+                orow[d] = l > 0.0f ? acc[t] / l : 0.0f;   /* l 0: a row seeing no key (a caller bug) */
             }
         }
       r0 = r1;
@@ -718,20 +733,20 @@ attention_kernel (const float *q, int nq, const int32_t *q_seq, const float *k, 
 
 template <int BK, int KPT>
 static void
-launch_attention (const float *q, int nq, const int32_t *q_seq, const float *k, const float *v,
-                  int seq_len, int n_heads, int n_kv_heads, int head_dim, float *out,
+launch_attention (const float *q, int nq, const int32_t *q_seq, const int32_t *q_kv_len, const float *k,
+                  const float *v, int seq_len, int n_heads, int n_kv_heads, int head_dim, float *out,
                   cudaStream_t stream)
 {
   const dim3 grid ((unsigned int) ((nq + ATT_BQ - 1) / ATT_BQ), (unsigned int) n_heads);
   const float scale = 1.0f / sqrtf ((float) head_dim);
 
   UM_LAUNCH ((attention_kernel<BK, KPT>), grid, ATT_THREADS, attention_smem (BK, head_dim), stream,
-              q, nq, q_seq, k, v, seq_len, n_heads, n_kv_heads, head_dim, scale, out);
+              q, nq, q_seq, q_kv_len, k, v, seq_len, n_heads, n_kv_heads, head_dim, scale, out);
 }
 
 extern "C" cudaError_t
-um_cuda_attention (const float *q, int nq, const int32_t *q_seq, const float *k, const float *v,
-                   int seq_len, int n_heads, int n_kv_heads, int head_dim, float *out,
+um_cuda_attention (const float *q, int nq, const int32_t *q_seq, const int32_t *q_kv_len, const float *k,
+                   const float *v, int seq_len, int n_heads, int n_kv_heads, int head_dim, float *out,
                    cudaStream_t stream)
 {
   if (nq <= 0)
@@ -746,11 +761,11 @@ um_cuda_attention (const float *q, int nq, const int32_t *q_seq, const float *k,
   /* Shared memory stays below the 48 KiB available without opting in:
    * 26 KiB at head_dim 128 (BK 32), 33 KiB at 256 (BK 16). */
   if (head_dim <= 64)
-    launch_attention<32, 4> (q, nq, q_seq, k, v, seq_len, n_heads, n_kv_heads, head_dim, out, stream);
+    launch_attention<32, 4> (q, nq, q_seq, q_kv_len, k, v, seq_len, n_heads, n_kv_heads, head_dim, out, stream);
   else if (head_dim <= 128)
-    launch_attention<32, 8> (q, nq, q_seq, k, v, seq_len, n_heads, n_kv_heads, head_dim, out, stream);
+    launch_attention<32, 8> (q, nq, q_seq, q_kv_len, k, v, seq_len, n_heads, n_kv_heads, head_dim, out, stream);
   else
-    launch_attention<16, 16> (q, nq, q_seq, k, v, seq_len, n_heads, n_kv_heads, head_dim, out, stream);
+    launch_attention<16, 16> (q, nq, q_seq, q_kv_len, k, v, seq_len, n_heads, n_kv_heads, head_dim, out, stream);
   return launch_status ();
 }
 

@@ -46,18 +46,21 @@ cudaError_t um_cuda_rms_norm (const float *x, int rows, int dim, const float *w,
                               cudaStream_t stream);
 
 /* In place on x[rows, n_heads·head_dim]; row i at position pos[i] (device).
- * Angles pos·theta^(-2i/hd) in double, rotation in float; pairs (i, i+hd/2)
- * or, if @interleaved, (2i, 2i+1). */
-cudaError_t um_cuda_rope (float *x, int rows, const int32_t *pos, int n_heads, int head_dim, double theta,
-                          int interleaved, cudaStream_t stream);
+ * Only the first @rope_dim (even, ≤ head_dim) values of each head turn.
+ * Angles pos·theta^(-2i/rope_dim) in double, rotation in float; pairs
+ * (i, i+rope_dim/2) or, if @interleaved, (2i, 2i+1). */
+cudaError_t um_cuda_rope (float *x, int rows, const int32_t *pos, int n_heads, int head_dim, int rope_dim,
+                          double theta, int interleaved, cudaStream_t stream);
 
-/* Bidirectional attention, flash style (online softmax over key tiles, never
- * the whole L×L matrix): q[nq, H·hd] with query row i in sequence q_seq[i]
- * (device); k, v[n_seq·L, Hkv·hd]; out[nq, H·hd]. head_dim ≤ 256, any
- * H multiple of Hkv. */
-cudaError_t um_cuda_attention (const float *q, int nq, const int32_t *q_seq, const float *k, const float *v,
-                               int seq_len, int n_heads, int n_kv_heads, int head_dim, float *out,
-                               cudaStream_t stream);
+/* Attention, flash style (online softmax over key tiles, never the whole
+ * L×L matrix): q[nq, H·hd] with query row i in sequence q_seq[i] (device);
+ * k, v[n_seq·L, Hkv·hd]; out[nq, H·hd]. head_dim ≤ 256, any H multiple of
+ * Hkv. @q_kv_len (device) NULL: every row sees all L keys; else row i sees
+ * the keys 0 … q_kv_len[i] − 1 (1 … L) and a block of 16 rows reads only
+ * the keys its widest row sees. */
+cudaError_t um_cuda_attention (const float *q, int nq, const int32_t *q_seq, const int32_t *q_kv_len,
+                               const float *k, const float *v, int seq_len, int n_heads, int n_kv_heads,
+                               int head_dim, float *out, cudaStream_t stream);
 
 /* out = silu(gate) · up; out may be gate. */
 cudaError_t um_cuda_swiglu (const float *gate, const float *up, size_t n, float *out, cudaStream_t stream);

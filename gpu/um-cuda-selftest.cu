@@ -486,7 +486,7 @@ test_rms_norm (void)
 }
 
 static void
-test_rope_case (int n_heads, int hd, double theta)
+test_rope_case (int n_heads, int hd, int rope_dim, double theta)
 {
   const int rows = 6;
   std::vector<float> x ((size_t) rows * n_heads * hd);
@@ -499,18 +499,18 @@ test_rope_case (int n_heads, int hd, double theta)
   for (int inter = 0; inter < 2; inter++)
     {
       float *d_x = to_device (x);
-      expect (um_cuda_rope (d_x, rows, d_pos, n_heads, hd, theta, inter, 0) == cudaSuccess, "rope launch");
+      expect (um_cuda_rope (d_x, rows, d_pos, n_heads, hd, rope_dim, theta, inter, 0) == cudaSuccess, "rope launch");
       std::vector<float> got = from_device (d_x, x.size ());
       std::vector<float> want = x;
       for (int r = 0; r < rows; r++)
         for (int h = 0; h < n_heads; h++)
           {
             float *v = want.data () + ((size_t) r * n_heads + h) * hd;
-            for (int i = 0; i < hd / 2; i++)
+            for (int i = 0; i < rope_dim / 2; i++)
               {
-                double a = (double) pos[r] * pow (theta, -2.0 * i / hd);
+                double a = (double) pos[r] * pow (theta, -2.0 * i / rope_dim);
                 float c = (float) cos (a), s = (float) sin (a);
-                int ia = inter ? 2 * i : i, ib = inter ? 2 * i + 1 : i + hd / 2;
+                int ia = inter ? 2 * i : i, ib = inter ? 2 * i + 1 : i + rope_dim / 2;
                 float x0 = v[ia], x1 = v[ib];
                 v[ia] = x0 * c - x1 * s;
                 v[ib] = x1 * c + x0 * s;
@@ -519,7 +519,8 @@ test_rope_case (int n_heads, int hd, double theta)
       bool ok = true;
       for (size_t i = 0; i < x.size (); i++)
         ok = ok && close_to (got[i], want[i], 1e-6, 1e-6);
-      snprintf (what, sizeof what, "rope %s, %d heads of %d", inter ? "interleaved" : "halves (NEOX)", n_heads, hd);
+      snprintf (what, sizeof what, "rope %s, %d heads of %d, %d turned", inter ? "interleaved" : "halves (NEOX)",
+                n_heads, hd, rope_dim);
       expect (ok, what);
       CHECK_CUDA (cudaFree (d_x));
     }
@@ -529,18 +530,28 @@ test_rope_case (int n_heads, int hd, double theta)
 static void
 test_rope (void)
 {
-  test_rope_case (3, 128, 500000.0);
+  test_rope_case (3, 128, 128, 500000.0);
   /* The new families: head_dim 16, 8 query heads (RND1's q is twice the
    * model's width), 2 KV heads; θ 1e6 (Dream, RND1) and 5e4 (LLaDA-MoE). */
-  test_rope_case (8, 16, 1e6);
-  test_rope_case (2, 16, 5e4);
+  test_rope_case (8, 16, 16, 1e6);
+  test_rope_case (2, 16, 16, 5e4);
+  /* Partial RoPE (LLaDA 2.x: the first half of each head), and a width
+   * that is no power of two. */
+  test_rope_case (4, 16, 8, 6e5);
+  test_rope_case (2, 128, 64, 1e4);
+  test_rope_case (3, 80, 22, 1e4);
+  expect (um_cuda_rope ((float *) 16, 1, (int32_t *) 16, 2, 16, 7, 1e4, 0, 0) == cudaErrorInvalidValue,
+          "rope over an odd width refused");
+  expect (um_cuda_rope ((float *) 16, 1, (int32_t *) 16, 2, 16, 18, 1e4, 0, 0) == cudaErrorInvalidValue,
+          "rope wider than the head refused");
 }
 
-/* out row i = softmax (q_i · K_sᵀ / sqrt (hd)) · V_s in double. */
+/* out row i = softmax (q_i · K_sᵀ / sqrt (hd)) · V_s in double, over the
+ * first kv_len[i] keys (all L when kv_len is empty). */
 static void
 host_attention (const std::vector<float> &q, int nq, const std::vector<int32_t> &q_seq,
-                const std::vector<float> &k, const std::vector<float> &v, int L, int H, int Hkv,
-                int hd, std::vector<double> &out)
+                const std::vector<int32_t> &kv_len, const std::vector<float> &k, const std::vector<float> &v,
+                int L, int H, int Hkv, int hd, std::vector<double> &out)
 {
   const int64_t qs = (int64_t) H * hd, kvs = (int64_t) Hkv * hd;
   std::vector<double> p ((size_t) L);
@@ -551,8 +562,9 @@ host_attention (const std::vector<float> &q, int nq, const std::vector<int32_t> 
       {
         const int kvh = h / (H / Hkv);
         const int64_t base = (int64_t) q_seq[i] * L;
+        const int n = kv_len.empty () ? L : kv_len[i];
         double mx = -INFINITY, sum = 0;
-        for (int j = 0; j < L; j++)
+        for (int j = 0; j < n; j++)
           {
             double s = 0;
             for (int d = 0; d < hd; d++)
@@ -560,7 +572,7 @@ host_attention (const std::vector<float> &q, int nq, const std::vector<int32_t> 
             p[j] = s / sqrt ((double) hd);
             mx = fmax (mx, p[j]);
           }
-        for (int j = 0; j < L; j++)
+        for (int j = 0; j < n; j++)
           {
             p[j] = exp (p[j] - mx);
             sum += p[j];
@@ -568,7 +580,7 @@ host_attention (const std::vector<float> &q, int nq, const std::vector<int32_t> 
         for (int d = 0; d < hd; d++)
           {
             double acc = 0;
-            for (int j = 0; j < L; j++)
+            for (int j = 0; j < n; j++)
               acc += p[j] * v[(base + j) * kvs + kvh * hd + d];
             out[i * qs + h * hd + d] = acc / sum;
           }
@@ -577,7 +589,7 @@ host_attention (const std::vector<float> &q, int nq, const std::vector<int32_t> 
 
 static void
 test_attention_case (int n_seq, int L, int H, int Hkv, int hd, const std::vector<int32_t> &q_seq,
-                     float amp)
+                     float amp, const std::vector<int32_t> &kv_len = {})
 {
   const int nq = (int) q_seq.size ();
   std::vector<float> q ((size_t) nq * H * hd), k ((size_t) n_seq * L * Hkv * hd), v (k.size ());
@@ -591,14 +603,15 @@ test_attention_case (int n_seq, int L, int H, int Hkv, int hd, const std::vector
   for (auto &x : v)
     x = rng_float (-1, 1);
   float *d_q = to_device (q), *d_k = to_device (k), *d_v = to_device (v), *d_out = NULL;
-  int32_t *d_seq = to_device (q_seq);
+  int32_t *d_seq = to_device (q_seq), *d_kv = kv_len.empty () ? NULL : to_device (kv_len);
   CHECK_CUDA (cudaMalloc ((void **) &d_out, q.size () * 4));
   CHECK_CUDA (cudaMemset (d_out, 0xff, q.size () * 4));   /* NaN: unwritten outputs show */
 
-  snprintf (what, sizeof what, "attention n_seq %d L %d H %d Hkv %d hd %d nq %d", n_seq, L, H, Hkv, hd, nq);
-  expect (um_cuda_attention (d_q, nq, d_seq, d_k, d_v, L, H, Hkv, hd, d_out, 0) == cudaSuccess, what);
+  snprintf (what, sizeof what, "attention n_seq %d L %d H %d Hkv %d hd %d nq %d%s", n_seq, L, H, Hkv, hd, nq,
+            kv_len.empty () ? "" : ", masked");
+  expect (um_cuda_attention (d_q, nq, d_seq, d_kv, d_k, d_v, L, H, Hkv, hd, d_out, 0) == cudaSuccess, what);
   std::vector<float> got = from_device (d_out, q.size ());
-  host_attention (q, nq, q_seq, k, v, L, H, Hkv, hd, want);
+  host_attention (q, nq, q_seq, kv_len, k, v, L, H, Hkv, hd, want);
   bool ok = true;
   double worst = 0;
   for (size_t i = 0; i < got.size (); i++)
@@ -614,6 +627,8 @@ test_attention_case (int n_seq, int L, int H, int Hkv, int hd, const std::vector
   CHECK_CUDA (cudaFree (d_k));
   CHECK_CUDA (cudaFree (d_v));
   CHECK_CUDA (cudaFree (d_seq));
+  if (d_kv != NULL)
+    CHECK_CUDA (cudaFree (d_kv));
   CHECK_CUDA (cudaFree (d_out));
 }
 
@@ -647,12 +662,27 @@ test_attention (void)
     scattered.push_back (s);
   test_attention_case (7, 70, 2, 2, 128, scattered, 6.0f);
 
+  /* Masks: block-causal over two sequences of 45 (blocks of 8, the last
+   * one cut short at 45), and random key counts from 1 to L per row, so
+   * rows of one 16-row block see very different keys. */
+  {
+    std::vector<int32_t> blocks, random_len;
+    for (int s = 0; s < 2; s++)
+      for (int i = 0; i < 45; i++)
+        blocks.push_back (i / 8 * 8 + 8 < 45 ? i / 8 * 8 + 8 : 45);
+    test_attention_case (2, 45, 4, 2, 16, all, 1.0f, blocks);    /* LLaDA 2.x: 4/2 heads of 16 */
+    test_attention_case (2, 45, 4, 1, 128, all, 1.0f, blocks);
+    for (size_t i = 0; i < subset.size (); i++)
+      random_len.push_back (i % 5 == 0 ? 1 : i % 5 == 1 ? 130 : 1 + (int32_t) (rng_u32 () % 130));
+    test_attention_case (3, 130, 4, 2, 64, subset, 3.0f, random_len);
+  }
+
   /* Refusals. */
-  expect (um_cuda_attention ((float *) 16, 1, (int32_t *) 16, (float *) 16, (float *) 16, 4, 2, 2, 257,
+  expect (um_cuda_attention ((float *) 16, 1, (int32_t *) 16, NULL, (float *) 16, (float *) 16, 4, 2, 2, 257,
                              (float *) 16, 0) == cudaErrorInvalidValue, "attention hd 257 refused");
-  expect (um_cuda_attention ((float *) 16, 1, (int32_t *) 16, (float *) 16, (float *) 16, 4, 3, 2, 64,
+  expect (um_cuda_attention ((float *) 16, 1, (int32_t *) 16, NULL, (float *) 16, (float *) 16, 4, 3, 2, 64,
                              (float *) 16, 0) == cudaErrorInvalidValue, "attention H % Hkv refused");
-  expect (um_cuda_attention (NULL, 0, NULL, NULL, NULL, 4, 2, 2, 64, NULL, 0) == cudaSuccess,
+  expect (um_cuda_attention (NULL, 0, NULL, NULL, NULL, NULL, 4, 2, 2, 64, NULL, 0) == cudaSuccess,
           "attention nq 0 is a no-op");
 }
 

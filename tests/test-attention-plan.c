@@ -2,8 +2,10 @@
  * with a plain column-major product and softmax, against the CPU reference
  * um_ref_attention (): GQA groups both ways round, several sequences, query
  * subsets, head sizes 64/80/128, sequence lengths no multiple of the tile,
- * queries spread over several tiles.  Every access is bounds-checked, so the
- * score buffer's size rule is checked too.
+ * queries spread over several tiles, masks (block-causal, causal, random key
+ * counts).  Every access is bounds-checked, so the score buffer's size rule
+ * is checked too; under a mask, so is the products' cost: no row multiplies
+ * more than UM_ATTN_KV_SLACK keys beyond those it sees.
  *
  * Tolerance, exact mode: products accumulate in double and are stored as
  * float, softmax runs in float: scores carry a relative error of ~2⁻²⁴, the
@@ -30,6 +32,8 @@ typedef struct {
   size_t size[5];
   gboolean tf32;
   int gemms, softmaxes;
+  const gint32 *kv_len;   /* the plan's mask, NULL: none */
+  double score_macs;      /* multiply-adds of the score products */
 } Exec;
 
 static float
@@ -60,21 +64,29 @@ execute (const UmAttnStep *st, gpointer user_data)
 
   if (st->kind == UM_ATTN_STEP_SOFTMAX)
     {
-      /* As the kernel: row max, exp, sum, normalise, in float. */
+      /* As the kernel: row max, exp, sum, normalise, in float, over the
+       * row's own keys; 0 for the rest. */
       g_assert_cmpint (st->s_off + (int64_t) st->rows * st->len, <=, (int64_t) e->size[UM_ATTN_BUF_S]);
+      g_assert_true (!st->masked || e->kv_len != NULL);
       for (int r = 0; r < st->rows; r++)
         {
           float *s = e->buf[UM_ATTN_BUF_S] + st->s_off + (int64_t) r * st->len;
+          const int n = st->masked ? MIN (e->kv_len[st->q0 + r % st->q_rows], st->len) : st->len;
           float mx = -INFINITY, sum = 0.0f;
-          for (int j = 0; j < st->len; j++)
+          if (e->kv_len != NULL)
+            /* the tile's widest row decides len; none sees more */
+            g_assert_cmpint (e->kv_len[st->q0 + r % st->q_rows], <=, st->len);
+          for (int j = 0; j < n; j++)
             mx = MAX (mx, s[j]);
-          for (int j = 0; j < st->len; j++)
+          for (int j = 0; j < n; j++)
             {
               s[j] = expf (s[j] - mx);
               sum += s[j];
             }
-          for (int j = 0; j < st->len; j++)
+          for (int j = 0; j < n; j++)
             s[j] /= sum;
+          for (int j = n; j < st->len; j++)
+            s[j] = 0.0f;
         }
       e->softmaxes++;
       return TRUE;
@@ -100,6 +112,8 @@ execute (const UmAttnStep *st, gpointer user_data)
           *at (e, &st->c, b, i + (int64_t) j * st->c.ld) = (float) (st->alpha * s);
         }
   e->gemms++;
+  if (st->c.buf == UM_ATTN_BUF_S)
+    e->score_macs += (double) st->m * st->n * st->k * st->batch;
   return TRUE;
 }
 
@@ -109,6 +123,9 @@ typedef struct {
   /* query rows: for sequence s (in the order given), positions p0 ≤ p < p1 */
   int n_runs;
   struct { int seq, p0, p1; } runs[4];
+  /* the keys position p sees: 0 all, B > 0 block-causal (blocks of B),
+   * -1 causal, -2 random from 1 to L */
+  int mask;
 } Case;
 
 static void
@@ -125,7 +142,7 @@ check_case (const Case *c, gboolean use_tf32, int expect_calls)
   g_autofree double *kd = g_new (double, (size_t) L * kvs);
   g_autofree double *vd = g_new (double, (size_t) L * kvs);
   g_autofree double *ref = g_new (double, (size_t) c->n_seq * L * qs);
-  g_autofree gint32 *q_seq = NULL;
+  g_autofree gint32 *q_seq = NULL, *pos_len = NULL, *q_len = NULL;
   g_autofree float *q = NULL, *out = NULL, *scores = NULL;
   double max_v = 0, max_qk = 0, worst = 0, bound;
   int nq = 0;
@@ -140,6 +157,15 @@ check_case (const Case *c, gboolean use_tf32, int expect_calls)
       max_v = MAX (max_v, fabs (vf[i]));
     }
 
+  if (c->mask != 0)
+    {
+      pos_len = g_new (gint32, L);
+      for (int p = 0; p < L; p++)
+        pos_len[p] = c->mask > 0 ? MIN (L, (p / c->mask + 1) * c->mask)
+                     : c->mask == -1 ? p + 1
+                     : g_rand_int_range (rng, 1, L + 1);
+    }
+
   /* The reference: each whole sequence, in double. */
   for (int s = 0; s < c->n_seq; s++)
     {
@@ -147,18 +173,21 @@ check_case (const Case *c, gboolean use_tf32, int expect_calls)
         qd[i] = qf[s * L * qs + i];
       for (int64_t i = 0; i < L * kvs; i++)
         kd[i] = kf[s * L * kvs + i], vd[i] = vf[s * L * kvs + i];
-      um_ref_attention (qd, kd, vd, L, H, Hkv, hd, ref + (int64_t) s * L * qs);
+      um_ref_attention (qd, kd, vd, L, pos_len, H, Hkv, hd, ref + (int64_t) s * L * qs);
     }
 
   for (int r = 0; r < c->n_runs; r++)
     nq += c->runs[r].p1 - c->runs[r].p0;
   q_seq = g_new (gint32, nq);
+  q_len = pos_len != NULL ? g_new (gint32, nq) : NULL;
   q = g_new (float, (size_t) nq * qs);
   out = g_new (float, (size_t) nq * qs);
   for (int r = 0, i = 0; r < c->n_runs; r++)
     for (int p = c->runs[r].p0; p < c->runs[r].p1; p++, i++)
       {
         q_seq[i] = c->runs[r].seq;
+        if (q_len != NULL)
+          q_len[i] = pos_len[p];
         memcpy (q + (int64_t) i * qs, qf + ((int64_t) c->runs[r].seq * L + p) * qs, qs * sizeof (float));
       }
   for (size_t i = 0; i < (size_t) nq * qs; i++)
@@ -172,8 +201,26 @@ check_case (const Case *c, gboolean use_tf32, int expect_calls)
   e.buf[UM_ATTN_BUF_S] = scores;
   e.buf[UM_ATTN_BUF_OUT] = out, e.size[UM_ATTN_BUF_OUT] = (size_t) nq * qs;
 
-  g_assert_true (um_attention_plan (nq, q_seq, L, H, Hkv, hd, c->tile_rows, execute, &e));
+  e.kv_len = q_len;
+  g_assert_true (um_attention_plan (nq, q_seq, q_len, L, H, Hkv, hd, c->tile_rows, execute, &e));
 
+  if (q_len != NULL)
+    {
+      /* The score products' cost: between the keys the rows see and at
+       * most UM_ATTN_KV_SLACK more each. */
+      double seen = 0, most = 0;
+      for (int i = 0; i < nq; i++)
+        {
+          seen += (double) H * hd * q_len[i];
+          most += (double) H * hd * MIN (L, q_len[i] + UM_ATTN_KV_SLACK);
+        }
+      g_test_message ("masked: score products %.0f multiply-adds for %.0f seen (%.0f unmasked)", e.score_macs,
+                      seen, (double) nq * H * hd * L);
+      g_assert_cmpfloat (e.score_macs, >=, seen);
+      g_assert_cmpfloat (e.score_macs, <=, most);
+      g_assert_cmpint (e.gemms, ==, 2 * expect_calls * e.softmaxes);
+    }
+  else
   /* The tiles: ceil (run / tile) each, with expect_calls products per
    * product kind and one softmax. */
   {
@@ -232,6 +279,12 @@ static const Case cases[] = {
   { 8, 1, 64, 17, 1, 6, 1, { { 0, 1, 17 } } },
   /* one tile holding a whole run */
   { 4, 2, 64, 21, 2, 64, 2, { { 0, 0, 21 }, { 1, 5, 6 } } },
+  /* masks: LLaDA 2.x's heads (4/2 of 16) block-causal; tiles cut by the
+   * key counts' spread (L 150 > the slack), causal and random counts */
+  { 4, 2, 16, 45, 2, 64, 2, { { 0, 0, 45 }, { 1, 0, 45 } }, 4 },
+  { 4, 2, 16, 150, 1, 200, 1, { { 0, 0, 150 } }, 32 },
+  { 8, 2, 64, 150, 2, 40, 2, { { 1, 0, 150 }, { 0, 17, 90 } }, -1 },
+  { 6, 3, 80, 130, 2, 64, 3, { { 0, 0, 130 }, { 1, 3, 40 }, { 0, 7, 8 } }, -2 },
 };
 
 static int

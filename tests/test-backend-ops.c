@@ -105,6 +105,8 @@ typedef struct {
   int n_heads, n_kv_heads, head_dim, seq_len, nq;
   gboolean interleaved;
   double theta;           /* RoPE; 0: 500000 */
+  int rope_dim;           /* RoPE's turned width; 0: head_dim */
+  const gint32 *kv_len;   /* attention's mask; NULL: none */
   const float *scale;     /* add_rows_scaled: one per index */
 } Args;
 
@@ -293,7 +295,8 @@ op_rope (UmBackend *be, UmBuf **in, UmBuf *out, gpointer data)
   gint32 identity[64];
 
   g_assert_true (be->ops->rope (be, in[0], a->rows, a->idx, a->n_heads, a->head_dim,
-                                a->theta > 0 ? a->theta : 500000.0, a->interleaved, &error));
+                                a->rope_dim > 0 ? a->rope_dim : a->head_dim, a->theta > 0 ? a->theta : 500000.0,
+                                a->interleaved, &error));
   /* Rotated in place; copy to the output buffer the harness reads. */
   g_assert_cmpint (a->rows, <=, (int) G_N_ELEMENTS (identity));
   for (int i = 0; i < a->rows; i++)
@@ -304,16 +307,21 @@ op_rope (UmBackend *be, UmBuf **in, UmBuf *out, gpointer data)
 static void
 test_rope (void)
 {
+  /* Whole heads of 64, then partial RoPE: LLaDA 2.x turns the first 8 of
+   * 16; 22 of 80 for a width that is no power of two. */
+  const int dims[][2] = { { 64, 64 }, { 16, 8 }, { 80, 22 } };
   const gint32 pos[] = { 0, 1, 2, 100, 4095, 17, 3 };
-  for (int inter = 0; inter < 2; inter++)
-    {
-      Args a = { .rows = 7, .n_heads = 3, .head_dim = 64, .idx = pos, .interleaved = inter };
-      size_t n = 7 * 3 * 64;
-      g_autofree float *x = g_new (float, n);
-      float *in[1] = { x };
-      fill (x, n, 2.0);
-      g_assert_cmpfloat (run_both (op_rope, in, &n, 1, n, &a), <, 1e-5);
-    }
+  for (guint c = 0; c < G_N_ELEMENTS (dims); c++)
+    for (int inter = 0; inter < 2; inter++)
+      {
+        Args a = { .rows = 7, .n_heads = 3, .head_dim = dims[c][0], .rope_dim = dims[c][1], .idx = pos,
+                   .interleaved = inter };
+        size_t n = (size_t) 7 * 3 * dims[c][0];
+        g_autofree float *x = g_new (float, n);
+        float *in[1] = { x };
+        fill (x, n, 2.0);
+        g_assert_cmpfloat (run_both (op_rope, in, &n, 1, n, &a), <, 1e-5);
+      }
 }
 
 static void
@@ -321,8 +329,8 @@ op_attention (UmBackend *be, UmBuf **in, UmBuf *out, gpointer data)
 {
   Args *a = data;
   g_autoptr(GError) error = NULL;
-  g_assert_true (be->ops->attention (be, in[0], a->nq, a->idx, in[1], in[2], a->seq_len, a->n_heads, a->n_kv_heads,
-                                     a->head_dim, out, &error));
+  g_assert_true (be->ops->attention (be, in[0], a->nq, a->idx, a->kv_len, in[1], in[2], a->seq_len, a->n_heads,
+                                     a->n_kv_heads, a->head_dim, out, &error));
 }
 
 static void
@@ -352,6 +360,99 @@ test_attention (void)
       double e = run_both (op_attention, in, sizes, 3, qn, &a);
       g_test_message ("attention L %d H %d Hkv %d hd %d: normalised error %.2g", L, H, Hkv, hd, e);
       g_assert_cmpfloat (e, <, tol);
+    }
+}
+
+/* A CUDA backend with the fp32 attention kernel (the variable is read at
+ * creation). */
+static UmBackend *
+new_exact_attention_backend (void)
+{
+  g_autofree char *saved = g_strdup (g_getenv ("UNMASK_CUDA_EXACT_ATTENTION"));
+  g_autoptr(GError) error = NULL;
+  UmBackend *be;
+
+  g_setenv ("UNMASK_CUDA_EXACT_ATTENTION", "1", TRUE);
+  be = um_backend_cuda_new (0, 0, &error);
+  if (saved != NULL)
+    g_setenv ("UNMASK_CUDA_EXACT_ATTENTION", saved, TRUE);
+  else
+    g_unsetenv ("UNMASK_CUDA_EXACT_ATTENTION");
+  g_assert_no_error (error);
+  return be;
+}
+
+/* Masked attention (block-causal, and random key counts from 1 to L) on
+ * both GPU paths against the CPU: the tensor-core plan (tiles of rows whose
+ * key counts are close, a masked softmax) and the fp32 kernel (16-row
+ * blocks reading their widest row's keys). Tolerances as test_attention. */
+static void
+test_attention_masked (void)
+{
+  const int shapes[][4] = { { 45, 4, 2, 16 }, { 100, 4, 1, 64 }, { 67, 6, 3, 32 } };
+  UmBackend *tc = gpu, *exact = new_exact_attention_backend ();
+  const gboolean env_exact = g_getenv ("UNMASK_CUDA_EXACT_ATTENTION") != NULL;
+
+  /* Every pattern on LLaDA 2.x's heads; one each on the others (the
+   * emulation's cost). */
+  for (guint s = 0; s < G_N_ELEMENTS (shapes); s++)
+    for (int pattern = s == 0 ? 0 : (int) s + 1; pattern < (s == 0 ? 4 : (int) s + 2); pattern++)
+      {
+        int L = shapes[s][0], H = shapes[s][1], Hkv = shapes[s][2], hd = shapes[s][3];
+        size_t qn = (size_t) 2 * L * H * hd, kn = (size_t) 2 * L * Hkv * hd;
+        g_autofree float *q = g_new (float, qn), *k = g_new (float, kn), *v = g_new (float, kn);
+        g_autofree gint32 *seq = g_new (gint32, 2 * L), *len = g_new (gint32, 2 * L);
+        float *in[3] = { q, k, v };
+        size_t sizes[3] = { qn, kn, kn };
+        Args a = { .nq = 2 * L, .seq_len = L, .n_heads = H, .n_kv_heads = Hkv, .head_dim = hd, .idx = seq,
+                   .kv_len = len };
+        for (int i = 0; i < 2 * L; i++)
+          {
+            const int p = i % L, B = pattern == 0 ? 4 : 32;
+            seq[i] = i / L;
+            if (pattern < 2)   /* block-causal, blocks of 4 or 32 */
+              len[i] = MIN (L, (p / B + 1) * B);
+            else if (pattern == 2)   /* causal */
+              len[i] = p + 1;
+            else   /* anything: 1, L and counts between, unordered */
+              len[i] = p % 7 == 0 ? 1 : p % 7 == 1 ? L : g_rand_int_range (rng, 1, L + 1);
+          }
+        fill (q, qn, 1.0);
+        fill (k, kn, 1.0);
+        fill (v, kn, 1.0);
+        gpu = tc;
+        double e = run_both (op_attention, in, sizes, 3, qn, &a);
+        gpu = exact;
+        double ex = run_both (op_attention, in, sizes, 3, qn, &a);
+        gpu = tc;
+        g_test_message ("masked attention L %d H %d Hkv %d hd %d pattern %d: normalised error %.2g (fp32 kernel %.2g)",
+                        L, H, Hkv, hd, pattern, e, ex);
+        g_assert_cmpfloat (e, <, env_exact ? 1e-5 : 5e-3);
+        g_assert_cmpfloat (ex, <, 1e-5);
+      }
+  um_backend_free (exact);
+}
+
+/* A mask outside 1 … L and a RoPE width that is odd or too wide are
+ * errors, not reads out of bounds. */
+static void
+test_attention_mask_refused (void)
+{
+  for (int b = 0; b < 2; b++)
+    {
+      UmBackend *be = b == 0 ? cpu : gpu;
+      g_autoptr(GError) e1 = NULL, e2 = NULL, e3 = NULL, e4 = NULL;
+      UmBuf *x = upload (be, NULL, 4 * 16);
+      const gint32 seq[2] = { 0, 0 }, over[2] = { 2, 5 }, zero[2] = { 0, 1 };
+      g_assert_false (be->ops->attention (be, x, 2, seq, over, x, x, 4, 1, 1, 16, x, &e1));
+      g_assert_false (be->ops->attention (be, x, 2, seq, zero, x, x, 4, 1, 1, 16, x, &e2));
+      g_assert_false (be->ops->rope (be, x, 2, seq, 1, 16, 7, 1e4, FALSE, &e3));
+      g_assert_false (be->ops->rope (be, x, 2, seq, 1, 16, 18, 1e4, FALSE, &e4));
+      g_assert_error (e1, UM_ERROR, UM_ERROR_INVALID_PARAM);
+      g_assert_error (e2, UM_ERROR, UM_ERROR_INVALID_PARAM);
+      g_assert_error (e3, UM_ERROR, UM_ERROR_INVALID_PARAM);
+      g_assert_error (e4, UM_ERROR, UM_ERROR_INVALID_PARAM);
+      be->ops->buf_free (be, x);
     }
 }
 
@@ -1373,6 +1474,8 @@ main (int argc, char **argv)
   g_test_add_func ("/backend-ops/rms-norm", test_rms_norm);
   g_test_add_func ("/backend-ops/rope", test_rope);
   g_test_add_func ("/backend-ops/attention", test_attention);
+  g_test_add_func ("/backend-ops/attention-masked", test_attention_masked);
+  g_test_add_func ("/backend-ops/attention-mask-refused", test_attention_mask_refused);
   g_test_add_func ("/backend-ops/swiglu", test_swiglu);
   g_test_add_func ("/backend-ops/get-rows", test_get_rows);
   g_test_add_func ("/backend-ops/add-bias", test_add_bias);

@@ -463,8 +463,10 @@ test_embed_all_types (void)
     }
 }
 
+/* kv_len empty: bidirectional; else row i sees the first kv_len[i] keys. */
 static void
-attention_case (int n_seq, int L, int H, int Hkv, int hd, const std::vector<int32_t> &q_seq)
+attention_case (int n_seq, int L, int H, int Hkv, int hd, const std::vector<int32_t> &q_seq,
+                const std::vector<int32_t> &kv_len = {})
 {
   const int nq = (int) q_seq.size (), group = H / Hkv;
   std::vector<float> q ((size_t) nq * H * hd), k ((size_t) n_seq * L * Hkv * hd), v (k.size ());
@@ -475,10 +477,10 @@ attention_case (int n_seq, int L, int H, int Hkv, int hd, const std::vector<int3
   for (auto &x : v)
     x = rng_float (-1, 1);
   float *d_q = to_device (q), *d_k = to_device (k), *d_v = to_device (v), *d_out = NULL;
-  int32_t *d_seq = to_device (q_seq);
+  int32_t *d_seq = to_device (q_seq), *d_kv = kv_len.empty () ? NULL : to_device (kv_len);
   cudaMalloc ((void **) &d_out, q.size () * 4);
   cudaMemset (d_out, 0xff, q.size () * 4);
-  bool ok = um_cuda_attention (d_q, nq, d_seq, d_k, d_v, L, H, Hkv, hd, d_out, 0) == cudaSuccess;
+  bool ok = um_cuda_attention (d_q, nq, d_seq, d_kv, d_k, d_v, L, H, Hkv, hd, d_out, 0) == cudaSuccess;
   std::vector<float> got = from_device (d_out, q.size ());
   std::vector<double> p ((size_t) L);
   for (int i = 0; i < nq; i++)
@@ -486,8 +488,9 @@ attention_case (int n_seq, int L, int H, int Hkv, int hd, const std::vector<int3
       {
         const int kvh = h / group;
         const float *qi = &q[((size_t) i * H + h) * hd];
+        const int n = kv_len.empty () ? L : kv_len[i];
         double mx = -INFINITY, den = 0;
-        for (int j = 0; j < L; j++)
+        for (int j = 0; j < n; j++)
           {
             const float *kj = &k[(((size_t) q_seq[i] * L + j) * Hkv + kvh) * hd];
             double s = 0;
@@ -496,25 +499,27 @@ attention_case (int n_seq, int L, int H, int Hkv, int hd, const std::vector<int3
             p[j] = s / sqrt ((double) hd);
             mx = p[j] > mx ? p[j] : mx;
           }
-        for (int j = 0; j < L; j++)
+        for (int j = 0; j < n; j++)
           den += (p[j] = exp (p[j] - mx));
         for (int d = 0; d < hd; d++)
           {
             double o = 0;
-            for (int j = 0; j < L; j++)
+            for (int j = 0; j < n; j++)
               o += p[j] * v[(((size_t) q_seq[i] * L + j) * Hkv + kvh) * hd + d];
             o /= den;
             ok = ok && fabs (got[((size_t) i * H + h) * hd + d] - o) <= 1e-4 * (1 + fabs (o));
           }
       }
   char what[120];
-  snprintf (what, sizeof what, "attention GQA H %d Hkv %d hd %d L %d nq %d of %d sequences", H, Hkv, hd, L, nq,
-            n_seq);
+  snprintf (what, sizeof what, "attention GQA H %d Hkv %d hd %d L %d nq %d of %d sequences%s", H, Hkv, hd, L, nq,
+            n_seq, kv_len.empty () ? "" : ", masked");
   expect (ok, what);
   cudaFree (d_q);
   cudaFree (d_k);
   cudaFree (d_v);
   cudaFree (d_seq);
+  if (d_kv != NULL)
+    cudaFree (d_kv);
   cudaFree (d_out);
 }
 
@@ -531,6 +536,11 @@ test_attention_gqa (void)
   attention_case (3, 37, 4, 2, 16, subset);
   attention_case (3, 33, 4, 4, 16, subset);
   attention_case (2, 70, 8, 2, 16, { 1, 0, 1 });
+  /* Masks on the same subsets: 1 key, all L, and counts in between, in
+   * one block of rows (LLaDA 2.x: 4 heads on 2 KV heads of 16). */
+  attention_case (3, 37, 4, 2, 16, subset, { 1, 37, 5, 16, 17, 36, 2 });
+  attention_case (3, 37, 8, 2, 40, subset, { 37, 1, 1, 20, 33, 8, 37 });
+  attention_case (2, 70, 6, 1, 96, { 1, 0 }, { 70, 1 });
 }
 
 /* ---- kernels: a mixture-of-experts FFN's gather and combine ---- */

@@ -23,6 +23,7 @@
 #include "um-layer-store.h"
 #include "um-model.h"
 #include "um-quant.h"
+#include "um-sampler.h"
 #include "um-ref-kernels.h"
 #include "um-test-util.h"
 
@@ -42,6 +43,12 @@ static const Case cases[] = {
   { "tiny-rnd1", "tiny-rnd1", "logits" },
   { "tiny-rnd1", "tiny-rnd1-f32.gguf", "gguf_f32" },
   { "tiny-rnd1", "tiny-rnd1-q8_0.gguf", "gguf_q8_0" },
+  /* LLaDA 2.x: block-causal attention (blocks of the entry's
+   * block_length), and without a mask. */
+  { "tiny-llada2", "tiny-llada2", "logits" },
+  { "tiny-llada2", "tiny-llada2", "logits_full_attention" },
+  { "tiny-llada2", "tiny-llada2-f32.gguf", "gguf_f32" },
+  { "tiny-llada2", "tiny-llada2-q8_0.gguf", "gguf_q8_0" },
 };
 
 static gboolean use_cuda;
@@ -61,6 +68,17 @@ load_model (const char *name)
   g_assert_no_error (error);
   g_assert_nonnull (model);
   return model;
+}
+
+/* The block length of @c's entry (0: bidirectional). */
+static int
+entry_block (const Case *c)
+{
+  g_autofree char *json = g_strconcat (c->family, ".expected.json", NULL);
+  g_autoptr(JsonParser) parser = um_test_load_json (json);
+  JsonObject *entry = json_object_get_object_member (json_node_get_object (json_parser_get_root (parser)), c->key);
+
+  return (int) json_object_get_int_member_with_default (entry, "block_length", 0);
 }
 
 /* The expected logits [ids->len, V] of @c. */
@@ -87,7 +105,7 @@ expected (const Case *c, GArray **ids_out, guint V)
 }
 
 static float *
-run (UmModel *model, const UmForwardOptions *o, const GArray *ids, const gint32 *rows, int n_rows)
+run_blocks (UmModel *model, const UmForwardOptions *o, const GArray *ids, const gint32 *rows, int n_rows, int block)
 {
   g_autoptr(GError) error = NULL;
   g_autoptr(UmBackend) be = new_backend (&error);
@@ -105,6 +123,7 @@ run (UmModel *model, const UmForwardOptions *o, const GArray *ids, const gint32 
   {
     g_autoptr(UmForward) fw = um_forward_new_with (model, be, &opts, NULL, NULL, NULL, &error);
     g_assert_no_error (error);
+    um_forward_set_attention_block (fw, block);
     g_assert_true (um_forward_logits (fw, (const gint32 *) ids->data, 1, ids->len, rows, n_rows, logits, NULL,
                                       &error));
     g_assert_no_error (error);
@@ -112,6 +131,14 @@ run (UmModel *model, const UmForwardOptions *o, const GArray *ids, const gint32 
   if (store != NULL)
     um_layer_store_free (store);
   return logits;
+}
+
+static int current_block;
+
+static float *
+run (UmModel *model, const UmForwardOptions *o, const GArray *ids, const gint32 *rows, int n_rows)
+{
+  return run_blocks (model, o, ids, rows, n_rows, current_block);
 }
 
 /* The naive float32 forward's distance from float64, times a margin:
@@ -132,7 +159,8 @@ family_tolerance (const Case *c)
         g_autoptr(UmModel) model = load_model (cases[i].model);
         g_autoptr(GArray) ids = NULL;
         g_autofree double *want = expected (&cases[i], &ids, model->cfg.vocab_size);
-        tol = MAX (tol, um_test_f32_tolerance (model, (const gint32 *) ids->data, ids->len, want, cases[i].model));
+        tol = MAX (tol, um_test_f32_tolerance_blocks (model, (const gint32 *) ids->data, ids->len, entry_block (&cases[i]),
+                                                      want, cases[i].model));
       }
   return tol;
 }
@@ -149,6 +177,7 @@ test_case (gconstpointer data)
   double tol, err;
 
   um_forward_options_init (&o);
+  current_block = entry_block (c);
   tol = family_tolerance (c);
   {
     g_autofree float *logits = run (model, &o, ids, NULL, 0);
@@ -218,6 +247,77 @@ test_descriptions (void)
   g_assert_cmpuint (rnd1->cfg.d_model, ==, 64);
 }
 
+/* LLaDA 2's generation on this backend (the CPU, or the CUDA emulation in
+ * its build): every fixture case from the HF folder and the F32 GGUF, with
+ * the cache of finished blocks and without, gives the expected ids and
+ * per-step commits (test-family-generate covers the CLI and the engine). */
+typedef struct {
+  GPtrArray *trace;
+} Trace;
+
+static void
+trace_step (const UmStepEvent *ev, gpointer user_data)
+{
+  Trace *t = user_data;
+  GArray *a = g_array_new (FALSE, FALSE, sizeof (gint32));
+
+  g_array_append_vals (a, ev->positions, ev->n_committed);
+  g_ptr_array_add (t->trace, a);
+}
+
+static void
+test_llada2_generate (void)
+{
+  const char *const forms[] = { "tiny-llada2", "tiny-llada2-f32.gguf" };
+  g_autoptr(JsonParser) parser = um_test_load_json ("tiny-llada2.expected.json");
+  JsonArray *cases_ = json_object_get_array_member (json_node_get_object (json_parser_get_root (parser)),
+                                                    "generate");
+
+  for (guint f = 0; f < G_N_ELEMENTS (forms); f++)
+    {
+      g_autoptr(UmModel) model = load_model (forms[f]);
+      g_autoptr(GError) error = NULL;
+      g_autoptr(UmBackend) be = new_backend (&error);
+      g_autoptr(UmForward) fw = NULL;
+
+      g_assert_no_error (error);
+      fw = um_forward_new (model, be, &error);
+      g_assert_no_error (error);
+      for (guint i = 0; i < 2 * json_array_get_length (cases_); i++)
+        {
+          JsonObject *c = json_array_get_object_element (cases_, i / 2);
+          g_autoptr(GArray) prompt = um_test_json_ids (json_object_get_array_member (c, "prompt_ids"));
+          g_autoptr(GArray) want = um_test_json_ids (json_object_get_array_member (c, "ids"));
+          g_autoptr(GArray) got = g_array_new (FALSE, FALSE, sizeof (gint32));
+          g_autoptr(GPtrArray) trace = g_ptr_array_new_with_free_func ((GDestroyNotify) g_array_unref);
+          JsonArray *want_trace = json_object_get_array_member (c, "trace");
+          Trace t = { trace };
+          UmGenParams p;
+          int n_steps = 0;
+
+          um_gen_params_init_for_arch (&p, UM_ARCH_LLADA2);
+          p.gen_length = json_object_get_int_member (c, "gen_length");
+          p.steps = json_object_get_int_member (c, "steps");
+          p.block_length = json_object_get_int_member (c, "block_length");
+          p.threshold = json_object_get_double_member (c, "threshold");
+          p.eos_early_stop = json_object_get_boolean_member_with_default (c, "eos_early_stop", FALSE);
+          p.cache = i % 2 ? UM_CACHE_NONE : UM_CACHE_PREFIX;
+          g_assert_true (um_sampler_generate_full (fw, (const gint32 *) prompt->data, prompt->len, &p, trace_step, &t,
+                                                   NULL, got, &n_steps, &error));
+          g_assert_no_error (error);
+          g_assert_cmpmem (got->data, got->len * sizeof (gint32), want->data, want->len * sizeof (gint32));
+          g_assert_cmpuint (trace->len, ==, json_array_get_length (want_trace));
+          g_assert_cmpint (n_steps, ==, (int) trace->len);
+          for (guint s = 0; s < trace->len; s++)
+            {
+              g_autoptr(GArray) w = um_test_json_ids (json_array_get_array_element (want_trace, s));
+              GArray *g = g_ptr_array_index (trace, s);
+              g_assert_cmpmem (g->data, g->len * sizeof (gint32), w->data, w->len * sizeof (gint32));
+            }
+        }
+    }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -246,5 +346,6 @@ main (int argc, char **argv)
       g_test_add_data_func (name, &cases[i], test_case);
     }
   g_test_add_func ("/family-forward/descriptions", test_descriptions);
+  g_test_add_func ("/family-forward/llada2-generate", test_llada2_generate);
   return g_test_run ();
 }

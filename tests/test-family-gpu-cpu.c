@@ -22,7 +22,11 @@ static UmBackend *cpu, *gpu;
  * fixture's canvas, then the same ids reversed), on requested rows only,
  * with the layers streamed through two slots (the experts' slices are
  * weight views at their offsets there) and with FFN row chunks of 3 (an
- * expert's group split across chunks). */
+ * expert's group split across chunks); and with the routed experts off the
+ * device, in row chunks of 3: computed by the host CPU (the rows go down,
+ * the outputs up) and fetched into two slots as routed (from a zstd copy):
+ * fetched, they run the same kernels on the same bytes in the same order,
+ * so their logits are the resident row chunks' bit for bit. */
 static float *
 family_logits (UmBackend *be, UmModel *model, const UmForwardOptions *o, const gint32 *ids, int n_seq, int L,
                const gint32 *rows, int n_rows)
@@ -69,9 +73,10 @@ family_variants (UmBackend *be, UmModel *model, const gint32 *ids, int L, const 
 {
   const gint32 rows[] = { 0, 5, 6, 14, 15, 17, 30 };
   const size_t V = model->cfg.vocab_size;
+  g_autofree float *chunked = NULL;
   double worst = 0.0;
 
-  for (int variant = 0; variant < 4; variant++)
+  for (int variant = 0; variant < 6; variant++)
     {
       const gboolean sel = variant == 1;
       const int n = sel ? (int) G_N_ELEMENTS (rows) : 2 * L;
@@ -79,9 +84,14 @@ family_variants (UmBackend *be, UmModel *model, const gint32 *ids, int L, const 
       UmForwardOptions o;
       double e = 0.0;
 
+      /* Experts off the device: mixtures of experts only. */
+      if (variant >= 4 && model->cfg.n_experts == 0)
+        break;
       um_forward_options_init (&o);
       o.stream_slots = variant == 2 ? 2 : 0;
-      o.row_chunk = variant == 3 ? 3 : 0;
+      o.row_chunk = variant >= 3 ? 3 : 0;
+      o.experts = variant == 4 ? UM_EXPERTS_HOST : variant == 5 ? UM_EXPERTS_FETCH : UM_EXPERTS_RESIDENT;
+      o.expert_zstd = variant == 5;
       got = family_logits (be, model, &o, ids, 2, L, sel ? rows : NULL, sel ? n : 0);
       if (metric == 0)
         {
@@ -101,9 +111,14 @@ family_variants (UmBackend *be, UmModel *model, const gint32 *ids, int L, const 
       else
         for (int i = 0; i < n; i++)
           e = MAX (e, rel_error_f (got + i * V, want + (sel ? (size_t) rows[i] : (size_t) i) * V, V));
-      g_test_message ("%s (%s): %s %.2g", what, (const char *[]) { "whole", "rows", "streamed", "row chunks" }[variant],
+      if (variant == 5)
+        g_assert_cmpmem (got, (size_t) n * V * sizeof (float), chunked, (size_t) n * V * sizeof (float));
+      g_test_message ("%s (%s): %s %.2g", what, (const char *[]) { "whole", "rows", "streamed", "row chunks", "experts on the host",
+                                                        "experts fetched" }[variant],
                       metric == 0 ? "normalised error" : "relative error", e);
       worst = MAX (worst, e);
+      if (variant == 3)
+        chunked = g_steal_pointer (&got);
     }
   return worst;
 }

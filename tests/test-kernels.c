@@ -201,35 +201,48 @@ test_rms_norm (void)
   assert_within (x, want, bound, rows * dim, "rms_norm in place");
 }
 
+/* RoPE over the first rd of each head's hd values (partial when rd < hd). */
 static void
-test_rope (void)
+check_rope (int hd, int rd)
 {
   for (int interleaved = 0; interleaved < 2; interleaved++)
     {
-      const int rows = 7, heads = 3, hd = 16;
-      float x[7 * 3 * 16];
-      double want[7 * 3 * 16], bound[7 * 3 * 16];
+      const int rows = 7, heads = 3, n = rows * heads * hd;
+      g_autofree float *x = g_new (float, n);
+      g_autofree double *want = g_new (double, n), *bound = g_new0 (double, n);
       const gint32 pos[7] = { 0, 1, 2, 100, 4095, 17, 3 };
       g_autofree double *xd = NULL;
 
-      fill (x, rows * heads * hd, 2.0);
-      xd = to_double (x, rows * heads * hd);
-      memcpy (want, xd, sizeof want);
+      fill (x, n, 2.0);
+      xd = to_double (x, n);
+      memcpy (want, xd, n * sizeof (double));
       /* Each output is x0·c ∓ x1·s with the angle in double and c, s
        * rounded to float (u each), two products and one sum rounded:
        * within 3u(|x0| + |x1|) since |c|, |s| ≤ 1; 4u leaves room for the
-       * double angle's own rounding at position 4095. */
+       * double angle's own rounding at position 4095. The values past rd
+       * are not touched: bound 0, equal by construction. */
       for (int r = 0; r < rows * heads; r++)
-        for (int i = 0; i < hd / 2; i++)
+        for (int i = 0; i < rd / 2; i++)
           {
-            int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + hd / 2;
+            int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + rd / 2;
             double mag = fabs (xd[r * hd + a]) + fabs (xd[r * hd + b]);
             bound[r * hd + a] = bound[r * hd + b] = 4 * U_F32 * mag;
           }
-      um_cpu_rope (x, rows, pos, heads, hd, 500000.0, interleaved);
-      um_ref_rope (want, rows, pos, heads, hd, 500000.0, interleaved);
-      assert_within (x, want, bound, rows * heads * hd, interleaved ? "rope interleaved" : "rope halves");
+      um_cpu_rope (x, rows, pos, heads, hd, rd, 500000.0, interleaved);
+      um_ref_rope (want, rows, pos, heads, hd, rd, 500000.0, interleaved);
+      assert_within (x, want, bound, n, interleaved ? "rope interleaved" : "rope halves");
     }
+}
+
+static void
+test_rope (void)
+{
+  check_rope (16, 16);
+  /* Partial: LLaDA 2.x turns the first 8 of 16; widths no power of two. */
+  check_rope (16, 8);
+  check_rope (128, 64);
+  check_rope (80, 22);
+  check_rope (16, 0);
 }
 
 /* Worst-case float32 error of one attention output (head h, query i):
@@ -237,10 +250,12 @@ test_rope (void)
  * absolute score error e into a relative weight error of e + 2u (expf is
  * within an ulp), the max subtraction adds u of |s|... so each normalised
  * weight p_j/Σp is within 2·(max_j e_s,j + 4u) + γ_L relatively (numerator
- * and denominator), and the weighted sum of v adds γ_L Σ p|v|. */
+ * and denominator), and the weighted sum of v adds γ_L Σ p|v|.  Under a
+ * mask (kv_len) query i's sums run over its kv_len[i] keys only; the
+ * masked keys weigh exactly 0 in the kernel, so they add no error. */
 static void
-attention_bound (const double *q, const double *k, const double *v, int L, int H, int Hkv, int hd,
-                 double *bound)
+attention_bound (const double *q, const double *k, const double *v, int L, const gint32 *kv_len, int H, int Hkv,
+                 int hd, double *bound)
 {
   const int qs = H * hd, kvs = Hkv * hd;
   g_autofree double *p = g_new (double, L);
@@ -248,9 +263,9 @@ attention_bound (const double *q, const double *k, const double *v, int L, int H
   for (int h = 0; h < H; h++)
     for (int i = 0; i < L; i++)
       {
-        int kvh = h / (H / Hkv);
+        int kvh = h / (H / Hkv), n = kv_len != NULL ? kv_len[i] : L;
         double mx = -INFINITY, sum = 0, es = 0;
-        for (int j = 0; j < L; j++)
+        for (int j = 0; j < n; j++)
           {
             double s = 0, a = 0;
             for (int d = 0; d < hd; d++)
@@ -262,26 +277,30 @@ attention_bound (const double *q, const double *k, const double *v, int L, int H
             es = MAX (es, (gamma_n (hd) + 2 * U_F32) * a / sqrt (hd) + U_F32 * fabs (p[j]));
             mx = MAX (mx, p[j]);
           }
-        for (int j = 0; j < L; j++)
+        for (int j = 0; j < n; j++)
           sum += (p[j] = exp (p[j] - mx));
         for (int d = 0; d < hd; d++)
           {
             double mag = 0;
-            for (int j = 0; j < L; j++)
+            for (int j = 0; j < n; j++)
               mag += p[j] / sum * fabs (v[j * kvs + kvh * hd + d]);
-            bound[i * qs + h * hd + d] = (2 * (es + 4 * U_F32) + 3 * gamma_n (L)) * mag;
+            bound[i * qs + h * hd + d] = (2 * (es + 4 * U_F32) + 3 * gamma_n (n)) * mag;
           }
       }
 }
 
+/* Two sequences of L in one call, the second against the reference; then
+ * every third query row of it alone.  kv_len: the keys position p sees
+ * (the same in both sequences), NULL for all. */
 static void
-check_attention (int L, int H, int Hkv, int hd)
+check_attention (int L, int H, int Hkv, int hd, const gint32 *kv_len, const char *what)
 {
   const size_t qn = (size_t) L * H * hd, kn = (size_t) L * Hkv * hd;
   g_autofree float *q = g_new (float, 2 * qn), *k = g_new (float, 2 * kn), *v = g_new (float, 2 * kn);
   g_autofree float *out = g_new (float, 2 * qn), *sel_out = g_new (float, qn);
   g_autofree double *want = g_new (double, qn), *bound = g_new (double, qn);
   g_autofree gint32 *seq = g_new (gint32, 2 * L), *sel = g_new (gint32, L);
+  g_autofree gint32 *len = g_new (gint32, 2 * L), *sel_len = g_new (gint32, L);
   g_autofree float *qsel = g_new (float, qn);
   g_autofree double *qd = NULL, *kd = NULL, *vd = NULL;
   int nsel = 0;
@@ -290,23 +309,27 @@ check_attention (int L, int H, int Hkv, int hd)
   fill (k, 2 * kn, 1.0);
   fill (v, 2 * kn, 1.0);
   for (int i = 0; i < 2 * L; i++)
-    seq[i] = i / L;
-  um_cpu_attention (q, 2 * L, seq, k, v, L, H, Hkv, hd, out);
+    {
+      seq[i] = i / L;
+      len[i] = kv_len != NULL ? kv_len[i % L] : L;
+    }
+  um_cpu_attention (q, 2 * L, seq, kv_len != NULL ? len : NULL, k, v, L, H, Hkv, hd, out);
   /* second sequence of the batch against the reference */
   qd = to_double (q + qn, qn);
   kd = to_double (k + kn, kn);
   vd = to_double (v + kn, kn);
-  um_ref_attention (qd, kd, vd, L, H, Hkv, hd, want);
-  attention_bound (qd, kd, vd, L, H, Hkv, hd, bound);
-  assert_within (out + qn, want, bound, qn, "attention");
+  um_ref_attention (qd, kd, vd, L, kv_len, H, Hkv, hd, want);
+  attention_bound (qd, kd, vd, L, kv_len, H, Hkv, hd, bound);
+  assert_within (out + qn, want, bound, qn, what);
 
   /* a subset of query rows of sequence 1 */
   for (int i = 0; i < L; i += 3)
     {
       memcpy (qsel + (size_t) nsel * H * hd, q + qn + (size_t) i * H * hd, sizeof (float) * H * hd);
+      sel_len[nsel] = len[i];
       sel[nsel++] = 1;
     }
-  um_cpu_attention (qsel, nsel, sel, k, v, L, H, Hkv, hd, sel_out);
+  um_cpu_attention (qsel, nsel, sel, kv_len != NULL ? sel_len : NULL, k, v, L, H, Hkv, hd, sel_out);
   for (int r = 0; r < nsel; r++)
     assert_within (sel_out + (size_t) r * H * hd, want + (size_t) 3 * r * H * hd,
                    bound + (size_t) 3 * r * H * hd, H * hd, "attention, selected rows");
@@ -315,9 +338,38 @@ check_attention (int L, int H, int Hkv, int hd)
 static void
 test_attention (void)
 {
-  check_attention (5, 2, 2, 8);
-  check_attention (150, 4, 1, 16);   /* more than one chunk of queries */
-  check_attention (67, 6, 3, 32);
+  check_attention (5, 2, 2, 8, NULL, "attention");
+  check_attention (150, 4, 1, 16, NULL, "attention");   /* more than one chunk of queries */
+  check_attention (67, 6, 3, 32, NULL, "attention");
+}
+
+/* Masks: block-causal (blocks of 4 and 32, a last block cut short),
+ * causal (every row's count differs: chunks split by their spread), and
+ * random counts from 1 to L in any order, with GQA. LLaDA 2.x's heads on
+ * every seed, the longer shapes on the first only (their cost). */
+static void
+test_attention_masked (void)
+{
+  const int shapes[][4] = { { 45, 4, 2, 16 }, { 150, 4, 1, 16 }, { 67, 6, 3, 32 } };
+
+  for (guint s = 0; s < (seed_index > 0 ? 1 : G_N_ELEMENTS (shapes)); s++)
+    {
+      const int L = shapes[s][0], H = shapes[s][1], Hkv = shapes[s][2], hd = shapes[s][3];
+      g_autofree gint32 *len = g_new (gint32, L);
+
+      for (int B = 4; B <= 32; B *= 8)
+        {
+          for (int p = 0; p < L; p++)
+            len[p] = MIN (L, (p / B + 1) * B);
+          check_attention (L, H, Hkv, hd, len, B == 4 ? "attention, blocks of 4" : "attention, blocks of 32");
+        }
+      for (int p = 0; p < L; p++)
+        len[p] = p + 1;
+      check_attention (L, H, Hkv, hd, len, "attention, causal");
+      for (int p = 0; p < L; p++)
+        len[p] = p % 5 == 0 ? 1 : p % 5 == 1 ? L : g_rand_int_range (rng, 1, L + 1);
+      check_attention (L, H, Hkv, hd, len, "attention, random key counts");
+    }
 }
 
 /* SwiGLU of n random gates of scale gate_scale: o and want (n each) hold the
@@ -444,6 +496,7 @@ main (int argc, char **argv)
     { "/kernels/rms-norm", test_rms_norm },
     { "/kernels/rope", test_rope },
     { "/kernels/attention", test_attention },
+    { "/kernels/attention-masked", test_attention_masked },
     { "/kernels/swiglu-add", test_swiglu_add },
     { "/kernels/topk", test_topk },
   };

@@ -276,6 +276,24 @@ um_test_model_spec_init_family (UmTestModelSpec *spec, UmArch arch)
       spec->eos_id = 510;
       spec->bos_id = 509;
       break;
+    case UM_ARCH_LLADA2:
+      spec->n_kv_heads = 2;
+      spec->head_dim = 16;
+      spec->mlp_hidden = 128;
+      spec->n_experts = 8;
+      spec->n_experts_used = 3;
+      spec->expert_ffn = 32;
+      spec->n_dense_leading = 1;
+      spec->n_expert_groups = 4;
+      spec->n_groups_used = 2;
+      spec->shared_ffn = 32;
+      spec->rotary_factor = 0.5;
+      spec->rope_theta = 6e5;
+      spec->rms_eps = 1e-6;
+      spec->mask_id = 507;
+      spec->eos_id = 506;
+      spec->bos_id = 505;
+      break;
     case UM_ARCH_RND1:
       spec->n_heads = 8;
       spec->n_kv_heads = 2;
@@ -303,6 +321,7 @@ um_test_family_fixture (UmArch arch)
     case UM_ARCH_DREAM: return "tiny-dream";
     case UM_ARCH_LLADA_MOE: return "tiny-llada-moe";
     case UM_ARCH_RND1: return "tiny-rnd1";
+    case UM_ARCH_LLADA2: return "tiny-llada2";
     default: return "tiny-llada";
     }
 }
@@ -408,6 +427,13 @@ write_family_config (const char *dir, const UmTestModelSpec *m, GError **error)
   set_if_present (obj, "num_attention_heads", m->n_heads);
   set_if_present (obj, "num_key_value_heads", m->n_kv_heads);
   set_if_present (obj, "vocab_size", m->vocab_size);
+  set_if_present (obj, "first_k_dense_replace", m->n_dense_leading);
+  set_if_present (obj, "n_group", m->n_expert_groups);
+  set_if_present (obj, "topk_group", m->n_groups_used);
+  if (m->expert_ffn > 0)
+    set_if_present (obj, "num_shared_experts", m->shared_ffn / m->expert_ffn);
+  if (m->rotary_factor > 0.0 && json_object_has_member (obj, "partial_rotary_factor"))
+    json_object_set_double_member (obj, "partial_rotary_factor", m->rotary_factor);
   json_object_set_double_member (obj, "rope_theta", m->rope_theta);
   json_object_set_double_member (obj, "rms_norm_eps", m->rms_eps);
   json_object_set_int_member (obj, "mask_token_id", m->mask_id);
@@ -444,11 +470,73 @@ write_family_config (const char *dir, const UmTestModelSpec *m, GError **error)
   return TRUE;
 }
 
+/* A LLaDA 2.x checkpoint (LLaDA2MoeModelLM's names): fused QKV, QK-norm,
+ * leading dense layers, then experts with a selection bias and the shared
+ * expert; each projection's experts one after another. */
+static void
+add_llada2_specs (GArray *specs, const UmTestModelSpec *m)
+{
+  const guint hd = m->head_dim ? m->head_dim : m->d_model / m->n_heads;
+  const double sd = 1.0 / sqrt (m->d_model), sq = 1.0 / sqrt (m->n_heads * hd);
+  char name[256];
+
+  add_spec (specs, "model.word_embeddings.weight", m->vocab_size, m->d_model, 1.0, 0.0);
+  for (guint l = 0; l < m->n_layers; l++)
+    {
+#define ADD(suffix, r, c, sc, off) G_STMT_START { \
+        g_snprintf (name, sizeof name, "model.layers.%u.%s", l, suffix); \
+        add_spec (specs, name, r, c, sc, off); } G_STMT_END
+      ADD ("input_layernorm.weight", 0, m->d_model, 0.1, 1.0);
+      ADD ("attention.query_key_value.weight", (m->n_heads + 2 * m->n_kv_heads) * hd, m->d_model, 1.7 * sd, 0.0);
+      ADD ("attention.query_layernorm.weight", 0, hd, 0.1, 1.0);
+      ADD ("attention.key_layernorm.weight", 0, hd, 0.1, 1.0);
+      ADD ("attention.dense.weight", m->d_model, m->n_heads * hd, 1.7 * sq, 0.0);
+      ADD ("post_attention_layernorm.weight", 0, m->d_model, 0.1, 1.0);
+      if (l < m->n_dense_leading || m->n_experts == 0)
+        {
+          ADD ("mlp.gate_proj.weight", m->mlp_hidden, m->d_model, 1.7 * sd, 0.0);
+          ADD ("mlp.up_proj.weight", m->mlp_hidden, m->d_model, 1.7 * sd, 0.0);
+          ADD ("mlp.down_proj.weight", m->d_model, m->mlp_hidden, 1.7 / sqrt (m->mlp_hidden), 0.0);
+        }
+      else
+        {
+          static const char *const proj[] = { "gate_proj", "up_proj", "down_proj" };
+          const double sf = 1.0 / sqrt (m->expert_ffn);
+          ADD ("mlp.gate.weight", m->n_experts, m->d_model, 4.0 * sd, 0.0);
+          ADD ("mlp.gate.expert_bias", 0, m->n_experts, 0.05, 0.0);
+          for (guint i = 0; i < G_N_ELEMENTS (proj); i++)
+            for (guint e = 0; e < m->n_experts; e++)
+              {
+                char ename[128];
+                g_snprintf (ename, sizeof ename, "mlp.experts.%u.%s.weight", e, proj[i]);
+                if (i < 2)
+                  ADD (ename, m->expert_ffn, m->d_model, 1.7 * sd, 0.0);
+                else
+                  ADD (ename, m->d_model, m->expert_ffn, 1.7 * sf, 0.0);
+              }
+          if (m->shared_ffn > 0)
+            {
+              ADD ("mlp.shared_experts.gate_proj.weight", m->shared_ffn, m->d_model, 1.7 * sd, 0.0);
+              ADD ("mlp.shared_experts.up_proj.weight", m->shared_ffn, m->d_model, 1.7 * sd, 0.0);
+              ADD ("mlp.shared_experts.down_proj.weight", m->d_model, m->shared_ffn, 1.7 / sqrt (m->shared_ffn), 0.0);
+            }
+        }
+#undef ADD
+    }
+  add_spec (specs, "model.norm.weight", 0, m->d_model, 0.1, 1.0);
+  add_spec (specs, "lm_head.weight", m->vocab_size, m->d_model, 8.0 * sd, 0.0);
+}
+
 /* The tensors of a Dream, LLaDA-MoE or RND1 checkpoint, in the order of
  * the fixtures' files. */
 static void
 add_family_specs (GArray *specs, const UmTestModelSpec *m)
 {
+  if (m->arch == UM_ARCH_LLADA2)
+    {
+      add_llada2_specs (specs, m);
+      return;
+    }
   const guint hd = m->head_dim ? m->head_dim : m->d_model / m->n_heads;
   const double sd = 1.0 / sqrt (m->d_model), sq = 1.0 / sqrt (m->n_heads * hd);
   const gboolean moe = m->n_experts > 0, bias = m->arch == UM_ARCH_DREAM;
@@ -713,11 +801,18 @@ double
 um_test_f32_tolerance (const UmModel *model, const gint32 *ids, int L, const double *want,
                        const char *what)
 {
+  return um_test_f32_tolerance_blocks (model, ids, L, 0, want, what);
+}
+
+double
+um_test_f32_tolerance_blocks (const UmModel *model, const gint32 *ids, int L, int block, const double *want,
+                              const char *what)
+{
   g_autoptr(GError) error = NULL;
   g_autofree float *naive = g_new (float, (size_t) L * model->cfg.vocab_size);
   double err;
 
-  g_assert_true (um_ref32_forward (model, ids, L, naive, &error));
+  g_assert_true (um_ref32_forward_blocks (model, ids, L, block, naive, &error));
   g_assert_no_error (error);
   err = um_test_rel_error (naive, want, (size_t) L * model->cfg.vocab_size);
   g_test_message ("%s: naive float32 forward lands %.3g from float64; tolerance %.3g",

@@ -31,6 +31,9 @@ double      um_test_rel_error (const float *got, const double *want, size_t n);
  * float64 values are want (see um-test-util.c for the derivation). */
 double      um_test_f32_tolerance (const UmModel *model, const gint32 *ids, int L,
                                    const double *want, const char *what);
+/* The same for a block-causal forward of blocks of @block (0: none). */
+double      um_test_f32_tolerance_blocks (const UmModel *model, const gint32 *ids, int L, int block,
+                                          const double *want, const char *what);
 void        um_test_rmtree (const char *path);
 /* Copies a whole folder (not recursive). */
 void        um_test_copy_dir (const char *from, const char *to);
@@ -78,6 +81,14 @@ typedef struct {
   guint    n_experts;      /* 0: dense FFN of mlp_hidden */
   guint    n_experts_used;
   guint    expert_ffn;
+  /* LLaDA 2.x: leading dense layers (of mlp_hidden), expert groups, the
+   * shared expert's width (a multiple of expert_ffn) and the rotated share
+   * of each head (partial_rotary_factor). */
+  guint    n_dense_leading;
+  guint    n_expert_groups;
+  guint    n_groups_used;
+  guint    shared_ffn;
+  double   rotary_factor;
 } UmTestModelSpec;
 
 /* The tiny fixture's shape (vocab 512, special ids 506–511). */

@@ -176,8 +176,9 @@ snapshot_current_block (UmDiffusionView *self,
                         GtkSnapshot     *snapshot,
                         const Palette   *pal)
 {
-  int start = self->current_block * self->block_length;
-  int end = MIN (start + self->block_length, self->gen_length);
+  int start = MAX (self->current_block * self->block_length - self->block_offset, 0);
+  int end = MIN (self->current_block * self->block_length - self->block_offset + self->block_length,
+                 self->gen_length);
   int i = start;
 
   while (i < end)

@@ -77,6 +77,7 @@ struct _UmDiffusionView {
   /* The run as recorded. */
   gboolean         has_run;
   int              prompt_len, gen_length, block_length, n_steps;
+  int              block_offset;   /* blocks start where (i + block_offset) % block_length == 0 */
   GArray          *commits;       /* Commit, all steps in order */
   GArray          *step_ends;     /* guint: end of step k's commits */
   gboolean         warned;        /* bad input was reported for this run */

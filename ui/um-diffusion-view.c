@@ -236,7 +236,7 @@ flow (UmDiffusionView *self, int width, gboolean store)
     {
       Cell *cell = &self->cells[i];
       const Glyph *glyph = cell_filled (cell) ? um_diffusion_view_cell_glyph (self, cell) : NULL;
-      gboolean boundary = i > 0 && i % self->block_length == 0;
+      gboolean boundary = i > 0 && (i + self->block_offset) % self->block_length == 0;
       int w = glyph != NULL ? glyph->width : self->mask_w;
       int gap = CELL_GAP;
 
@@ -465,7 +465,7 @@ show_step (UmDiffusionView *self, int step)
 
   self->current_block = -1;
   if (step >= 0 && ends[step] > (step > 0 ? ends[step - 1] : 0))
-    self->current_block = commits[step > 0 ? ends[step - 1] : 0].pos / self->block_length;
+    self->current_block = (commits[step > 0 ? ends[step - 1] : 0].pos + self->block_offset) / self->block_length;
 
   invalidate_flow (self);
   schedule_accessible (self);
@@ -926,9 +926,20 @@ um_diffusion_view_reset (UmDiffusionView *self,
   self->prompt_len = MAX (prompt_len, 0);
   /* No (or a bad) block length: one block, no boundaries. */
   self->block_length = block_length > 0 ? block_length : MAX (gen_length, 1);
+  self->block_offset = 0;
   set_n_steps (self, MAX (n_steps, 0));
   set_following_internal (self, TRUE);
   g_object_thaw_notify (G_OBJECT (self));
+}
+
+void
+um_diffusion_view_set_block_offset (UmDiffusionView *self,
+                                    int              offset)
+{
+  g_return_if_fail (UM_IS_DIFFUSION_VIEW (self));
+
+  self->block_offset = self->block_length > 0 ? CLAMP (offset, 0, self->block_length - 1) : 0;
+  invalidate_flow (self);
 }
 
 void
@@ -941,6 +952,7 @@ um_diffusion_view_clear (UmDiffusionView *self)
   self->has_run = FALSE;
   self->prompt_len = 0;
   self->block_length = 1;
+  self->block_offset = 0;
   set_n_steps (self, 0);
   set_following_internal (self, TRUE);
   g_object_thaw_notify (G_OBJECT (self));

@@ -37,6 +37,11 @@ void       um_diffusion_view_reset (UmDiffusionView *self,
                                     int              gen_length,
                                     int              block_length,
                                     int              n_steps);
+/* Blocks aligned to the canvas's start rather than the answer's (LLaDA 2
+ * counts blocks from position 0): the first block boundary falls at answer
+ * position block_length − @offset (offset = prompt length % block_length). */
+void       um_diffusion_view_set_block_offset (UmDiffusionView *self,
+                                               int              offset);
 /* Clears the view to its empty state (no run). */
 void       um_diffusion_view_clear (UmDiffusionView *self);
 

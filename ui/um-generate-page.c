@@ -457,6 +457,9 @@ on_step (const UmStepEvent *ev, gpointer user_data)
       self->laid_out = TRUE;
       um_diffusion_view_reset (self->view, ev->prompt_len, ev->seq_len - ev->prompt_len, self->run_block_length,
                                ev->n_steps);
+      /* LLaDA 2's blocks are aligned to the canvas's start. */
+      if (um_arch_info (self->arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL && self->run_block_length > 0)
+        um_diffusion_view_set_block_offset (self->view, ev->prompt_len % self->run_block_length);
     }
   if (!self->fixed_seen)
     show_fixed (self, ev);
@@ -777,6 +780,11 @@ update_family (UmGeneratePage *self)
       description = _("RND1’s schedule: each step keeps the most uncertain positions masked and commits the rest.");
       temperature = _("Scales the uncertainty that decides which positions wait; without Greedy Tokens it also "
                       "samples the tokens");
+      break;
+    case UM_SCHEDULE_BLOCK_CAUSAL:
+      description = _("LLaDA 2’s schedule: blocks are decoded in turn, each seeing only the blocks before it; a "
+                      "step commits every position above the threshold, or else its share of the most confident.");
+      temperature = _("0 always picks the most likely token");
       break;
     case UM_SCHEDULE_BLOCK:
     default:

@@ -19,7 +19,7 @@ struct _UmOptimizerPage {
 
   /* template */
   AdwActionRow     *gpu_row, *ram_row, *cpu_row;
-  AdwComboRow      *mode_row, *level_row, *format_row;
+  AdwComboRow      *mode_row, *level_row, *format_row, *experts_row;
   GtkStringList    *format_list;
   AdwExpanderRow   *knobs_row;
   AdwActionRow     *layers_row, *zstd_row;
@@ -32,6 +32,10 @@ struct _UmOptimizerPage {
   GtkWidget        *loaded_list;
   AdwActionRow     *loaded_row;
   AdwPreferencesGroup *plan_group;
+  GtkWidget        *offer_list;      /* "Keep the routed experts in RAM": shown when that fits and this does not */
+  AdwActionRow     *offer_row;
+  GtkButton        *offer_button;
+  UmExpertPlacement offer;           /* what Use selects */
   GtkButton        *optimize_button, *apply_button, *restore_button, *undo_button;
   GtkListBox       *history_list;
 

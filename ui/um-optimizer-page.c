@@ -186,13 +186,28 @@ um_optimizer_page_read_options (UmOptimizerPage *self, UmMemOptions *o)
   o->prune_heads = gtk_spin_button_get_value (self->heads_spin) / 100.0;
   o->prune_ffn = gtk_spin_button_get_value (self->ffn_spin) / 100.0;
   o->row_chunk = gtk_spin_button_get_value_as_int (self->chunk_spin);
+  /* The rows are in UmExpertPlacement's order. */
+  o->experts = (UmExpertPlacement) MIN (adw_combo_row_get_selected (self->experts_row), UM_EXPERTS_FETCH);
+  /* The experts' copy in RAM can be compressed too. */
+  if (o->experts == UM_EXPERTS_HOST || o->experts == UM_EXPERTS_FETCH)
+    o->host_zstd = gtk_switch_get_active (self->zstd_switch);
+}
+
+/* Whether the zstd switch means something: layers streamed, or experts
+ * kept in RAM. */
+static gboolean
+zstd_applies (UmOptimizerPage *self)
+{
+  guint experts = adw_combo_row_get_selected (self->experts_row);
+  return selected_mode (self) == UM_MEM_EXTREME_AGGRESSIVE || experts == UM_EXPERTS_HOST
+         || experts == UM_EXPERTS_FETCH;
 }
 
 static gboolean
 options_are_defaults (const UmMemOptions *o)
 {
   return o->weight_format[0] == '\0' && o->resident_layers == 0 && !o->host_zstd && o->prune_heads == 0
-         && o->prune_ffn == 0 && o->row_chunk == 0;
+         && o->prune_ffn == 0 && o->row_chunk == 0 && o->experts == UM_EXPERTS_AUTO && o->expert_slots == 0;
 }
 
 static void
@@ -212,6 +227,7 @@ fill_controls (UmOptimizerPage *self, const UmMemOptions *o, guint64 budget)
   gtk_spin_button_set_value (self->heads_spin, o->prune_heads * 100.0);
   gtk_spin_button_set_value (self->ffn_spin, o->prune_ffn * 100.0);
   gtk_spin_button_set_value (self->chunk_spin, o->row_chunk);
+  adw_combo_row_set_selected (self->experts_row, (guint) o->experts);
   gtk_editable_set_text (GTK_EDITABLE (self->budget_row), budget_text);
   self->filling = FALSE;
 }
@@ -434,6 +450,62 @@ um_optimizer_page_get_model_summary (UmOptimizerPage *self)
   return adw_preferences_group_get_description (self->plan_group);
 }
 
+/* A mixture of experts whose plan does not fit with its routed experts on
+ * the device: offers the placement off it (the faster by the plan's time
+ * model) when that fits. */
+static void
+update_offer (UmOptimizerPage *self, const UmMemOptions *o, const UmPlanShape *shape)
+{
+  const UmPlan *p = &self->plan;
+  UmMemOptions off = *o;
+  UmPlanTarget target;
+  UmPlan q;
+  g_autofree char *need = NULL, *cap = NULL, *subtitle = NULL;
+
+  if (p->fits || p->expert_bytes == 0 || p->experts != UM_EXPERTS_RESIDENT || p->device_capacity == 0)
+    return;
+  off.experts = p->expert_seconds[UM_EXPERTS_HOST] <= p->expert_seconds[UM_EXPERTS_FETCH] ? UM_EXPERTS_HOST
+                                                                                        : UM_EXPERTS_FETCH;
+  off.resident_layers = 0;
+  make_target (self, &target);
+  if (!um_plan_compute (self->model, &off, shape, &target, &q, NULL) || !q.fits
+      || q.device_peak > (1.0 - UM_OPTIMIZER_HEADROOM) * q.device_capacity)
+    return;
+  self->offer = off.experts;
+  need = um_format_bytes (q.device_peak);
+  cap = um_format_bytes (q.device_capacity);
+  subtitle = off.experts == UM_EXPERTS_HOST
+               /* Translators: e.g. "Computed by the processor: needs 620.5 MiB of 2.0 GiB" */
+               ? g_strdup_printf (_("Computed by the processor: needs %s of %s"), need, cap)
+               /* Translators: e.g. "Fetched into device slots as the tokens are routed: needs 650.1 MiB of 2.0 GiB" */
+               : g_strdup_printf (_("Fetched into device slots as the tokens are routed: needs %s of %s"), need, cap);
+  adw_action_row_set_subtitle (self->offer_row, subtitle);
+  gtk_widget_set_visible (self->offer_list, TRUE);
+}
+
+static void
+on_offer_clicked (UmOptimizerPage *self)
+{
+  /* The knobs then say it: the plan, Apply and the profile follow. */
+  adw_expander_row_set_expanded (self->knobs_row, TRUE);
+  adw_combo_row_set_selected (self->experts_row, (guint) self->offer);
+}
+
+const char *
+um_optimizer_page_get_offer (UmOptimizerPage *self)
+{
+  g_return_val_if_fail (UM_IS_OPTIMIZER_PAGE (self), NULL);
+  return gtk_widget_get_visible (self->offer_list) ? adw_action_row_get_subtitle (self->offer_row) : NULL;
+}
+
+void
+um_optimizer_page_use_offer (UmOptimizerPage *self)
+{
+  g_return_if_fail (UM_IS_OPTIMIZER_PAGE (self));
+  if (gtk_widget_get_visible (self->offer_list))
+    g_signal_emit_by_name (self->offer_button, "clicked");
+}
+
 static void
 update_plan (UmOptimizerPage *self)
 {
@@ -450,7 +522,9 @@ update_plan (UmOptimizerPage *self)
   else
     gtk_widget_add_css_class (GTK_WIDGET (self->budget_row), "error");
   gtk_widget_set_sensitive (GTK_WIDGET (self->layers_row), selected_mode (self) == UM_MEM_EXTREME_AGGRESSIVE);
-  gtk_widget_set_sensitive (GTK_WIDGET (self->zstd_row), selected_mode (self) == UM_MEM_EXTREME_AGGRESSIVE);
+  gtk_widget_set_sensitive (GTK_WIDGET (self->zstd_row), zstd_applies (self));
+  gtk_widget_set_visible (GTK_WIDGET (self->experts_row), self->model != NULL && self->model->cfg.n_experts > 0);
+  gtk_widget_set_visible (self->offer_list, FALSE);
   update_dirty (self);
   update_buttons (self);
 
@@ -507,6 +581,7 @@ update_plan (UmOptimizerPage *self)
   self->have_plan = TRUE;
   um_plan_bars_set_cuda (self->plan_bars, self->result->cuda);
   um_plan_bars_set_plan (self->plan_bars, &self->plan);
+  update_offer (self, &o, &shape);
   {
     g_autofree char *note = NULL;
     if (self->result->chosen >= 0)
@@ -1062,6 +1137,10 @@ um_optimizer_page_class_init (UmOptimizerPageClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, mode_row);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, level_row);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, format_row);
+  gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, experts_row);
+  gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, offer_list);
+  gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, offer_row);
+  gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, offer_button);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, format_list);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, knobs_row);
   gtk_widget_class_bind_template_child (widget_class, UmOptimizerPage, layers_row);
@@ -1121,6 +1200,8 @@ um_optimizer_page_init (UmOptimizerPage *self)
   g_signal_connect_swapped (self->ffn_spin, "value-changed", G_CALLBACK (on_knob_changed), self);
   g_signal_connect_swapped (self->chunk_spin, "value-changed", G_CALLBACK (on_knob_changed), self);
   g_signal_connect_swapped (self->zstd_switch, "notify::active", G_CALLBACK (on_knob_changed), self);
+  g_signal_connect_swapped (self->experts_row, "notify::selected", G_CALLBACK (on_knob_changed), self);
+  g_signal_connect_swapped (self->offer_button, "clicked", G_CALLBACK (on_offer_clicked), self);
   g_signal_connect_swapped (self->budget_row, "changed", G_CALLBACK (on_knob_changed), self);
   g_signal_connect_swapped (self, "map", G_CALLBACK (on_map), self);
 

@@ -74,6 +74,12 @@ const char *um_optimizer_page_get_status (UmOptimizerPage *self);
 /* The Memory Plan group's line about the model: family, parameters and, for
  * a mixture of experts, those one token uses. */
 const char *um_optimizer_page_get_model_summary (UmOptimizerPage *self);
+/* A mixture of experts that does not fit with its routed experts on the
+ * device: the offer to keep them in RAM ("Computed by the processor: needs
+ * X of Y"), or NULL when none is shown; Use takes it (the knobs then say
+ * it, and Apply saves it). */
+const char *um_optimizer_page_get_offer (UmOptimizerPage *self);
+void        um_optimizer_page_use_offer (UmOptimizerPage *self);
 /* The history list's rows, newest first. */
 GtkListBox *um_optimizer_page_get_history_list (UmOptimizerPage *self);
 /* Predicted against measured, once a model is loaded (or NULL). */

@@ -17,6 +17,7 @@ struct _UmPlanBars {
   GtkLabel    *fits_label;
   GtkGrid     *grid;
   GtkLabel    *host_label;
+  GtkLabel    *experts_label;
   GtkLabel    *note_label;
 
   GtkWidget   *names[UM_PLAN_N_COMPONENTS + 1];
@@ -44,6 +45,8 @@ um_plan_component_label (UmPlanComponent c)
     case UM_PLAN_BACKEND: return C_("plan component", "Backend");
     case UM_PLAN_PROCESS: return C_("plan component", "Program");
     case UM_PLAN_KV_CACHE: return C_("plan component", "KV cache");
+    case UM_PLAN_EXPERT_SLOTS: return C_("plan component", "Expert slots");
+    case UM_PLAN_EXPERTS: return C_("plan component", "Experts");
     case UM_PLAN_N_COMPONENTS:
     default: return "?";
     }
@@ -83,6 +86,7 @@ update (UmPlanBars *self)
       gtk_label_set_text (self->title_label, _("Nothing planned yet"));
       gtk_widget_set_visible (GTK_WIDGET (self->fits_label), FALSE);
       gtk_widget_set_visible (GTK_WIDGET (self->host_label), FALSE);
+      gtk_widget_set_visible (GTK_WIDGET (self->experts_label), FALSE);
       for (int i = 0; i <= TOTAL_ROW; i++)
         set_row_visible (self, i, FALSE);
       return;
@@ -151,6 +155,51 @@ update (UmPlanBars *self)
     gtk_label_set_text (self->host_label, text);
     gtk_widget_set_visible (GTK_WIDGET (self->host_label), TRUE);
   }
+  {
+    g_autofree char *text = um_plan_experts_text (p, self->cuda);
+    gtk_label_set_text (self->experts_label, text ? text : "");
+    gtk_widget_set_visible (GTK_WIDGET (self->experts_label), text != NULL);
+  }
+}
+
+char *
+um_plan_experts_text (const UmPlan *p, gboolean cuda)
+{
+  g_autofree char *bytes = NULL;
+  g_autofree char *zstd = NULL;
+
+  if (p->expert_bytes == 0)
+    return NULL;
+  bytes = um_format_bytes (p->expert_bytes);
+  if (p->experts != UM_EXPERTS_RESIDENT && p->options.host_zstd && p->zstd_ratio < 1.0)
+    /* Translators: how small the experts' compressed copy is, e.g. " (zstd: 73 % of their size)" */
+    zstd = g_strdup_printf (_(" (zstd: %.0f %% of their size)"), 100.0 * p->zstd_ratio);
+  switch (p->experts)
+    {
+    case UM_EXPERTS_HOST:
+      /* Translators: a mixture of experts' routed experts, e.g. "Routed experts (3.8 GiB) in RAM, computed by the processor" */
+      return g_strdup_printf (_("Routed experts (%s) in RAM%s, computed by the processor"), bytes, zstd ? zstd : "");
+    case UM_EXPERTS_FETCH:
+      /* Translators: e.g. "Routed experts (3.8 GiB) in RAM, fetched into 2 device slots as the tokens are routed" */
+      return g_strdup_printf (g_dngettext (GETTEXT_PACKAGE,
+                                           "Routed experts (%s) in RAM%s, fetched into %u device slot as the tokens are routed",
+                                           "Routed experts (%s) in RAM%s, fetched into %u device slots as the tokens are routed",
+                                           p->expert_slots),
+                              bytes, zstd ? zstd : "", p->expert_slots);
+    case UM_EXPERTS_RESIDENT:
+    case UM_EXPERTS_AUTO:
+    default:
+      return g_strdup_printf (cuda ? _("Routed experts (%s) on the GPU") : _("Routed experts (%s) in the device budget"),
+                              bytes);
+    }
+}
+
+const char *
+um_plan_bars_get_experts_text (UmPlanBars *self)
+{
+  g_return_val_if_fail (UM_IS_PLAN_BARS (self), NULL);
+
+  return gtk_widget_get_visible (GTK_WIDGET (self->experts_label)) ? gtk_label_get_text (self->experts_label) : NULL;
 }
 
 void
@@ -242,6 +291,7 @@ um_plan_bars_class_init (UmPlanBarsClass *klass)
   gtk_widget_class_bind_template_child (widget_class, UmPlanBars, fits_label);
   gtk_widget_class_bind_template_child (widget_class, UmPlanBars, grid);
   gtk_widget_class_bind_template_child (widget_class, UmPlanBars, host_label);
+  gtk_widget_class_bind_template_child (widget_class, UmPlanBars, experts_label);
   gtk_widget_class_bind_template_child (widget_class, UmPlanBars, note_label);
 }
 

@@ -26,6 +26,12 @@ const char *um_plan_bars_get_title (UmPlanBars *self);
 /* "Fits" / "Does not fit" as shown, or NULL with no plan. */
 const char *um_plan_bars_get_verdict (UmPlanBars *self);
 
+/* The line about a mixture of experts' routed experts under the bars, e.g.
+ * "Routed experts (3.8 GiB) in RAM, computed by the processor", or NULL. */
+const char *um_plan_bars_get_experts_text (UmPlanBars *self);
+/* That line for @p (NULL for a dense model); free with g_free. */
+char       *um_plan_experts_text (const UmPlan *p, gboolean cuda);
+
 /* A translated name for a plan component, e.g. "Activations". */
 const char *um_plan_component_label (UmPlanComponent c);
 /* Bytes as the optimizer shows them: binary units ("3.0 GiB"). */

@@ -795,13 +795,16 @@ um_family_has_option (UmArch arch, const char *property)
   };
   static const char * const timestep[] = { "fast-decoding", "constraints", NULL };
   static const char * const entropy[] = { "constraints", NULL };
+  /* LLaDA 2: its threshold rule and the exact cache of finished blocks. */
+  static const char * const block_causal[] = { "fast-decoding", "cache", "constraints", NULL };
   UmSchedule schedule = um_arch_info (arch)->schedule;
 
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     if (g_strcmp0 (property, key_names[k]) == 0)
       return um_gen_key_applies ((UmGenKey) k, arch);
   return g_strv_contains (schedule == UM_SCHEDULE_TIMESTEP ? timestep
-                          : schedule == UM_SCHEDULE_ENTROPY ? entropy : block, property);
+                          : schedule == UM_SCHEDULE_ENTROPY ? entropy
+                          : schedule == UM_SCHEDULE_BLOCK_CAUSAL ? block_causal : block, property);
 }
 
 void
@@ -831,6 +834,15 @@ um_gen_params_for_family (UmGenParams *p, UmArch arch)
     p->factor = 0.0;
   if (!um_family_has_option (arch, "fast-decoding"))
     p->threshold = 0.0;
+  /* LLaDA 2 always has its threshold rule and its exact cache: "off" is
+   * the family's defaults (um_gen_resolve_for () does the same). */
+  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL)
+    {
+      if (p->threshold == 0.0)
+        p->threshold = def.threshold;
+      if (p->cache == UM_CACHE_NONE)
+        p->cache = def.cache;
+    }
   if (!um_family_has_option (arch, "constraints"))
     {
       p->constraints = NULL;

@@ -275,18 +275,22 @@ cpu_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *w, UmBuf *out,
 }
 
 static gboolean
-cpu_rope (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int head_dim,
+cpu_rope (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int head_dim, int rope_dim,
           double theta, gboolean interleaved, GError **error)
 {
-  um_cpu_rope (x->data, rows, pos, n_heads, head_dim, theta, interleaved);
+  if (!um_backend_check_rope_dim ("cpu", head_dim, rope_dim, error))
+    return FALSE;
+  um_cpu_rope (x->data, rows, pos, n_heads, head_dim, rope_dim, theta, interleaved);
   return TRUE;
 }
 
 static gboolean
-cpu_attention (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, UmBuf *k, UmBuf *v,
-               int seq_len, int n_heads, int n_kv_heads, int head_dim, UmBuf *out, GError **error)
+cpu_attention (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, const gint32 *q_kv_len, UmBuf *k,
+               UmBuf *v, int seq_len, int n_heads, int n_kv_heads, int head_dim, UmBuf *out, GError **error)
 {
-  um_cpu_attention (q->data, nq, q_seq, k->data, v->data, seq_len, n_heads, n_kv_heads, head_dim,
+  if (!um_backend_check_kv_len ("cpu", q_kv_len, nq, seq_len, error))
+    return FALSE;
+  um_cpu_attention (q->data, nq, q_seq, q_kv_len, k->data, v->data, seq_len, n_heads, n_kv_heads, head_dim,
                     out->data);
   return TRUE;
 }

@@ -27,3 +27,29 @@ um_backend_check_copy (const char *backend, size_t buf_bytes, size_t offset, siz
     }
   return TRUE;
 }
+
+gboolean
+um_backend_check_rope_dim (const char *backend, int head_dim, int rope_dim, GError **error)
+{
+  if (rope_dim < 0 || rope_dim > head_dim || rope_dim % 2 != 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "%s: RoPE over %d of a head's %d values (must be even and no more)", backend, rope_dim, head_dim);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+gboolean
+um_backend_check_kv_len (const char *backend, const gint32 *q_kv_len, int nq, int seq_len, GError **error)
+{
+  for (int i = 0; q_kv_len != NULL && i < nq; i++)
+    if (q_kv_len[i] < 1 || q_kv_len[i] > seq_len)
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                     "%s: attention: query row %d sees %d keys (must be 1 to %d)", backend, i, q_kv_len[i],
+                     seq_len);
+        return FALSE;
+      }
+  return TRUE;
+}

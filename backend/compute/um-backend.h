@@ -81,14 +81,20 @@ typedef struct {
   gboolean (*rms_norm)  (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *w, float eps, UmBuf *out, GError **error);
   /* out[rows, w.rows] = x[rows, w.cols] · wᵀ, for any stored format of w. */
   gboolean (*matmul)    (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *w, UmBuf *out, GError **error);
-  /* In place on x[rows, n_heads*head_dim]; row i is at position pos[i]. */
+  /* In place on x[rows, n_heads*head_dim]; row i is at position pos[i].
+   * Only the first @rope_dim (even, ≤ head_dim) values of each head turn
+   * (partial RoPE); the rest are left as they are. */
   gboolean (*rope)      (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int head_dim,
-                         double theta, gboolean interleaved, GError **error);
-  /* Bidirectional attention. q[nq, H*hd]: query row i belongs to sequence
-   * q_seq[i] (rows of one sequence are contiguous); k, v[n_seq*L, Hkv*hd];
-   * out[nq, H*hd]. Never needs the whole L×L score matrix at once. */
-  gboolean (*attention) (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, UmBuf *k, UmBuf *v,
-                         int seq_len, int n_heads, int n_kv_heads, int head_dim, UmBuf *out, GError **error);
+                         int rope_dim, double theta, gboolean interleaved, GError **error);
+  /* Attention. q[nq, H*hd]: query row i belongs to sequence q_seq[i] (rows
+   * of one sequence are contiguous); k, v[n_seq*L, Hkv*hd]; out[nq, H*hd].
+   * @q_kv_len NULL: bidirectional, every row sees all seq_len keys of its
+   * sequence. Otherwise row i sees only the keys 0 … q_kv_len[i] − 1 of its
+   * sequence (1 ≤ q_kv_len[i] ≤ seq_len; block-causal masks). Host array.
+   * Never needs the whole L×L score matrix at once. */
+  gboolean (*attention) (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, const gint32 *q_kv_len,
+                         UmBuf *k, UmBuf *v, int seq_len, int n_heads, int n_kv_heads, int head_dim, UmBuf *out,
+                         GError **error);
   /* out = silu(gate) ⊙ up over n floats; out may be gate. */
   gboolean (*swiglu)    (UmBackend *be, UmBuf *gate, UmBuf *up, size_t n, UmBuf *out, GError **error);
   /* x += y over n floats. */
@@ -152,6 +158,12 @@ void       um_backend_free (UmBackend *be);
  * @buf_bytes? Sets an error naming @backend if not. */
 gboolean   um_backend_check_copy (const char *backend, size_t buf_bytes, size_t offset, size_t bytes,
                                   GError **error);
+/* For implementations: is @rope_dim even and within 0 … @head_dim? Is every
+ * key count of @q_kv_len (NULL: none) within 1 … @seq_len? Errors name
+ * @backend. */
+gboolean   um_backend_check_rope_dim (const char *backend, int head_dim, int rope_dim, GError **error);
+gboolean   um_backend_check_kv_len (const char *backend, const gint32 *q_kv_len, int nq, int seq_len,
+                                    GError **error);
 const char *um_backend_name (UmBackend *be);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmBackend, um_backend_free)

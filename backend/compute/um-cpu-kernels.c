@@ -165,20 +165,26 @@ um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, floa
 }
 
 void
-um_cpu_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim,
+um_cpu_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim, int rope_dim,
              double theta, gboolean interleaved)
 {
-  const int half = head_dim / 2;
-  g_autofree double *inv_freq = g_new (double, half);
+  /* Partial RoPE: the first rope_dim values of each head turn, as a head of
+   * that width would; the rest are left alone. */
+  const int half = rope_dim / 2;
+  g_autofree double *inv_freq = NULL;
+  g_autofree float *cs = NULL, *sn = NULL;
+
+  if (half <= 0 || rows <= 0)
+    return;
+  inv_freq = g_new (double, half);
   /* cos/sin per (row, frequency), computed in double so long positions keep
    * their accuracy, applied in float like the reference. */
-  g_autofree float *cs = g_new (float, (size_t) rows * half);
-  g_autofree float *sn = g_new (float, (size_t) rows * half);
-
+  cs = g_new (float, (size_t) rows * half);
+  sn = g_new (float, (size_t) rows * half);
   for (int i = 0; i < half; i++)
-    inv_freq[i] = pow (theta, -2.0 * i / head_dim);
+    inv_freq[i] = pow (theta, -2.0 * i / rope_dim);
 
-#pragma omp parallel for schedule(static) if (rows * n_heads * head_dim >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (rows * n_heads * rope_dim >= PAR_MIN)
   for (int64_t r = 0; r < rows; r++)
     {
       for (int i = 0; i < half; i++)
@@ -287,11 +293,14 @@ exp_shift_sum (float *sr, int64_t n, float mx)
   return sum;
 }
 
-/* Query rows per attention task: bounds the score block to 64 × L floats. */
+/* Query rows per attention task: bounds the score block to 64 × L floats.
+ * Under a mask (q_kv_len), a task also keeps its rows' key counts within
+ * ATT_CHUNK of each other: it multiplies by the keys its widest row sees,
+ * so each row costs at most ATT_CHUNK keys beyond its own. */
 #define ATT_CHUNK 64
 
 void
-um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq,
+um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 *q_kv_len,
                   const float *k, const float *v, int64_t seq_len,
                   int n_heads, int n_kv_heads, int head_dim, float *out)
 {
@@ -299,20 +308,28 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq,
   const int64_t kvstride = (int64_t) n_kv_heads * head_dim;
   const int group = n_heads / n_kv_heads;
   const float scale = 1.0f / sqrtf ((float) head_dim);
+  /* Per task: its first row, then the keys its widest row sees. */
   g_autoptr(GArray) chunks = g_array_new (FALSE, FALSE, sizeof (int64_t));
   int64_t n_chunks;
 
+#define KV_LEN(i) (q_kv_len != NULL ? (int64_t) q_kv_len[i] : seq_len)
   /* Runs of query rows of one sequence, cut into chunks. */
   for (int64_t i = 0; i < nq;)
     {
-      int64_t j = i;
-      while (j < nq && j - i < ATT_CHUNK && q_seq[j] == q_seq[i])
-        j++;
+      int64_t j = i, lo = KV_LEN (i), hi = lo;
+      while (j < nq && j - i < ATT_CHUNK && q_seq[j] == q_seq[i]
+             && MAX (hi, KV_LEN (j)) - MIN (lo, KV_LEN (j)) <= ATT_CHUNK)
+        {
+          lo = MIN (lo, KV_LEN (j));
+          hi = MAX (hi, KV_LEN (j));
+          j++;
+        }
       g_array_append_val (chunks, i);
+      g_array_append_val (chunks, hi);
       i = j;
     }
   g_array_append_val (chunks, nq);
-  n_chunks = chunks->len - 1;
+  n_chunks = chunks->len / 2;
 
 #pragma omp parallel if (nq * seq_len * (int64_t) head_dim * n_heads >= PAR_MIN)
   {
@@ -321,33 +338,40 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq,
     for (int h = 0; h < n_heads; h++)
       for (int64_t c = 0; c < n_chunks; c++)
         {
-          int64_t i0 = g_array_index (chunks, int64_t, c);
-          int64_t nb = g_array_index (chunks, int64_t, c + 1) - i0;
+          int64_t i0 = g_array_index (chunks, int64_t, 2 * c);
+          int64_t nk = g_array_index (chunks, int64_t, 2 * c + 1);
+          int64_t nb = g_array_index (chunks, int64_t, 2 * c + 2) - i0;
           int64_t s = q_seq[i0];
           int kvh = h / group;
           const float *qb = q + i0 * qstride + (int64_t) h * head_dim;
           const float *kb = k + s * seq_len * kvstride + (int64_t) kvh * head_dim;
           const float *vb = v + s * seq_len * kvstride + (int64_t) kvh * head_dim;
 
-          cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, nb, seq_len, head_dim,
-                       scale, qb, qstride, kb, kvstride, 0.0f, scores, seq_len);
+          /* Only the nk keys some row of the task sees are multiplied. */
+          cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, head_dim,
+                       scale, qb, qstride, kb, kvstride, 0.0f, scores, nk);
           for (int64_t r = 0; r < nb; r++)
             {
-              float *sr = scores + r * seq_len;
+              float *sr = scores + r * nk;
+              const int64_t n = KV_LEN (i0 + r);
               float mx = -INFINITY, sum;
-              for (int64_t j = 0; j < seq_len; j++)
+              for (int64_t j = 0; j < n; j++)
                 mx = MAX (mx, sr[j]);
-              sum = exp_shift_sum (sr, seq_len, mx);
+              sum = exp_shift_sum (sr, n, mx);
               float inv = 1.0f / sum;
-              for (int64_t j = 0; j < seq_len; j++)
+              for (int64_t j = 0; j < n; j++)
                 sr[j] *= inv;
+              /* Keys this row must not see weigh exactly 0. */
+              for (int64_t j = n; j < nk; j++)
+                sr[j] = 0.0f;
             }
-          cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, head_dim, seq_len,
-                       1.0f, scores, seq_len, vb, kvstride, 0.0f,
+          cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, head_dim, nk,
+                       1.0f, scores, nk, vb, kvstride, 0.0f,
                        out + i0 * qstride + (int64_t) h * head_dim, qstride);
         }
     g_free (scores);
   }
+#undef KV_LEN
 }
 
 void
@@ -416,7 +440,7 @@ um_cpu_warm_up (void)
 
   for (int i = 0; i < L * H * HD; i++)
     q[i] = k[i] = v[i] = (float) (i % 7) * 0.01f;
-  um_cpu_attention (q, L, seq, k, v, L, H, H, HD, out);
+  um_cpu_attention (q, L, seq, NULL, k, v, L, H, H, HD, out);
   g_free (q);
   g_free (k);
   g_free (v);

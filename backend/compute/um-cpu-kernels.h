@@ -50,10 +50,14 @@ gboolean um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out
 
 void um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *out);
 
-void um_cpu_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim,
+/* The backend's rope op: the first @rope_dim values of each head turn. */
+void um_cpu_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim, int rope_dim,
                   double theta, gboolean interleaved);
 
-void um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq,
+/* The backend's attention op; @q_kv_len NULL or every value in 1 … seq_len.
+ * Masked keys are skipped, not weighted by 0 after the fact: a row costs
+ * the keys it sees (plus at most 64). */
+void um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 *q_kv_len,
                        const float *k, const float *v, int64_t seq_len,
                        int n_heads, int n_kv_heads, int head_dim, float *out);
 

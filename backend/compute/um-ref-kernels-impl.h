@@ -37,10 +37,12 @@ FN (rms_norm) (const REAL *x, int64_t rows, int64_t dim, const float *w, REAL ep
 }
 
 void
-FN (rope) (REAL *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim,
-             double theta, gboolean interleaved)
+FN (rope) (REAL *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim, int rope_dim,
+           double theta, gboolean interleaved)
 {
-  const int half = head_dim / 2;
+  /* Partial RoPE: only the first rope_dim values of a head turn, with the
+   * frequencies of a head of that width; the rest pass through. */
+  const int half = rope_dim / 2;
   for (int64_t r = 0; r < rows; r++)
     for (int h = 0; h < n_heads; h++)
       {
@@ -49,7 +51,7 @@ FN (rope) (REAL *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim,
           {
             /* The angle in double at every precision: float32 code also
              * computes it carefully (LLaDA's rope_full_precision). */
-            double angle = pos[r] * pow (theta, -2.0 * i / head_dim);
+            double angle = pos[r] * pow (theta, -2.0 * i / rope_dim);
             const REAL c = (REAL) cos (angle), s = (REAL) sin (angle);
             int a = interleaved ? 2 * i : i;
             int b = interleaved ? 2 * i + 1 : i + half;
@@ -61,7 +63,7 @@ FN (rope) (REAL *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim,
 }
 
 void
-FN (attention) (const REAL *q, const REAL *k, const REAL *v, int64_t seq_len,
+FN (attention) (const REAL *q, const REAL *k, const REAL *v, int64_t seq_len, const gint32 *kv_len,
                 int n_heads, int n_kv_heads, int head_dim, REAL *out)
 {
   const int64_t qs = (int64_t) n_heads * head_dim, kvs = (int64_t) n_kv_heads * head_dim;
@@ -72,8 +74,10 @@ FN (attention) (const REAL *q, const REAL *k, const REAL *v, int64_t seq_len,
       int kvh = h / (n_heads / n_kv_heads);
       for (int64_t i = 0; i < seq_len; i++)
         {
+          /* A masked key is simply absent: the softmax runs over the n seen. */
+          const int64_t n = kv_len != NULL ? kv_len[i] : seq_len;
           REAL mx = -INFINITY, sum = 0;
-          for (int64_t j = 0; j < seq_len; j++)
+          for (int64_t j = 0; j < n; j++)
             {
               REAL s = 0;
               for (int d = 0; d < head_dim; d++)
@@ -81,7 +85,7 @@ FN (attention) (const REAL *q, const REAL *k, const REAL *v, int64_t seq_len,
               p[j] = s / R_SQRT ((REAL) head_dim);
               mx = MAX (mx, p[j]);
             }
-          for (int64_t j = 0; j < seq_len; j++)
+          for (int64_t j = 0; j < n; j++)
             {
               p[j] = R_EXP (p[j] - mx);
               sum += p[j];
@@ -89,7 +93,7 @@ FN (attention) (const REAL *q, const REAL *k, const REAL *v, int64_t seq_len,
           for (int d = 0; d < head_dim; d++)
             {
               REAL acc = 0;
-              for (int64_t j = 0; j < seq_len; j++)
+              for (int64_t j = 0; j < n; j++)
                 acc += p[j] * v[j * kvs + kvh * head_dim + d];
               out[i * qs + h * head_dim + d] = acc / sum;
             }
@@ -114,39 +118,84 @@ FN (add_bias) (REAL *x, int64_t rows, const UmWeight *b)
       x[r * b->cols + i] += bv[i];
 }
 
-/* One token's mixture of experts, as llama.cpp's build_moe_ffn: router
- * probabilities (softmax or sigmoid of x · routerᵀ), the top n_experts_used
- * by probability plus the selection bias (ties to the lower index), their
- * unbiased probabilities as weights, renormalised (sum clamped as llama.cpp
- * does) and scaled when the configuration says so, and out = Σ w_e ·
- * down_e (silu (gate_e x) · up_e x). */
+/* Group-limited routing (DeepSeek-V3, LLaDA 2.x): with n_expert_groups
+ * G > 1 the experts form G equal groups of consecutive indices; a group
+ * scores the sum of its two best selection scores, the n_groups_used best
+ * groups (ties to the lower index) stay and every expert of the others is
+ * marked taken, out of the top-k.  A configuration the loader should have
+ * refused (G not dividing E, fewer kept experts than k) keeps enough groups
+ * rather than read out of bounds. */
 static void
-FN (moe_ffn) (const UmModelConfig *c, const UmLayerWeights *W, const REAL *x, REAL *out)
+FN (limit_groups) (const UmModelConfig *c, guint E, const REAL *sel, gboolean *taken)
 {
-  const guint E = W->n_experts, K = c->n_experts_used;
-  const int64_t D = c->d_model, F = W->ffn;
+  const guint G = c->n_expert_groups;
+  guint S, keep;
+  g_autofree REAL *score = NULL;
+  g_autofree gboolean *kept = NULL;
+
+  if (G <= 1 || E % G != 0)
+    return;
+  S = E / G;
+  keep = MAX (MIN (c->n_groups_used, G), (c->n_experts_used + S - 1) / S);
+  if (keep >= G)
+    return;
+  score = g_new (REAL, G);
+  kept = g_new0 (gboolean, G);
+  for (guint g = 0; g < G; g++)
+    {
+      REAL b1 = -INFINITY, b2 = -INFINITY;
+      for (guint e = g * S; e < (g + 1) * S; e++)
+        if (sel[e] > b1)
+          {
+            b2 = b1;
+            b1 = sel[e];
+          }
+        else if (sel[e] > b2)
+          b2 = sel[e];
+      score[g] = S >= 2 ? b1 + b2 : b1;
+    }
+  for (guint n = 0; n < keep; n++)
+    {
+      guint best = G;
+      for (guint g = 0; g < G; g++)
+        if (!kept[g] && (best == G || score[g] > score[best]))
+          best = g;
+      kept[best] = TRUE;
+    }
+  for (guint e = 0; e < E; e++)
+    if (!kept[e / S])
+      taken[e] = TRUE;
+}
+
+/* One token's routing, as llama.cpp's build_moe_ffn: router probabilities
+ * (softmax or sigmoid of the router's logits z), the top n_experts_used by
+ * probability plus the selection bias (ties to the lower index) within the
+ * kept groups (limit_groups), their unbiased probabilities as weights,
+ * renormalised (sum clamped as llama.cpp does) and scaled when the
+ * configuration says so. */
+void
+FN (moe_route) (const UmModelConfig *c, guint E, const REAL *z, const float *bias, guint *chosen, REAL *w)
+{
+  const guint K = c->n_experts_used;
   g_autofree REAL *p = g_new (REAL, E), *sel = g_new (REAL, E);
-  g_autofree REAL *g = g_new (REAL, F), *u = g_new (REAL, F), *y = g_new (REAL, D);
-  g_autofree guint *chosen = g_new (guint, K);
   g_autofree gboolean *taken = g_new0 (gboolean, E);
-  g_autofree REAL *w = g_new (REAL, K);
   REAL mx = -INFINITY, sum = 0;
 
-  FN (matmul) (x, 1, &W->router, p);
   if (c->router_func == UM_ROUTER_SIGMOID)
     for (guint e = 0; e < E; e++)
-      p[e] = 1 / (1 + R_EXP (-p[e]));
+      p[e] = 1 / (1 + R_EXP (-z[e]));
   else
     {
       for (guint e = 0; e < E; e++)
-        mx = MAX (mx, p[e]);
+        mx = MAX (mx, z[e]);
       for (guint e = 0; e < E; e++)
-        sum += p[e] = R_EXP (p[e] - mx);
+        sum += p[e] = R_EXP (z[e] - mx);
       for (guint e = 0; e < E; e++)
         p[e] /= sum;
     }
   for (guint e = 0; e < E; e++)
-    sel[e] = p[e] + (W->router_bias.data != NULL ? ((const float *) W->router_bias.data)[e] : 0);
+    sel[e] = p[e] + (bias != NULL ? bias[e] : 0);
+  FN (limit_groups) (c, E, sel, taken);
   sum = 0;
   for (guint k = 0; k < K; k++)
     {
@@ -166,6 +215,23 @@ FN (moe_ffn) (const UmModelConfig *c, const UmLayerWeights *W, const REAL *x, RE
       if (c->router_scale != 1.0)
         w[k] *= (REAL) c->router_scale;
     }
+}
+
+/* One token's mixture of experts: out = Σ w_e · down_e (silu (gate_e x) ·
+ * up_e x) over the experts moe_route chooses, plus the shared expert's
+ * down (silu (gate x) · up x) unweighted. */
+static void
+FN (moe_ffn) (const UmModelConfig *c, const UmLayerWeights *W, const REAL *x, REAL *out)
+{
+  const guint E = W->n_experts, K = c->n_experts_used;
+  const int64_t D = c->d_model, F = W->ffn, Fs = W->sh_gate.data != NULL ? W->shared_ffn : 0;
+  g_autofree REAL *z = g_new (REAL, E);
+  g_autofree REAL *g = g_new (REAL, MAX (F, Fs)), *u = g_new (REAL, MAX (F, Fs)), *y = g_new (REAL, D);
+  g_autofree guint *chosen = g_new (guint, K);
+  g_autofree REAL *w = g_new (REAL, K);
+
+  FN (matmul) (x, 1, &W->router, z);
+  FN (moe_route) (c, E, z, W->router_bias.data, chosen, w);
   for (int64_t i = 0; i < D; i++)
     out[i] = 0;
   for (guint k = 0; k < K; k++)
@@ -180,11 +246,20 @@ FN (moe_ffn) (const UmModelConfig *c, const UmLayerWeights *W, const REAL *x, RE
       for (int64_t i = 0; i < D; i++)
         out[i] += w[k] * y[i];
     }
+  if (Fs > 0)
+    {
+      FN (matmul) (x, 1, &W->sh_gate, g);
+      FN (matmul) (x, 1, &W->sh_up, u);
+      FN (swiglu) (g, u, Fs, g);
+      FN (matmul) (g, 1, &W->sh_down, y);
+      for (int64_t i = 0; i < D; i++)
+        out[i] += y[i];
+    }
 }
 
 gboolean
-FN (forward) (const UmModel *model, const gint32 *ids, int seq_len, REAL *logits,
-              GError **error)
+FN (forward_blocks) (const UmModel *model, const gint32 *ids, int seq_len, int block_len, REAL *logits,
+                     GError **error)
 {
   const UmModelConfig *c = &model->cfg;
   const int64_t L = seq_len, D = c->d_model;
@@ -192,7 +267,27 @@ FN (forward) (const UmModel *model, const gint32 *ids, int seq_len, REAL *logits
   int64_t max_q = 0, max_kv = 0, max_f = 0;
   g_autofree REAL *x = NULL, *h = NULL, *q = NULL, *k = NULL, *v = NULL, *att = NULL;
   g_autofree REAL *g = NULL, *u = NULL;
-  g_autofree gint32 *pos = g_new (gint32, L);
+  const int rope_dim = c->rope_dim > 0 ? (int) c->rope_dim : hd;
+  g_autofree gint32 *pos = g_new (gint32, L), *kv_len = NULL;
+
+  if (block_len < 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "block length %d is negative", block_len);
+      return FALSE;
+    }
+  if (rope_dim > hd || rope_dim % 2 != 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "RoPE over %d of a head's %d values", rope_dim, hd);
+      return FALSE;
+    }
+  /* Block-causal: position t sees the keys of its block and the earlier
+   * ones, blocks of block_len from position 0. */
+  if (block_len > 0)
+    {
+      kv_len = g_new (gint32, L);
+      for (int64_t t = 0; t < L; t++)
+        kv_len[t] = (gint32) MIN (L, (t / block_len + 1) * block_len);
+    }
 
   /* Each layer has its own counts (pruned models): size for the widest. */
   for (guint l = 0; l < c->n_layers; l++)
@@ -241,9 +336,9 @@ FN (forward) (const UmModel *model, const gint32 *ids, int seq_len, REAL *logits
           FN (rms_norm) (q, L * H, hd, W->q_norm.data, (REAL) c->rms_eps, q);
           FN (rms_norm) (k, L * Hkv, hd, W->k_norm.data, (REAL) c->rms_eps, k);
         }
-      FN (rope) (q, L, pos, H, hd, c->rope_theta, c->rope_interleaved);
-      FN (rope) (k, L, pos, Hkv, hd, c->rope_theta, c->rope_interleaved);
-      FN (attention) (q, k, v, L, H, Hkv, hd, att);
+      FN (rope) (q, L, pos, H, hd, rope_dim, c->rope_theta, c->rope_interleaved);
+      FN (rope) (k, L, pos, Hkv, hd, rope_dim, c->rope_theta, c->rope_interleaved);
+      FN (attention) (q, k, v, L, kv_len, H, Hkv, hd, att);
       FN (matmul) (att, L, &W->wo, h);
       for (int64_t i = 0; i < L * D; i++)
         x[i] += h[i];
@@ -269,4 +364,10 @@ FN (forward) (const UmModel *model, const gint32 *ids, int seq_len, REAL *logits
   FN (rms_norm) (x, L, D, model->out_norm.data, (REAL) c->rms_eps, h);
   FN (matmul) (h, L, &model->output, logits);
   return TRUE;
+}
+
+gboolean
+FN (forward) (const UmModel *model, const gint32 *ids, int seq_len, REAL *logits, GError **error)
+{
+  return FN (forward_blocks) (model, ids, seq_len, 0, logits, error);
 }

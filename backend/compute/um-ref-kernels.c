@@ -67,9 +67,11 @@ um_ref32_weight_row (const UmWeight *w, uint64_t r, float *out)
 #define R_EXP expf
 void um_ref32_matmul (const float *x, int64_t m, const UmWeight *w, float *out);
 void um_ref32_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *out);
-void um_ref32_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim,
+void um_ref32_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim, int rope_dim,
                     double theta, gboolean interleaved);
-void um_ref32_attention (const float *q, const float *k, const float *v, int64_t seq_len,
+void um_ref32_attention (const float *q, const float *k, const float *v, int64_t seq_len, const gint32 *kv_len,
                          int n_heads, int n_kv_heads, int head_dim, float *out);
 void um_ref32_swiglu (const float *gate, const float *up, size_t n, float *out);
+void um_ref32_moe_route (const UmModelConfig *cfg, guint n_experts, const float *z, const float *bias,
+                         guint *chosen, float *weights);
 #include "um-ref-kernels-impl.h"

@@ -100,12 +100,24 @@ capacity_words (const UmOptimizeResult *r)
   return r->cuda ? g_strdup_printf ("the GPU's %s free", cap) : g_strdup_printf ("%s of available RAM", cap);
 }
 
+/* Where a mixture of experts' routed experts go when not on the device. */
+static const char *
+experts_words (const UmPlan *p)
+{
+  switch (p->experts)
+    {
+    case UM_EXPERTS_HOST: return "; routed experts in RAM, computed by the CPU";
+    case UM_EXPERTS_FETCH: return "; routed experts in RAM, fetched into device slots as routed";
+    default: return "";
+    }
+}
+
 static char *
 fit_words (const UmOptimizeResult *r, const UmPlan *p)
 {
   g_autofree char *need = size_str (p->device_peak);
   g_autofree char *where = capacity_words (r);
-  return g_strdup_printf ("%s of %s, %.0f %% kept free", need, where, r->headroom * 100);
+  return g_strdup_printf ("%s of %s, %.0f %% kept free%s", need, where, r->headroom * 100, experts_words (p));
 }
 
 UmOptimizeResult *
@@ -254,7 +266,8 @@ um_optimizer_profile (const UmOptimizeResult *r, const UmProfile *current)
   {
     g_autofree char *need = size_str (plan->device_peak);
     g_autofree char *where = capacity_words (r);
-    p->reason = g_strdup_printf ("optimize → %s (%s of %s)", um_mem_mode_to_string (plan->mode), need, where);
+    p->reason = g_strdup_printf ("optimize → %s (%s of %s%s)", um_mem_mode_to_string (plan->mode), need, where,
+                                 experts_words (plan));
   }
   return p;
 }

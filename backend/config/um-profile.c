@@ -128,7 +128,8 @@ mem_equal (const UmMemOptions *a, const UmMemOptions *b)
 {
   return a->mode == b->mode && strcmp (a->weight_format, b->weight_format) == 0
          && a->resident_layers == b->resident_layers && !a->host_zstd == !b->host_zstd
-         && a->prune_heads == b->prune_heads && a->prune_ffn == b->prune_ffn && a->row_chunk == b->row_chunk;
+         && a->prune_heads == b->prune_heads && a->prune_ffn == b->prune_ffn && a->row_chunk == b->row_chunk
+         && a->experts == b->experts && a->expert_slots == b->expert_slots;
 }
 
 static const UmProfileOverride *
@@ -217,6 +218,10 @@ add_mem (JsonBuilder *b, const UmMemOptions *m)
   json_builder_add_double_value (b, m->prune_ffn);
   json_builder_set_member_name (b, "row_chunk");
   json_builder_add_int_value (b, m->row_chunk);
+  json_builder_set_member_name (b, "experts");
+  json_builder_add_string_value (b, um_expert_placement_to_string (m->experts));
+  json_builder_set_member_name (b, "expert_slots");
+  json_builder_add_int_value (b, m->expert_slots);
   json_builder_end_object (b);
 }
 
@@ -435,6 +440,21 @@ read_mem (JsonNode *node, const char *where, UmMemOptions *m, GError **error)
         ok = read_double (v, at, &m->prune_ffn, error);
       else if (g_str_equal (key, "row_chunk"))
         ok = read_int32 (v, at, -1, 1 << 24, &m->row_chunk, error);
+      else if (g_str_equal (key, "experts"))
+        {
+          const char *s = read_string (v, at, error);
+          if (s == NULL)
+            return FALSE;
+          if (!um_expert_placement_from_string (s, &m->experts))
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "“%s” must be auto, resident, host or fetch, not “%s”",
+                           at, s);
+              return FALSE;
+            }
+          ok = TRUE;
+        }
+      else if (g_str_equal (key, "expert_slots"))
+        ok = read_int32 (v, at, 0, 1 << 16, &m->expert_slots, error);
       else
         ok = unknown_key (where, key, error);
       if (!ok)

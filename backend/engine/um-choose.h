@@ -50,6 +50,9 @@ struct _UmChooseRule {
   int32_t  logits_eos_inf;          /* EOS at −inf before choosing */
   int32_t  confidence_eos_eot_inf;  /* EOT (and EOS at temperature 0) at −inf for the confidence */
   int32_t  remask_random;           /* the confidence is a uniform draw */
+  /* The confidence is p of x0 under softmax (l / T) at T > 0 (LLaDA 2.x's
+   * sampler), not under softmax (l) as LLaDA's. */
+  int32_t  conf_tempered;
 };
 
 /* The guided logit, in float as the sampler always computed it. Explicit
@@ -85,6 +88,8 @@ UM_CHOOSE_FN float
 um_choose_conf_logit (const UmChooseRule *r, float l, int32_t v)
 {
   l = um_choose_pick_logit (r, l, v);
+  if (r->conf_tempered && r->temperature > 0.0)
+    l = l / (float) r->temperature;
   if (r->confidence_eos_eot_inf
       && ((r->eot_id >= 0 && v == r->eot_id) || (r->temperature == 0.0 && r->eos_id >= 0 && v == r->eos_id)))
     return -INFINITY;

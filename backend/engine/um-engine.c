@@ -272,6 +272,9 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
   um_forward_options_init (&fo);
   fo.embed_on_host = p->embed_on_host;
   fo.row_chunk = MAX (p->options.row_chunk, 0);
+  fo.experts = p->experts;
+  fo.expert_zstd = p->experts != UM_EXPERTS_RESIDENT && p->options.host_zstd;
+  fo.expert_slots = p->expert_slots;
   if (p->stream_slots > 0)
     {
       lp->stage = p->options.host_zstd ? N_("Compressing the layers into host memory")
@@ -290,7 +293,11 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
       fo.stream_slots = p->stream_slots;
       fo.store = engine->store;
     }
-  lp->stage = target->cuda ? N_("Uploading the weights to the GPU") : N_("Preparing the weights");
+  if (p->experts == UM_EXPERTS_FETCH || fo.expert_zstd)
+    lp->stage = fo.expert_zstd ? N_("Compressing the experts into host memory")
+                               : N_("Copying the experts into host memory");
+  else
+    lp->stage = target->cuda ? N_("Uploading the weights to the GPU") : N_("Preparing the weights");
   lp->from = lp->to;
   lp->to = 1.0;
   engine->forward = um_forward_new_with (engine->model, engine->backend, &fo, on_stage_progress, lp,
@@ -301,7 +308,11 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
    * device then holds what the plan predicted from load on (what the app
    * shows as measured before the first answer), and a budget they do not
    * fit fails here rather than at the first step. */
-  um_plan_forward_shape (&options->shape, engine->backend->ops->choose != NULL, &shape);
+  {
+    UmPlanShape aligned = options->shape;
+    aligned.block_aligned |= engine->model->cfg.block_causal;
+    um_plan_forward_shape (&aligned, engine->backend->ops->choose != NULL, &shape);
+  }
   return um_forward_reserve (engine->forward, &shape, error);
 }
 
@@ -409,10 +420,11 @@ um_engine_get_memory (UmEngine *engine, UmEngineMemory *out)
   out->backend_overhead = mem.overhead;
   out->host_peak = um_process_peak_rss ();
   out->host_load_peak = engine->host_load_peak;
-  if (engine->store != NULL)
+  if (engine->store != NULL || um_forward_get_expert_store (engine->forward) != NULL)
     {
       UmLayerStoreStats st;
-      um_layer_store_get_stats (engine->store, &st);
+      um_layer_store_get_stats (engine->store != NULL ? engine->store : um_forward_get_expert_store (engine->forward),
+                                &st);
       out->host_store = st.stored_bytes;
       out->host_store_raw = st.raw_bytes;
     }

@@ -84,7 +84,7 @@ typedef struct {
   guint64 backend_overhead;
   guint64 host_peak;        /* this process's peak RSS */
   guint64 host_load_peak;   /* its peak RSS when loading ended */
-  guint64 host_store;       /* streamed layers' host copy */
+  guint64 host_store;       /* streamed layers' host copy, or the routed experts' */
   guint64 host_store_raw;   /* the same before compression */
   double  seconds_load;
   gboolean cached;          /* the converted weights came from the cache */

@@ -4,6 +4,8 @@
 
 #include "um-choose.h"
 #include "um-error.h"
+#include "um-expert-store.h"
+#include "um-forward-experts.h"
 #include "um-layer-store.h"
 #include "um-moe.h"
 #include "um-prefetch.h"
@@ -24,6 +26,7 @@ typedef struct {
   UmDevWeight *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
   /* NULL where the family or layer has none */
   UmDevWeight *bq, *bk, *bv, *q_norm, *k_norm, *router, *router_bias;
+  UmDevWeight *sh_gate, *sh_up, *sh_down;   /* the shared expert (LLaDA 2.x) */
   /* MoE layers: expert e's gate, up and down at [3e], [3e+1], [3e+2]
    * (slices of the stacked w_gate, w_up, w_down, which are then NULL). */
   UmDevWeight **experts;
@@ -70,15 +73,48 @@ struct _UmForward {
   int             kv_rows;        /* canvas rows the cache holds (n_seq·seq_len) */
   UmForwardStats  stats;
   UmMoeRouting    routing;        /* MoE: the current chunk's routing */
+  UmMoeRouting   *routes;         /* experts off the device: each chunk's routing of a layer */
+  int             n_routes;
   float          *host_router;    /* MoE: the router's logits of a chunk, downloaded */
   size_t          host_router_floats;
   float          *host_bias;      /* MoE: a layer's selection bias, downloaded once per pass */
+  /* Block-causal attention (cfg.block_causal): the generation's block
+   * length; 0 bidirectional. */
+  int             attn_block;
+  /* The routed experts when they are off the device (HOST, FETCH). */
+  UmForwardExperts *experts;
 };
 
 void
 um_forward_options_init (UmForwardOptions *options)
 {
   memset (options, 0, sizeof *options);
+}
+
+guint
+um_forward_expert_slots (const UmForwardOptions *options)
+{
+  return um_forward_experts_slots (options);
+}
+
+static const char *const placement_names[UM_EXPERTS_N_PLACEMENTS] = { "auto", "resident", "host", "fetch" };
+
+const char *
+um_expert_placement_to_string (UmExpertPlacement p)
+{
+  return (guint) p < UM_EXPERTS_N_PLACEMENTS ? placement_names[p] : "unknown";
+}
+
+gboolean
+um_expert_placement_from_string (const char *s, UmExpertPlacement *out)
+{
+  for (int i = 0; s != NULL && i < UM_EXPERTS_N_PLACEMENTS; i++)
+    if (g_ascii_strcasecmp (s, placement_names[i]) == 0)
+      {
+        *out = (UmExpertPlacement) i;
+        return TRUE;
+      }
+  return FALSE;
 }
 
 static gboolean
@@ -119,8 +155,9 @@ um_forward_free (UmForward *fw)
 {
   if (fw == NULL)
     return;
-  /* The copy thread first: it may be writing into a slot. */
+  /* The copy threads first: they may be writing into a slot. */
   g_clear_pointer (&fw->prefetcher, um_prefetcher_free);
+  g_clear_pointer (&fw->experts, um_forward_experts_free);
   for (guint s = 0; fw->stream != NULL && s < fw->opts.stream_slots; s++)
     {
       for (int i = 0; i < UM_LAYER_N_MATS; i++)
@@ -146,6 +183,9 @@ um_forward_free (UmForward *fw)
   g_free (fw->host_router);
   g_free (fw->host_bias);
   um_moe_routing_clear (&fw->routing);
+  for (int i = 0; i < fw->n_routes; i++)
+    um_moe_routing_clear (&fw->routes[i]);
+  g_free (fw->routes);
   for (guint l = 0; fw->layers != NULL && l < fw->model->cfg.n_layers; l++)
     g_free (fw->layers[l].experts);
   g_free (fw->layers);
@@ -235,7 +275,7 @@ typedef struct {
 static guint
 max_device_weights (const UmModel *model)
 {
-  return 3 + 16 * model->cfg.n_layers;
+  return 3 + 20 * model->cfg.n_layers;
 }
 
 /* The weights a forward with @o (embed_on_host resolved) loads onto the
@@ -280,12 +320,19 @@ device_weights (const UmModel *model, const UmForwardOptions *o, UmForward *fw, 
       ADD (&src->wo, &dst->wo, DW_LAYER);
       if (src->n_experts > 0)
         {
-          /* One device weight per expert slice: the products run per expert. */
-          for (int i = 0; i < 3; i++)
+          /* One device weight per expert slice: the products run per expert
+           * (off the device, um-forward-experts.c holds them). */
+          for (int i = 0; i < 3 && !um_forward_experts_off_device (model, o); i++)
             {
               const UmWeight *m = i == 0 ? &src->w_gate : i == 1 ? &src->w_up : &src->w_down;
               ADD (m, dst->experts + i, DW_LAYER);
               out[n - 1].n_experts = src->n_experts;
+            }
+          if (src->shared_ffn > 0)
+            {
+              ADD (&src->sh_gate, &dst->sh_gate, DW_LAYER);
+              ADD (&src->sh_up, &dst->sh_up, DW_LAYER);
+              ADD (&src->sh_down, &dst->sh_down, DW_LAYER);
             }
           continue;
         }
@@ -302,6 +349,17 @@ static guint64
 weight_bytes (const UmWeight *w)
 {
   return w->rows * w->row_bytes;
+}
+
+/* Building the experts' host copy, as a share of the load's progress. */
+static void
+on_experts_progress (double fraction, gpointer user_data)
+{
+  UmForward *fw = user_data;
+  double done = fw->loaded_bytes + fraction * um_model_expert_bytes (fw->model);
+
+  if (fw->progress_cb != NULL)
+    fw->progress_cb (done / MAX (fw->total_bytes, 1), fw->progress_data);
 }
 
 UmForward *
@@ -340,6 +398,15 @@ um_forward_new_with (UmModel                *model,
 
   if (streaming (fw) && !setup_streaming (fw, error))
     return NULL;
+  /* The experts first: their copy releases the file's pages it read. */
+  if (um_forward_experts_off_device (model, &fw->opts))
+    {
+      fw->total_bytes += um_model_expert_bytes (model);
+      fw->experts = um_forward_experts_new (model, backend, &fw->opts, on_experts_progress, fw, cancellable, error);
+      if (fw->experts == NULL)
+        return NULL;
+      fw->loaded_bytes += um_model_expert_bytes (model);
+    }
   for (guint i = 0; i < n_refs; i++)
     {
       if (refs[i].n_experts == 0)
@@ -386,7 +453,7 @@ arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_
   const gboolean moe = c->n_experts > 0;
   /* The FFN buffers hold a chunk of dense rows or one expert's group (at
    * most the chunk). */
-  const size_t F = MAX (c->mlp_hidden, moe ? c->expert_ffn : 0);
+  const size_t F = MAX (c->mlp_hidden, moe ? MAX (c->expert_ffn, c->shared_ffn) : 0);
   const size_t chunk = chunk_rows ((int) T, row_chunk);
   const size_t floats[N_SLOTS] = {
     [SLOT_X] = T * D,
@@ -514,6 +581,16 @@ um_forward_bytes (const UmModel          *model,
       const size_t chunk = chunk_rows (T, o.row_chunk), E = model->cfg.n_experts, k = model->cfg.n_experts_used;
       out->host_index += chunk * E * sizeof (float) + chunk * k * (2 * sizeof (gint32) + sizeof (float) + sizeof (double))
                          + (E + 1) * sizeof (int) + 3 * E * sizeof (double);
+      /* Off the device, every chunk of a layer is routed before its
+       * experts run: a routing per chunk. */
+      if (um_forward_experts_off_device (model, &o))
+        {
+          const size_t n_chunks = (T + chunk - 1) / chunk;
+          out->host_index += (n_chunks - 1) * (chunk * k * (2 * sizeof (gint32) + sizeof (float) + sizeof (double))
+                                               + (E + 1) * sizeof (int) + 3 * E * sizeof (double))
+                             + n_chunks * sizeof (UmMoeRouting);
+          um_forward_experts_bytes (model, &o, T, (int) chunk, out);
+        }
     }
 }
 
@@ -705,6 +782,9 @@ stream_layer (UmForward *fw, guint l, DevLayer *out, GError **error)
   out->w_gate = m[4];
   out->w_up = m[5];
   out->w_down = m[6];
+  out->sh_gate = W->shared_ffn > 0 ? m[7] : NULL;
+  out->sh_up = W->shared_ffn > 0 ? m[8] : NULL;
+  out->sh_down = W->shared_ffn > 0 ? m[9] : NULL;
 
   /* The next slot last held a layer whose ops (on a GPU, queued) must be
    * done before the copy overwrites it. */
@@ -776,6 +856,91 @@ moe_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xc, 
   return TRUE;
 }
 
+/* The shared expert (LLaDA 2.x): a SwiGLU FFN every token goes through,
+ * added unweighted beside the routed experts. */
+static gboolean
+shared_expert_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xc, UmBuf *hc, int c,
+                    UmBuf **b, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+
+  return matmul (fw, hc, c, L->sh_gate, &W->sh_gate, b[SLOT_GATE], error)
+         && matmul (fw, hc, c, L->sh_up, &W->sh_up, b[SLOT_UP], error)
+         && ops->swiglu (fw->be, b[SLOT_GATE], b[SLOT_UP], (size_t) c * W->shared_ffn, b[SLOT_GATE], error)
+         && matmul (fw, b[SLOT_GATE], c, L->sh_down, &W->sh_down, b[SLOT_EY], error)
+         && ops->add (fw->be, xc, b[SLOT_EY], (size_t) c * fw->model->cfg.d_model, error);
+}
+
+/* Chunk @r0's rows of @x (@c of them, @D floats each), as a view unless
+ * they are all of it (then *@v stays NULL). */
+static gboolean
+chunk_view (UmForward *fw, UmBuf *x, int r0, int c, int m, UmBuf **v, UmBuf **out, GError **error)
+{
+  const size_t row = (size_t) fw->model->cfg.d_model * sizeof (float);
+
+  *v = NULL;
+  *out = x;
+  if (c == m)
+    return TRUE;
+  *v = fw->be->ops->buf_view (fw->be, x, r0 * row, c * row, error);
+  *out = *v;
+  return *v != NULL;
+}
+
+/* A MoE layer whose routed experts are off the device: every chunk is
+ * normalized and routed first, then the experts run (each fetched once for
+ * the layer, um-forward-experts.c), then the shared expert chunk by chunk.
+ * Each row sees the resident forward's ops in its order: its norm, its
+ * experts' outputs added by expert, then the shared expert's. */
+static gboolean
+moe_layer_off_device (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, UmBuf *h, UmBuf **b,
+                      int m, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+  const UmModelConfig *cfg = &fw->model->cfg;
+  const int D = cfg->d_model, E = W->n_experts;
+  const int chunk = chunk_rows (m, fw->opts.row_chunk), n_chunks = (m + chunk - 1) / chunk;
+
+  if (n_chunks > fw->n_routes)
+    {
+      fw->routes = g_renew (UmMoeRouting, fw->routes, n_chunks);
+      for (int i = fw->n_routes; i < n_chunks; i++)
+        um_moe_routing_init (&fw->routes[i]);
+      fw->n_routes = n_chunks;
+    }
+  for (int q = 0; q < n_chunks; q++)
+    {
+      const int r0 = q * chunk, c = MIN (chunk, m - r0);
+      UmBuf *v[2] = { NULL, NULL }, *xc, *hc;
+      gboolean ok = chunk_view (fw, xr, r0, c, m, &v[0], &xc, error)
+                    && chunk_view (fw, h, r0, c, m, &v[1], &hc, error)
+                    && ops->rms_norm (fw->be, xc, c, D, L->ffn_norm, (float) cfg->rms_eps, hc, error)
+                    && host_router (fw, (size_t) c * E, error)
+                    && matmul (fw, hc, c, L->router, &W->router, b[SLOT_ROUTER], error)
+                    && ops->buf_download (fw->be, b[SLOT_ROUTER], 0, fw->host_router, (size_t) c * E * sizeof (float),
+                                          error);
+      free_views (fw, v, 2);
+      if (!ok)
+        return FALSE;
+      um_moe_route (cfg, fw->host_router, W->router_bias.data, c, &fw->routes[q]);
+    }
+  if (!um_forward_experts_run (fw->experts, (guint) (W - fw->model->layers), fw->routes, chunk, xr, h, m, b[SLOT_EX],
+                               b[SLOT_GATE], b[SLOT_UP], b[SLOT_EY], &fw->stats, error))
+    return FALSE;
+  for (int q = 0; q < n_chunks && W->shared_ffn > 0; q++)
+    {
+      const int r0 = q * chunk, c = MIN (chunk, m - r0);
+      UmBuf *v[2] = { NULL, NULL }, *xc, *hc;
+      gboolean ok = chunk_view (fw, xr, r0, c, m, &v[0], &xc, error)
+                    && chunk_view (fw, h, r0, c, m, &v[1], &hc, error)
+                    && shared_expert_rows (fw, L, W, xc, hc, c, b, error);
+      free_views (fw, v, 2);
+      if (!ok)
+        return FALSE;
+    }
+  return TRUE;
+}
+
 /* RMSNorm, the FFN (dense SwiGLU or mixture of experts) and the residual on
  * @m rows of @xr, @chunk rows at a time. */
 static gboolean
@@ -789,6 +954,8 @@ mlp_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, 
   const int chunk = chunk_rows (m, fw->opts.row_chunk);
   UmBuf *gate = b[SLOT_GATE], *up = b[SLOT_UP];
 
+  if (W->n_experts > 0 && fw->experts != NULL)
+    return moe_layer_off_device (fw, L, W, xr, h, b, m, error);
   for (int r0 = 0; r0 < m; r0 += chunk)
     {
       const int c = MIN (chunk, m - r0);
@@ -811,7 +978,8 @@ mlp_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, 
         UmBuf *xc = whole ? xr : v[0], *hc = whole ? h : v[1];
         ok = ops->rms_norm (be, xc, c, D, L->ffn_norm, eps, hc, error);
         if (ok && W->n_experts > 0)
-          ok = moe_rows (fw, L, W, xc, hc, c, b, error);
+          ok = moe_rows (fw, L, W, xc, hc, c, b, error)
+               && (W->shared_ffn == 0 || shared_expert_rows (fw, L, W, xc, hc, c, b, error));
         else if (ok)
           ok = matmul (fw, hc, c, L->w_gate, &W->w_gate, gate, error)
                && matmul (fw, hc, c, L->w_up, &W->w_up, up, error)
@@ -886,7 +1054,8 @@ finish_qk (UmForward *fw, UmBuf *x, int rows, const gint32 *pos, int n_heads, co
 
   return (bias == NULL || ops->add_bias (fw->be, x, rows, n_heads * hd, bias, error))
          && (norm == NULL || ops->rms_norm (fw->be, x, rows * n_heads, hd, norm, (float) c->rms_eps, x, error))
-         && ops->rope (fw->be, x, rows, pos, n_heads, hd, c->rope_theta, c->rope_interleaved, error);
+         && ops->rope (fw->be, x, rows, pos, n_heads, hd, c->rope_dim > 0 ? (int) c->rope_dim : hd, c->rope_theta,
+                       c->rope_interleaved, error);
 }
 
 /* q of @rows normalized rows @h, ready for attention. */
@@ -911,6 +1080,23 @@ kv_proj (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *h, in
          && finish_qk (fw, k, rows, pos, W->n_kv_heads, L->bk, L->k_norm, error);
 }
 
+/* Block-causal attention: how many keys (from position 0) each of @n query
+ * rows at positions @pos sees in a window of @seq_len: its block's end.
+ * NULL (every key) when the model or the generation has no blocks. */
+static gint32 *
+kv_lengths (const UmForward *fw, const gint32 *pos, int n, int seq_len)
+{
+  const int B = fw->attn_block;
+  gint32 *len;
+
+  if (!fw->model->cfg.block_causal || B <= 0)
+    return NULL;
+  len = g_new (gint32, MAX (n, 1));
+  for (int i = 0; i < n; i++)
+    len[i] = (gint32) MIN ((gint64) seq_len, ((gint64) pos[i] / B + 1) * B);
+  return len;
+}
+
 static gboolean
 forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, const gint32 *rows,
               int n, gboolean keep_kv, const HeadOut *dst, GCancellable *cancellable, GError **error)
@@ -924,6 +1110,7 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
   const gboolean subset = rows != NULL;
   g_autofree gint32 *index = g_new (gint32, pass_index_count (T, subset ? n : 0));
   gint32 *pos = index, *seq = index + T, *sel_pos = NULL, *sel_seq = NULL;
+  g_autofree gint32 *kv_all = NULL, *kv_sel = NULL;
 
   for (int t = 0; t < T; t++)
     {
@@ -939,7 +1126,9 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
           sel_pos[i] = pos[rows[i]];
           sel_seq[i] = seq[rows[i]];
         }
+      kv_sel = kv_lengths (fw, sel_pos, n, seq_len);
     }
+  kv_all = kv_lengths (fw, pos, T, seq_len);
 
   if (fw->opts.embed_on_host ? !embed_host (fw, ids, T, b[SLOT_X], error)
                              : !ops->embed (be, fw->tok_embd, ids, T, b[SLOT_X], error))
@@ -983,8 +1172,8 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
         }
       else if (!q_proj (fw, L, W, b[SLOT_H], T, pos, b[SLOT_Q], error))
         return FALSE;
-      if (!ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, kb, vb, seq_len, H, Hkv, hd,
-                           b[SLOT_ATT], error))
+      if (!ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, last ? kv_sel : kv_all, kb, vb, seq_len, H,
+                           Hkv, hd, b[SLOT_ATT], error))
         return FALSE;
       fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
       if (!matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
@@ -1118,11 +1307,16 @@ um_forward_reserve (UmForward *fw, const UmForwardShape *shape, GError **error)
   if (!grow_arena (fw, b.arena, error) || (b.kv_cache > 0 && !grow_kv (fw, b.kv_cache, error)))
     return FALSE;
   /* MoE: the router's logits of the largest chunk, now rather than in the
-   * first pass (the plan counts them in host_index). */
-  if (fw->model->cfg.n_experts > 0
-      && !host_router (fw, (size_t) chunk_rows (shape->n_seq * shape->seq_len, fw->opts.row_chunk)
-                           * fw->model->cfg.n_experts, error))
-    return FALSE;
+   * first pass (the plan counts them in host_index), and the host buffers
+   * of experts off the device. */
+  if (fw->model->cfg.n_experts > 0)
+    {
+      const int chunk = chunk_rows (shape->n_seq * shape->seq_len, fw->opts.row_chunk);
+      if (!host_router (fw, (size_t) chunk * fw->model->cfg.n_experts, error)
+          || (fw->experts != NULL
+              && !um_forward_experts_reserve (fw->experts, shape->n_seq * shape->seq_len, chunk, error)))
+        return FALSE;
+    }
   if (b.host_logits / sizeof (float) > fw->host_logits_floats)
     {
       g_free (fw->host_logits);
@@ -1154,6 +1348,7 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
   const float eps = (float) c->rms_eps;
   g_autofree gint32 *index = g_new (gint32, cached_index_count (m, n));
   gint32 *sub_ids = index, *pos = index + m, *seq = index + 2 * m, *sel = index + 3 * m;
+  g_autofree gint32 *kv_len = NULL;
   gboolean ok = TRUE;
 
   for (int i = 0; i < m; i++)
@@ -1175,6 +1370,7 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
         }
       sel[i] = s * len + (p - start);
     }
+  kv_len = kv_lengths (fw, pos, m, seq_len);
 
   if (fw->opts.embed_on_host ? !embed_host (fw, sub_ids, m, b[SLOT_X], error)
                              : !ops->embed (be, fw->tok_embd, sub_ids, m, b[SLOT_X], error))
@@ -1212,8 +1408,8 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
           free_views (fw, v, 4);
         }
       ok = ok
-           && ops->attention (be, b[SLOT_Q], m, seq, fw->kv_views[2 * l], fw->kv_views[2 * l + 1], seq_len, H, Hkv,
-                              hd, b[SLOT_ATT], error)
+           && ops->attention (be, b[SLOT_Q], m, seq, kv_len, fw->kv_views[2 * l], fw->kv_views[2 * l + 1], seq_len,
+                              H, Hkv, hd, b[SLOT_ATT], error)
            && matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
            && ops->add (be, b[SLOT_X], b[SLOT_H], (size_t) m * D, error)
            && mlp_rows (fw, L, W, b[SLOT_X], b[SLOT_H], b, m, error);
@@ -1411,6 +1607,111 @@ um_forward_choose_cached (UmForward          *fw,
     return FALSE;
   choose_on_host (fw, n_rows, &dst);
   return TRUE;
+}
+
+void
+um_forward_set_attention_block (UmForward *fw, int block_length)
+{
+  fw->attn_block = MAX (block_length, 0);
+}
+
+static gboolean
+logits_pass_window (UmForward     *fw,
+                    const gint32  *ids,
+                    int            canvas,
+                    int            window,
+                    int            start,
+                    const gint32  *rows,
+                    int            n_rows,
+                    const HeadOut *dst,
+                    GCancellable  *cancellable,
+                    GError       **error)
+{
+  const UmModelConfig *c = &fw->model->cfg;
+  gint64 t_start = g_get_monotonic_time ();
+  UmBuf *views[N_SLOTS] = { NULL };
+  ArenaLayout a;
+  gboolean ok;
+
+  if (window <= 0 || window > canvas || (guint) canvas > c->max_seq_len || start < 0 || start >= window
+      || rows == NULL || n_rows <= 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "forward: window %d from %d of a %d-token canvas is not a window, or no rows were asked for",
+                   window, start, canvas);
+      return FALSE;
+    }
+  for (int i = 0; i < n_rows; i++)
+    if (rows[i] < start || rows[i] >= window || (i > 0 && rows[i] <= rows[i - 1]))
+      {
+        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                     "forward: requested rows must be ascending and inside the computed part [%d, %d) (row %d)",
+                     start, window, rows[i]);
+        return FALSE;
+      }
+  /* Nothing kept for a canvas of this length: compute everything. */
+  if (fw->kv == NULL || fw->kv_views == NULL || fw->kv_rows != canvas)
+    {
+      if (!ensure_kv (fw, canvas, error))
+        return FALSE;
+      start = 0;
+    }
+  if (start == 0)
+    {
+      arena_layout (fw->model, 1, window, n_rows, fw->opts.row_chunk, &a);
+      ok = carve (fw, &a, views, error)
+           && forward_pass (fw, views, ids, 1, window, n_rows == window ? NULL : rows, n_rows, TRUE, dst,
+                            cancellable, error);
+    }
+  else
+    {
+      arena_layout (fw->model, 1, window - start, n_rows, fw->opts.row_chunk, &a);
+      ok = carve (fw, &a, views, error)
+           && cached_pass (fw, views, ids, 1, window, start, window, rows, n_rows, dst, cancellable, error);
+    }
+  free_views (fw, views, N_SLOTS);
+  return ok && count_pass (fw, n_rows, t_start);
+}
+
+gboolean
+um_forward_choose_window (UmForward          *fw,
+                          const gint32       *ids,
+                          int                 canvas,
+                          int                 window,
+                          int                 start,
+                          const gint32       *rows,
+                          int                 n_rows,
+                          const UmChooseRule *rule,
+                          const gint32       *positions,
+                          gint32             *out_ids,
+                          double             *out_conf,
+                          GCancellable       *cancellable,
+                          GError            **error)
+{
+  HeadOut dst;
+
+  if (rule->cfg_scale > 0.0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "forward: a window pass has no guidance");
+      return FALSE;
+    }
+  if (!choose_setup (fw, n_rows, rule, positions, out_ids, out_conf, &dst, error)
+      || !logits_pass_window (fw, ids, canvas, window, start, rows, n_rows, &dst, cancellable, error))
+    return FALSE;
+  choose_on_host (fw, n_rows, &dst);
+  return TRUE;
+}
+
+UmLayerStore *
+um_forward_get_expert_store (UmForward *fw)
+{
+  return um_forward_experts_get_store (fw->experts);
+}
+
+UmBackend *
+um_forward_get_host_backend (UmForward *fw)
+{
+  return um_forward_experts_get_host (fw->experts);
 }
 
 const UmForwardStats *

@@ -20,6 +20,11 @@ typedef struct {
   guint64 logit_rows;       /* LM-head rows computed */
   double  seconds_stream_wait; /* layer streaming: waiting for a slot's weights */
   guint64 layers_streamed;  /* layer copies into slots */
+  /* Routed experts off the device (UmExpertPlacement): */
+  guint64 experts_fetched;  /* experts put into slots (FETCH; HOST from a compressed copy) */
+  guint64 expert_bytes_fetched;
+  double  seconds_expert_wait;  /* waiting for an expert's slot */
+  double  seconds_experts_host; /* HOST: the experts' products on the host, transfers included */
 } UmForwardStats;
 
 UmForward *um_forward_new (UmModel   *model,
@@ -27,6 +32,29 @@ UmForward *um_forward_new (UmModel   *model,
                            GError   **error);
 
 typedef struct _UmLayerStore UmLayerStore;
+
+/* Where a mixture-of-experts model's routed experts live (attention, norms,
+ * router, selection bias and shared experts stay on the device anyway):
+ * they are most of its bytes and a small share of its work. */
+typedef enum {
+  /* Plans: resident when the model fits the device, else off it (HOST or
+   * FETCH, whichever the time model says is faster); the forward takes it
+   * for RESIDENT. */
+  UM_EXPERTS_AUTO,
+  UM_EXPERTS_RESIDENT,   /* every expert on the device */
+  /* In host memory (in place from the model's file, or a zstd copy) and
+   * computed by the host CPU: the routed rows go down, the experts' outputs
+   * come back up and are added on the device. */
+  UM_EXPERTS_HOST,
+  /* A host copy (raw or zstd); per layer, once routed, only the experts
+   * some row goes to are copied into device slots, the next one while the
+   * current one computes. */
+  UM_EXPERTS_FETCH,
+  UM_EXPERTS_N_PLACEMENTS
+} UmExpertPlacement;
+
+const char *um_expert_placement_to_string (UmExpertPlacement p);
+gboolean    um_expert_placement_from_string (const char *s, UmExpertPlacement *out);
 
 /* How the weights are held (the memory modes of memory/um-plan.h). */
 typedef struct {
@@ -42,9 +70,18 @@ typedef struct {
   /* > 0: the MLP and the LM head run on at most this many rows at a time,
    * bounding their work buffers whatever the canvas. */
   int           row_chunk;
+  /* MoE models: where the routed experts live. HOST and FETCH are not
+   * combined with layer streaming. */
+  UmExpertPlacement experts;
+  /* The experts' host copy zstd-compressed (FETCH, HOST), decoded per
+   * fetch; FETCH's copy is raw otherwise, HOST's the model's own bytes. */
+  gboolean      expert_zstd;
+  guint         expert_slots;   /* FETCH (and HOST with zstd): slots, ≥ 2; 0: 2 */
 } UmForwardOptions;
 
 void       um_forward_options_init (UmForwardOptions *options);
+/* The slots @options gives experts fetched into them (expert_slots or its default). */
+guint      um_forward_expert_slots (const UmForwardOptions *options);
 
 /* Progress of making the weights available to the backend (uploading them
  * to a GPU takes seconds): @fraction of the weight bytes done. */
@@ -92,6 +129,10 @@ typedef struct {
   guint64 host_embedding;  /* decoded rows and one stored row (table on the host) */
   guint64 host_logits;     /* logits downloaded to choose from on the host */
   guint64 host_index;      /* a pass's position, sequence and row arrays */
+  /* Routed experts off the device: */
+  guint64 expert_slots;    /* FETCH's device slots */
+  guint64 host_experts;    /* HOST in place: the experts' bytes, read from the model's file */
+  guint64 host_expert_work;/* HOST: rows and outputs in host memory, slots of a compressed copy */
 } UmForwardBytes;
 
 void       um_forward_bytes (const UmModel          *model,
@@ -179,6 +220,40 @@ gboolean   um_forward_choose_cached (UmForward          *fw,
                                      double             *out_conf,
                                      GCancellable       *cancellable,
                                      GError            **error);
+
+/* Block-causal attention for models that have it (cfg.block_causal, LLaDA
+ * 2.x): blocks of @block_length aligned to position 0, a query sees the
+ * keys of its own block and earlier ones. 0 (the default): every key. The
+ * generation's block length; set before its passes. */
+void       um_forward_set_attention_block (UmForward *fw, int block_length);
+
+/* A step of a block-causal generation (one sequence): the first @window
+ * positions of @ids (a canvas of @canvas tokens, window ≤ canvas) under the
+ * block-causal mask. Positions [@start, window) run through the layers and
+ * their keys and values are kept; those of [0, start) are the ones kept by
+ * earlier calls on this canvas, which the caller guarantees unchanged since
+ * (under the block-causal mask they cannot change once their blocks are
+ * final). @start 0, or a canvas this forward has kept nothing for, computes
+ * the whole window. @rows (ascending, inside [start, window)) are chosen as
+ * um_forward_choose () does, without guidance. */
+gboolean   um_forward_choose_window (UmForward          *fw,
+                                     const gint32       *ids,
+                                     int                 canvas,
+                                     int                 window,
+                                     int                 start,
+                                     const gint32       *rows,
+                                     int                 n_rows,
+                                     const UmChooseRule *rule,
+                                     const gint32       *positions,
+                                     gint32             *out_ids,
+                                     double             *out_conf,
+                                     GCancellable       *cancellable,
+                                     GError            **error);
+
+/* The routed experts' host copy (FETCH, HOST with zstd), or NULL. */
+UmLayerStore         *um_forward_get_expert_store (UmForward *fw);
+/* The host CPU backend computing HOST's experts, or NULL. */
+UmBackend            *um_forward_get_host_backend (UmForward *fw);
 
 const UmForwardStats *um_forward_get_stats (UmForward *fw);
 void                  um_forward_reset_stats (UmForward *fw);

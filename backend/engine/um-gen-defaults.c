@@ -62,6 +62,10 @@ um_gen_key_applies (UmGenKey key, UmArch arch)
     case UM_SCHEDULE_ENTROPY:
       keys = common | UM_GEN_KEY_BIT (UM_GEN_KEY_GREEDY);
       break;
+    case UM_SCHEDULE_BLOCK_CAUSAL:
+      keys = UM_GEN_KEY_BIT (UM_GEN_KEY_GEN_LENGTH) | UM_GEN_KEY_BIT (UM_GEN_KEY_STEPS)
+             | UM_GEN_KEY_BIT (UM_GEN_KEY_BLOCK_LENGTH) | UM_GEN_KEY_BIT (UM_GEN_KEY_TEMPERATURE);
+      break;
     case UM_SCHEDULE_BLOCK:
     default:
       keys = block;
@@ -90,6 +94,18 @@ um_gen_params_init_for_arch (UmGenParams *p, UmArch arch)
       p->temperature = 0.1;
       p->greedy = FALSE;
       break;
+    case UM_SCHEDULE_BLOCK_CAUSAL:
+      /* LLaDA2MoeModelLM.generate (): blocks of 32 in 32 steps, threshold
+       * 0.95, greedy. Finished blocks are cached: exact under the
+       * block-causal mask (um-schedule-block-causal.c). The answer stops at
+       * EOS, so a longer budget than LLaDA's costs nothing once done. */
+      p->gen_length = 256;
+      p->steps = 32;
+      p->block_length = 32;
+      p->temperature = 0.0;
+      p->threshold = 0.95;
+      p->cache = UM_CACHE_PREFIX;
+      break;
     case UM_SCHEDULE_BLOCK:
     default:
       break;
@@ -112,6 +128,12 @@ um_gen_params_drop_foreign (UmGenParams *p, UmArch arch)
     return;
   p->logits_eos_inf = FALSE;
   p->confidence_eos_eot_inf = FALSE;
+  if (schedule == UM_SCHEDULE_BLOCK_CAUSAL)
+    {
+      p->factor = 0.0;
+      return;
+    }
+  p->eos_early_stop = FALSE;
   p->cache = UM_CACHE_NONE;
   p->factor = 0.0;
   if (schedule == UM_SCHEDULE_ENTROPY || p->alg == UM_ALG_ORIGIN)
@@ -269,8 +291,20 @@ um_gen_resolve_for (UmArch             arch,
       copy_key (&out->params, from, (UmGenKey) k);
       out->source[k] = source;
     }
+  /* LLaDA 2.x: its threshold rule and the (exact) cache of finished blocks
+   * unless the base says otherwise: threshold 0 is "the family's" (1
+   * commits by the counts alone); a caller that wants the uncached run
+   * sets the cache after resolving (unmask-cli's explicit --cache none). */
+  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL)
+    {
+      if (out->params.threshold == 0.0)
+        out->params.threshold = builtin.threshold;
+      if (out->params.cache == UM_CACHE_NONE)
+        out->params.cache = builtin.cache;
+    }
   /* Dream's README and RND1's API: as many steps as tokens. */
-  if (um_arch_info (arch)->schedule != UM_SCHEDULE_BLOCK && out->source[UM_GEN_KEY_STEPS] == UM_GEN_SOURCE_BUILTIN)
+  if (um_arch_info (arch)->schedule != UM_SCHEDULE_BLOCK && um_arch_info (arch)->schedule != UM_SCHEDULE_BLOCK_CAUSAL
+      && out->source[UM_GEN_KEY_STEPS] == UM_GEN_SOURCE_BUILTIN)
     out->params.steps = out->params.gen_length;
 }
 

@@ -37,9 +37,58 @@ reserve (UmMoeRouting *r, int n_tokens, int n_experts, int k)
     {
       r->cap_experts = n_experts;
       r->offset = g_renew (int, r->offset, n_experts + 1);
-      r->work = g_renew (double, r->work, 2 * (size_t) n_experts);
+      r->work = g_renew (double, r->work, 4 * (size_t) n_experts);
       r->fill = g_renew (int, r->fill, n_experts);
     }
+}
+
+/* Group-limited routing: with G = cfg->n_expert_groups > 1 the experts form
+ * G equal groups of consecutive indices, a group scores the sum of its two
+ * best selection scores, and the experts of all but the n_groups_used best
+ * groups (ties to the lower index) leave the choice (sel = −inf). A
+ * configuration the loader should have refused (G not dividing E, fewer
+ * kept experts than k) keeps enough groups rather than choose nothing.
+ * @score, @kept: G doubles of work space each. */
+static void
+limit_groups (const UmModelConfig *cfg, int E, double *sel, double *score, double *kept)
+{
+  const int G = (int) cfg->n_expert_groups;
+  int S, keep;
+
+  if (G <= 1 || E % G != 0)
+    return;
+  S = E / G;
+  keep = MAX (MIN ((int) cfg->n_groups_used, G), ((int) cfg->n_experts_used + S - 1) / S);
+  if (keep >= G)
+    return;
+  for (int g = 0; g < G; g++)
+    {
+      double b1 = -INFINITY, b2 = -INFINITY;
+      for (int e = g * S; e < (g + 1) * S; e++)
+        if (sel[e] > b1)
+          {
+            b2 = b1;
+            b1 = sel[e];
+          }
+        else if (sel[e] > b2)
+          b2 = sel[e];
+      score[g] = S >= 2 ? b1 + b2 : b1;
+    }
+  /* keep passes of a maximum over the groups not yet kept; strict > so
+   * that ties go to the lower index. */
+  for (int g = 0; g < G; g++)
+    kept[g] = 0.0;
+  for (int n = 0; n < keep; n++)
+    {
+      int best = -1;
+      for (int g = 0; g < G; g++)
+        if (kept[g] == 0.0 && (best < 0 || score[g] > score[best]))
+          best = g;
+      kept[best] = 1.0;
+    }
+  for (int e = 0; e < E; e++)
+    if (kept[e / S] == 0.0)
+      sel[e] = -INFINITY;
 }
 
 void
@@ -74,6 +123,7 @@ um_moe_route (const UmModelConfig *cfg, const float *logits, const float *bias, 
         }
       for (int e = 0; e < E; e++)
         sel[e] = p[e] + (bias != NULL ? (double) bias[e] : 0.0);
+      limit_groups (cfg, E, sel, r->work + 2 * E, r->work + 3 * E);
       /* k is small (≤ 8 in every released model): k passes of a maximum,
        * strict > so that ties go to the lower index, as a stable sort. */
       for (int j = 0; j < k; j++)

@@ -38,7 +38,9 @@ void um_moe_routing_clear (UmMoeRouting *r);
 /* Routes @n_tokens tokens from their router logits (@logits[t·E + e],
  * E = cfg->n_experts) by the configuration's rule: softmax or sigmoid of
  * the logits; the k = n_experts_used best by probability plus @bias (the
- * selection bias, NULL for none); weights the chosen experts' unbiased
+ * selection bias, NULL for none), inside the n_groups_used best of the
+ * cfg->n_expert_groups groups when there are groups (a group's score: the
+ * sum of its two best selection scores; ties to the lower index); weights the chosen experts' unbiased
  * probabilities, renormalised (sum clamped at 6.1035e-5, as llama.cpp)
  * when cfg->router_norm and scaled by cfg->router_scale. */
 void um_moe_route (const UmModelConfig *cfg, const float *logits, const float *bias, int n_tokens,

@@ -156,6 +156,8 @@ validate_no_block_options (const UmGenParams *p, const char *family, GError **er
     FAIL ("the block KV cache needs LLaDA's block schedule; %s's schedule has no blocks", family);
   if (p->factor > 0.0)
     FAIL ("%s's schedule has no factor rule (it is Fast-dLLM's rule for LLaDA's blocks)", family);
+  if (p->eos_early_stop)
+    FAIL ("eos_early_stop is LLaDA 2's; %s's schedule stops as its reference does", family);
   return TRUE;
 }
 
@@ -201,10 +203,34 @@ um_gen_params_validate_for (const UmGenParams *p,
       if (p->threshold > 0.0)
         FAIL ("%s's schedule has no threshold rule: each step's count is fixed by its entropy order", info->name);
       return TRUE;
+    case UM_SCHEDULE_BLOCK_CAUSAL:
+      if (p->block_length <= 0)
+        FAIL ("block_length must be positive (got %d)", p->block_length);
+      if ((gint64) um_block_causal_canvas (prompt_len, p) > (gint64) max_seq_len)
+        FAIL ("prompt (%d tokens) + gen_length (%d), rounded up to whole blocks of %d, exceeds the model's maximum "
+              "sequence length (%u)", prompt_len, p->gen_length, p->block_length, max_seq_len);
+      if (p->cfg_scale != 0.0)
+        FAIL ("%s's schedule has no classifier-free guidance (cfg_scale is LLaDA's)", info->name);
+      if (p->remasking != UM_REMASK_LOW_CONFIDENCE)
+        FAIL ("%s's schedule has no remasking strategy (remasking is LLaDA's)", info->name);
+      if (p->logits_eos_inf || p->confidence_eos_eot_inf)
+        FAIL ("%s's schedule has no EOS/EOT rules (logits_eos_inf and confidence_eos_eot_inf are LLaDA's)",
+              info->name);
+      if (p->factor > 0.0)
+        FAIL ("%s's schedule has no factor rule (it is Fast-dLLM's rule for LLaDA's blocks)", info->name);
+      if (p->alg_temp != 0.0)
+        FAIL ("%s's schedule has no alg_temp (it is Dream's)", info->name);
+      if (p->greedy)
+        FAIL ("%s has no greedy switch (it is RND1's): temperature 0 takes the arg-max", info->name);
+      if ((p->top_p != 0.0 && p->top_p != 1.0) || p->top_k != 0)
+        FAIL ("%s's schedule here has no top-p or top-k filter yet: use the temperature alone", info->name);
+      return TRUE;
     case UM_SCHEDULE_BLOCK:
     default:
       break;
     }
+  if (p->eos_early_stop)
+    FAIL ("eos_early_stop is LLaDA 2's; %s's schedule stops as its reference does", info->name);
   if (p->block_length <= 0)
     FAIL ("block_length must be positive (got %d)", p->block_length);
   if (p->gen_length % p->block_length != 0)
@@ -318,7 +344,8 @@ um_sampler_host_bytes (int n_seq, int canvas_len)
 guint64
 um_sampler_host_bytes_for (const UmModelConfig *cfg, int n_seq, int canvas_len)
 {
-  if (um_arch_info (cfg->arch)->schedule == UM_SCHEDULE_BLOCK)
+  if (um_arch_info (cfg->arch)->schedule == UM_SCHEDULE_BLOCK
+      || um_arch_info (cfg->arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL)
     return um_sampler_host_bytes (n_seq, canvas_len);
   return um_schedule_host_bytes (canvas_len, (int) cfg->vocab_size);
 }
@@ -446,6 +473,63 @@ forward_logits (gpointer data, const gint32 *ids, int seq_len, const gint32 *row
   return um_forward_logits (data, ids, 1, seq_len, rows, n_rows, logits, cancellable, error);
 }
 
+typedef struct {
+  UmForward   *fw;
+  UmChooseRule rule;
+} WindowChoose;
+
+static gboolean
+window_choose (gpointer data, const gint32 *ids, int canvas, int window, int start, const gint32 *rows, int n_rows,
+               guint64 step, gint32 *out_ids, double *out_conf, GCancellable *cancellable, GError **error)
+{
+  WindowChoose *w = data;
+
+  w->rule.step = step;
+  return um_forward_choose_window (w->fw, ids, canvas, window, start, rows, n_rows, &w->rule, rows, out_ids,
+                                   out_conf, cancellable, error);
+}
+
+/* LLaDA 2.x's block-causal schedule (um-schedule.h): the answer ends at
+ * its first EOS. */
+static gboolean
+block_causal_schedule (UmForward         *fw,
+                       const gint32      *prompt,
+                       int                prompt_len,
+                       const UmGenParams *p,
+                       UmStepFunc         step_cb,
+                       gpointer           user_data,
+                       GCancellable      *cancellable,
+                       GArray            *out_ids,
+                       int               *out_n_steps,
+                       GError           **error)
+{
+  UmModel *model = um_forward_get_model (fw);
+  const UmModelConfig *c = &model->cfg;
+  const int canvas = um_block_causal_canvas (prompt_len, p);
+  g_autofree gint32 *x = g_new (gint32, canvas);
+  WindowChoose w = { .fw = fw };
+  UmBlockCausalModel m = { .mask_id = c->mask_id, .eos_id = c->eos_id, .choose = window_choose, .choose_data = &w };
+  int n_ids = 0;
+  gboolean ok;
+
+  memcpy (x, prompt, sizeof (gint32) * prompt_len);
+  for (int i = prompt_len; i < canvas; i++)
+    x[i] = c->mask_id;
+  if (!place_constraints (model, p, x, prompt_len, error))
+    return FALSE;
+  w.rule.seed = p->seed;
+  w.rule.temperature = p->temperature;
+  w.rule.eos_id = c->eos_id;
+  w.rule.eot_id = c->eot_id;
+  w.rule.conf_tempered = TRUE;
+  um_forward_set_attention_block (fw, p->block_length);
+  ok = um_schedule_block_causal (&m, x, prompt_len, p, step_cb, user_data, cancellable, out_n_steps, &n_ids, error);
+  um_forward_set_attention_block (fw, 0);
+  if (ok)
+    g_array_append_vals (out_ids, x + prompt_len, n_ids);
+  return ok;
+}
+
 /* Dream's timestep and RND1's entropy schedules (um-schedule.h). */
 static gboolean
 other_schedule (UmForward         *fw,
@@ -544,6 +628,9 @@ um_sampler_generate_full (UmForward         *fw,
                      "prompt token %d at position %d is outside the vocabulary (%d)", prompt[i], i, V);
         return FALSE;
       }
+  if (um_arch_info (c->arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL)
+    return block_causal_schedule (fw, prompt, prompt_len, p, step_cb, user_data, cancellable, out_ids, out_n_steps,
+                                  error);
   if (um_arch_info (c->arch)->schedule != UM_SCHEDULE_BLOCK)
     return other_schedule (fw, prompt, prompt_len, p, step_cb, user_data, cancellable, out_ids, out_n_steps,
                            error);

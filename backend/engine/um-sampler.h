@@ -77,6 +77,9 @@ typedef struct {
   double      top_p;         /* in (0, 1): nucleus filter before the softmax; 0 or 1: off */
   int         top_k;         /* > 0: only the k largest logits; 0: off */
   gboolean    greedy;        /* RND1: argmax tokens; the temperature only scales the entropies */
+  /* LLaDA 2.x: stop as soon as a committed EOS has no mask before it (the
+   * reference's eos_early_stop), not only after the block holding it. */
+  gboolean    eos_early_stop;
 } UmGenParams;
 
 /* The reference chat defaults: 128 tokens, 128 steps, blocks of 32, greedy;

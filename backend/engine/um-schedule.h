@@ -130,6 +130,48 @@ gboolean um_schedule_entropy (const UmScheduleModel *m,
                               int                   *out_n_steps,
                               GError               **error);
 
+/* LLaDA 2.x's block-causal schedule (um-schedule-block-causal.c). The
+ * forward as it sees it: um_forward_choose_window () with the step's
+ * noise counter @step. */
+typedef gboolean (*UmWindowChooseFunc) (gpointer      data,
+                                        const gint32 *ids,
+                                        int           canvas,
+                                        int           window,
+                                        int           start,
+                                        const gint32 *rows,
+                                        int           n_rows,
+                                        guint64       step,
+                                        gint32       *out_ids,
+                                        double       *out_conf,
+                                        GCancellable *cancellable,
+                                        GError      **error);
+
+typedef struct {
+  gint32             mask_id;
+  gint32             eos_id;     /* < 0: none */
+  UmWindowChooseFunc choose;
+  gpointer           choose_data;
+} UmBlockCausalModel;
+
+/* The canvas: ⌈(prompt + gen_length) / block_length⌉ · block_length. */
+int      um_block_causal_canvas (int prompt_len, const UmGenParams *p);
+/* Steps per block: min (steps, gen_length). */
+int      um_block_causal_steps (const UmGenParams *p);
+
+/* @x: the canvas (um_block_causal_canvas () tokens: the prompt, then masks
+ * and the constraints' tokens), generated in place. @out_n_ids: the
+ * answer's length, up to its first EOS included, else gen_length. */
+gboolean um_schedule_block_causal (const UmBlockCausalModel *m,
+                                   gint32                   *x,
+                                   int                       prompt_len,
+                                   const UmGenParams        *p,
+                                   UmStepFunc                step_cb,
+                                   gpointer                  user_data,
+                                   GCancellable             *cancellable,
+                                   int                      *out_n_steps,
+                                   int                      *out_n_ids,
+                                   GError                  **error);
+
 /* Host bytes the timestep and entropy schedules allocate for a canvas of
  * @canvas_len over @vocab: the logits rows of every answer position, the
  * per-thread scratch and the position arrays. */

@@ -14,8 +14,10 @@
 #include "um-convert.h"
 #include "um-cpu-kernels.h"
 #include "um-error.h"
+#include "um-expert-store.h"
 #include "um-forward.h"
 #include "um-layer-store.h"
+#include "um-plan-experts.h"
 #include "um-quantize.h"
 #include "um-sampler.h"
 
@@ -106,6 +108,13 @@ um_mem_options_validate (const UmMemOptions *o, GError **error)
                    o->prune_heads * 100, o->prune_ffn * 100);
       return FALSE;
     }
+  if ((guint) o->experts >= UM_EXPERTS_N_PLACEMENTS || o->expert_slots < 0 || o->expert_slots == 1)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "experts are placed auto, resident, host or fetch, with at least 2 slots (asked %d)",
+                   o->expert_slots);
+      return FALSE;
+    }
   if (o->resident_layers < 0 || (o->resident_layers == 1))
     {
       g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
@@ -130,7 +139,7 @@ um_plan_component_name (UmPlanComponent c)
 {
   static const char *const names[UM_PLAN_N_COMPONENTS] = {
     "weights", "embedding", "stream_slots", "host_store", "activations", "logits", "sampler", "backend",
-    "process", "kv_cache",
+    "process", "kv_cache", "expert_slots", "experts",
   };
   return (guint) c < UM_PLAN_N_COMPONENTS ? names[c] : "unknown";
 }
@@ -459,9 +468,12 @@ weight_bytes (const UmWeight *w)
 }
 
 /* The CPU's product scratch grows to the largest any product of a pass
- * needs; it is host memory outside the budget. */
+ * needs; it is host memory outside the budget. @experts: with the routed
+ * experts' products (FALSE: without them, or only them with @only_experts;
+ * a host backend runs them apart). */
 static guint64
-cpu_scratch (const UmModel *m, UmProducts products, int T, int n, int chunk)
+cpu_scratch (const UmModel *m, UmProducts products, int T, int n, int chunk, gboolean experts,
+             gboolean only_experts)
 {
   const int mlp_rows = chunk > 0 ? MIN (T, chunk) : T;
   const int head_rows = chunk > 0 ? MIN (n, chunk) : n;
@@ -485,11 +497,19 @@ cpu_scratch (const UmModel *m, UmProducts products, int T, int n, int chunk)
         { &L->sh_down, L->sh_down.rows, mlp_rows },
       };
       for (guint i = 0; i < G_N_ELEMENTS (p); i++)
-        if (p[i].w->rows > 0)   /* a dense layer has no router */
+        {
+          /* gate, up and down of a MoE layer are its routed experts'
+           * (the shared expert stays on the device) */
+          gboolean expert = L->n_experts > 0 && i >= 4 && i <= 6;
+          if (p[i].w->rows == 0   /* a dense layer has no router */
+              || (expert && !experts && !only_experts) || (!expert && only_experts))
+            continue;
           best = MAX (best, um_cpu_matmul_scratch_bytes (p[i].w->dtype, p[i].rows, p[i].w->cols, p[i].m, products));
+        }
     }
-  best = MAX (best, um_cpu_matmul_scratch_bytes (m->output.dtype, m->output.rows, m->output.cols, head_rows,
-                                                 products));
+  if (!only_experts)
+    best = MAX (best, um_cpu_matmul_scratch_bytes (m->output.dtype, m->output.rows, m->output.cols, head_rows,
+                                                   products));
   return best;
 }
 
@@ -524,8 +544,14 @@ void
 um_plan_forward_shape (const UmPlanShape *shape, gboolean backend_chooses, UmForwardShape *out)
 {
   const int n_seq = shape->cfg ? 2 : 1;
-  const int L = shape->prompt_length + shape->gen_length;
-  const int block = MIN (shape->block_length > 0 ? shape->block_length : shape->gen_length, shape->gen_length);
+  int L = shape->prompt_length + shape->gen_length;
+  int block = MIN (shape->block_length > 0 ? shape->block_length : shape->gen_length, shape->gen_length);
+
+  if (shape->block_aligned && shape->block_length > 0)
+    {
+      block = shape->block_length;
+      L = (L + block - 1) / block * block;
+    }
 
   memset (out, 0, sizeof *out);
   out->n_seq = n_seq;
@@ -535,6 +561,14 @@ um_plan_forward_shape (const UmPlanShape *shape, gboolean backend_chooses, UmFor
   out->kv_cache = shape->kv_cache;
   out->guided = shape->cfg;
   out->backend_chooses = backend_chooses;
+}
+
+/* What a forward with @fb holds on the device, the backend's own included. */
+static guint64
+forward_device_bytes (const UmForwardBytes *fb, const UmPlanTarget *t)
+{
+  return fb->embedding + fb->norms + fb->head + fb->layers + fb->stream_slots + fb->expert_slots + fb->arena
+         + fb->kv_cache + (t->cuda ? t->backend_overhead : 0);
 }
 
 /* Totals of @p's components: the peaks while generating and while loading. */
@@ -557,9 +591,61 @@ plan_totals (UmPlan *p, const UmPlanTarget *t)
   p->host_load_peak = t->process_rss + (p->converts && !p->cached ? p->host_convert : 0);
   if (p->stream_slots > 0)
     p->host_load_peak = MAX (p->host_load_peak, t->process_rss + p->host[UM_PLAN_HOST_STORE] + p->host_store_build);
+  if (p->host_store_build > 0 && p->stream_slots == 0)   /* the experts' copy */
+    p->host_load_peak = MAX (p->host_load_peak, t->process_rss + p->host[UM_PLAN_EXPERTS] + p->host_store_build);
   p->fits = (p->device_capacity == 0 || p->device_peak <= p->device_capacity)
             && (t->host_available == 0
                 || MAX (p->host_peak, p->host_load_peak) - t->process_rss <= t->host_available);
+}
+
+/* Whether @p keeps a copy of the routed experts (FETCH; HOST compressed). */
+static gboolean
+experts_copied (const UmPlan *p)
+{
+  return p->experts == UM_EXPERTS_FETCH || (p->experts == UM_EXPERTS_HOST && p->options.host_zstd);
+}
+
+/* The routed experts' host side for @p (off the device) on @held, with
+ * @ratios for a zstd copy: the copy (or the file's pages read in place),
+ * HOST's work buffers and products' scratch, and what building the copy
+ * holds besides it (the source pages of one expert, the compressors). */
+static void
+plan_experts (UmPlan *p, const UmModel *held, const UmForwardBytes *fb, guint64 host_scratch,
+              const UmStoreRatios *ratios)
+{
+  const UmStoreCompression comp = p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW;
+
+  p->host[UM_PLAN_EXPERTS] = fb->host_experts + fb->host_expert_work + host_scratch;
+  p->host_store_build = 0;
+  p->zstd_ratio = 1.0;
+  p->zstd_measured = FALSE;
+  p->zstd_sampled_bytes = 0;
+  if (!experts_copied (p))
+    return;
+  p->expert_store = um_expert_store_predict_bytes (held, comp, ratios);
+  p->host[UM_PLAN_EXPERTS] += p->expert_store;
+  p->host_store_build = um_expert_slot_bytes (held) + um_expert_store_build_bytes (held, comp, ratios);
+  if (comp == UM_STORE_ZSTD)
+    {
+      p->zstd_ratio = um_expert_store_mean_ratio (held, ratios);
+      p->zstd_measured = ratios->measured;
+      p->zstd_sampled_bytes = ratios->sampled_bytes;
+    }
+}
+
+/* @p's experts' copy again, with zstd's @ratios measured on @held. */
+static void
+replan_experts (UmPlan *p, const UmModel *held, const UmStoreRatios *ratios)
+{
+  const UmStoreCompression comp = p->options.host_zstd ? UM_STORE_ZSTD : UM_STORE_RAW;
+
+  p->host[UM_PLAN_EXPERTS] -= p->expert_store;
+  p->expert_store = um_expert_store_predict_bytes (held, comp, ratios);
+  p->host[UM_PLAN_EXPERTS] += p->expert_store;
+  p->host_store_build = um_expert_slot_bytes (held) + um_expert_store_build_bytes (held, comp, ratios);
+  p->zstd_ratio = um_expert_store_mean_ratio (held, ratios);
+  p->zstd_measured = ratios->measured;
+  p->zstd_sampled_bytes = ratios->sampled_bytes;
 }
 
 /* The host store of @held (the model as streamed) with @ratios. */
@@ -594,7 +680,7 @@ um_plan_compute (const UmModel       *model,
   const int T = n_seq * L;
   const char *type;
   Shadow sh;
-  guint64 slot_bytes, other_device, usable;
+  guint64 slot_bytes, other_device, usable, host_scratch = 0;
   UmForwardOptions fo;
   UmForwardShape fs;
   UmForwardBytes fb;
@@ -618,7 +704,11 @@ um_plan_compute (const UmModel       *model,
     }
 
   /* A GPU backend chooses tokens itself; the CPU's leaves logits to the host. */
-  um_plan_forward_shape (shape, target->cuda, &fs);
+  {
+    UmPlanShape aligned = *shape;
+    aligned.block_aligned |= c->block_causal;
+    um_plan_forward_shape (&aligned, target->cuda, &fs);
+  }
   n = fs.n_rows;
   memset (plan, 0, sizeof *plan);
   plan->mode = options->mode;
@@ -657,15 +747,84 @@ um_plan_compute (const UmModel       *model,
       plan->host_convert = convert_transient (model, &sh.m, options);
     }
 
+  plan->device_capacity = target->device_budget ? target->device_budget : (target->cuda ? target->device_free : 0);
+  usable = (guint64) ((double) plan->device_capacity * (1.0 - target->headroom));
+
+  /* Routed experts: off the device when asked, or (AUTO) when the model
+   * does not fit it with them, in the placement the time model says is
+   * faster among those that fit; before any layer streaming, which they
+   * are not combined with. */
+  plan->experts = UM_EXPERTS_RESIDENT;
+  if (c->n_experts > 0)
+    {
+      UmPlanTarget rates = *target;
+      UmForwardBytes off[UM_EXPERTS_N_PLACEMENTS];
+      UmExpertPlacement want = options->experts;
+
+      const int chunk = fo.row_chunk > 0 ? MIN (T, fo.row_chunk) : T;
+
+      /* An expert's products see about its share of a chunk's routes. */
+      um_plan_calibrate_experts (&rates, &sh.m, MAX (1, chunk * (int) c->n_experts_used / (int) c->n_experts));
+      um_layer_store_estimate_ratios (&sh.m, &ratios);
+      um_plan_expert_seconds (&sh.m, &rates, T,
+                              options->host_zstd ? um_expert_store_mean_ratio (&sh.m, &ratios) : 1.0,
+                              plan->expert_seconds);
+      for (int e = UM_EXPERTS_HOST; e <= UM_EXPERTS_FETCH; e++)
+        {
+          UmForwardOptions x = fo;
+          x.experts = (UmExpertPlacement) e;
+          x.expert_zstd = options->host_zstd;
+          x.expert_slots = MAX (options->expert_slots, 0);
+          um_forward_bytes (&sh.m, &x, &fs, &off[e]);
+        }
+      if (want == UM_EXPERTS_AUTO)
+        {
+          const UmExpertPlacement fast = plan->expert_seconds[UM_EXPERTS_HOST] <= plan->expert_seconds[UM_EXPERTS_FETCH]
+                                         ? UM_EXPERTS_HOST : UM_EXPERTS_FETCH;
+          const UmExpertPlacement slow = fast == UM_EXPERTS_HOST ? UM_EXPERTS_FETCH : UM_EXPERTS_HOST;
+          want = UM_EXPERTS_RESIDENT;
+          if (plan->device_capacity > 0 && options->resident_layers == 0
+              && forward_device_bytes (&fb, target) > usable)
+            want = forward_device_bytes (&off[fast], target) <= usable || forward_device_bytes (&off[slow], target) > usable
+                   ? fast : slow;
+          /* Layer streaming is the last resort, when even that does not fit. */
+          if (want != UM_EXPERTS_RESIDENT && options->mode == UM_MEM_EXTREME_AGGRESSIVE
+              && forward_device_bytes (&off[want], target) > usable)
+            want = UM_EXPERTS_RESIDENT;
+        }
+      else if (want != UM_EXPERTS_RESIDENT && options->resident_layers > 0
+               && (guint) options->resident_layers < c->n_layers)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                       "experts off the device (%s) and layer streaming (%d resident layers) do not go together",
+                       um_expert_placement_to_string (want), options->resident_layers);
+          shadow_clear (&sh);
+          return FALSE;
+        }
+      plan->experts = want;
+      if (want != UM_EXPERTS_RESIDENT)
+        {
+          fo.experts = want;
+          fo.expert_zstd = options->host_zstd;
+          fo.expert_slots = MAX (options->expert_slots, 0);
+          fb = off[want];
+          if (want == UM_EXPERTS_FETCH)
+            plan->expert_slots = um_forward_expert_slots (&fo);
+        }
+    }
+  plan->options.experts = plan->experts;
+  plan->options.expert_slots = (int) plan->expert_slots;
+  plan->expert_bytes = um_model_expert_bytes (&sh.m);
+
   /* Streaming: as many slots as the device holds beside everything else,
    * within the headroom kept free, at least 2 (one computing, one
    * filling); all of them means resident. */
   slot_bytes = um_layer_slot_bytes (&sh.m);
   other_device = fb.embedding + fb.norms + fb.head + fb.arena + fb.kv_cache
                  + (target->cuda ? target->backend_overhead : 0);
-  plan->device_capacity = target->device_budget ? target->device_budget : (target->cuda ? target->device_free : 0);
-  usable = (guint64) ((double) plan->device_capacity * (1.0 - target->headroom));
-  if (options->mode == UM_MEM_EXTREME_AGGRESSIVE)
+  if (plan->experts != UM_EXPERTS_RESIDENT)
+    ;   /* every layer resident, its routed experts off the device */
+  else if (options->mode == UM_MEM_EXTREME_AGGRESSIVE)
     {
       guint k = 2;
       if (options->resident_layers > 0)
@@ -678,7 +837,7 @@ um_plan_compute (const UmModel       *model,
   else if (options->resident_layers > 0 && (guint) options->resident_layers < c->n_layers)
     plan->stream_slots = options->resident_layers;
   plan->options.resident_layers = plan->stream_slots ? (int) plan->stream_slots : (int) c->n_layers;
-  if (!plan->stream_slots)
+  if (!plan->stream_slots && plan->experts != UM_EXPERTS_FETCH && plan->experts != UM_EXPERTS_HOST)
     plan->options.host_zstd = FALSE;
   if (plan->stream_slots > 0)
     {
@@ -689,6 +848,7 @@ um_plan_compute (const UmModel       *model,
   plan->device[UM_PLAN_EMBEDDING] = fb.embedding;
   plan->device[UM_PLAN_WEIGHTS] = fb.norms + fb.head + fb.layers;
   plan->device[UM_PLAN_STREAM_SLOTS] = fb.stream_slots;
+  plan->device[UM_PLAN_EXPERT_SLOTS] = fb.expert_slots;
   plan->device[UM_PLAN_ACTIVATIONS] = fb.arena;
   plan->device[UM_PLAN_KV_CACHE] = fb.kv_cache;
   if (target->cuda)
@@ -696,16 +856,28 @@ um_plan_compute (const UmModel       *model,
 
   /* The host store: zstd's ratio is an estimate by type here (no weight is
    * read); um_plan_measure_store () measures it on the weights at load. */
+  um_layer_store_estimate_ratios (&sh.m, &ratios);
   if (plan->stream_slots > 0)
-    {
-      um_layer_store_estimate_ratios (&sh.m, &ratios);
-      plan_store (plan, &sh.m, &ratios, target);
-    }
+    plan_store (plan, &sh.m, &ratios, target);
+  {
+    const gboolean off = plan->experts != UM_EXPERTS_RESIDENT;
+    UmProducts products = target->products;
+    /* The products' scratch: the device's CPU backend without the experts
+     * when they are off it; HOST's own CPU backend for the experts. */
+    if (!target->cuda)
+      plan->host[UM_PLAN_BACKEND] = cpu_scratch (&sh.m, products, T, n, fo.row_chunk, !off, FALSE);
+    if (plan->experts == UM_EXPERTS_HOST)
+      {
+        if (target->cuda)
+          products = UM_PRODUCTS_AUTO;
+        host_scratch = cpu_scratch (&sh.m, products, T, n, fo.row_chunk, FALSE, TRUE);
+      }
+    if (off)
+      plan_experts (plan, &sh.m, &fb, host_scratch, &ratios);
+  }
   plan->host[UM_PLAN_EMBEDDING] = fb.host_embedding;
   plan->host[UM_PLAN_LOGITS] = fb.host_logits;
   plan->host[UM_PLAN_SAMPLER] = um_sampler_host_bytes_for (&sh.m.cfg, n_seq, L) + fb.host_index;
-  if (!target->cuda)
-    plan->host[UM_PLAN_BACKEND] = cpu_scratch (&sh.m, target->products, T, n, fo.row_chunk);
   plan->host[UM_PLAN_PROCESS] = target->process_rss;
 
   plan_totals (plan, target);
@@ -719,6 +891,14 @@ um_plan_measure_store (UmPlan *plan, const UmModel *held, const UmPlanTarget *ta
 {
   UmStoreRatios ratios;
 
+  if (experts_copied (plan) && plan->options.host_zstd && plan->stream_slots == 0)
+    {
+      if (!um_expert_store_measure_ratios (held, UM_LAYER_STORE_ZSTD_LEVEL, UM_PLAN_ZSTD_SAMPLE_BYTES, &ratios, error))
+        return FALSE;
+      replan_experts (plan, held, &ratios);
+      plan_totals (plan, target);
+      return TRUE;
+    }
   if (plan->stream_slots == 0 || !plan->options.host_zstd)
     return TRUE;
   if (!um_layer_store_measure_ratios (held, UM_LAYER_STORE_ZSTD_LEVEL, UM_PLAN_ZSTD_SAMPLE_BYTES, &ratios, error))

@@ -45,6 +45,12 @@ typedef struct {
   double    prune_heads;        /* structured pruning: fraction of attention heads, ≤ 0.3 */
   double    prune_ffn;          /* fraction of FFN neurons, ≤ 0.2 */
   int       row_chunk;          /* MLP / LM-head rows at a time: 0 the mode's, < 0 none */
+  /* MoE models: where the routed experts live (um-forward.h). AUTO: on the
+   * device when the model fits there, else in host memory, computed there
+   * or fetched per step as the time model says is faster, before any
+   * layer streaming; host_zstd then compresses their host copy. */
+  UmExpertPlacement experts;
+  int       expert_slots;       /* FETCH: device slots, 0 the default (2), else ≥ 2 */
 } UmMemOptions;
 
 void     um_mem_options_init (UmMemOptions *options, UmMemMode mode);
@@ -57,6 +63,8 @@ typedef struct {
   int      block_length;
   gboolean cfg;             /* classifier-free guidance doubles the canvas */
   gboolean kv_cache;        /* fast decoding's block KV cache (prefix or dual) */
+  gboolean block_aligned;   /* the canvas is rounded up to whole blocks (LLaDA 2.x; the plan and the
+                             * engine set it from the model) */
 } UmPlanShape;
 
 void um_plan_shape_init (UmPlanShape *shape);
@@ -83,6 +91,12 @@ typedef struct {
   int      n_threads;
   UmProducts products;         /* CPU products policy (its scratch differs) */
   const char *cache_dir;       /* converted weights are looked up here (NULL: the default) */
+  /* The experts' time model (um_plan_expert_seconds ()); 0: measured on
+   * this machine when a plan needs them (um_plan_calibrate_experts ()). */
+  double   host_gflops;        /* the host CPU's expert products */
+  double   device_gflops;      /* the device's; on the CPU backend the host's */
+  double   fetch_bytes_per_s;  /* a raw expert from its host copy into a device slot */
+  double   rows_bytes_per_s;   /* activations between device and host (HOST) */
 } UmPlanTarget;
 
 /* The CPU backend on this machine, under @budget (0: none). */
@@ -105,6 +119,9 @@ typedef enum {
   UM_PLAN_BACKEND,        /* GPU context + cuBLAS, or the CPU's product scratch */
   UM_PLAN_PROCESS,        /* program, libraries, tokenizer */
   UM_PLAN_KV_CACHE,       /* block KV cache of fast decoding: K and V of every layer */
+  UM_PLAN_EXPERT_SLOTS,   /* FETCH: device slots the routed experts are copied into */
+  UM_PLAN_EXPERTS,        /* routed experts off the device: their host copy (or the file's pages
+                           * they are read from), HOST's work buffers and products' scratch */
   UM_PLAN_N_COMPONENTS
 } UmPlanComponent;
 
@@ -137,6 +154,16 @@ typedef struct {
   gboolean     zstd_measured;
   guint64      zstd_sampled_bytes;
   guint64      host_convert;       /* converting holds this besides the process (when not cached) */
+  /* MoE models: the routed experts' placement as resolved (RESIDENT for
+   * dense models), FETCH's slots, and the time model's seconds per pass of
+   * the planned shape for the experts' products in each placement
+   * (expert_seconds[RESIDENT] on the device; 0 for dense models). zstd_*
+   * above then describe the experts' copy. */
+  UmExpertPlacement experts;
+  guint        expert_slots;
+  guint64      expert_bytes;       /* the routed experts as held */
+  guint64      expert_store;       /* of host[UM_PLAN_EXPERTS]: their host copy (0: none, HOST reads the file) */
+  double       expert_seconds[UM_EXPERTS_N_PLACEMENTS];
   guint64      host_store_build;   /* building the host store holds this besides the store (less its decoding buffer, allocated after) */
 } UmPlan;
 
@@ -159,6 +186,12 @@ gboolean um_plan_measure_store (UmPlan             *plan,
                                 const UmModel      *held,
                                 const UmPlanTarget *target,
                                 GError            **error);
+
+/* Measures the time model's rates on this machine, once per process and
+ * expert type (a few tens of milliseconds): @target's host and device
+ * GFLOP/s on @model's expert products with @rows rows, and the copy rate
+ * into a slot. Rates already set are kept. */
+void     um_plan_calibrate_experts (UmPlanTarget *target, const UmModel *model, int rows);
 
 /* Every mode with its default knobs, in the order of UmMemMode. */
 GArray  *um_plan_table (const UmModel      *model,

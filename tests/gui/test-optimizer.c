@@ -12,8 +12,11 @@
  * change made with unmask-cli while the window is open is picked up (page,
  * pills, toast, Reload Model), and a change asked for on the settings from
  * before asks Keep Theirs / Apply Mine Over It instead of writing over it.
- * With UM_SCREENSHOT_DIR set it also saves optimizer-does-not-fit.png and
- * optimizer-fits.png. */
+ * A mixture of experts that fits a budget only with its routed experts in
+ * RAM shows where they are, is offered that when its knobs keep them on the
+ * device, and Optimize picks it.
+ * With UM_SCREENSHOT_DIR set it also saves optimizer-does-not-fit.png,
+ * optimizer-fits.png and optimizer-experts.png. */
 #include "config.h"
 
 #include <adwaita.h>
@@ -22,6 +25,7 @@
 
 #include "um-backups.h"
 #include "um-chat-page.h"
+#include "um-expert-store.h"
 #include "um-generate-page.h"
 #include "um-optimizer-page.h"
 #include "um-plan-bars.h"
@@ -615,6 +619,113 @@ test_apply (void)
   destroy_window (win);
 }
 
+/* A mixture of experts under a budget it fits only with its routed experts
+ * off the device: the plan shows where they are, the page offers them in
+ * RAM when the knobs keep them on the device, Use takes the offer, and the
+ * one-click optimizer picks the placement (standard mode, experts in RAM),
+ * under which the model loads and generates. */
+static void
+test_experts (void)
+{
+  g_autofree char *dir = use_config_dir ("experts");
+  /* Float weights: its experts are a third of its device bytes. */
+  g_autofree char *model = um_test_data_path ("tiny-llada-moe");
+  UmWindow *win = make_window_sized (1180, 1180);
+  UmOptimizerPage *page = UM_OPTIMIZER_PAGE (um_window_get_optimizer_page (win));
+  UmPlanBars *bars = UM_PLAN_BARS (find_widget (GTK_WIDGET (page), UM_TYPE_PLAN_BARS, NULL));
+  GtkWidget *experts_row;
+  const UmOptimizeResult *r;
+  const UmPlan *plan, *standard;
+  UmExpertPlacement placement;
+  guint64 resident, off, budget;
+
+  set_params (win, 32, 32, 8);
+  load (win, model);
+  um_window_show_optimizer (win);
+  wait_for (page_planned, page, 30);
+  experts_row = find_widget (GTK_WIDGET (page), ADW_TYPE_COMBO_ROW, "_Experts");
+  g_assert_nonnull (experts_row);
+  g_assert_true (gtk_widget_get_visible (experts_row));
+  plan = um_optimizer_page_get_plan (page);
+  g_assert_cmpint (plan->experts, ==, UM_EXPERTS_RESIDENT);
+  g_assert_cmpuint (plan->expert_bytes, >, 0);
+  g_assert_nonnull (strstr (um_plan_bars_get_experts_text (bars), "in the device budget"));
+  g_assert_null (um_optimizer_page_get_offer (page));
+
+  /* A budget the model fits without its experts (and with FETCH's two
+   * slots), with the headroom kept free, but not with them. */
+  resident = plan->device_peak;
+  off = resident - plan->expert_bytes + 2 * um_expert_slot_bytes (um_engine_get_model (um_window_get_engine (win)));
+  budget = (guint64) (off / (1.0 - UM_OPTIMIZER_HEADROOM)) + 4096;
+  g_test_message ("resident %" G_GUINT64_FORMAT ", experts off %" G_GUINT64_FORMAT ", budget %" G_GUINT64_FORMAT,
+                  resident, off, budget);
+  g_assert_cmpuint (budget, <, resident);
+  um_optimizer_page_set_budget (page, budget);
+  r = um_optimizer_page_get_result (page);
+  standard = &g_array_index (r->table, UmPlan, UM_MEM_STANDARD);
+  /* Computed in RAM or fetched as routed, as the time model says is
+   * faster for this tiny model's shapes on this machine. */
+  placement = standard->experts;
+  g_assert_true (placement == UM_EXPERTS_HOST || placement == UM_EXPERTS_FETCH);
+  g_assert_cmpint (r->chosen, ==, UM_MEM_STANDARD);
+  g_test_message ("optimize: %s", r->reason);
+  g_assert_nonnull (strstr (r->reason, "routed experts in RAM"));
+  plan = um_optimizer_page_get_plan (page);
+  g_assert_true (plan->fits);
+  g_assert_cmpint (plan->experts, ==, placement);
+  g_test_message ("experts: %s", um_plan_bars_get_experts_text (bars));
+  g_assert_nonnull (strstr (um_plan_bars_get_experts_text (bars),
+                            placement == UM_EXPERTS_HOST ? "in RAM, computed by the processor" : "in RAM, fetched into"));
+
+  /* Kept on the device, it does not fit: the page offers RAM. */
+  adw_combo_row_set_selected (ADW_COMBO_ROW (experts_row), UM_EXPERTS_RESIDENT);
+  plan = um_optimizer_page_get_plan (page);
+  g_assert_false (plan->fits);
+  g_assert_cmpint (plan->experts, ==, UM_EXPERTS_RESIDENT);
+  g_assert_nonnull (um_optimizer_page_get_offer (page));
+  g_test_message ("offer: %s", um_optimizer_page_get_offer (page));
+  g_assert_nonnull (strstr (um_optimizer_page_get_offer (page), placement == UM_EXPERTS_HOST
+                                                                   ? "Computed by the processor" : "Fetched into"));
+  um_optimizer_page_use_offer (page);
+  g_assert_cmpuint (adw_combo_row_get_selected (ADW_COMBO_ROW (experts_row)), ==, placement);
+  plan = um_optimizer_page_get_plan (page);
+  g_assert_true (plan->fits);
+  g_assert_cmpint (plan->experts, ==, placement);
+  g_assert_null (um_optimizer_page_get_offer (page));
+  /* The picture shows the plan and the knobs that made it. */
+  {
+    GtkWidget *scroller = gtk_widget_get_first_child (GTK_WIDGET (page));
+    double x, y;
+    iterate_for (100);
+    if (GTK_IS_SCROLLED_WINDOW (scroller)
+        && gtk_widget_translate_coordinates (experts_row, scroller, 0, 0, &x, &y))
+      gtk_adjustment_set_value (gtk_scrolled_window_get_vadjustment (GTK_SCROLLED_WINDOW (scroller)), y - 40);
+  }
+  save_screenshot (GTK_WIDGET (win), "optimizer-experts.png");
+
+  /* One click: standard with the experts in RAM, reloaded, generating. */
+  um_optimizer_page_optimize (page, NULL);
+  wait_for (page_idle, page, 30);
+  respond ("apply");
+  wait_for (not_loading, win, 60);
+  g_assert_null (um_window_get_error_message (win));
+  g_assert_cmpint (um_window_get_profile (win)->mem.mode, ==, UM_MEM_STANDARD);
+  g_assert_cmpuint (um_window_get_profile (win)->memory_budget, ==, budget);
+  g_assert_nonnull (strstr (um_window_get_profile (win)->reason, "routed experts in RAM"));
+  g_assert_cmpint (um_engine_get_plan (um_window_get_engine (win))->experts, ==, placement);
+  g_assert_true (um_engine_get_plan (um_window_get_engine (win))->fits);
+  /* It generates (as long an answer as the family's settings say). */
+  {
+    UmGeneratePage *gen = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+    um_generate_page_generate (gen);
+    wait_for (not_running, gen, 120);
+    g_assert_no_error ((GError *) um_generate_page_get_last_error (gen));
+    g_assert_nonnull (um_generate_page_get_last_ids (gen));
+    g_assert_cmpuint (um_generate_page_get_last_ids (gen)->len, >, 0);
+  }
+  destroy_window (win);
+}
+
 /* A backup whose copy was changed is marked and cannot be restored. */
 static void
 test_damaged_backup (void)
@@ -894,6 +1005,7 @@ main (int argc, char **argv)
   g_test_add_func ("/optimizer/optimize-restore-undo", test_optimize_restore_undo);
   g_test_add_func ("/optimizer/extreme-limits", test_extreme_limits);
   g_test_add_func ("/optimizer/apply", test_apply);
+  g_test_add_func ("/optimizer/experts", test_experts);
   g_test_add_func ("/optimizer/corrupt-profile", test_corrupt_profile);
   g_test_add_func ("/optimizer/damaged-backup", test_damaged_backup);
   g_test_add_func ("/optimizer/no-model", test_no_model);

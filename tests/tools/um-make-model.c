@@ -5,7 +5,7 @@
  *                 [--dtype f32|f16|bf16] [--shards N] [--seed N] [--tokenizer tokenizer.json]
  *                 [--gguf TYPE,TYPE…] [--gguf-only]
  * Shapes: llada-8b (default), tiny (the fixture tiny-<family>), dream-7b,
- * llada-moe-7b, rnd1-30b (the real checkpoints' dimensions), dream-100m,
+ * llada-moe-7b, rnd1-30b, llada2-mini (the real checkpoints' dimensions), dream-100m,
  * llada-moe-100m (about 100M parameters, for speed comparisons; see below).
  * --gguf writes DIR-TYPE.gguf for each type (as `unmask-cli quantize`
  * does); --gguf-only then removes the folder, so a 7B-shaped model never
@@ -39,6 +39,10 @@ static const Shape shapes[] = {
   { "dream-100m", UM_ARCH_DREAM, 5, 768, 6, 1, 128, 4096, 32768, 0, 0, 0 },
   /* 3 × 26.2M + 2 × 32768 × 512: 112M parameters, 46M active. */
   { "llada-moe-100m", UM_ARCH_LLADA_MOE, 3, 512, 4, 4, 128, 2048, 32768, 64, 8, 256 },
+  /* LLaDA2.0-mini: 16B parameters, 1.4B active (the first layer dense of
+   * 5120; experts in 8 groups, top 4; a shared expert of 512; half of each
+   * head rotated). */
+  { "llada2-mini", UM_ARCH_LLADA2, 20, 2048, 16, 4, 128, 5120, 157184, 256, 8, 512 },
 };
 
 static gboolean
@@ -76,7 +80,7 @@ main (int argc, char **argv)
   GOptionEntry entries[] = {
     { "out", 'o', 0, G_OPTION_ARG_FILENAME, &out, "Folder to write", "DIR" },
     { "shape", 0, 0, G_OPTION_ARG_STRING, &shape,
-      "llada-8b (default), tiny, dream-7b, llada-moe-7b, rnd1-30b, dream-100m or llada-moe-100m", "SHAPE" },
+      "llada-8b (default), tiny, dream-7b, llada-moe-7b, rnd1-30b, llada2-mini, dream-100m or llada-moe-100m", "SHAPE" },
     { "family", 0, 0, G_OPTION_ARG_STRING, &family,
       "llada, dream, llada-moe or rnd1 (default: the shape's; with tiny, the fixture tiny-FAMILY's)", "FAMILY" },
     { "layers", 0, 0, G_OPTION_ARG_INT, &layers, "Number of layers", "N" },
@@ -138,6 +142,12 @@ main (int argc, char **argv)
       spec.n_experts = preset->experts;
       spec.n_experts_used = preset->used;
       spec.expert_ffn = preset->expert_ffn;
+      if (preset->arch == UM_ARCH_LLADA2)
+        {
+          spec.n_expert_groups = 8;
+          spec.n_groups_used = 4;
+          spec.shared_ffn = preset->expert_ffn;
+        }
       spec.dtype = UM_DTYPE_BF16;
       if (layers > 0)
         spec.n_layers = layers;

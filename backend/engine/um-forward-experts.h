@@ -1,0 +1,75 @@
+/* um-forward-experts.h — the forward's routed experts when they are not on
+ * the device (UM_EXPERTS_HOST, UM_EXPERTS_FETCH); private to the forward.
+ *
+ * The forward routes as it always does (router on the device, the choice
+ * on the host, um-moe.h); this part runs the routed experts, each over its
+ * group of rows, and adds their outputs into the residual rows on the
+ * device in the same order as the resident forward, with the same kernels
+ * where the backend is the same: on the CPU backend the results are the
+ * resident run's bit for bit.
+ */
+#pragma once
+
+#include "um-forward.h"
+#include "um-moe.h"
+
+G_BEGIN_DECLS
+
+typedef struct _UmForwardExperts UmForwardExperts;
+
+/* Whether @o keeps @model's routed experts off the device. */
+gboolean          um_forward_experts_off_device (const UmModel *model, const UmForwardOptions *o);
+/* FETCH's device slots, or HOST's host ones with a compressed copy. */
+guint             um_forward_experts_slots (const UmForwardOptions *o);
+
+/* Sets up @o's placement for @model on @device: the host copy (reporting
+ * @progress), the host backend, slots and the copy thread. */
+UmForwardExperts *um_forward_experts_new (UmModel                 *model,
+                                          UmBackend               *device,
+                                          const UmForwardOptions  *o,
+                                          void                   (*progress) (double fraction, gpointer data),
+                                          gpointer                 data,
+                                          GCancellable            *cancellable,
+                                          GError                 **error);
+void              um_forward_experts_free (UmForwardExperts *x);
+
+/* Host buffers for MoE layers of up to @rows rows in chunks of @chunk, now. */
+gboolean          um_forward_experts_reserve (UmForwardExperts *x, int rows, int chunk, GError **error);
+
+/* Layer @layer's routed experts on @m normalized rows @h (device), whose
+ * chunks of @chunk rows were routed one by one (@routes[q]: chunk q's
+ * rows, numbered from the chunk's first): each expert's output is added
+ * into the residual rows @xr weighted as its chunk's routing says. Each
+ * expert is fetched once for the layer and then runs chunk by chunk, so
+ * each row gets its experts' outputs in the order the resident forward
+ * adds them (by expert, per chunk) from the same products. @ex, @gate,
+ * @up, @ey: the forward's work buffers for one expert's group of a chunk. */
+gboolean          um_forward_experts_run (UmForwardExperts   *x,
+                                          guint               layer,
+                                          const UmMoeRouting *routes,
+                                          int                 chunk,
+                                          UmBuf              *xr,
+                                          UmBuf              *h,
+                                          int                 m,
+                                          UmBuf              *ex,
+                                          UmBuf              *gate,
+                                          UmBuf              *up,
+                                          UmBuf              *ey,
+                                          UmForwardStats     *stats,
+                                          GError            **error);
+
+/* What @o's placement holds for MoE layers of @rows rows in chunks of
+ * @chunk: device slots and host bytes into @out (expert_slots,
+ * host_experts, host_expert_work). */
+void              um_forward_experts_bytes (const UmModel          *model,
+                                            const UmForwardOptions *o,
+                                            int                     rows,
+                                            int                     chunk,
+                                            UmForwardBytes         *out);
+
+UmLayerStore     *um_forward_experts_get_store (UmForwardExperts *x);
+UmBackend        *um_forward_experts_get_host (UmForwardExperts *x);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmForwardExperts, um_forward_experts_free)
+
+G_END_DECLS
