@@ -443,7 +443,8 @@ load_llada2_parts (UmModelConfig *cfg, JsonObject *obj, const char *file, guint 
       return FALSE;
     }
   rot = floor ((double) head_dim * partial);
-  if (rot < 2 || (guint) rot % 2 != 0)
+  /* No head size (validation names that) leaves the width unset. */
+  if (head_dim > 0 && (rot < 2 || (guint) rot % 2 != 0))
     {
       g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
                    "%s: “partial_rotary_factor” %g of the head size %u rotates %u values; RoPE needs an even, "
@@ -463,8 +464,9 @@ load_llada2_parts (UmModelConfig *cfg, JsonObject *obj, const char *file, guint 
   cfg->router_func = g_str_equal (score, "softmax") ? UM_ROUTER_SOFTMAX : UM_ROUTER_SIGMOID;
   cfg->router_norm = get_bool (obj, "norm_topk_prob", TRUE);
   cfg->router_scale = scale;
-  /* The gate registers expert_bias whatever the flag says (zeros when
-   * off): whether the checkpoint has it is the tensors' business. */
+  /* A first guess for readers of the configuration alone: binding the
+   * weights decides from the tensors (the gate registers expert_bias
+   * whatever the flag says, zeros when it is off). */
   cfg->expert_bias = get_bool (obj, "moe_router_enable_expert_bias", TRUE);
   cfg->block_causal = TRUE;
   cfg->qk_norm = get_bool (obj, "use_qk_norm", TRUE);
@@ -519,16 +521,17 @@ load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *ge
       || !refuse_if (obj, file, "moe_router_enable_expert_bias",
                      !llada2 && node_is_set (obj, "moe_router_enable_expert_bias"), error))
     return FALSE;
+  /* LLaDA 2 rotates part of each head (load_llada2_parts ()). */
   if (!llada2)
-  {
-    double partial = 1.0;
-    gint64 sparse_step = 1;
-    if (!get_double (obj, file, "partial_rotary_factor", OPTIONAL, &partial, error)
-        || !refuse_if (obj, file, "partial_rotary_factor", partial != 1.0, error)
-        || !get_int (obj, file, "decoder_sparse_step", OPTIONAL, 0, G_MAXINT32, &sparse_step, error)
-        || !refuse_if (obj, file, "decoder_sparse_step", sparse_step != 1, error))
-      return FALSE;
-  }
+    {
+      double partial = 1.0;
+      gint64 sparse_step = 1;
+      if (!get_double (obj, file, "partial_rotary_factor", OPTIONAL, &partial, error)
+          || !refuse_if (obj, file, "partial_rotary_factor", partial != 1.0, error)
+          || !get_int (obj, file, "decoder_sparse_step", OPTIONAL, 0, G_MAXINT32, &sparse_step, error)
+          || !refuse_if (obj, file, "decoder_sparse_step", sparse_step != 1, error))
+        return FALSE;
+    }
   /* Experts: any count is read so that validation can name it. */
   if (moe)
     {
@@ -608,9 +611,10 @@ load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *ge
   cfg->eos_id = eos;
   cfg->pad_id = pad >= 0 ? pad : eos;
   cfg->bos_id = bos;
-  /* Qwen2 (Dream) always has q/k/v biases; the others say attention_bias. */
+  /* LLaDA 2's attention options were read with its experts. */
   if (llada2)
     return TRUE;
+  /* Qwen2 (Dream) always has q/k/v biases; the others say attention_bias. */
   cfg->qkv_bias = arch == UM_ARCH_DREAM || get_bool (obj, "attention_bias", FALSE);
   cfg->qk_norm = arch == UM_ARCH_RND1 || (arch == UM_ARCH_LLADA_MOE && get_bool (obj, "qk_layernorm", TRUE));
   return TRUE;
