@@ -13,8 +13,10 @@
 #include "um-cpu-isa.h"
 #include "um-cpu-kernels.h"
 #include "um-error.h"
+#include "um-kprof.h"
 
 extern char *openblas_get_config (void);
+extern char *openblas_get_corename (void);
 extern int openblas_get_parallel (void);
 
 static guint64
@@ -117,11 +119,49 @@ bench_canvas (UmForward *fw, int canvas, int passes, double *warm_s, double *dev
     return FALSE;
   *warm_s = (g_get_monotonic_time () - t0) / 1e6;
   um_forward_reset_stats (fw);
+  um_kprof_reset ();
   *dev_matmul0 = device_matmul_seconds (um_forward_get_backend (fw));
   for (int p = 0; p < passes; p++)
     if (!um_forward_logits (fw, ids, 1, canvas, NULL, 0, logits, NULL, error))
       return FALSE;
   return TRUE;
+}
+
+/* The kernel profile's families per forward pass, and the rest of the
+ * forward's wall time ("outside": the forward's own bookkeeping and
+ * anything between the ops), into @b and as one line on stderr. */
+static void
+profile_report (JsonBuilder *b, const UmForwardStats *st)
+{
+  double sec[UM_KPROF_N], in_ops = 0, n = MAX (st->n_passes, 1), total = st->seconds / n;
+  g_autoptr(GString) line = g_string_new ("profile, per forward:");
+
+  um_kprof_get (sec);
+  json_builder_set_member_name (b, "profile");
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "seconds_per_forward");
+  json_builder_add_double_value (b, total);
+  json_builder_set_member_name (b, "families");
+  json_builder_begin_object (b);
+  for (int f = 0; f <= UM_KPROF_N; f++)
+    {
+      const char *name = f < UM_KPROF_N ? um_kprof_family_name ((UmKprofFamily) f) : "outside";
+      double s = f < UM_KPROF_N ? sec[f] / n : MAX (total - in_ops, 0);
+
+      if (f < UM_KPROF_N)
+        in_ops += s;
+      json_builder_set_member_name (b, name);
+      json_builder_begin_object (b);
+      json_builder_set_member_name (b, "seconds");
+      json_builder_add_double_value (b, s);
+      json_builder_set_member_name (b, "share");
+      json_builder_add_double_value (b, total > 0 ? s / total : 0);
+      json_builder_end_object (b);
+      g_string_append_printf (line, " %s %.1f %% (%.4f s)", name, total > 0 ? 100 * s / total : 0, s);
+    }
+  json_builder_end_object (b);
+  json_builder_end_object (b);
+  g_printerr ("%s; total %.4f s\n", line->str, total);
 }
 
 int
@@ -130,7 +170,7 @@ um_cli_bench (int argc, char **argv)
   g_autoptr(GOptionContext) ctx = g_option_context_new ("— measure the engine on a model");
   g_autofree char *model_path = NULL;
   int prompt_length = 64, canvas = 0, passes = 5;
-  gboolean no_sgemm = FALSE;
+  gboolean no_sgemm = FALSE, profile = FALSE;
   g_auto(UmCliGenOptions) go = { 0 };
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model_path, "Model folder or .gguf file", "PATH" },
@@ -140,6 +180,9 @@ um_cli_bench (int argc, char **argv)
       "Instead of generating, time forward passes over a canvas of N tokens with the logits of every "
       "position (the work llama.cpp's diffusion example does per step)", "N" },
     { "passes", 0, 0, G_OPTION_ARG_INT, &passes, "Forward passes with --canvas (default 5)", "N" },
+    { "profile", 0, 0, G_OPTION_ARG_NONE, &profile,
+      "Time each kernel family of the CPU backend (share of the forward's time, in the JSON and on stderr)",
+      NULL },
     { NULL }
   };
   g_autoptr(GError) error = NULL;
@@ -196,6 +239,8 @@ um_cli_bench (int argc, char **argv)
   load_s = (g_get_monotonic_time () - t0) / 1e6;
   fw = um_engine_get_forward (engine);
   c = &um_engine_get_model (engine)->cfg;
+  /* Counted from the reset after the warm-up pass. */
+  um_kprof_enable (profile);
 
   if (canvas > 0)
     {
@@ -237,6 +282,7 @@ um_cli_bench (int argc, char **argv)
       g_clear_pointer (&logits, g_free);
 
       um_forward_reset_stats (fw);
+      um_kprof_reset ();
       dev_matmul0 = device_matmul_seconds (um_engine_get_backend (engine));
       t0 = g_get_monotonic_time ();
       if (!um_sampler_generate_full (fw, prompt, prompt_length, &params, NULL, NULL, NULL, out_ids, &steps_run,
@@ -245,6 +291,7 @@ um_cli_bench (int argc, char **argv)
       gen_s = (g_get_monotonic_time () - t0) / 1e6;
     }
   st = *um_forward_get_stats (fw);
+  um_kprof_enable (FALSE);
   /* On a GPU: the products' time on the device, not their queueing. */
   if (dev_matmul0 >= 0 && (dev_matmul = device_matmul_seconds (um_engine_get_backend (engine))) >= 0)
     st.seconds_matmul = dev_matmul - dev_matmul0;
@@ -277,16 +324,22 @@ um_cli_bench (int argc, char **argv)
         MEMBER_STR ("matmul_path", um_cpu_matmul_path_name (um_cpu_matmul_path (wt, products)));
       }
   }
-  /* Which kernel set OpenBLAS runs depends on this variable (a user's
-   * desktop usually has none). */
-  json_builder_set_member_name (b, "openblas_coretype_env");
+  /* Which kernel set OpenBLAS runs: its own choice for this CPU (an older
+   * OpenBLAS falls back to old kernels on a CPU newer than itself), unless
+   * OPENBLAS_CORETYPE says otherwise (a user's desktop usually has none). */
+  json_builder_set_member_name (b, "openblas");
+  json_builder_begin_object (b);
+  /* A string literal of the library: never written to. */
+  MEMBER_STR ("corename", openblas_get_corename ());
+  MEMBER_STR ("config", g_strstrip (openblas_get_config ()));
+  MEMBER_STR ("threading", openblas_get_parallel () == 2 ? "openmp"
+                           : openblas_get_parallel () == 1 ? "pthreads" : "sequential");
+  json_builder_set_member_name (b, "coretype_env");
   if (g_getenv ("OPENBLAS_CORETYPE") != NULL)
     json_builder_add_string_value (b, g_getenv ("OPENBLAS_CORETYPE"));
   else
     json_builder_add_null_value (b);
-  MEMBER_STR ("openblas", g_strstrip (openblas_get_config ()));
-  MEMBER_STR ("openblas_threading", openblas_get_parallel () == 2 ? "openmp"
-                                    : openblas_get_parallel () == 1 ? "pthreads" : "sequential");
+  json_builder_end_object (b);
   MEMBER_INT ("n_layers", c->n_layers);
   MEMBER_INT ("d_model", c->d_model);
   MEMBER_INT ("mlp_hidden", c->mlp_hidden);
@@ -339,6 +392,13 @@ um_cli_bench (int argc, char **argv)
       MEMBER_DBL ("experts_host_seconds_per_forward", st.n_passes ? st.seconds_experts_host / st.n_passes : 0);
     }
   um_cli_memory_json (b, engine);
+  if (profile)
+    {
+      if (g_str_equal (um_backend_name (um_engine_get_backend (engine)), "cpu"))
+        profile_report (b, &st);
+      else
+        g_printerr ("bench: --profile times the CPU backend's kernels only\n");
+    }
   if (!no_sgemm)
     {
       int L = canvas > 0 ? canvas : prompt_length + params.gen_length;

@@ -7,6 +7,7 @@
 
 #include "um-cpu-kernels.h"
 #include "um-error.h"
+#include "um-kprof.h"
 #include "um-quant.h"
 
 struct _UmBuf {
@@ -32,6 +33,11 @@ typedef struct {
 } CpuCtx;
 
 #define CTX(be) ((CpuCtx *) (be)->ctx)
+
+/* The kernel profile (um-kprof.h): the clock is read only while it is on. */
+#define KPROF_BEGIN int64_t kprof_t0 = um_kprof_on ? um_kprof_now () : 0
+#define KPROF_END(family) \
+  G_STMT_START { if (um_kprof_on) um_kprof_add ((family), um_kprof_now () - kprof_t0); } G_STMT_END
 
 static void
 cpu_destroy (UmBackend *be)
@@ -122,18 +128,24 @@ cpu_buf_view (UmBackend *be, UmBuf *parent, size_t offset, size_t bytes, GError 
 static gboolean
 cpu_buf_upload (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes, GError **error)
 {
+  KPROF_BEGIN;
+
   if (!um_backend_check_copy ("cpu", dst->bytes, offset, bytes, error))
     return FALSE;
   memcpy ((guint8 *) dst->data + offset, src, bytes);
+  KPROF_END (UM_KPROF_COPIES);
   return TRUE;
 }
 
 static gboolean
 cpu_buf_download (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t bytes, GError **error)
 {
+  KPROF_BEGIN;
+
   if (!um_backend_check_copy ("cpu", src->bytes, offset, bytes, error))
     return FALSE;
   memcpy (dst, (guint8 *) src->data + offset, bytes);
+  KPROF_END (UM_KPROF_COPIES);
   return TRUE;
 }
 
@@ -215,7 +227,12 @@ cpu_host_free (UmBackend *be, void *ptr, size_t bytes)
 static gboolean
 cpu_copy_upload (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size_t bytes, GError **error)
 {
-  return cpu_buf_upload (be, dst, offset, src, bytes, error);
+  /* Not cpu_buf_upload: this runs on the copy thread, which the kernel
+   * profile (one thread's sums) must not see. */
+  if (!um_backend_check_copy ("cpu", dst->bytes, offset, bytes, error))
+    return FALSE;
+  memcpy ((guint8 *) dst->data + offset, src, bytes);
+  return TRUE;
 }
 
 static gboolean
@@ -228,6 +245,8 @@ static gboolean
 cpu_embed (UmBackend *be, const UmDevWeight *table, const gint32 *ids, int n, UmBuf *out, GError **error)
 {
   const UmWeight *w = &table->w;
+  KPROF_BEGIN;
+
   for (int i = 0; i < n; i++)
     if (ids[i] < 0 || (uint64_t) ids[i] >= w->rows)
       {
@@ -249,14 +268,18 @@ cpu_embed (UmBackend *be, const UmDevWeight *table, const gint32 *ids, int n, Um
       }
     g_free (row);
   }
+  KPROF_END (UM_KPROF_COPIES);
   return TRUE;
 }
 
 static gboolean
 cpu_get_rows (UmBackend *be, UmBuf *src, int dim, const gint32 *rows, int n, UmBuf *out, GError **error)
 {
+  KPROF_BEGIN;
+
   for (int i = 0; i < n; i++)
     memcpy (out->data + (size_t) i * dim, src->data + (size_t) rows[i] * dim, dim * sizeof (float));
+  KPROF_END (UM_KPROF_COPIES);
   return TRUE;
 }
 
@@ -264,14 +287,21 @@ static gboolean
 cpu_rms_norm (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *w, float eps, UmBuf *out,
               GError **error)
 {
+  KPROF_BEGIN;
+
   um_cpu_rms_norm (x->data, rows, dim, w->w.data, eps, out->data);
+  KPROF_END (UM_KPROF_RMSNORM);
   return TRUE;
 }
 
 static gboolean
 cpu_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *w, UmBuf *out, GError **error)
 {
-  return um_cpu_matmul (x->data, rows, &w->w, out->data, &CTX (be)->scratch, CTX (be)->products, error);
+  KPROF_BEGIN;
+  gboolean ok = um_cpu_matmul (x->data, rows, &w->w, out->data, &CTX (be)->scratch, CTX (be)->products, error);
+
+  KPROF_END (um_kprof_in_head () ? UM_KPROF_HEAD : UM_KPROF_MATMUL);
+  return ok;
 }
 
 static gboolean
@@ -280,7 +310,10 @@ cpu_rope (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int
 {
   if (!um_backend_check_rope_dim ("cpu", head_dim, rope_dim, error))
     return FALSE;
+  KPROF_BEGIN;
+
   um_cpu_rope (x->data, rows, pos, n_heads, head_dim, rope_dim, theta, interleaved);
+  KPROF_END (UM_KPROF_ROPE);
   return TRUE;
 }
 
@@ -298,21 +331,30 @@ cpu_attention (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, const gint3
 static gboolean
 cpu_swiglu (UmBackend *be, UmBuf *gate, UmBuf *up, size_t n, UmBuf *out, GError **error)
 {
+  KPROF_BEGIN;
+
   um_cpu_swiglu (gate->data, up->data, n, out->data);
+  KPROF_END (UM_KPROF_ELEMENTWISE);
   return TRUE;
 }
 
 static gboolean
 cpu_add (UmBackend *be, UmBuf *x, UmBuf *y, size_t n, GError **error)
 {
+  KPROF_BEGIN;
+
   um_cpu_add (x->data, y->data, n);
+  KPROF_END (UM_KPROF_ELEMENTWISE);
   return TRUE;
 }
 
 static gboolean
 cpu_add_bias (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *bias, GError **error)
 {
+  KPROF_BEGIN;
+
   um_cpu_add_bias (x->data, rows, dim, (const float *) bias->w.data);
+  KPROF_END (UM_KPROF_ELEMENTWISE);
   return TRUE;
 }
 
@@ -320,7 +362,10 @@ static gboolean
 cpu_add_rows_scaled (UmBackend *be, UmBuf *dst, int dim, const gint32 *rows, const float *scale, int n,
                      UmBuf *src, GError **error)
 {
+  KPROF_BEGIN;
+
   um_cpu_add_rows_scaled (dst->data, dim, rows, scale, n, src->data);
+  KPROF_END (UM_KPROF_ELEMENTWISE);
   return TRUE;
 }
 

@@ -9,6 +9,7 @@
 #include "um-error.h"
 #include "um-gemm.h"
 #include "um-half.h"
+#include "um-kprof.h"
 #include "um-quant.h"
 
 #if UM_HAVE_X86_SIMD
@@ -299,18 +300,107 @@ exp_shift_sum (float *sr, int64_t n, float mx)
  * so each row costs at most ATT_CHUNK keys beyond its own. */
 #define ATT_CHUNK 64
 
+/* One attention call's tasks (head h, chunk c) as task h · n_chunks + c. */
+typedef struct {
+  const float   *q, *k, *v;
+  float         *out;
+  const gint32  *q_seq, *q_kv_len;
+  const int64_t *chunks;        /* per chunk: first row, keys seen; then nq */
+  int64_t        n_chunks, seq_len, qstride, kvstride;
+  int            group, head_dim;
+  float          scale;
+  float         *scores;        /* per thread: ATT_CHUNK × seq_len floats */
+  int64_t       *phase_ns;      /* per thread, when profiling: KPROF_STRIDE sums */
+} AttnCtx;
+
+/* A cache line of sums per thread: q·kᵀ, softmax, ·v. */
+#define KPROF_STRIDE 8
+
+/* Tasks [begin, end) on thread @tid: a plain function of its range, so any
+ * parallel loop (OpenMP now, a thread pool later) can run it. */
+static void
+attn_tasks (void *data, int64_t begin, int64_t end, int tid)
+{
+  const AttnCtx *a = data;
+  float *scores = a->scores + (size_t) tid * ATT_CHUNK * a->seq_len;
+  int64_t *ns = a->phase_ns != NULL ? a->phase_ns + (size_t) tid * KPROF_STRIDE : NULL;
+
+  for (int64_t t = begin; t < end; t++)
+    {
+      const int h = (int) (t / a->n_chunks);
+      const int64_t c = t % a->n_chunks;
+      const int64_t i0 = a->chunks[2 * c], nk = a->chunks[2 * c + 1], nb = a->chunks[2 * c + 2] - i0;
+      const int64_t s = a->q_seq[i0];
+      const int kvh = h / a->group, hd = a->head_dim;
+      const float *qb = a->q + i0 * a->qstride + (int64_t) h * hd;
+      const float *kb = a->k + s * a->seq_len * a->kvstride + (int64_t) kvh * hd;
+      const float *vb = a->v + s * a->seq_len * a->kvstride + (int64_t) kvh * hd;
+      int64_t t0 = ns != NULL ? um_kprof_now () : 0, t1 = 0, t2 = 0;
+
+      /* Only the nk keys some row of the task sees are multiplied. */
+      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hd,
+                   a->scale, qb, a->qstride, kb, a->kvstride, 0.0f, scores, nk);
+      if (ns != NULL)
+        t1 = um_kprof_now ();
+      for (int64_t r = 0; r < nb; r++)
+        {
+          float *sr = scores + r * nk;
+          const int64_t n = a->q_kv_len != NULL ? (int64_t) a->q_kv_len[i0 + r] : a->seq_len;
+          float mx = -INFINITY, sum;
+          for (int64_t j = 0; j < n; j++)
+            mx = MAX (mx, sr[j]);
+          sum = exp_shift_sum (sr, n, mx);
+          float inv = 1.0f / sum;
+          for (int64_t j = 0; j < n; j++)
+            sr[j] *= inv;
+          /* Keys this row must not see weigh exactly 0. */
+          for (int64_t j = n; j < nk; j++)
+            sr[j] = 0.0f;
+        }
+      if (ns != NULL)
+        t2 = um_kprof_now ();
+      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hd, nk,
+                   1.0f, scores, nk, vb, a->kvstride, 0.0f,
+                   a->out + i0 * a->qstride + (int64_t) h * hd, a->qstride);
+      if (ns != NULL)
+        {
+          int64_t t3 = um_kprof_now ();
+          ns[0] += t1 - t0;
+          ns[1] += t2 - t1;
+          ns[2] += t3 - t2;
+        }
+    }
+}
+
+/* The call's wall time, shared out among q·kᵀ, softmax and ·v in the
+ * proportions of the threads' time in each (waits included pro rata). */
+static void
+attn_profile (const int64_t *phase_ns, int threads, int64_t wall_ns)
+{
+  static const UmKprofFamily family[3] = { UM_KPROF_ATTN_QK, UM_KPROF_SOFTMAX, UM_KPROF_ATTN_PV };
+  int64_t sum[3] = { 0 }, total = 0;
+
+  for (int t = 0; t < threads; t++)
+    for (int p = 0; p < 3; p++)
+      sum[p] += phase_ns[t * KPROF_STRIDE + p];
+  total = sum[0] + sum[1] + sum[2];
+  for (int p = 0; p < 3; p++)
+    um_kprof_add (family[p], total > 0 ? (int64_t) ((double) wall_ns * sum[p] / total) : (p == 0 ? wall_ns : 0));
+}
+
 void
 um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 *q_kv_len,
                   const float *k, const float *v, int64_t seq_len,
                   int n_heads, int n_kv_heads, int head_dim, float *out)
 {
-  const int64_t qstride = (int64_t) n_heads * head_dim;
-  const int64_t kvstride = (int64_t) n_kv_heads * head_dim;
-  const int group = n_heads / n_kv_heads;
-  const float scale = 1.0f / sqrtf ((float) head_dim);
+  const int64_t t_start = um_kprof_on ? um_kprof_now () : 0;
+  const gboolean parallel = nq * seq_len * (int64_t) head_dim * n_heads >= PAR_MIN;
+  const int threads = parallel ? um_cpu_region_threads () : 1;
   /* Per task: its first row, then the keys its widest row sees. */
   g_autoptr(GArray) chunks = g_array_new (FALSE, FALSE, sizeof (int64_t));
-  int64_t n_chunks;
+  g_autofree float *scores = NULL;
+  g_autofree int64_t *phase_ns = NULL;
+  AttnCtx a;
 
 #define KV_LEN(i) (q_kv_len != NULL ? (int64_t) q_kv_len[i] : seq_len)
   /* Runs of query rows of one sequence, cut into chunks. */
@@ -329,49 +419,28 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 
       i = j;
     }
   g_array_append_val (chunks, nq);
-  n_chunks = chunks->len / 2;
-
-#pragma omp parallel if (nq * seq_len * (int64_t) head_dim * n_heads >= PAR_MIN)
-  {
-    float *scores = g_malloc ((size_t) ATT_CHUNK * seq_len * sizeof (float));
-#pragma omp for collapse(2) schedule(dynamic, 1)
-    for (int h = 0; h < n_heads; h++)
-      for (int64_t c = 0; c < n_chunks; c++)
-        {
-          int64_t i0 = g_array_index (chunks, int64_t, 2 * c);
-          int64_t nk = g_array_index (chunks, int64_t, 2 * c + 1);
-          int64_t nb = g_array_index (chunks, int64_t, 2 * c + 2) - i0;
-          int64_t s = q_seq[i0];
-          int kvh = h / group;
-          const float *qb = q + i0 * qstride + (int64_t) h * head_dim;
-          const float *kb = k + s * seq_len * kvstride + (int64_t) kvh * head_dim;
-          const float *vb = v + s * seq_len * kvstride + (int64_t) kvh * head_dim;
-
-          /* Only the nk keys some row of the task sees are multiplied. */
-          cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, head_dim,
-                       scale, qb, qstride, kb, kvstride, 0.0f, scores, nk);
-          for (int64_t r = 0; r < nb; r++)
-            {
-              float *sr = scores + r * nk;
-              const int64_t n = KV_LEN (i0 + r);
-              float mx = -INFINITY, sum;
-              for (int64_t j = 0; j < n; j++)
-                mx = MAX (mx, sr[j]);
-              sum = exp_shift_sum (sr, n, mx);
-              float inv = 1.0f / sum;
-              for (int64_t j = 0; j < n; j++)
-                sr[j] *= inv;
-              /* Keys this row must not see weigh exactly 0. */
-              for (int64_t j = n; j < nk; j++)
-                sr[j] = 0.0f;
-            }
-          cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, head_dim, nk,
-                       1.0f, scores, nk, vb, kvstride, 0.0f,
-                       out + i0 * qstride + (int64_t) h * head_dim, qstride);
-        }
-    g_free (scores);
-  }
 #undef KV_LEN
+
+  scores = g_malloc ((size_t) threads * ATT_CHUNK * seq_len * sizeof (float));
+  if (um_kprof_on)
+    phase_ns = g_new0 (int64_t, (size_t) threads * KPROF_STRIDE);
+  a = (AttnCtx) {
+    .q = q, .k = k, .v = v, .out = out, .q_seq = q_seq, .q_kv_len = q_kv_len,
+    .chunks = (const int64_t *) (void *) chunks->data, .n_chunks = chunks->len / 2,
+    .seq_len = seq_len, .qstride = (int64_t) n_heads * head_dim, .kvstride = (int64_t) n_kv_heads * head_dim,
+    .group = n_heads / n_kv_heads, .head_dim = head_dim, .scale = 1.0f / sqrtf ((float) head_dim),
+    .scores = scores, .phase_ns = phase_ns,
+  };
+
+#pragma omp parallel num_threads (threads) if (parallel)
+  {
+    const int tid = omp_get_thread_num ();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < n_heads * a.n_chunks; t++)
+      attn_tasks (&a, t, t + 1, tid);
+  }
+  if (phase_ns != NULL)
+    attn_profile (phase_ns, threads, um_kprof_now () - t_start);
 }
 
 void

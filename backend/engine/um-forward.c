@@ -6,6 +6,7 @@
 #include "um-error.h"
 #include "um-expert-store.h"
 #include "um-forward-experts.h"
+#include "um-kprof.h"
 #include "um-layer-store.h"
 #include "um-moe.h"
 #include "um-prefetch.h"
@@ -1000,7 +1001,10 @@ head_rows (UmForward *fw, UmBuf *xf, UmBuf *h, UmBuf *out, int n, const HeadOut 
       if (c < n && (hv = ops->buf_view (be, h, (size_t) r0 * D * sizeof (float), (size_t) c * D * sizeof (float),
                                         error)) == NULL)
         return FALSE;
+      /* Filed apart from the layers' products by the kernel profile. */
+      um_kprof_set_head (TRUE);
       ok = matmul (fw, hv ? hv : h, c, fw->output, &fw->model->output, out, error);
+      um_kprof_set_head (FALSE);
       if (ok && dst->logits != NULL)
         ok = ops->buf_download (be, out, 0, dst->logits + (size_t) r0 * V, (size_t) c * V * sizeof (float), error);
       else if (ok)
