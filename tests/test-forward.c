@@ -7,6 +7,7 @@
 #include "um-backend.h"
 #include "um-error.h"
 #include "um-forward.h"
+#include "um-kprof.h"
 #include "um-model.h"
 #include "um-quant.h"
 #include "um-ref-kernels.h"
@@ -223,6 +224,38 @@ test_sharded_equals_single (void)
   um_test_rmtree (three);
 }
 
+/* The kernel profile only reads the clock: logits with it on are the same
+ * bits as with it off (nothing else differs: equal by construction), and
+ * off it counts nothing.  (How much it counts is timing: not tested.) */
+static void
+test_profile_changes_nothing (void)
+{
+  g_autofree char *path = um_test_data_path ("tiny-llada");
+  g_autoptr(UmModel) model = load_model (path);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmBackend) be = um_backend_cpu_new (0, 0, &error);
+  g_autoptr(UmForward) fw = um_forward_new (model, be, &error);
+  const int L = 12, V = model->cfg.vocab_size;
+  const gint32 rows[] = { 3, 11 };
+  gint32 ids[12];
+  g_autofree float *off = g_new (float, 2 * V), *on = g_new (float, 2 * V);
+  double sec[UM_KPROF_N];
+
+  for (int i = 0; i < L; i++)
+    ids[i] = (i * 37 + 5) % 500;
+  g_assert_true (um_forward_logits (fw, ids, 1, L, rows, 2, off, NULL, &error));
+  um_kprof_enable (TRUE);
+  g_assert_true (um_forward_logits (fw, ids, 1, L, rows, 2, on, NULL, &error));
+  um_kprof_enable (FALSE);
+  g_assert_no_error (error);
+  g_assert_cmpmem (off, 2 * V * sizeof (float), on, 2 * V * sizeof (float));
+  um_kprof_reset ();
+  g_assert_true (um_forward_logits (fw, ids, 1, L, rows, 2, on, NULL, &error));
+  um_kprof_get (sec);
+  for (int f = 0; f < UM_KPROF_N; f++)
+    g_assert_cmpfloat (sec[f], ==, 0);   /* nothing added: exactly 0 */
+}
+
 /* Two sequences in one batch give the same logits as each alone: both land
  * within float32's tolerance of the float64 truth of their sequence. */
 static void
@@ -337,6 +370,7 @@ main (int argc, char **argv)
   g_test_add_func ("/forward/fixture-logits", test_fixture_logits);
   g_test_add_func ("/forward/small-kquant-logits", test_small_kquant_logits);
   g_test_add_func ("/forward/reference", test_reference_forward);
+  g_test_add_func ("/forward/profile-changes-nothing", test_profile_changes_nothing);
   g_test_add_func ("/forward/grouped-kv", test_grouped_kv);
   g_test_add_func ("/forward/single-kv-head", test_single_kv_head);
   g_test_add_func ("/forward/bf16", test_bf16);

@@ -245,6 +245,35 @@ test_rope (void)
   check_rope (16, 0);
 }
 
+/* The kept cos/sin tables give um_cpu_rope ()'s results bit for bit (the
+ * same expressions compute them: equal by construction), across hits,
+ * misses, a table replaced and other widths and thetas. */
+static void
+test_rope_cached (void)
+{
+  const int hd = 32, heads = 2, rows = 5;
+  const gint32 pos_a[5] = { 0, 1, 2, 3, 4 }, pos_b[5] = { 7, 1, 2, 3, 4 }, pos_c[5] = { 4000, 3, 2, 1, 0 };
+  const struct { const gint32 *pos; int rd; double theta; } calls[] = {
+    { pos_a, 32, 10000.0 }, { pos_a, 32, 10000.0 }, { pos_b, 32, 10000.0 }, { pos_a, 32, 10000.0 },
+    { pos_c, 32, 10000.0 }, { pos_b, 32, 10000.0 }, { pos_a, 16, 10000.0 }, { pos_a, 16, 500000.0 },
+    { pos_a, 32, 10000.0 },
+  };
+  UmCpuRopeTable tables[UM_CPU_ROPE_TABLES] = { { 0 } };
+  g_autofree float *x = g_new (float, rows * heads * hd), *y = g_new (float, rows * heads * hd);
+
+  for (guint c = 0; c < G_N_ELEMENTS (calls); c++)
+    for (int interleaved = 0; interleaved < 2; interleaved++)
+      {
+        fill (x, rows * heads * hd, 2.0);
+        memcpy (y, x, sizeof (float) * rows * heads * hd);
+        um_cpu_rope (x, rows, calls[c].pos, heads, hd, calls[c].rd, calls[c].theta, interleaved);
+        um_cpu_rope_cached (tables, y, rows, calls[c].pos, heads, hd, calls[c].rd, calls[c].theta, interleaved);
+        g_assert_cmpmem (x, sizeof (float) * rows * heads * hd, y, sizeof (float) * rows * heads * hd);
+      }
+  for (int i = 0; i < UM_CPU_ROPE_TABLES; i++)
+    um_cpu_rope_table_clear (&tables[i]);
+}
+
 /* Worst-case float32 error of one attention output (head h, query i):
  * each score q·k/√hd is within e_s = (γ_hd + 2u)·Σ|q||k|/√hd; exp turns an
  * absolute score error e into a relative weight error of e + 2u (expf is
@@ -495,6 +524,7 @@ main (int argc, char **argv)
     { "/kernels/matmul-unaligned-f32", test_unaligned_f32_weight },
     { "/kernels/rms-norm", test_rms_norm },
     { "/kernels/rope", test_rope },
+    { "/kernels/rope-cached", test_rope_cached },
     { "/kernels/attention", test_attention },
     { "/kernels/attention-masked", test_attention_masked },
     { "/kernels/swiglu-add", test_swiglu_add },

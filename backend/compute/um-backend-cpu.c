@@ -30,6 +30,7 @@ typedef struct {
   guint64      n_allocs;
   UmProducts   products;
   UmCpuScratch scratch;
+  UmCpuRopeTable rope[UM_CPU_ROPE_TABLES];
 } CpuCtx;
 
 #define CTX(be) ((CpuCtx *) (be)->ctx)
@@ -43,6 +44,8 @@ static void
 cpu_destroy (UmBackend *be)
 {
   um_cpu_scratch_clear (&CTX (be)->scratch);
+  for (int i = 0; i < UM_CPU_ROPE_TABLES; i++)
+    um_cpu_rope_table_clear (&CTX (be)->rope[i]);
   g_free (be->ctx);
   g_free (be);
 }
@@ -312,7 +315,7 @@ cpu_rope (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int
     return FALSE;
   KPROF_BEGIN;
 
-  um_cpu_rope (x->data, rows, pos, n_heads, head_dim, rope_dim, theta, interleaved);
+  um_cpu_rope_cached (CTX (be)->rope, x->data, rows, pos, n_heads, head_dim, rope_dim, theta, interleaved);
   KPROF_END (UM_KPROF_ROPE);
   return TRUE;
 }

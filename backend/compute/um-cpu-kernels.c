@@ -5,6 +5,8 @@
 #include <omp.h>
 #include <string.h>
 
+#include "um-attn-cpu.h"
+#include "um-cpu-exp.h"
 #include "um-cpu-isa.h"
 #include "um-error.h"
 #include "um-gemm.h"
@@ -166,38 +168,85 @@ um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, floa
 }
 
 void
-um_cpu_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim, int rope_dim,
-             double theta, gboolean interleaved)
+um_cpu_rope_table_clear (UmCpuRopeTable *t)
+{
+  g_clear_pointer (&t->pos, g_free);
+  g_clear_pointer (&t->cs, g_free);
+  g_clear_pointer (&t->sn, g_free);
+  t->rows = 0;
+}
+
+/* cos/sin per (row, frequency), computed in double so long positions keep
+ * their accuracy, applied in float like the reference. */
+static void
+rope_table_fill (UmCpuRopeTable *t, const gint32 *pos, int64_t rows, int rope_dim, double theta)
+{
+  const int half = rope_dim / 2;
+  g_autofree double *inv_freq = g_new (double, half);
+
+  um_cpu_rope_table_clear (t);
+  t->rows = rows;
+  t->rope_dim = rope_dim;
+  t->theta = theta;
+  t->pos = g_memdup2 (pos, (size_t) rows * sizeof (gint32));
+  t->cs = g_new (float, (size_t) rows * half);
+  t->sn = g_new (float, (size_t) rows * half);
+  for (int i = 0; i < half; i++)
+    inv_freq[i] = pow (theta, -2.0 * i / rope_dim);
+#pragma omp parallel for schedule(static) if (rows * half >= PAR_MIN / 16)
+  for (int64_t r = 0; r < rows; r++)
+    for (int i = 0; i < half; i++)
+      {
+        double a = (double) pos[r] * inv_freq[i];
+        t->cs[r * half + i] = (float) cos (a);
+        t->sn[r * half + i] = (float) sin (a);
+      }
+}
+
+/* Whether @t holds the table of these arguments: the same inputs give the
+ * same values, so compared as they are (theta included, bit for bit). */
+static gboolean
+rope_table_matches (const UmCpuRopeTable *t, const gint32 *pos, int64_t rows, int rope_dim, double theta)
+{
+  return t->rows == rows && t->rope_dim == rope_dim && memcmp (&t->theta, &theta, sizeof theta) == 0
+         && memcmp (t->pos, pos, (size_t) rows * sizeof (gint32)) == 0;
+}
+
+void
+um_cpu_rope_cached (UmCpuRopeTable tables[UM_CPU_ROPE_TABLES], float *x, int64_t rows, const gint32 *pos,
+                    int n_heads, int head_dim, int rope_dim, double theta, gboolean interleaved)
 {
   /* Partial RoPE: the first rope_dim values of each head turn, as a head of
    * that width would; the rest are left alone. */
   const int half = rope_dim / 2;
-  g_autofree double *inv_freq = NULL;
-  g_autofree float *cs = NULL, *sn = NULL;
+  UmCpuRopeTable *t = NULL;
 
   if (half <= 0 || rows <= 0)
     return;
-  inv_freq = g_new (double, half);
-  /* cos/sin per (row, frequency), computed in double so long positions keep
-   * their accuracy, applied in float like the reference. */
-  cs = g_new (float, (size_t) rows * half);
-  sn = g_new (float, (size_t) rows * half);
-  for (int i = 0; i < half; i++)
-    inv_freq[i] = pow (theta, -2.0 * i / rope_dim);
+  /* Every layer turns q and k at the same positions: the table is computed
+   * once per pass (twice where the last layer keeps only some rows).  The
+   * least recently used table makes room. */
+  for (int i = 0; i < UM_CPU_ROPE_TABLES && t == NULL; i++)
+    if (rope_table_matches (&tables[i], pos, rows, rope_dim, theta))
+      t = &tables[i];
+  if (t == NULL)
+    {
+      t = &tables[0];
+      for (int i = 1; i < UM_CPU_ROPE_TABLES; i++)
+        if (tables[i].last_use < t->last_use)
+          t = &tables[i];
+      rope_table_fill (t, pos, rows, rope_dim, theta);
+    }
+  for (int i = 0; i < UM_CPU_ROPE_TABLES; i++)
+    t->last_use = MAX (t->last_use, tables[i].last_use + 1);
 
 #pragma omp parallel for schedule(static) if (rows * n_heads * rope_dim >= PAR_MIN)
   for (int64_t r = 0; r < rows; r++)
     {
-      for (int i = 0; i < half; i++)
-        {
-          double a = (double) pos[r] * inv_freq[i];
-          cs[r * half + i] = (float) cos (a);
-          sn[r * half + i] = (float) sin (a);
-        }
+      const float *c = t->cs + r * half, *s = t->sn + r * half;
       for (int h = 0; h < n_heads; h++)
         {
           float *v = x + (r * n_heads + h) * head_dim;
-          const float *c = cs + r * half, *s = sn + r * half;
           for (int i = 0; i < half; i++)
             {
               int a = interleaved ? 2 * i : i;
@@ -210,34 +259,18 @@ um_cpu_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_di
     }
 }
 
-#if UM_HAVE_X86_SIMD
-/* e^x for 16 floats, within 2 ulp of the true value on [-87.3, 88.7] (Cephes'
- * expf: x = n·ln2 + r with ln2 split in two so r is exact to float, then
- * 1 + r + r²·P(r) and a scale by 2^n); below -87.3 the result flushes to 0
- * and above 88.7 it is +inf, as expf's would overflow.  The scalar expf
- * calls dominated SwiGLU and the attention softmax. */
-UM_TARGET_AVX512 static inline __m512
-exp16 (__m512 x)
+void
+um_cpu_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim, int rope_dim,
+             double theta, gboolean interleaved)
 {
-  const __m512 hi = _mm512_set1_ps (88.7228391f), lo = _mm512_set1_ps (-87.3365448f);
-  __m512 xc = _mm512_max_ps (_mm512_min_ps (x, hi), lo);
-  __m512 n = _mm512_roundscale_ps (_mm512_mul_ps (xc, _mm512_set1_ps (1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps (n, _mm512_set1_ps (0.693359375f), xc);
-  r = _mm512_fnmadd_ps (n, _mm512_set1_ps (-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps (1.9875691500e-4f);
-  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (1.3981999507e-3f));
-  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (8.3334519073e-3f));
-  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (4.1665795894e-2f));
-  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (1.6666665459e-1f));
-  p = _mm512_fmadd_ps (p, r, _mm512_set1_ps (5.0000001201e-1f));
-  p = _mm512_fmadd_ps (p, _mm512_mul_ps (r, r), _mm512_add_ps (r, _mm512_set1_ps (1.0f)));
-  /* scalef computes p·2^n without building the exponent bits by hand, and
-   * overflows to inf / underflows to 0 correctly. */
-  __m512 y = _mm512_scalef_ps (p, n);
-  return _mm512_mask_blend_ps (_mm512_cmp_ps_mask (x, hi, _CMP_GT_OQ), y, _mm512_set1_ps (INFINITY));
+  UmCpuRopeTable tables[UM_CPU_ROPE_TABLES] = { { 0 } };
+
+  um_cpu_rope_cached (tables, x, rows, pos, n_heads, head_dim, rope_dim, theta, interleaved);
+  for (int i = 0; i < UM_CPU_ROPE_TABLES; i++)
+    um_cpu_rope_table_clear (&tables[i]);
 }
 
+#if UM_HAVE_X86_SIMD
 UM_TARGET_AVX512 static void
 swiglu_avx512 (const float *gate, const float *up, size_t n, float *out)
 {
@@ -247,7 +280,7 @@ swiglu_avx512 (const float *gate, const float *up, size_t n, float *out)
   for (; i + 16 <= n; i += 16)
     {
       __m512 g = _mm512_loadu_ps (gate + i);
-      __m512 e = exp16 (_mm512_sub_ps (_mm512_setzero_ps (), g));
+      __m512 e = um_exp16 (_mm512_sub_ps (_mm512_setzero_ps (), g));
       _mm512_storeu_ps (out + i, _mm512_mul_ps (_mm512_div_ps (g, _mm512_add_ps (one, e)),
                                                 _mm512_loadu_ps (up + i)));
     }
@@ -255,44 +288,7 @@ swiglu_avx512 (const float *gate, const float *up, size_t n, float *out)
     out[i] = gate[i] / (1.0f + expf (-gate[i])) * up[i];
 }
 
-/* sr[j] = e^(sr[j] − mx), returning their sum. */
-UM_TARGET_AVX512 static float
-exp_shift_sum_avx512 (float *sr, int64_t n, float mx)
-{
-  const __m512 m = _mm512_set1_ps (mx);
-  __m512 acc = _mm512_setzero_ps ();
-  float sum;
-  int64_t j = 0;
-
-  for (; j + 16 <= n; j += 16)
-    {
-      __m512 e = exp16 (_mm512_sub_ps (_mm512_loadu_ps (sr + j), m));
-      _mm512_storeu_ps (sr + j, e);
-      acc = _mm512_add_ps (acc, e);
-    }
-  sum = _mm512_reduce_add_ps (acc);
-  for (; j < n; j++)
-    sum += (sr[j] = expf (sr[j] - mx));
-  return sum;
-}
 #endif
-
-static float
-exp_shift_sum (float *sr, int64_t n, float mx)
-{
-  float sum = 0.0f;
-
-#if UM_HAVE_X86_SIMD
-  if (um_cpu_isa () >= UM_ISA_AVX512)
-    return exp_shift_sum_avx512 (sr, n, mx);
-#endif
-  for (int64_t j = 0; j < n; j++)
-    {
-      sr[j] = expf (sr[j] - mx);
-      sum += sr[j];
-    }
-  return sum;
-}
 
 /* Query rows per attention task: bounds the score block to 64 × L floats.
  * Under a mask (q_kv_len), a task also keeps its rows' key counts within
@@ -309,12 +305,22 @@ typedef struct {
   int64_t        n_chunks, seq_len, qstride, kvstride;
   int            group, head_dim;
   float          scale;
-  float         *scores;        /* per thread: ATT_CHUNK × seq_len floats */
+  UmAttnImpl     impl;          /* the products' kernels */
+  float         *scratch;       /* per thread: scratch_floats */
+  size_t         scratch_floats;
   int64_t       *phase_ns;      /* per thread, when profiling: KPROF_STRIDE sums */
 } AttnCtx;
 
 /* A cache line of sums per thread: q·kᵀ, softmax, ·v. */
 #define KPROF_STRIDE 8
+
+/* Per thread: the score block (keys × at most 64 rows), then the packed
+ * queries; each a whole number of cache lines. */
+static size_t
+attn_scratch_floats (int64_t seq_len, int head_dim)
+{
+  return (size_t) seq_len * um_attn_ld (ATT_CHUNK) + um_attn_pack_floats (ATT_CHUNK, head_dim);
+}
 
 /* Tasks [begin, end) on thread @tid: a plain function of its range, so any
  * parallel loop (OpenMP now, a thread pool later) can run it. */
@@ -322,46 +328,35 @@ static void
 attn_tasks (void *data, int64_t begin, int64_t end, int tid)
 {
   const AttnCtx *a = data;
-  float *scores = a->scores + (size_t) tid * ATT_CHUNK * a->seq_len;
+  float *scores = a->scratch + (size_t) tid * a->scratch_floats;
+  float *pack = scores + (size_t) a->seq_len * um_attn_ld (ATT_CHUNK);
   int64_t *ns = a->phase_ns != NULL ? a->phase_ns + (size_t) tid * KPROF_STRIDE : NULL;
+  int32_t n[ATT_CHUNK];
 
   for (int64_t t = begin; t < end; t++)
     {
       const int h = (int) (t / a->n_chunks);
       const int64_t c = t % a->n_chunks;
       const int64_t i0 = a->chunks[2 * c], nk = a->chunks[2 * c + 1], nb = a->chunks[2 * c + 2] - i0;
-      const int64_t s = a->q_seq[i0];
+      const int64_t s = a->q_seq[i0], ld = um_attn_ld (nb);
       const int kvh = h / a->group, hd = a->head_dim;
       const float *qb = a->q + i0 * a->qstride + (int64_t) h * hd;
       const float *kb = a->k + s * a->seq_len * a->kvstride + (int64_t) kvh * hd;
       const float *vb = a->v + s * a->seq_len * a->kvstride + (int64_t) kvh * hd;
       int64_t t0 = ns != NULL ? um_kprof_now () : 0, t1 = 0, t2 = 0;
 
-      /* Only the nk keys some row of the task sees are multiplied. */
-      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, hd,
-                   a->scale, qb, a->qstride, kb, a->kvstride, 0.0f, scores, nk);
+      for (int64_t r = 0; r < nb; r++)
+        n[r] = a->q_kv_len != NULL ? a->q_kv_len[i0 + r] : (int32_t) a->seq_len;
+      /* Only the nk keys some row of the task sees are multiplied; the
+       * ones a row must not see weigh exactly 0 after the softmax. */
+      um_attn_scores (a->impl, qb, a->qstride, kb, a->kvstride, nb, nk, hd, a->scale, scores, ld, pack);
       if (ns != NULL)
         t1 = um_kprof_now ();
-      for (int64_t r = 0; r < nb; r++)
-        {
-          float *sr = scores + r * nk;
-          const int64_t n = a->q_kv_len != NULL ? (int64_t) a->q_kv_len[i0 + r] : a->seq_len;
-          float mx = -INFINITY, sum;
-          for (int64_t j = 0; j < n; j++)
-            mx = MAX (mx, sr[j]);
-          sum = exp_shift_sum (sr, n, mx);
-          float inv = 1.0f / sum;
-          for (int64_t j = 0; j < n; j++)
-            sr[j] *= inv;
-          /* Keys this row must not see weigh exactly 0. */
-          for (int64_t j = n; j < nk; j++)
-            sr[j] = 0.0f;
-        }
+      um_attn_softmax (scores, ld, nb, nk, n);
       if (ns != NULL)
         t2 = um_kprof_now ();
-      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, hd, nk,
-                   1.0f, scores, nk, vb, a->kvstride, 0.0f,
-                   a->out + i0 * a->qstride + (int64_t) h * hd, a->qstride);
+      um_attn_values (a->impl, scores, ld, nb, nk, vb, a->kvstride, hd,
+                      a->out + i0 * a->qstride + (int64_t) h * hd, a->qstride);
       if (ns != NULL)
         {
           int64_t t3 = um_kprof_now ();
@@ -398,7 +393,8 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 
   const int threads = parallel ? um_cpu_region_threads () : 1;
   /* Per task: its first row, then the keys its widest row sees. */
   g_autoptr(GArray) chunks = g_array_new (FALSE, FALSE, sizeof (int64_t));
-  g_autofree float *scores = NULL;
+  g_autofree float *scratch_mem = NULL;
+  float *scratch;
   g_autofree int64_t *phase_ns = NULL;
   AttnCtx a;
 
@@ -421,7 +417,10 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 
   g_array_append_val (chunks, nq);
 #undef KV_LEN
 
-  scores = g_malloc ((size_t) threads * ATT_CHUNK * seq_len * sizeof (float));
+  /* As before, a small block GLib's allocator provides (or aborts for),
+   * aligned here to a cache line for the packed queries' vector loads. */
+  scratch_mem = g_malloc (((size_t) threads * attn_scratch_floats (seq_len, head_dim) + 16) * sizeof (float));
+  scratch = (float *) (((uintptr_t) scratch_mem + 63) & ~(uintptr_t) 63);
   if (um_kprof_on)
     phase_ns = g_new0 (int64_t, (size_t) threads * KPROF_STRIDE);
   a = (AttnCtx) {
@@ -429,7 +428,8 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 
     .chunks = (const int64_t *) (void *) chunks->data, .n_chunks = chunks->len / 2,
     .seq_len = seq_len, .qstride = (int64_t) n_heads * head_dim, .kvstride = (int64_t) n_kv_heads * head_dim,
     .group = n_heads / n_kv_heads, .head_dim = head_dim, .scale = 1.0f / sqrtf ((float) head_dim),
-    .scores = scores, .phase_ns = phase_ns,
+    .impl = um_attn_impl (), .scratch = scratch, .scratch_floats = attn_scratch_floats (seq_len, head_dim),
+    .phase_ns = phase_ns,
   };
 
 #pragma omp parallel num_threads (threads) if (parallel)

@@ -54,6 +54,27 @@ void um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w,
 void um_cpu_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_dim, int rope_dim,
                   double theta, gboolean interleaved);
 
+/* RoPE's cos/sin for some positions, kept between calls: bit for bit what
+ * um_cpu_rope () computes for them each time. */
+typedef struct {
+  int64_t rows;
+  int     rope_dim;
+  double  theta;
+  guint64 last_use;
+  gint32 *pos;
+  float  *cs, *sn;   /* rows × rope_dim / 2 */
+} UmCpuRopeTable;
+
+/* Tables kept: the forward turns all rows, and in its last layer maybe a
+ * subset, at each pass. */
+#define UM_CPU_ROPE_TABLES 2
+
+void um_cpu_rope_table_clear (UmCpuRopeTable *t);
+/* um_cpu_rope () with its tables kept in @tables (zero-initialised at
+ * first; cleared with um_cpu_rope_table_clear ()). */
+void um_cpu_rope_cached (UmCpuRopeTable tables[UM_CPU_ROPE_TABLES], float *x, int64_t rows, const gint32 *pos,
+                         int n_heads, int head_dim, int rope_dim, double theta, gboolean interleaved);
+
 /* The backend's attention op; @q_kv_len NULL or every value in 1 … seq_len.
  * Masked keys are skipped, not weighted by 0 after the fact: a row costs
  * the keys it sees (plus at most 64). */
