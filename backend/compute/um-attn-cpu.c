@@ -83,9 +83,27 @@ um_attn_impl_available (UmAttnImpl impl)
     }
 }
 
-/* The default per level: ours wherever they measured faster than sgemm
- * (um-attn-bench), OpenBLAS below AVX2 (plain C cannot match its SSE
- * kernels). */
+/* Whether OpenBLAS runs a kernel set written for AVX2 + FMA or better: it
+ * picks one for the CPUs it knows, and an old one (Prescott's SSE3, say)
+ * for a CPU newer than itself, unless OPENBLAS_CORETYPE names one. */
+static gboolean
+openblas_has_avx2_kernels (void)
+{
+  static const char *const sets[] = { "Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids" };
+  const char *name = openblas_get_corename ();
+
+  for (guint i = 0; name != NULL && i < G_N_ELEMENTS (sets); i++)
+    if (g_ascii_strcasecmp (name, sets[i]) == 0)
+      return TRUE;
+  return FALSE;
+}
+
+/* The default per level, from um-attn-bench on a 2-core Zen 4 (attention of
+ * LLaDA-8B's heads, 96 to 512 tokens, 2 threads; whole op, ours against
+ * OpenBLAS 0.3.21): AVX-512, 1.13–1.20× OpenBLAS's own AVX-512 kernels; AVX2,
+ * 0.84–0.95× its Haswell kernels but 1.8–2.2× its Prescott ones, so OpenBLAS
+ * where it has AVX2 kernels for the CPU; below AVX2, OpenBLAS (plain C is
+ * far slower than its SSE kernels). */
 static UmAttnImpl
 default_impl (void)
 {
@@ -93,7 +111,7 @@ default_impl (void)
 
   if (UM_HAVE_X86_SIMD && isa >= UM_ISA_AVX512)
     return UM_ATTN_AVX512;
-  if (UM_HAVE_X86_SIMD && isa >= UM_ISA_AVX2)
+  if (UM_HAVE_X86_SIMD && isa >= UM_ISA_AVX2 && !openblas_has_avx2_kernels ())
     return UM_ATTN_AVX2;
   return UM_ATTN_BLAS;
 }
@@ -122,10 +140,13 @@ um_attn_ld (int64_t nb)
   return (nb + 15) / 16 * 16;
 }
 
+/* Columns of v per packed block: a values tile's width. */
+#define VBLOCK 64
+
 size_t
-um_attn_pack_floats (int64_t nb, int hd)
+um_attn_pack_floats (int64_t nb, int64_t nk, int hd)
 {
-  return (size_t) um_attn_ld (nb) * MAX (hd, 1);
+  return MAX ((size_t) um_attn_ld (nb) * MAX (hd, 1), (size_t) MAX (nk, 1) * (hd + VBLOCK - 1) / VBLOCK * VBLOCK);
 }
 
 /* Rows nb … ld − 1 of a score block: 0, as a query of zeros would score. */
@@ -137,17 +158,25 @@ zero_pad (float *t, int64_t ld, int64_t nb, int64_t nk)
       memset (t + j * ld + nb, 0, (size_t) (ld - nb) * sizeof (float));
 }
 
-/* The task's q rows transposed: pack[d·ld + r], zero past nb.  Once per
- * task, reused by every key. */
+/* The task's v rows in blocks of @bw columns, block-major: pack[(b·nk +
+ * j)·bw + c] = v[j·vs + b·bw + c], zero past hd.  In place, v's rows lie a
+ * row of all heads apart (16 KiB for LLaDA-8B): a values tile that runs
+ * down the keys would touch a new page at every key, more than the TLB
+ * holds; packed, it streams. */
 static void
-pack_q (const float *q, int64_t qs, int64_t nb, int hd, int64_t ld, float *pack)
+pack_v (const float *v, int64_t vs, int64_t nk, int hd, int bw, float *pack)
 {
-  for (int64_t r = 0; r < nb; r++)
-    for (int d = 0; d < hd; d++)
-      pack[(int64_t) d * ld + r] = q[r * qs + d];
-  if (nb < ld)
-    for (int d = 0; d < hd; d++)
-      memset (pack + (int64_t) d * ld + nb, 0, (size_t) (ld - nb) * sizeof (float));
+  const int nblocks = (hd + bw - 1) / bw;
+
+  for (int64_t j = 0; j < nk; j++)
+    for (int b = 0; b < nblocks; b++)
+      {
+        const int w = MIN (bw, hd - b * bw);
+        float *dst = pack + ((int64_t) b * nk + j) * bw;
+        memcpy (dst, v + j * vs + b * bw, (size_t) w * sizeof (float));
+        if (w < bw)
+          memset (dst + w, 0, (size_t) (bw - w) * sizeof (float));
+      }
 }
 
 /* ======================================================================== */
@@ -261,6 +290,48 @@ mask8 (int n)
   return _mm256_cmpgt_epi32 (_mm256_set1_epi32 (n), _mm256_setr_epi32 (0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* The task's q rows transposed, pack[d·ld + r] (zero for nb ≤ r < ld), once
+ * per task and reused by every key: 8 × 8 transposes in registers, rows
+ * past nb loaded as zeros, columns past hd masked out. */
+UM_TARGET_AVX2 static void
+pack_q_avx2 (const float *q, int64_t qs, int64_t nb, int hd, int64_t ld, float *pack)
+{
+  for (int64_t r0 = 0; r0 < ld; r0 += 8)
+    for (int d0 = 0; d0 < hd; d0 += 8)
+      {
+        const int w = MIN (8, hd - d0);
+        const __m256i m = mask8 (w);
+        __m256 r[8], t[8], u[8];
+
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+          r[i] = r0 + i < nb ? _mm256_maskload_ps (q + (r0 + i) * qs + d0, m) : _mm256_setzero_ps ();
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+          {
+            t[2 * i] = _mm256_unpacklo_ps (r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm256_unpackhi_ps (r[2 * i], r[2 * i + 1]);
+          }
+        /* u[4g + c], lane L: rows 4g … 4g + 3 of column 4L + c. */
+#pragma GCC unroll 2
+        for (int g = 0; g < 2; g++)
+          {
+            u[4 * g] = _mm256_shuffle_ps (t[4 * g], t[4 * g + 2], 0x44);
+            u[4 * g + 1] = _mm256_shuffle_ps (t[4 * g], t[4 * g + 2], 0xee);
+            u[4 * g + 2] = _mm256_shuffle_ps (t[4 * g + 1], t[4 * g + 3], 0x44);
+            u[4 * g + 3] = _mm256_shuffle_ps (t[4 * g + 1], t[4 * g + 3], 0xee);
+          }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+          {
+            if (c < w)
+              _mm256_store_ps (pack + (int64_t) (d0 + c) * ld + r0, _mm256_permute2f128_ps (u[c], u[4 + c], 0x20));
+            if (c + 4 < w)
+              _mm256_store_ps (pack + (int64_t) (d0 + c + 4) * ld + r0, _mm256_permute2f128_ps (u[c], u[4 + c], 0x31));
+          }
+      }
+}
+
 /* 16 packed rows against keys k … k + NR − 1. */
 UM_TARGET_AVX2 static inline UM_ALWAYS_INLINE void
 scores_tile_avx2 (const int NR, const float *qp, int64_t ld, const float *k, int64_t ks, int hd, __m256 sc,
@@ -296,14 +367,21 @@ scores_avx2 (const float *q, int64_t qs, const float *k, int64_t ks, int64_t nb,
 {
   const __m256 sc = _mm256_set1_ps (scale);
 
-  pack_q (q, qs, nb, hd, ld, pack);
+  pack_q_avx2 (q, qs, nb, hd, ld, pack);
   for (int64_t p = 0; p < ld; p += 16)
     {
       int64_t j = 0;
       for (; j + 6 <= nk; j += 6)
         scores_tile_avx2 (6, pack + p, ld, k + j * ks, ks, hd, sc, t + j * ld + p);
-      for (; j < nk; j++)
-        scores_tile_avx2 (1, pack + p, ld, k + j * ks, ks, hd, sc, t + j * ld + p);
+      switch (nk - j)
+        {
+        case 5: scores_tile_avx2 (5, pack + p, ld, k + j * ks, ks, hd, sc, t + j * ld + p); break;
+        case 4: scores_tile_avx2 (4, pack + p, ld, k + j * ks, ks, hd, sc, t + j * ld + p); break;
+        case 3: scores_tile_avx2 (3, pack + p, ld, k + j * ks, ks, hd, sc, t + j * ld + p); break;
+        case 2: scores_tile_avx2 (2, pack + p, ld, k + j * ks, ks, hd, sc, t + j * ld + p); break;
+        case 1: scores_tile_avx2 (1, pack + p, ld, k + j * ks, ks, hd, sc, t + j * ld + p); break;
+        default: break;
+        }
     }
 }
 
@@ -335,72 +413,113 @@ softmax_avx2 (float *t, int64_t ld, int64_t nb, int64_t nk, const int32_t *n)
     }
 }
 
-/* Rows r0 … r0 + R − 1, columns c0 … c0 + 8·NV − 1 (the last vector only
- * `last` columns when masked). */
+/* Rows r0 … r0 + R − 1 against a packed block of 16 columns of v (zero
+ * past hd), of which the first `w` are stored. */
 UM_TARGET_AVX2 static inline UM_ALWAYS_INLINE void
-values_tile_avx2 (const int R, const int NV, gboolean masked, int last, const float *t, int64_t ld, int64_t nk,
-                  const float *v, int64_t vs, float *o, int64_t os)
+values_tile_avx2 (const int R, const float *t, int64_t ld, int64_t nk, const float *vp, int w, float *o,
+                  int64_t os)
 {
-  const __m256i m = mask8 (masked ? last : 8);
   __m256 a[6][2];
 
 #pragma GCC unroll 8
   for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
-    for (int x = 0; x < NV; x++)
-      a[r][x] = _mm256_setzero_ps ();
+    a[r][0] = a[r][1] = _mm256_setzero_ps ();
   for (int64_t j = 0; j < nk; j++)
     {
-      __m256 vv[2];
-#pragma GCC unroll 2
-      for (int x = 0; x < NV; x++)
-        vv[x] = masked && x == NV - 1 ? _mm256_maskload_ps (v + j * vs + 8 * x, m)
-                                      : _mm256_loadu_ps (v + j * vs + 8 * x);
+      const __m256 v0 = _mm256_load_ps (vp + j * 16), v1 = _mm256_load_ps (vp + j * 16 + 8);
 #pragma GCC unroll 8
       for (int r = 0; r < R; r++)
         {
           const __m256 p = _mm256_broadcast_ss (t + j * ld + r);
-#pragma GCC unroll 2
-          for (int x = 0; x < NV; x++)
-            a[r][x] = _mm256_fmadd_ps (p, vv[x], a[r][x]);
+          a[r][0] = _mm256_fmadd_ps (p, v0, a[r][0]);
+          a[r][1] = _mm256_fmadd_ps (p, v1, a[r][1]);
         }
     }
 #pragma GCC unroll 8
   for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
-    for (int x = 0; x < NV; x++)
-      {
-        if (masked && x == NV - 1)
-          _mm256_maskstore_ps (o + r * os + 8 * x, m, a[r][x]);
-        else
-          _mm256_storeu_ps (o + r * os + 8 * x, a[r][x]);
-      }
+    {
+      if (w == 16)
+        {
+          _mm256_storeu_ps (o + r * os, a[r][0]);
+          _mm256_storeu_ps (o + r * os + 8, a[r][1]);
+        }
+      else if (w > 8)
+        {
+          _mm256_storeu_ps (o + r * os, a[r][0]);
+          _mm256_maskstore_ps (o + r * os + 8, mask8 (w - 8), a[r][1]);
+        }
+      else
+        _mm256_maskstore_ps (o + r * os, mask8 (w), a[r][0]);
+    }
 }
 
 UM_TARGET_AVX2 static void
 values_avx2 (const float *t, int64_t ld, int64_t nb, int64_t nk, const float *v, int64_t vs, int hd,
-             float *o, int64_t os)
+             float *o, int64_t os, float *pack)
 {
-  int c = 0;
-
-  for (; c + 16 <= hd; c += 16)
+  pack_v (v, vs, nk, hd, 16, pack);
+  for (int c = 0; c < hd; c += 16)
     {
-#define FULL(R, r0) values_tile_avx2 (R, 2, FALSE, 0, t + (r0), ld, nk, v + c, vs, o + (r0) * os + c, os)
-      ROW_BLOCKS (nb, FULL);
-#undef FULL
-    }
-  for (; c < hd; c += 8)
-    {
-      const int w = MIN (8, hd - c);
-#define PART(R, r0) values_tile_avx2 (R, 1, TRUE, w, t + (r0), ld, nk, v + c, vs, o + (r0) * os + c, os)
-      ROW_BLOCKS (nb, PART);
-#undef PART
+      const float *vp = pack + (int64_t) (c / 16) * nk * 16;
+      const int w = MIN (16, hd - c);
+#define TILE(R, r0) values_tile_avx2 (R, t + (r0), ld, nk, vp, w, o + (r0) * os + c, os)
+      ROW_BLOCKS (nb, TILE);
+#undef TILE
     }
 }
 
 /* ======================================================================== */
 /* AVX-512                                                                  */
 /* ======================================================================== */
+
+/* pack_q_avx2 () with 16 × 16 transposes. */
+UM_TARGET_AVX512 static void
+pack_q_avx512 (const float *q, int64_t qs, int64_t nb, int hd, int64_t ld, float *pack)
+{
+  for (int64_t r0 = 0; r0 < ld; r0 += 16)
+    for (int d0 = 0; d0 < hd; d0 += 16)
+      {
+        const int w = MIN (16, hd - d0);
+        const __mmask16 m = (__mmask16) (w == 16 ? 0xffff : (1u << w) - 1);
+        __m512 r[16], t[16];
+
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+          r[i] = r0 + i < nb ? _mm512_maskz_loadu_ps (m, q + (r0 + i) * qs + d0) : _mm512_setzero_ps ();
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++)
+          {
+            t[2 * i] = _mm512_unpacklo_ps (r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps (r[2 * i], r[2 * i + 1]);
+          }
+        /* r[4g + c], lane L: rows 4g … 4g + 3 of column 4L + c. */
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++)
+          {
+            __m512d a = _mm512_castps_pd (t[4 * g]), b = _mm512_castps_pd (t[4 * g + 2]);
+            __m512d c = _mm512_castps_pd (t[4 * g + 1]), d = _mm512_castps_pd (t[4 * g + 3]);
+            r[4 * g] = _mm512_castpd_ps (_mm512_unpacklo_pd (a, b));
+            r[4 * g + 1] = _mm512_castpd_ps (_mm512_unpackhi_pd (a, b));
+            r[4 * g + 2] = _mm512_castpd_ps (_mm512_unpacklo_pd (c, d));
+            r[4 * g + 3] = _mm512_castpd_ps (_mm512_unpackhi_pd (c, d));
+          }
+        /* Column 4L + c: lane L of r[c], r[4 + c], r[8 + c], r[12 + c]. */
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+          {
+            const __m512 e0 = _mm512_shuffle_f32x4 (r[c], r[4 + c], 0x88), f0 = _mm512_shuffle_f32x4 (r[8 + c], r[12 + c], 0x88);
+            const __m512 e1 = _mm512_shuffle_f32x4 (r[c], r[4 + c], 0xdd), f1 = _mm512_shuffle_f32x4 (r[8 + c], r[12 + c], 0xdd);
+            if (c < w)
+              _mm512_store_ps (pack + (int64_t) (d0 + c) * ld + r0, _mm512_shuffle_f32x4 (e0, f0, 0x88));
+            if (c + 4 < w)
+              _mm512_store_ps (pack + (int64_t) (d0 + c + 4) * ld + r0, _mm512_shuffle_f32x4 (e1, f1, 0x88));
+            if (c + 8 < w)
+              _mm512_store_ps (pack + (int64_t) (d0 + c + 8) * ld + r0, _mm512_shuffle_f32x4 (e0, f0, 0xdd));
+            if (c + 12 < w)
+              _mm512_store_ps (pack + (int64_t) (d0 + c + 12) * ld + r0, _mm512_shuffle_f32x4 (e1, f1, 0xdd));
+          }
+      }
+}
 
 /* MV vectors of 16 packed rows against keys k … k + NR − 1. */
 UM_TARGET_AVX512 static inline UM_ALWAYS_INLINE void
@@ -445,8 +564,15 @@ scores_panel_avx512 (const int MV, const float *qp, int64_t ld, const float *k, 
 
   for (; j + 6 <= nk; j += 6)
     scores_tile_avx512 (MV, 6, qp, ld, k + j * ks, ks, hd, sc, t + j * ld);
-  for (; j < nk; j++)
-    scores_tile_avx512 (MV, 1, qp, ld, k + j * ks, ks, hd, sc, t + j * ld);
+  switch (nk - j)
+    {
+    case 5: scores_tile_avx512 (MV, 5, qp, ld, k + j * ks, ks, hd, sc, t + j * ld); break;
+    case 4: scores_tile_avx512 (MV, 4, qp, ld, k + j * ks, ks, hd, sc, t + j * ld); break;
+    case 3: scores_tile_avx512 (MV, 3, qp, ld, k + j * ks, ks, hd, sc, t + j * ld); break;
+    case 2: scores_tile_avx512 (MV, 2, qp, ld, k + j * ks, ks, hd, sc, t + j * ld); break;
+    case 1: scores_tile_avx512 (MV, 1, qp, ld, k + j * ks, ks, hd, sc, t + j * ld); break;
+    default: break;
+    }
 }
 
 UM_TARGET_AVX512 static void
@@ -455,7 +581,7 @@ scores_avx512 (const float *q, int64_t qs, const float *k, int64_t ks, int64_t n
 {
   const __m512 sc = _mm512_set1_ps (scale);
 
-  pack_q (q, qs, nb, hd, ld, pack);
+  pack_q_avx512 (q, qs, nb, hd, ld, pack);
   for (int64_t p = 0; p < ld; p += 64)
     switch (MIN (4, (ld - p) / 16))
       {
@@ -494,65 +620,59 @@ softmax_avx512 (float *t, int64_t ld, int64_t nb, int64_t nk, const int32_t *n)
     }
 }
 
-/* Rows r0 … r0 + R − 1, columns c0 … c0 + 16·NV − 1 (the last vector
- * masked to `m` when `masked`). */
+/* Rows r0 … r0 + R − 1 against a packed block of 64 columns of v (zero
+ * past hd), of which the first `w` are stored. */
 UM_TARGET_AVX512 static inline UM_ALWAYS_INLINE void
-values_tile_avx512 (const int R, const int NV, gboolean masked, __mmask16 m, const float *t, int64_t ld,
-                    int64_t nk, const float *v, int64_t vs, float *o, int64_t os)
+values_tile_avx512 (const int R, const float *t, int64_t ld, int64_t nk, const float *vp, int w, float *o,
+                    int64_t os)
 {
   __m512 a[6][4];
 
 #pragma GCC unroll 8
   for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-    for (int x = 0; x < NV; x++)
+    for (int x = 0; x < 4; x++)
       a[r][x] = _mm512_setzero_ps ();
   for (int64_t j = 0; j < nk; j++)
     {
       __m512 vv[4];
 #pragma GCC unroll 4
-      for (int x = 0; x < NV; x++)
-        vv[x] = masked && x == NV - 1 ? _mm512_maskz_loadu_ps (m, v + j * vs + 16 * x)
-                                      : _mm512_loadu_ps (v + j * vs + 16 * x);
+      for (int x = 0; x < 4; x++)
+        vv[x] = _mm512_load_ps (vp + j * 64 + 16 * x);
 #pragma GCC unroll 8
       for (int r = 0; r < R; r++)
         {
           const __m512 p = _mm512_set1_ps (t[j * ld + r]);
 #pragma GCC unroll 4
-          for (int x = 0; x < NV; x++)
+          for (int x = 0; x < 4; x++)
             a[r][x] = _mm512_fmadd_ps (p, vv[x], a[r][x]);
         }
     }
 #pragma GCC unroll 8
   for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-    for (int x = 0; x < NV; x++)
+    for (int x = 0; x < 4; x++)
       {
-        if (masked && x == NV - 1)
-          _mm512_mask_storeu_ps (o + r * os + 16 * x, m, a[r][x]);
-        else
+        const int left = w - 16 * x;
+        if (left >= 16)
           _mm512_storeu_ps (o + r * os + 16 * x, a[r][x]);
+        else if (left > 0)
+          _mm512_mask_storeu_ps (o + r * os + 16 * x, (__mmask16) ((1u << left) - 1), a[r][x]);
       }
 }
 
 UM_TARGET_AVX512 static void
 values_avx512 (const float *t, int64_t ld, int64_t nb, int64_t nk, const float *v, int64_t vs, int hd,
-               float *o, int64_t os)
+               float *o, int64_t os, float *pack)
 {
-  int c = 0;
-
-  for (; c + 64 <= hd; c += 64)
+  pack_v (v, vs, nk, hd, 64, pack);
+  for (int c = 0; c < hd; c += 64)
     {
-#define FULL(R, r0) values_tile_avx512 (R, 4, FALSE, 0, t + (r0), ld, nk, v + c, vs, o + (r0) * os + c, os)
-      ROW_BLOCKS (nb, FULL);
-#undef FULL
-    }
-  for (; c < hd; c += 16)
-    {
-      const __mmask16 m = (__mmask16) (hd - c >= 16 ? 0xffff : (1u << (hd - c)) - 1);
-#define PART(R, r0) values_tile_avx512 (R, 1, TRUE, m, t + (r0), ld, nk, v + c, vs, o + (r0) * os + c, os)
-      ROW_BLOCKS (nb, PART);
-#undef PART
+      const float *vp = pack + (int64_t) (c / 64) * nk * 64;
+      const int w = MIN (64, hd - c);
+#define TILE(R, r0) values_tile_avx512 (R, t + (r0), ld, nk, vp, w, o + (r0) * os + c, os)
+      ROW_BLOCKS (nb, TILE);
+#undef TILE
     }
 }
 #endif
@@ -604,7 +724,7 @@ um_attn_softmax (float *t, int64_t ld, int64_t nb, int64_t nk, const int32_t *n)
 
 void
 um_attn_values (UmAttnImpl impl, const float *t, int64_t ld, int64_t nb, int64_t nk,
-                const float *v, int64_t vs, int hd, float *o, int64_t os)
+                const float *v, int64_t vs, int hd, float *o, int64_t os, float *pack)
 {
   if (nb <= 0)
     return;
@@ -612,10 +732,10 @@ um_attn_values (UmAttnImpl impl, const float *t, int64_t ld, int64_t nb, int64_t
     {
 #if UM_HAVE_X86_SIMD
     case UM_ATTN_AVX512:
-      values_avx512 (t, ld, nb, nk, v, vs, hd, o, os);
+      values_avx512 (t, ld, nb, nk, v, vs, hd, o, os, pack);
       break;
     case UM_ATTN_AVX2:
-      values_avx2 (t, ld, nb, nk, v, vs, hd, o, os);
+      values_avx2 (t, ld, nb, nk, v, vs, hd, o, os, pack);
       break;
 #endif
     case UM_ATTN_PORTABLE:

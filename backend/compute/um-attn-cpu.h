@@ -16,7 +16,7 @@
  * Transposed, because a vector then holds 16 (8) query rows: our score
  * kernel broadcasts k and loads q packed by rows, the softmax runs down
  * the keys for 16 rows at once, and the values kernel broadcasts weights
- * that lie side by side. */
+ * that lie side by side (against v packed in column blocks). */
 #pragma once
 
 #include <glib.h>
@@ -45,21 +45,22 @@ const char *um_attn_impl_name (UmAttnImpl impl);
 gboolean    um_attn_impl_from_name (const char *name, UmAttnImpl *impl);
 
 /* The leading dimension of a score block of @nb rows (a whole number of
- * 16-row vectors), and the floats of packing space the score kernels need. */
+ * 16-row vectors), and the floats of packing space our kernels need (the
+ * task's q rows for the scores, then its v rows for the values). */
 int64_t um_attn_ld (int64_t nb);
-size_t  um_attn_pack_floats (int64_t nb, int hd);
+size_t  um_attn_pack_floats (int64_t nb, int64_t nk, int hd);
 
 /* @impl: a resolved kernel (not AUTO) that is available.  They run on the
  * calling thread (attention calls them from its own parallel loop, where
  * OpenBLAS keeps to one thread too).  @ld = um_attn_ld (nb): the scores
  * fill rows nb … ld − 1 too, as a query of zeros would (0 for finite
  * keys), and the softmax leaves 0 there; @pack: um_attn_pack_floats ()
- * floats, 64-byte aligned. */
+ * floats, 64-byte aligned (for both). */
 void um_attn_scores (UmAttnImpl impl, const float *q, int64_t qs, const float *k, int64_t ks,
                      int64_t nb, int64_t nk, int hd, float scale, float *t, int64_t ld, float *pack);
 /* @n: per row, the keys it sees (1 … nk).  Uses the CPU level's exp. */
 void um_attn_softmax (float *t, int64_t ld, int64_t nb, int64_t nk, const int32_t *n);
 void um_attn_values (UmAttnImpl impl, const float *t, int64_t ld, int64_t nb, int64_t nk,
-                     const float *v, int64_t vs, int hd, float *o, int64_t os);
+                     const float *v, int64_t vs, int hd, float *o, int64_t os, float *pack);
 
 G_END_DECLS

@@ -71,15 +71,15 @@ main (int argc, char **argv)
   L = parse_list (lens);
   printf ("cpu level %s, OpenBLAS %s, %d threads, %d heads of %d\n", um_cpu_isa_name (um_cpu_isa ()),
           openblas_get_corename (), um_cpu_get_threads (), heads, hd);
-  printf ("%6s %-9s %18s %14s %18s %12s\n", "L", "kernels", "products GFLOP/s", "softmax µs", "attention GFLOP/s",
-          "vs blas");
+  printf ("%6s %-9s %18s %7s %7s %14s %18s %12s\n", "L", "kernels", "products GFLOP/s", "q·kᵀ", "·v", "softmax µs",
+          "attention GFLOP/s", "vs blas");
   for (guint li = 0; li < L->len; li++)
     {
       const int n = g_array_index (L, int, li), nb = MIN (64, n);
       const size_t qn = (size_t) n * heads * hd;
       g_autofree float *q = g_new (float, qn), *k = g_new (float, qn), *v = g_new (float, qn);
       g_autofree float *out = g_new (float, qn), *s = g_new (float, (size_t) um_attn_ld (nb) * n);
-      g_autofree float *pack_mem = g_new (float, um_attn_pack_floats (nb, hd) + 16);
+      g_autofree float *pack_mem = g_new (float, um_attn_pack_floats (nb, n, hd) + 16);
       float *pack = (float *) (((uintptr_t) pack_mem + 63) & ~(uintptr_t) 63);
       g_autofree int32_t *kv = g_new (int32_t, nb);
       g_autofree gint32 *seq = g_new0 (gint32, n);
@@ -95,25 +95,28 @@ main (int argc, char **argv)
       const int inner = MAX (1, (int) (5e7 / (4.0 * nb * n * hd)));
       const int inner_a = MAX (1, (int) (2e8 / (4.0 * n * n * (double) hd * heads)));
       double best_p[UM_ATTN_N_IMPLS], best_s[UM_ATTN_N_IMPLS], best_a[UM_ATTN_N_IMPLS];
+      double best_qk[UM_ATTN_N_IMPLS], best_pv[UM_ATTN_N_IMPLS];
 
       for (int impl = 0; impl < UM_ATTN_N_IMPLS; impl++)
-        best_p[impl] = best_s[impl] = best_a[impl] = G_MAXDOUBLE;
+        best_p[impl] = best_s[impl] = best_a[impl] = best_qk[impl] = best_pv[impl] = G_MAXDOUBLE;
       for (int r = 0; r < reps; r++)
         for (int impl = UM_ATTN_BLAS; impl < UM_ATTN_N_IMPLS; impl++)
           {
-            gint64 t0;
+            gint64 t0, t1;
 
             if (!um_attn_impl_available ((UmAttnImpl) impl))
               continue;
             um_attn_set_impl ((UmAttnImpl) impl);
             t0 = g_get_monotonic_time ();
             for (int i = 0; i < inner; i++)
-              {
-                um_attn_scores ((UmAttnImpl) impl, q, (int64_t) heads * hd, k, (int64_t) heads * hd, nb, n, hd,
-                                1.0f / sqrtf ((float) hd), s, um_attn_ld (nb), pack);
-                um_attn_values ((UmAttnImpl) impl, s, um_attn_ld (nb), nb, n, v, (int64_t) heads * hd, hd, out,
-                                (int64_t) heads * hd);
-              }
+              um_attn_scores ((UmAttnImpl) impl, q, (int64_t) heads * hd, k, (int64_t) heads * hd, nb, n, hd,
+                              1.0f / sqrtf ((float) hd), s, um_attn_ld (nb), pack);
+            t1 = g_get_monotonic_time ();
+            for (int i = 0; i < inner; i++)
+              um_attn_values ((UmAttnImpl) impl, s, um_attn_ld (nb), nb, n, v, (int64_t) heads * hd, hd, out,
+                              (int64_t) heads * hd, pack);
+            best_qk[impl] = MIN (best_qk[impl], (t1 - t0) / 1e6 / inner);
+            best_pv[impl] = MIN (best_pv[impl], (g_get_monotonic_time () - t1) / 1e6 / inner);
             best_p[impl] = MIN (best_p[impl], (g_get_monotonic_time () - t0) / 1e6 / inner);
             t0 = g_get_monotonic_time ();
             for (int i = 0; i < inner; i++)
@@ -126,8 +129,9 @@ main (int argc, char **argv)
           }
       for (int impl = UM_ATTN_BLAS; impl < UM_ATTN_N_IMPLS; impl++)
         if (um_attn_impl_available ((UmAttnImpl) impl))
-          printf ("%6d %-9s %18.1f %14.2f %18.1f %12.2f\n", n, um_attn_impl_name ((UmAttnImpl) impl),
-                  4.0 * nb * n * hd / best_p[impl] / 1e9, best_s[impl] * 1e6,
+          printf ("%6d %-9s %18.1f %7.1f %7.1f %14.2f %18.1f %12.2f\n", n, um_attn_impl_name ((UmAttnImpl) impl),
+                  4.0 * nb * n * hd / best_p[impl] / 1e9, 2.0 * nb * n * hd / best_qk[impl] / 1e9,
+                  2.0 * nb * n * hd / best_pv[impl] / 1e9, best_s[impl] * 1e6,
                   4.0 * n * n * (double) hd * heads / best_a[impl] / 1e9, best_a[UM_ATTN_BLAS] / best_a[impl]);
       um_attn_set_impl (UM_ATTN_AUTO);
     }
