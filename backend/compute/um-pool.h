@@ -52,10 +52,11 @@ int  um_pool_adapt_observe (int used, double rate, double others);
 /* TRUE inside a loop's body. */
 gboolean um_pool_in_task (void);
 
-/* How long (microseconds) an idle thread spins before it sleeps.  The
- * default suits back-to-back loops of a forward on a quiet machine while
- * costing little to a loaded one; UM_POOL_SPIN_US overrides it (for
- * measurements). */
+/* How long (microseconds) an idle thread spins before it sleeps: by
+ * default 50 on a quiet machine (bridging the gaps between a forward's
+ * loops) and 0 while other tasks compete for the CPU.  UM_POOL_SPIN_US or
+ * a set value (>= 0) fixes it, -1 restores the default (for measurements
+ * and tests). */
 void um_pool_set_spin_us (int us);
 int  um_pool_get_spin_us (void);
 
