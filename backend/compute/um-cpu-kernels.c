@@ -10,6 +10,7 @@
 #include "um-gemm.h"
 #include "um-half.h"
 #include "um-quant.h"
+#include "um-pool.h"
 
 #if UM_HAVE_X86_SIMD
 #include <immintrin.h>
@@ -19,25 +20,51 @@
  * some builds hide them behind macros. */
 extern void openblas_set_num_threads (int num_threads);
 
-/* Below this many floats of work a parallel region costs more than it saves. */
+/* Below this many floats of work a parallel loop costs more than it saves. */
 #define PAR_MIN 32768
 
+/* Items per chunk of a loop over n items of `cost` floats each: about four
+ * chunks per thread, so a late thread's share is taken by the others, and
+ * at least PAR_MIN / 2 floats each, so a chunk pays for its hand-out.  One
+ * chunk (a serial loop) when the whole is below PAR_MIN. */
+static int64_t
+chunk_for (int64_t n, int64_t cost)
+{
+  int64_t per = MAX (cost, (int64_t) 1), threads = um_pool_max_threads ();
+  if (n * per < PAR_MIN || threads <= 1)
+    return MAX (n, (int64_t) 1);
+  return MAX ((n + 4 * threads - 1) / (4 * threads), (PAR_MIN / 2 + per - 1) / per);
+}
+
 static int cpu_threads = 0;
+
+/* OMP_NUM_THREADS if set (as before the pool, and as users of OpenMP
+ * programs expect), else the CPUs this process may run on. */
+static int
+default_threads (void)
+{
+  const char *env = g_getenv ("OMP_NUM_THREADS");
+  gint64 n = env != NULL ? g_ascii_strtoll (env, NULL, 10) : 0;
+  return n > 0 && n <= 1024 ? (int) n : (int) g_get_num_processors ();
+}
 
 void
 um_cpu_set_threads (int n_threads)
 {
   if (n_threads <= 0)
-    n_threads = omp_get_num_procs ();
+    n_threads = default_threads ();
   cpu_threads = n_threads;
+  /* The forward's threads are um-pool's; OpenMP is left to offline work
+   * (quantizing, compressing layers).  OpenBLAS runs single-threaded inside
+   * our loops: its own team would spin at every call on a busy machine. */
   omp_set_num_threads (n_threads);
-  openblas_set_num_threads (n_threads);
+  openblas_set_num_threads (1);
 }
 
 int
 um_cpu_get_threads (void)
 {
-  return cpu_threads > 0 ? cpu_threads : omp_get_max_threads ();
+  return cpu_threads > 0 ? cpu_threads : default_threads ();
 }
 
 UmCpuMatmulPath
@@ -146,11 +173,24 @@ um_cpu_scratch_clear (UmCpuScratch *scratch)
   scratch->bytes = 0;
 }
 
-void
-um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *out)
+typedef struct {
+  const float *x, *w;
+  int64_t dim;
+  float eps;
+  float *out;
+} RmsJob;
+
+static void
+rms_norm_rows (void *ctx, int64_t b, int64_t e, int tid)
 {
-#pragma omp parallel for schedule(static) if (rows * dim >= PAR_MIN)
-  for (int64_t r = 0; r < rows; r++)
+  const RmsJob *j = ctx;
+  const float *x = j->x, *w = j->w;
+  const int64_t dim = j->dim;
+  const float eps = j->eps;
+  float *out = j->out;
+  (void) tid;
+
+  for (int64_t r = b; r < e; r++)
     {
       const float *xr = x + r * dim;
       float *o = out + r * dim;
@@ -161,6 +201,53 @@ um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, floa
       float scale = 1.0f / sqrtf (sum / (float) dim + eps);
       for (int64_t i = 0; i < dim; i++)
         o[i] = xr[i] * scale * w[i];
+    }
+}
+
+void
+um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *out)
+{
+  RmsJob job = { x, w, dim, eps, out };
+  um_pool_for (rows, chunk_for (rows, dim), 0, rms_norm_rows, &job);
+}
+
+typedef struct {
+  float *x;
+  const gint32 *pos;
+  int n_heads, head_dim, half;
+  const double *inv_freq;
+  float *cs, *sn;
+  gboolean interleaved;
+} RopeJob;
+
+static void
+rope_rows (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const RopeJob *j = ctx;
+  const int half = j->half;
+  (void) tid;
+
+  for (int64_t r = b; r < e; r++)
+    {
+      float *cs = j->cs + r * half, *sn = j->sn + r * half;
+      for (int i = 0; i < half; i++)
+        {
+          double a = (double) j->pos[r] * j->inv_freq[i];
+          cs[i] = (float) cos (a);
+          sn[i] = (float) sin (a);
+        }
+      for (int h = 0; h < j->n_heads; h++)
+        {
+          float *v = j->x + (r * j->n_heads + h) * j->head_dim;
+          for (int i = 0; i < half; i++)
+            {
+              int a = j->interleaved ? 2 * i : i;
+              int b2 = j->interleaved ? 2 * i + 1 : i + half;
+              float x0 = v[a], x1 = v[b2];
+              v[a] = x0 * cs[i] - x1 * sn[i];
+              v[b2] = x1 * cs[i] + x0 * sn[i];
+            }
+        }
     }
 }
 
@@ -183,30 +270,10 @@ um_cpu_rope (float *x, int64_t rows, const gint32 *pos, int n_heads, int head_di
   sn = g_new (float, (size_t) rows * half);
   for (int i = 0; i < half; i++)
     inv_freq[i] = pow (theta, -2.0 * i / rope_dim);
-
-#pragma omp parallel for schedule(static) if (rows * n_heads * rope_dim >= PAR_MIN)
-  for (int64_t r = 0; r < rows; r++)
-    {
-      for (int i = 0; i < half; i++)
-        {
-          double a = (double) pos[r] * inv_freq[i];
-          cs[r * half + i] = (float) cos (a);
-          sn[r * half + i] = (float) sin (a);
-        }
-      for (int h = 0; h < n_heads; h++)
-        {
-          float *v = x + (r * n_heads + h) * head_dim;
-          const float *c = cs + r * half, *s = sn + r * half;
-          for (int i = 0; i < half; i++)
-            {
-              int a = interleaved ? 2 * i : i;
-              int b = interleaved ? 2 * i + 1 : i + half;
-              float x0 = v[a], x1 = v[b];
-              v[a] = x0 * c[i] - x1 * s[i];
-              v[b] = x1 * c[i] + x0 * s[i];
-            }
-        }
-    }
+  {
+    RopeJob job = { x, pos, n_heads, head_dim, half, inv_freq, cs, sn, interleaved };
+    um_pool_for (rows, chunk_for (rows, (int64_t) n_heads * rope_dim), 0, rope_rows, &job);
+  }
 }
 
 #if UM_HAVE_X86_SIMD
@@ -299,6 +366,67 @@ exp_shift_sum (float *sr, int64_t n, float mx)
  * so each row costs at most ATT_CHUNK keys beyond its own. */
 #define ATT_CHUNK 64
 
+typedef struct {
+  const float *q;
+  const gint32 *q_seq, *q_kv_len;
+  const float *k, *v;
+  int64_t seq_len;
+  int n_heads, head_dim;
+  int64_t qstride, kvstride;
+  int group;
+  float scale;
+  const int64_t *chunks;   /* per task: its first row, the keys its widest row sees; then nq */
+  int64_t n_chunks;
+  float *out;
+  float *scores;           /* ATT_CHUNK × seq_len per thread */
+} AttnJob;
+
+/* Tasks are (head, chunk of query rows), head-major. */
+static void
+attention_tasks (void *ctx, int64_t tb, int64_t te, int tid)
+{
+  const AttnJob *j = ctx;
+  const int64_t seq_len = j->seq_len, qstride = j->qstride, kvstride = j->kvstride;
+  const int head_dim = j->head_dim;
+  float *scores = j->scores + (size_t) tid * ATT_CHUNK * seq_len;
+
+  for (int64_t t = tb; t < te; t++)
+    {
+      const int h = (int) (t / j->n_chunks);
+      const int64_t c = t % j->n_chunks;
+      int64_t i0 = j->chunks[2 * c];
+      int64_t nk = j->chunks[2 * c + 1];
+      int64_t nb = j->chunks[2 * c + 2] - i0;
+      int64_t s = j->q_seq[i0];
+      int kvh = h / j->group;
+      const float *qb = j->q + i0 * qstride + (int64_t) h * head_dim;
+      const float *kb = j->k + s * seq_len * kvstride + (int64_t) kvh * head_dim;
+      const float *vb = j->v + s * seq_len * kvstride + (int64_t) kvh * head_dim;
+
+      /* Only the nk keys some row of the task sees are multiplied. */
+      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, head_dim,
+                   j->scale, qb, qstride, kb, kvstride, 0.0f, scores, nk);
+      for (int64_t r = 0; r < nb; r++)
+        {
+          float *sr = scores + r * nk;
+          const int64_t n = j->q_kv_len != NULL ? (int64_t) j->q_kv_len[i0 + r] : seq_len;
+          float mx = -INFINITY, sum;
+          for (int64_t jj = 0; jj < n; jj++)
+            mx = MAX (mx, sr[jj]);
+          sum = exp_shift_sum (sr, n, mx);
+          float inv = 1.0f / sum;
+          for (int64_t jj = 0; jj < n; jj++)
+            sr[jj] *= inv;
+          /* Keys this row must not see weigh exactly 0. */
+          for (int64_t jj = n; jj < nk; jj++)
+            sr[jj] = 0.0f;
+        }
+      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, head_dim, nk,
+                   1.0f, scores, nk, vb, kvstride, 0.0f,
+                   j->out + i0 * qstride + (int64_t) h * head_dim, qstride);
+    }
+}
+
 void
 um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 *q_kv_len,
                   const float *k, const float *v, int64_t seq_len,
@@ -331,86 +459,101 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 
   g_array_append_val (chunks, nq);
   n_chunks = chunks->len / 2;
 
-#pragma omp parallel if (nq * seq_len * (int64_t) head_dim * n_heads >= PAR_MIN)
   {
-    float *scores = g_malloc ((size_t) ATT_CHUNK * seq_len * sizeof (float));
-#pragma omp for collapse(2) schedule(dynamic, 1)
-    for (int h = 0; h < n_heads; h++)
-      for (int64_t c = 0; c < n_chunks; c++)
-        {
-          int64_t i0 = g_array_index (chunks, int64_t, 2 * c);
-          int64_t nk = g_array_index (chunks, int64_t, 2 * c + 1);
-          int64_t nb = g_array_index (chunks, int64_t, 2 * c + 2) - i0;
-          int64_t s = q_seq[i0];
-          int kvh = h / group;
-          const float *qb = q + i0 * qstride + (int64_t) h * head_dim;
-          const float *kb = k + s * seq_len * kvstride + (int64_t) kvh * head_dim;
-          const float *vb = v + s * seq_len * kvstride + (int64_t) kvh * head_dim;
-
-          /* Only the nk keys some row of the task sees are multiplied. */
-          cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, nb, nk, head_dim,
-                       scale, qb, qstride, kb, kvstride, 0.0f, scores, nk);
-          for (int64_t r = 0; r < nb; r++)
-            {
-              float *sr = scores + r * nk;
-              const int64_t n = KV_LEN (i0 + r);
-              float mx = -INFINITY, sum;
-              for (int64_t j = 0; j < n; j++)
-                mx = MAX (mx, sr[j]);
-              sum = exp_shift_sum (sr, n, mx);
-              float inv = 1.0f / sum;
-              for (int64_t j = 0; j < n; j++)
-                sr[j] *= inv;
-              /* Keys this row must not see weigh exactly 0. */
-              for (int64_t j = n; j < nk; j++)
-                sr[j] = 0.0f;
-            }
-          cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, head_dim, nk,
-                       1.0f, scores, nk, vb, kvstride, 0.0f,
-                       out + i0 * qstride + (int64_t) h * head_dim, qstride);
-        }
-    g_free (scores);
+    AttnJob job = { q, q_seq, q_kv_len, k, v, seq_len, n_heads, head_dim, qstride, kvstride, group, scale,
+                    (const int64_t *) (void *) chunks->data, n_chunks, out, NULL };
+    int threads = nq * seq_len * (int64_t) head_dim * n_heads >= PAR_MIN ? 0 : 1;
+    int n_scratch = threads == 1 ? 1 : um_pool_max_threads ();
+    job.scores = g_malloc ((size_t) n_scratch * ATT_CHUNK * seq_len * sizeof (float));
+    um_pool_for ((int64_t) n_heads * n_chunks, 1, threads, attention_tasks, &job);
+    g_free (job.scores);
   }
 #undef KV_LEN
+}
+
+typedef struct {
+  const float *a, *b;
+  float *out;
+  size_t n;
+  int dim;
+  const gint32 *rows;
+  const float *scale;
+} EltJob;
+
+static void
+swiglu_range (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const EltJob *j = ctx;
+  (void) tid;
+#if UM_HAVE_X86_SIMD
+  if (um_cpu_isa () >= UM_ISA_AVX512)
+    {
+      swiglu_avx512 (j->a + b, j->b + b, (size_t) (e - b), j->out + b);
+      return;
+    }
+#endif
+  for (int64_t i = b; i < e; i++)
+    {
+      float g = j->a[i];
+      j->out[i] = g / (1.0f + expf (-g)) * j->b[i];
+    }
 }
 
 void
 um_cpu_swiglu (const float *gate, const float *up, size_t n, float *out)
 {
-#if UM_HAVE_X86_SIMD
-  if (um_cpu_isa () >= UM_ISA_AVX512)
-    {
-      /* 4096-element pieces keep each thread's share contiguous. */
-      const size_t piece = 4096, n_pieces = (n + piece - 1) / piece;
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-      for (size_t p = 0; p < n_pieces; p++)
-        swiglu_avx512 (gate + p * piece, up + p * piece, MIN (piece, n - p * piece), out + p * piece);
-      return;
-    }
-#endif
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-  for (size_t i = 0; i < n; i++)
-    {
-      float g = gate[i];
-      out[i] = g / (1.0f + expf (-g)) * up[i];
-    }
+  EltJob job = { gate, up, out, n, 0, NULL, NULL };
+  /* Chunks of whole 16-float vectors keep every chunk on the same vector
+   * path as a serial run: results do not depend on the split. */
+  int64_t chunk = (chunk_for ((int64_t) n, 1) + 15) / 16 * 16;
+  um_pool_for ((int64_t) n, chunk, 0, swiglu_range, &job);
+}
+
+static void
+add_range (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const EltJob *j = ctx;
+  (void) tid;
+  for (int64_t i = b; i < e; i++)
+    j->out[i] += j->a[i];
 }
 
 void
 um_cpu_add (float *x, const float *y, size_t n)
 {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-  for (size_t i = 0; i < n; i++)
-    x[i] += y[i];
+  EltJob job = { y, NULL, x, n, 0, NULL, NULL };
+  um_pool_for ((int64_t) n, chunk_for ((int64_t) n, 1), 0, add_range, &job);
+}
+
+static void
+add_bias_rows (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const EltJob *j = ctx;
+  (void) tid;
+  for (int64_t r = b; r < e; r++)
+    for (int c = 0; c < j->dim; c++)
+      j->out[(size_t) r * j->dim + c] += j->a[c];
 }
 
 void
 um_cpu_add_bias (float *x, int rows, int dim, const float *bias)
 {
-#pragma omp parallel for schedule(static) if ((size_t) rows * dim >= PAR_MIN)
-  for (int r = 0; r < rows; r++)
-    for (int j = 0; j < dim; j++)
-      x[(size_t) r * dim + j] += bias[j];
+  EltJob job = { bias, NULL, x, 0, dim, NULL, NULL };
+  um_pool_for (rows, chunk_for (rows, dim), 0, add_bias_rows, &job);
+}
+
+static void
+add_rows_scaled_range (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const EltJob *j = ctx;
+  (void) tid;
+  for (int64_t i = b; i < e; i++)
+    {
+      float *d = j->out + (size_t) j->rows[i] * j->dim;
+      const float *s = j->a + (size_t) i * j->dim, w = j->scale[i];
+      for (int c = 0; c < j->dim; c++)
+        d[c] += w * s[c];
+    }
 }
 
 void
@@ -418,14 +561,8 @@ um_cpu_add_rows_scaled (float *dst, int dim, const gint32 *rows, const float *sc
 {
   /* Rows are distinct, so rows may run in parallel; each row's own sum is
    * one add, whatever the thread count. */
-#pragma omp parallel for schedule(static) if ((size_t) n * dim >= PAR_MIN)
-  for (int i = 0; i < n; i++)
-    {
-      float *d = dst + (size_t) rows[i] * dim;
-      const float *s = src + (size_t) i * dim, w = scale[i];
-      for (int j = 0; j < dim; j++)
-        d[j] += w * s[j];
-    }
+  EltJob job = { src, NULL, dst, 0, dim, rows, scale };
+  um_pool_for (n, chunk_for (n, dim), 0, add_rows_scaled_range, &job);
 }
 
 void

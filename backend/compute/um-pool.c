@@ -1,0 +1,260 @@
+#include "um-pool.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "um-cpu-kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause ()
+#else
+#define cpu_relax() ((void) 0)
+#endif
+
+/* Long enough to bridge the serial gaps between a forward's loops on a quiet
+ * machine (a futex wake costs ~5-20 us, a forward has hundreds of loops),
+ * short against a loaded machine's scheduling slices (milliseconds).  The
+ * measurements behind it are in the README's "Threads" section. */
+#define DEFAULT_SPIN_US 50
+
+#define MAX_WORKERS 255
+
+/* A cache line of its own for each worker's words: the dispatcher writes
+ * them while the others spin on theirs. */
+typedef struct {
+  _Atomic uint32_t go;        /* bumped by the dispatcher: a new loop for this worker */
+  _Atomic int      sleeping;  /* the worker is (about to be) in futex_wait on go */
+  int              tid;
+  pthread_t        thread;
+} __attribute__ ((aligned (64))) Worker;
+
+typedef struct {
+  /* The loop being run; written only while no worker reads it. */
+  UmPoolFn         fn;
+  void            *ctx;
+  int64_t          n, chunk;
+  _Atomic int64_t  next __attribute__ ((aligned (64)));  /* next unclaimed item */
+  _Atomic uint32_t pending __attribute__ ((aligned (64))); /* workers still running the loop */
+  _Atomic int      caller_sleeping;
+  pthread_mutex_t  lock;      /* one dispatcher at a time */
+  pthread_mutex_t  grow_lock;
+  Worker          *workers;
+  _Atomic int      n_workers;
+  int              cap;
+} Pool;
+
+static Pool pool = {
+  .lock = PTHREAD_MUTEX_INITIALIZER,
+  .grow_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+static _Thread_local gboolean in_task;
+static _Atomic int spin_us = -1;
+
+static void
+futex_wait (_Atomic uint32_t *addr, uint32_t expected)
+{
+  syscall (SYS_futex, (uint32_t *) addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static void
+futex_wake (_Atomic uint32_t *addr, int n)
+{
+  syscall (SYS_futex, (uint32_t *) addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+static inline int64_t
+now_ns (void)
+{
+  struct timespec ts;
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int
+um_pool_get_spin_us (void)
+{
+  int us = atomic_load_explicit (&spin_us, memory_order_relaxed);
+  if (us < 0)
+    {
+      const char *env = g_getenv ("UM_POOL_SPIN_US");
+      us = env != NULL ? (int) CLAMP (g_ascii_strtoll (env, NULL, 10), 0, 1000000) : DEFAULT_SPIN_US;
+      atomic_store_explicit (&spin_us, us, memory_order_relaxed);
+    }
+  return us;
+}
+
+void
+um_pool_set_spin_us (int us)
+{
+  atomic_store (&spin_us, MAX (us, 0));
+}
+
+/* Spins until *word != seen or the spin time is up; TRUE if it changed. */
+static gboolean
+spin_until_changed (_Atomic uint32_t *word, uint32_t seen)
+{
+  int64_t limit = (int64_t) um_pool_get_spin_us () * 1000, t0 = 0;
+
+  for (int i = 0;; i++)
+    {
+      if (atomic_load_explicit (word, memory_order_acquire) != seen)
+        return TRUE;
+      if ((i & 63) == 0)
+        {
+          int64_t t = now_ns ();
+          if (i == 0)
+            t0 = t;
+          else if (t - t0 >= limit)
+            return FALSE;
+        }
+      cpu_relax ();
+    }
+}
+
+static void
+run_chunks (int tid)
+{
+  const int64_t n = pool.n, chunk = pool.chunk;
+
+  for (;;)
+    {
+      int64_t b = atomic_fetch_add_explicit (&pool.next, chunk, memory_order_relaxed);
+      if (b >= n)
+        break;
+      pool.fn (pool.ctx, b, MIN (b + chunk, n), tid);
+    }
+}
+
+static void *
+worker_main (void *data)
+{
+  Worker *w = data;
+  uint32_t seen = 0;
+
+  in_task = TRUE;
+  for (;;)
+    {
+      if (!spin_until_changed (&w->go, seen))
+        {
+          /* Dekker with the dispatcher: it stores go then reads sleeping;
+           * we store sleeping then read go (futex_wait re-checks it). */
+          atomic_store (&w->sleeping, 1);
+          while (atomic_load (&w->go) == seen)
+            futex_wait (&w->go, seen);
+          atomic_store (&w->sleeping, 0);
+        }
+      seen = atomic_load_explicit (&w->go, memory_order_acquire);
+      run_chunks (w->tid);
+      /* Nothing of the loop may be touched after this: the dispatcher
+       * returns, and may start the next loop, once pending is 0. */
+      if (atomic_fetch_sub (&pool.pending, 1) == 1 && atomic_load (&pool.caller_sleeping))
+        futex_wake (&pool.pending, 1);
+    }
+  return NULL;
+}
+
+/* Makes sure `want` workers exist; returns how many do (fewer if the
+ * system refuses threads: the loops then simply use fewer). */
+static int
+ensure_workers (int want)
+{
+  int have = atomic_load (&pool.n_workers);
+
+  if (have >= want)
+    return want;
+  pthread_mutex_lock (&pool.grow_lock);
+  have = atomic_load (&pool.n_workers);
+  /* Workers never move (each reads its own Worker), so the array is
+   * allocated once, for more threads than any machine here has. */
+  if (pool.workers == NULL)
+    {
+      pool.workers = aligned_alloc (64, sizeof (Worker) * MAX_WORKERS);
+      pool.cap = pool.workers != NULL ? MAX_WORKERS : 0;
+    }
+  want = MIN (want, pool.cap);
+  while (have < want)
+    {
+      Worker *w = &pool.workers[have];
+      atomic_init (&w->go, 0);
+      atomic_init (&w->sleeping, 0);
+      w->tid = have + 1;
+      if (pthread_create (&w->thread, NULL, worker_main, w) != 0)
+        break;
+      pthread_detach (w->thread);
+      have++;
+      atomic_store (&pool.n_workers, have);
+    }
+  pthread_mutex_unlock (&pool.grow_lock);
+  return MIN (have, want);
+}
+
+gboolean
+um_pool_in_task (void)
+{
+  return in_task;
+}
+
+int
+um_pool_max_threads (void)
+{
+  return in_task ? 1 : MAX (1, um_cpu_get_threads ());
+}
+
+void
+um_pool_for (int64_t n, int64_t chunk, int threads, UmPoolFn fn, void *ctx)
+{
+  int64_t n_chunks;
+  int n_workers;
+
+  if (n <= 0)
+    return;
+  chunk = MAX (chunk, 1);
+  n_chunks = (n + chunk - 1) / chunk;
+  if (threads <= 0)
+    threads = um_cpu_get_threads ();
+  threads = (int) MIN ((int64_t) threads, n_chunks);
+  if (in_task || threads <= 1 || pthread_mutex_trylock (&pool.lock) != 0)
+    {
+      fn (ctx, 0, n, 0);
+      return;
+    }
+  n_workers = ensure_workers (threads - 1);
+
+  pool.fn = fn;
+  pool.ctx = ctx;
+  pool.n = n;
+  pool.chunk = chunk;
+  atomic_store_explicit (&pool.next, 0, memory_order_relaxed);
+  atomic_store (&pool.caller_sleeping, 0);
+  atomic_store (&pool.pending, (uint32_t) n_workers);
+  for (int i = 0; i < n_workers; i++)
+    {
+      Worker *w = &pool.workers[i];
+      atomic_fetch_add (&w->go, 1);
+      if (atomic_load (&w->sleeping))
+        futex_wake (&w->go, 1);
+    }
+
+  in_task = TRUE;
+  run_chunks (0);
+  in_task = FALSE;
+
+  /* Wait for the workers still in a chunk: briefly spinning, then asleep,
+   * so that a descheduled worker gets this core back at once. */
+  for (uint32_t p; (p = atomic_load (&pool.pending)) != 0;)
+    if (!spin_until_changed (&pool.pending, p))
+      {
+        atomic_store (&pool.caller_sleeping, 1);
+        while ((p = atomic_load (&pool.pending)) != 0)
+          futex_wait (&pool.pending, p);
+      }
+  pthread_mutex_unlock (&pool.lock);
+}

@@ -1,0 +1,46 @@
+/* um-pool.h — the CPU kernels' parallel loops, on a pool that yields the CPU.
+ *
+ * A desktop is rarely quiet: a thread of ours that the kernel has
+ * descheduled must not hold up the others, and a thread that waits must
+ * not burn the core the late one needs.  So work is handed out in chunks
+ * from a shared counter (whoever is running takes the next chunk, a late
+ * thread's share is taken by the others), and a thread with nothing to do
+ * spins only briefly before sleeping on a futex.
+ *
+ * The calling thread takes part as tid 0; workers are created on first
+ * use, up to um_cpu_get_threads () - 1 of them, and live for the process.
+ * A loop started from inside a loop's body, or while another thread is
+ * using the pool, runs serially on its caller: that is always correct,
+ * since every body must accept any split of its range. */
+#pragma once
+
+#include <glib.h>
+#include <stdint.h>
+
+G_BEGIN_DECLS
+
+/* One chunk of a loop: items [begin, end), run by thread tid, which is
+ * below the loop's thread count (at most um_pool_max_threads ()). */
+typedef void (*UmPoolFn) (void *ctx, int64_t begin, int64_t end, int tid);
+
+/* Runs fn over [0, n) in chunks of `chunk` items (at least 1), on up to
+ * `threads` threads (0: um_cpu_get_threads ()), and returns when all are
+ * done.  Serial when n fits one chunk, when nested, or when threads is 1. */
+void um_pool_for (int64_t n, int64_t chunk, int threads, UmPoolFn fn, void *ctx);
+
+/* The number of threads a loop started here could use: 1 inside a loop's
+ * body (nested loops are serial), else um_cpu_get_threads ().  Size
+ * per-thread scratch with it. */
+int  um_pool_max_threads (void);
+
+/* TRUE inside a loop's body. */
+gboolean um_pool_in_task (void);
+
+/* How long (microseconds) an idle thread spins before it sleeps.  The
+ * default suits back-to-back loops of a forward on a quiet machine while
+ * costing little to a loaded one; UM_POOL_SPIN_US overrides it (for
+ * measurements). */
+void um_pool_set_spin_us (int us);
+int  um_pool_get_spin_us (void);
+
+G_END_DECLS

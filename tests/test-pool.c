@@ -1,0 +1,143 @@
+/* test-pool.c — um_pool_for: every item exactly once, thread ids in range,
+ * nested and concurrent loops serial, workers that sleep and wake. */
+#include <glib.h>
+#include <stdatomic.h>
+
+#include "um-cpu-kernels.h"
+#include "um-pool.h"
+
+#define N_MAX 5000
+
+typedef struct {
+  _Atomic int count[N_MAX];
+  _Atomic int max_tid;
+  _Atomic int bad_range;
+  int threads;
+  gboolean nested;
+  _Atomic int nested_ok;
+} Counts;
+
+static void
+count_items (void *ctx, int64_t b, int64_t e, int tid)
+{
+  Counts *c = ctx;
+  int seen = atomic_load (&c->max_tid);
+
+  if (b < 0 || e > N_MAX || b >= e || tid < 0 || tid >= c->threads)
+    atomic_fetch_add (&c->bad_range, 1);
+  while (tid > seen && !atomic_compare_exchange_weak (&c->max_tid, &seen, tid))
+    ;
+  for (int64_t i = b; i < e && i < N_MAX; i++)
+    atomic_fetch_add (&c->count[i], 1);
+  if (c->nested)
+    {
+      /* A loop inside a loop runs serially on this thread, whole. */
+      Counts *inner = g_new0 (Counts, 1);
+      inner->threads = 1;
+      g_assert_true (um_pool_in_task ());
+      g_assert_cmpint (um_pool_max_threads (), ==, 1);
+      um_pool_for (100, 3, 4, count_items, inner);
+      gboolean ok = atomic_load (&inner->bad_range) == 0;
+      for (int i = 0; i < 100; i++)
+        ok = ok && atomic_load (&inner->count[i]) == 1;
+      if (ok)
+        atomic_fetch_add (&c->nested_ok, 1);
+      g_free (inner);
+    }
+}
+
+static void
+check_once (int64_t n, int64_t chunk, int threads)
+{
+  Counts *c = g_new0 (Counts, 1);
+
+  c->threads = threads > 0 ? threads : um_cpu_get_threads ();
+  um_pool_for (n, chunk, threads, count_items, c);
+  g_assert_cmpint (atomic_load (&c->bad_range), ==, 0);
+  for (int64_t i = 0; i < N_MAX; i++)
+    g_assert_cmpint (atomic_load (&c->count[i]), ==, i < n ? 1 : 0);
+  g_free (c);
+}
+
+static void
+test_once (void)
+{
+  static const int64_t ns[] = { 0, 1, 2, 7, 64, 999, N_MAX };
+  static const int64_t chunks[] = { 0, 1, 3, 16, 1000, 100000 };
+  static const int threads[] = { 0, 1, 2, 3, 4, 8 };
+  int saved = um_cpu_get_threads ();
+
+  um_cpu_set_threads (8);
+  for (guint a = 0; a < G_N_ELEMENTS (ns); a++)
+    for (guint b = 0; b < G_N_ELEMENTS (chunks); b++)
+      for (guint t = 0; t < G_N_ELEMENTS (threads); t++)
+        check_once (ns[a], chunks[b], threads[t]);
+  um_cpu_set_threads (saved);
+}
+
+/* Sleeping and spinning workers both get every loop: thousands of tiny
+ * loops with no spin (every hand-out wakes a sleeper), then with a spin,
+ * then with pauses that outlast the spin. */
+static void
+test_sleep_wake (void)
+{
+  int saved = um_pool_get_spin_us ();
+
+  for (int mode = 0; mode < 3; mode++)
+    {
+      um_pool_set_spin_us (mode == 0 ? 0 : 20);
+      for (int i = 0; i < (mode == 2 ? 20 : 2000); i++)
+        {
+          check_once (64, 1, 3);
+          if (mode == 2)
+            g_usleep (200);
+        }
+    }
+  um_pool_set_spin_us (saved);
+}
+
+static void
+test_nested (void)
+{
+  Counts *c = g_new0 (Counts, 1);
+
+  c->threads = 3;
+  c->nested = TRUE;
+  um_pool_for (30, 1, 3, count_items, c);
+  g_assert_cmpint (atomic_load (&c->nested_ok), ==, 30);
+  for (int i = 0; i < 30; i++)
+    g_assert_cmpint (atomic_load (&c->count[i]), ==, 1);
+  g_assert_false (um_pool_in_task ());
+  g_free (c);
+}
+
+static gpointer
+dispatcher (gpointer data)
+{
+  for (int i = 0; i < 300; i++)
+    check_once (500 + i, 7, 3);
+  return NULL;
+}
+
+/* Two threads start loops at once: the one that finds the pool busy runs
+ * its loop itself; both are right. */
+static void
+test_concurrent (void)
+{
+  GThread *a = g_thread_new ("pool-a", dispatcher, NULL);
+  GThread *b = g_thread_new ("pool-b", dispatcher, NULL);
+
+  g_thread_join (a);
+  g_thread_join (b);
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, NULL);
+  g_test_add_func ("/pool/once", test_once);
+  g_test_add_func ("/pool/sleep-wake", test_sleep_wake);
+  g_test_add_func ("/pool/nested", test_nested);
+  g_test_add_func ("/pool/concurrent", test_concurrent);
+  return g_test_run ();
+}
