@@ -6,6 +6,7 @@
 
 #include "um-frame-stats.h"
 #include "um-optimizer-page.h"
+#include "um-pool.h"
 #include "um-preferences.h"
 #include "um-settings.h"
 #include "um-window.h"
@@ -222,6 +223,12 @@ static const GActionEntry app_actions[] = {
   { "open-model", open_model_activated },
 };
 
+/* The engine's threads run at this nice value, the window's at 0, so that
+ * drawing and input never wait for the engine on a busy machine (issue 22:
+ * the README's "A smooth window" has the figures). UM_ENGINE_NICE sets
+ * another (0: as the CLI, for measurements). */
+#define ENGINE_NICE 10
+
 static void
 um_application_startup (GApplication *app)
 {
@@ -236,6 +243,11 @@ um_application_startup (GApplication *app)
   static const char *connect_accels[] = { "<Control>l", NULL };
 
   G_APPLICATION_CLASS (um_application_parent_class)->startup (app);
+
+  {
+    const char *nice = g_getenv ("UM_ENGINE_NICE");
+    um_pool_set_nice (nice != NULL ? (int) g_ascii_strtoll (nice, NULL, 10) : ENGINE_NICE);
+  }
 
   self->settings = um_settings_new (NULL);
   g_action_map_add_action_entries (G_ACTION_MAP (app), app_actions, G_N_ELEMENTS (app_actions), app);

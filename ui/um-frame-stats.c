@@ -6,6 +6,7 @@
 
 #include "um-diffusion-view.h"
 #include "um-generate-page.h"
+#include "um-pool.h"
 
 typedef struct {
   double handled_ms;   /* event timestamp → the window's key handler */
@@ -81,6 +82,8 @@ write_stats (FrameStats *fs)
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "running");
   json_builder_add_boolean_value (b, fs->run_start != 0);
+  json_builder_set_member_name (b, "engine_nice");
+  json_builder_add_int_value (b, um_pool_get_nice ());
   add_doubles (b, "frames_ms", fs->frames_ms);
   add_doubles (b, "work_ms", fs->work_ms);
   add_doubles (b, "keys_ms", fs->keys_ms);

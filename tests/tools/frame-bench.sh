@@ -14,22 +14,25 @@
 # Not a test: the figures depend on the machine and its load. --busy N starts
 # N `python3 -c "while True: pass"` for the time of the measurement.
 #
-#   tests/tools/frame-bench.sh [--busy N] [--threads N] [--seconds S] [--repeat R]
-#       [--gen-length N] [--steps N] [--build DIR] [--json FILE]
+#   tests/tools/frame-bench.sh [--busy N] [--threads N] [--nice N] [--seconds S]
+#       [--repeat R] [--gen-length N] [--steps N] [--build DIR] [--json FILE]
+# --nice sets UM_ENGINE_NICE, the engine threads' nice value (default: the
+# app's; 0: not niced, as before issue 22).
 #
 # Needs xvfb-run, dbus-run-session, xdotool and python3 (apt-get install
 # xvfb dbus xdotool python3), and a build with the GUI (build/app/unmask).
 set -euo pipefail
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
-busy=0 threads=0 seconds=6 repeat=3 gen=512 steps=512 build="$src/build" json="" inner=0
+busy=0 threads=0 nice="" seconds=6 repeat=3 gen=512 steps=512 build="$src/build" json="" inner=0
 renderer=${GSK_RENDERER:-cairo}
 
-usage () { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage () { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --busy) busy=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --nice) nice=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --gen-length) gen=$2; shift 2 ;;
@@ -48,7 +51,7 @@ if [ "$inner" = 0 ]; then
   done
   [ -x "$build/app/unmask" ] || { echo "frame-bench: no $build/app/unmask (build with -Dgui=enabled)" >&2; exit 2; }
   xvfb-run -a -s "-screen 0 1280x800x24" dbus-run-session -- \
-    bash "$0" --inner --busy "$busy" --threads "$threads" --seconds "$seconds" --repeat "$repeat" \
+    bash "$0" --inner --busy "$busy" --threads "$threads" ${nice:+--nice "$nice"} --seconds "$seconds" --repeat "$repeat" \
     --gen-length "$gen" --steps "$steps" --build "$build" ${json:+--json "$json"} 2>&1 \
     | grep -v 'Failed to set fd limit'
   exit
@@ -75,6 +78,7 @@ for _ in $(seq "$busy"); do
   pids+=($!)
 done
 
+[ -z "$nice" ] || export UM_ENGINE_NICE=$nice
 UM_FRAME_STATS=$stats XDG_CONFIG_HOME=$tmp/config XDG_DATA_HOME=$tmp/data XDG_CACHE_HOME=$tmp/cache \
   GSK_RENDERER=$renderer GTK_A11Y=none NO_AT_BRIDGE=1 UNMASK_DEVICE=cpu \
   "$build/app/unmask" --demo > "$tmp/app.log" 2>&1 &
@@ -114,6 +118,9 @@ for r in $(seq "$repeat"); do
   # shellcheck disable=SC2046
   xdotool key --delay 200 $(printf 'shift %.0s' $(seq "$n_keys"))
   wait_stats "d['running']" 0 || fail "run $r ended before Escape: raise --gen-length/--steps or lower --seconds"
+  # Which threads ran at which nice value (those that used 1 % of a CPU or more).
+  [ "$r" != 1 ] || ps -L -o ni=,pcpu=,comm= -p "$app" | awk '$2 >= 1 { t = t sprintf(" %s(nice %s, %s%%)", $3, $1, $2) }
+    END { print "threads:" t }' > "$tmp/threads"
   xdotool key Escape
   wait_stats "len(d['stops']) == $r" 30 || fail "Escape did not stop run $r"
   sleep 1
@@ -146,6 +153,7 @@ def line(name, v):
 frames, keys = d['frames_ms'], d['keys_ms']
 stops, runs = d['stops'], d['runs']
 print(f"load {os.getloadavg()[0]:.2f} at the end; busy {busy}, threads {threads or 'default'}, "
+      f"engine nice {d['engine_nice']}, "
       f"{repeat} runs of gen {gen}/steps {steps} stopped after ~{seconds} s, renderer {renderer}")
 print(line("frame interval", frames))
 print(f"{'':<24} frames > 50 ms: {sum(f > 50 for f in frames)}, > 100 ms: {sum(f > 100 for f in frames)}")
@@ -156,6 +164,7 @@ print(line("Stop: handler", [s['handled_ms'] for s in stops]))
 print(line("Stop: run ended", [s['stopped_ms'] for s in stops]))
 print(line("Stop: shown", [s['shown_ms'] for s in stops]))
 ms_step = [1000 * r['seconds'] / r['steps'] for r in runs if r['steps'] > 0]
+print(open(os.path.join(os.path.dirname(sys.argv[1]), 'threads')).read().strip())
 print(f"{'engine':<24} " + ", ".join(f"{m:.1f}" for m in ms_step) + " ms/step (run start to stop / steps)")
 print(f"{'UI thread per run':<24} " + ", ".join(f"cpu {r['ui_cpu_ms']:.0f} ms wait {r['ui_wait_ms']:.0f} ms / {r['seconds']:.1f} s"
                                              for r in runs) + " (waiting: runnable, no CPU)")
