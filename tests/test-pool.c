@@ -1,7 +1,12 @@
 /* test-pool.c — um_pool_for: every item exactly once, thread ids in range,
- * nested and concurrent loops serial, workers that sleep and wake. */
+ * nested and concurrent loops serial, workers that sleep and wake; the
+ * workers' nice value (last: it stays for the process). */
 #include <glib.h>
 #include <stdatomic.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "um-cpu-kernels.h"
 #include "um-pool.h"
@@ -187,6 +192,86 @@ test_adapt (void)
   um_cpu_set_threads (saved);
 }
 
+static int
+thread_nice (void)
+{
+  return getpriority (PRIO_PROCESS, (id_t) syscall (SYS_gettid));
+}
+
+typedef struct {
+  GMutex lock;
+  GCond  cond;
+  int    threads, arrived;
+  int    nice[3];
+} NiceProbe;
+
+/* One chunk per thread, each waiting until all have arrived: every worker
+ * surely runs one (no timing), and records its nice value. */
+static void
+probe_nice (void *ctx, int64_t b, int64_t e, int tid)
+{
+  NiceProbe *p = ctx;
+
+  g_mutex_lock (&p->lock);
+  p->nice[tid] = thread_nice ();
+  if (++p->arrived == p->threads)
+    g_cond_broadcast (&p->cond);
+  while (p->arrived < p->threads)
+    g_cond_wait (&p->cond, &p->lock);
+  g_mutex_unlock (&p->lock);
+}
+
+/* The nice value of each of the first @threads - 1 workers, into nice[1..]. */
+static void
+probe_workers (int threads, int nice[3])
+{
+  NiceProbe p = { .threads = threads };
+
+  g_mutex_init (&p.lock);
+  g_cond_init (&p.cond);
+  um_pool_for (threads, 1, threads, probe_nice, &p);
+  g_assert_cmpint (p.arrived, ==, threads);
+  memcpy (nice, p.nice, sizeof p.nice);
+  g_mutex_clear (&p.lock);
+  g_cond_clear (&p.cond);
+}
+
+static gpointer
+nice_self (gpointer data)
+{
+  um_pool_nice_thread ();
+  return GINT_TO_POINTER (thread_nice ());
+}
+
+/* Workers that already run and workers started later take the nice value;
+ * the thread that dispatches keeps its own unless it asks. */
+static void
+test_nice (void)
+{
+  int base = thread_nice (), want = MIN (base + 3, 19), nice[3];
+
+  if (base >= 19)
+    {
+      g_test_skip ("already at nice 19");
+      return;
+    }
+  g_assert_cmpint (um_pool_get_nice (), ==, 0);
+  /* Earlier tests may have started more workers: this one runs. */
+  probe_workers (2, nice);
+  g_assert_cmpint (nice[0], ==, base);
+  g_assert_cmpint (nice[1], ==, base);
+  um_pool_set_nice (want);
+  g_assert_cmpint (um_pool_get_nice (), ==, want);
+  /* Worker 1 was niced where it ran; worker 2 (started now, unless an
+   * earlier test did) nices itself. */
+  probe_workers (3, nice);
+  g_assert_cmpint (nice[0], ==, base);
+  g_assert_cmpint (nice[1], ==, want);
+  g_assert_cmpint (nice[2], ==, want);
+  g_assert_cmpint (GPOINTER_TO_INT (g_thread_join (g_thread_new ("nice", nice_self, NULL))), ==, want);
+  g_assert_cmpint (thread_nice (), ==, base);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -196,5 +281,6 @@ main (int argc, char **argv)
   g_test_add_func ("/pool/nested", test_nested);
   g_test_add_func ("/pool/concurrent", test_concurrent);
   g_test_add_func ("/pool/adapt", test_adapt);
+  g_test_add_func ("/pool/nice", test_nice);
   return g_test_run ();
 }

@@ -67,6 +67,22 @@ um_cpu_set_threads (int n_threads)
 }
 
 int
+um_cpu_blas_serial_begin (void)
+{
+  int saved = omp_get_max_threads ();
+  if (saved != 1)
+    omp_set_num_threads (1);
+  return saved;
+}
+
+void
+um_cpu_blas_serial_end (int saved)
+{
+  if (saved != 1)
+    omp_set_num_threads (saved);
+}
+
+int
 um_cpu_get_threads (void)
 {
   return cpu_threads > 0 ? cpu_threads : default_threads ();
@@ -394,6 +410,7 @@ attention_tasks (void *ctx, int64_t tb, int64_t te, int tid)
   const int64_t seq_len = j->seq_len, qstride = j->qstride, kvstride = j->kvstride;
   const int head_dim = j->head_dim;
   float *scores = j->scores + (size_t) tid * ATT_CHUNK * seq_len;
+  int blas = um_cpu_blas_serial_begin ();
 
   for (int64_t t = tb; t < te; t++)
     {
@@ -430,6 +447,7 @@ attention_tasks (void *ctx, int64_t tb, int64_t te, int tid)
                    1.0f, scores, nk, vb, kvstride, 0.0f,
                    j->out + i0 * qstride + (int64_t) h * head_dim, qstride);
     }
+  um_cpu_blas_serial_end (blas);
 }
 
 void

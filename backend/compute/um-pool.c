@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +36,7 @@
 typedef struct {
   _Atomic uint32_t go;        /* bumped by the dispatcher: a new loop for this worker */
   _Atomic int      sleeping;  /* the worker is (about to be) in futex_wait on go */
+  _Atomic int      kernel_tid; /* for setpriority; 0 until the worker runs */
   int              tid;
   pthread_t        thread;
 } __attribute__ ((aligned (64))) Worker;
@@ -79,6 +81,7 @@ static Pool pool = {
 static _Thread_local gboolean in_task;
 static _Atomic int spin_us = -1;       /* a fixed spin (UM_POOL_SPIN_US, tests), or -1 */
 static _Atomic int contended;          /* other tasks compete for the CPU (um_pool_epoch_end) */
+static _Atomic int pool_nice = 0;
 
 static void
 futex_wait (_Atomic uint32_t *addr, uint32_t expected)
@@ -166,12 +169,50 @@ run_chunks (int tid)
     }
 }
 
+void
+um_pool_nice_thread (void)
+{
+  int nice = atomic_load (&pool_nice);
+
+  /* PRIO_PROCESS with a thread id sets that thread only (Linux).  Failing
+   * leaves the thread as it was: at worst less polite, never wrong. */
+  if (nice > 0)
+    (void) setpriority (PRIO_PROCESS, (id_t) syscall (SYS_gettid), nice);
+}
+
+int
+um_pool_get_nice (void)
+{
+  return atomic_load (&pool_nice);
+}
+
+void
+um_pool_set_nice (int nice)
+{
+  int n;
+
+  atomic_store (&pool_nice, CLAMP (nice, 0, 19));
+  /* Workers that start from now on nice themselves; these already run.
+   * A worker between the two reads both ways: setting it twice is harmless. */
+  pthread_mutex_lock (&pool.grow_lock);
+  n = atomic_load (&pool.n_workers);
+  for (int i = 0; i < n && nice > 0; i++)
+    {
+      int tid = atomic_load (&pool.workers[i].kernel_tid);
+      if (tid > 0)
+        (void) setpriority (PRIO_PROCESS, (id_t) tid, CLAMP (nice, 0, 19));
+    }
+  pthread_mutex_unlock (&pool.grow_lock);
+}
+
 static void *
 worker_main (void *data)
 {
   Worker *w = data;
   uint32_t seen = 0;
 
+  atomic_store (&w->kernel_tid, (int) syscall (SYS_gettid));
+  um_pool_nice_thread ();
   in_task = TRUE;
   for (;;)
     {
@@ -218,6 +259,7 @@ ensure_workers (int want)
       Worker *w = &pool.workers[have];
       atomic_init (&w->go, 0);
       atomic_init (&w->sleeping, 0);
+      atomic_init (&w->kernel_tid, 0);
       w->tid = have + 1;
       if (pthread_create (&w->thread, NULL, worker_main, w) != 0)
         break;

@@ -60,4 +60,16 @@ gboolean um_pool_in_task (void);
 void um_pool_set_spin_us (int us);
 int  um_pool_get_spin_us (void);
 
+/* The nice value (Linux: per thread) of the pool's workers, so that a
+ * window drawing on the same cores stays responsive while the engine works
+ * (the app sets it; unmask-cli leaves 0, the default: as created).  It only
+ * ever goes up: an unprivileged process cannot lower a thread's nice value
+ * again, so workers already niced keep theirs, and the app sets it once, at
+ * start.  um_pool_nice_thread () gives it to the calling thread, for the
+ * thread that dispatches the loops (tid 0); that thread must be one of the
+ * engine's own, never one that goes back to other work. */
+void um_pool_set_nice (int nice);
+int  um_pool_get_nice (void);
+void um_pool_nice_thread (void);
+
 G_END_DECLS

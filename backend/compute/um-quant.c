@@ -18,6 +18,7 @@
 #include "um-quant.h"
 
 #include "um-cpu-isa.h"
+#include "um-cpu-kernels.h"
 #include "um-pool.h"
 #include "um-half.h"
 #include "um-quant-avx512.h"
@@ -1283,6 +1284,7 @@ static void
 tiled_run (void *ctx, int64_t tb, int64_t te, int tid)
 {
   TiledJob *j = ctx;
+  int blas = um_cpu_blas_serial_begin ();
 
   for (int64_t tile = tb; tile < te; tile++)
     {
@@ -1302,11 +1304,12 @@ tiled_run (void *ctx, int64_t tb, int64_t te, int tid)
             }
           b = buf;
         }
-      /* OpenBLAS runs single-threaded (um_cpu_set_threads): the threads
-       * are ours, one tile each at a time. */
+      /* OpenBLAS runs single-threaded (um_cpu_blas_serial_begin): the
+       * threads are ours, one tile each at a time. */
       cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) j->m, (int) rows, (int) j->k,
                    1.0f, j->x, (int) j->k, b, (int) j->k, 0.0f, j->out + r0, (int) j->n);
     }
+  um_cpu_blas_serial_end (blas);
 }
 
 gboolean
