@@ -4,7 +4,9 @@
 
 #include <glib/gi18n.h>
 
+#include "um-frame-stats.h"
 #include "um-optimizer-page.h"
+#include "um-pool.h"
 #include "um-preferences.h"
 #include "um-settings.h"
 #include "um-window.h"
@@ -73,7 +75,12 @@ get_window (UmApplication *self)
   if (win == NULL)
     {
       /* The window shows the settings' load warning in its notice banner. */
+      const char *stats = g_getenv ("UM_FRAME_STATS");
+
       win = GTK_WINDOW (um_window_new (GTK_APPLICATION (self), self->settings));
+      /* A measurement (tests/tools/frame-bench.sh); nothing runs without it. */
+      if (stats != NULL && stats[0] != '\0')
+        um_frame_stats_attach (UM_WINDOW (win), stats);
     }
   return UM_WINDOW (win);
 }
@@ -216,6 +223,12 @@ static const GActionEntry app_actions[] = {
   { "open-model", open_model_activated },
 };
 
+/* The engine's threads run at this nice value, the window's at 0, so that
+ * drawing and input never wait for the engine on a busy machine (issue 22:
+ * the README's "A smooth window" has the figures). UM_ENGINE_NICE sets
+ * another (0: as the CLI, for measurements). */
+#define ENGINE_NICE 10
+
 static void
 um_application_startup (GApplication *app)
 {
@@ -230,6 +243,11 @@ um_application_startup (GApplication *app)
   static const char *connect_accels[] = { "<Control>l", NULL };
 
   G_APPLICATION_CLASS (um_application_parent_class)->startup (app);
+
+  {
+    const char *nice = g_getenv ("UM_ENGINE_NICE");
+    um_pool_set_nice (nice != NULL ? (int) g_ascii_strtoll (nice, NULL, 10) : ENGINE_NICE);
+  }
 
   self->settings = um_settings_new (NULL);
   g_action_map_add_action_entries (G_ACTION_MAP (app), app_actions, G_N_ELEMENTS (app_actions), app);

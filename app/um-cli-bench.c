@@ -14,6 +14,7 @@
 #include "um-cpu-kernels.h"
 #include "um-error.h"
 #include "um-kprof.h"
+#include "um-pool.h"
 
 extern char *openblas_get_config (void);
 extern char *openblas_get_corename (void);
@@ -169,7 +170,8 @@ um_cli_bench (int argc, char **argv)
 {
   g_autoptr(GOptionContext) ctx = g_option_context_new ("— measure the engine on a model");
   g_autofree char *model_path = NULL;
-  int prompt_length = 64, canvas = 0, passes = 5;
+  int prompt_length = 64, canvas = 0, passes = 5, background = 0;
+  GArray *busy = NULL;
   gboolean no_sgemm = FALSE, profile = FALSE;
   g_auto(UmCliGenOptions) go = { 0 };
   GOptionEntry entries[] = {
@@ -183,6 +185,8 @@ um_cli_bench (int argc, char **argv)
     { "profile", 0, 0, G_OPTION_ARG_NONE, &profile,
       "Time each kernel family of the CPU backend (share of the forward's time, in the JSON and on stderr)",
       NULL },
+    { "background", 0, 0, G_OPTION_ARG_INT, &background,
+      "Keep N other processes busy (one core each) while measuring, as a loaded desktop would", "N" },
     { NULL }
   };
   g_autoptr(GError) error = NULL;
@@ -212,10 +216,11 @@ um_cli_bench (int argc, char **argv)
     return 2;
   if (!um_cli_gen_options_to_params (&go, &params, &error))
     return um_cli_fail (error);
-  if (prompt_length < 1 || canvas < 0 || passes < 1)
+  if (prompt_length < 1 || canvas < 0 || passes < 1 || background < 0 || background > 256)
     {
       g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                   "--prompt-length and --passes must be at least 1, --canvas not negative");
+                   "--prompt-length and --passes must be at least 1, --canvas not negative, "
+                   "--background 0 to 256");
       return um_cli_fail (error);
     }
 
@@ -242,6 +247,10 @@ um_cli_bench (int argc, char **argv)
   /* Counted from the reset after the warm-up pass. */
   um_kprof_enable (profile);
 
+  /* After loading: the load's I/O is not what is measured.  On a failure
+   * below the children die with this process (PR_SET_PDEATHSIG). */
+  if (background > 0 && (busy = um_cli_busy_start (background, &error)) == NULL)
+    return um_cli_fail (error);
   if (canvas > 0)
     {
       if (!bench_canvas (fw, canvas, passes, &warm_s, &dev_matmul0, &error))
@@ -290,6 +299,7 @@ um_cli_bench (int argc, char **argv)
         return um_cli_fail (error);
       gen_s = (g_get_monotonic_time () - t0) / 1e6;
     }
+  um_cli_busy_stop (busy);
   st = *um_forward_get_stats (fw);
   um_kprof_enable (FALSE);
   /* On a GPU: the products' time on the device, not their queueing. */
@@ -310,6 +320,10 @@ um_cli_bench (int argc, char **argv)
       MEMBER_INT ("device_budget_bytes", mem.budget);
     }
   MEMBER_INT ("threads", um_cpu_get_threads ());
+  MEMBER_INT ("background_processes", background);
+  /* The default thread count adapts to the CPU obtained; this is the count
+   * it had settled on at the end. */
+  MEMBER_INT ("threads_at_end", um_pool_active_threads ());
   {
     UmBackend *be = um_engine_get_backend (engine);
     gboolean cpu = g_str_equal (um_backend_name (be), "cpu");

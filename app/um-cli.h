@@ -25,6 +25,11 @@ int um_cli_devices (int argc, char **argv);
 int um_cli_compare (int argc, char **argv);
 int um_cli_score (int argc, char **argv);
 
+/* Starts n processes that keep a core busy each (bench --background);
+ * um_cli_busy_stop () kills and reaps them. */
+GArray  *um_cli_busy_start (int n, GError **error);
+void     um_cli_busy_stop (GArray *pids);
+
 /* Parses "1,2,3" (spaces allowed). */
 GArray  *um_cli_parse_ids (const char *text, GError **error);
 /* Prints @error as "unmask-cli: message" on stderr; returns 1. */

@@ -11,11 +11,10 @@
 #include <string.h>
 
 #include <cblas.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "um-cpu-isa.h"
+#include "um-cpu-kernels.h"
+#include "um-pool.h"
 #include "um-dtype.h"
 #include "um-gemm.h"
 #include "um-half.h"
@@ -353,10 +352,8 @@ test_product (gconstpointer data)
    * reference cheap in sanitizer builds.  One thread: these are about
    * shapes, and hundreds of tiny parallel regions crawl when other tests
    * share the cores (the big cases and /gemm/threads cover threading). */
-#ifdef _OPENMP
-  const int saved_threads = omp_get_max_threads ();
-  omp_set_num_threads (1);
-#endif
+  const int saved_threads = um_cpu_get_threads ();
+  um_cpu_set_threads (1);
   for (guint mi = 0; mi < G_N_ELEMENTS (ms); mi++)
     for (guint ni = 0; ni < G_N_ELEMENTS (ns); ni++)
       {
@@ -366,9 +363,7 @@ test_product (gconstpointer data)
         if (be == 1)
           run_product (&s, t, ms[mi], ns[ni], 37);
       }
-#ifdef _OPENMP
-  omp_set_num_threads (saved_threads);
-#endif
+  um_cpu_set_threads (saved_threads);
 
   /* Several K blocks, the last one partial, for each kernel: the K block
    * is 256..1024 for F32 and 256..4096 for converted rows depending on m,
@@ -395,10 +390,8 @@ test_values (void)
 
   if (!have_avx512 ())
     return;
-#ifdef _OPENMP
-  const int saved_threads = omp_get_max_threads ();
-  omp_set_num_threads (1);
-#endif
+  const int saved_threads = um_cpu_get_threads ();
+  um_cpu_set_threads (1);
   for (guint it = 0; um_test_seed_next (&it, &seed);)
     for (guint ti = 0; ti < G_N_ELEMENTS (all_types); ti++)
       {
@@ -417,24 +410,40 @@ test_values (void)
         run_product (&s, t, 3, 9, k);
         run_product (&s, t, 17, 9, 2 * k);
       }
-#ifdef _OPENMP
-  omp_set_num_threads (saved_threads);
-#endif
+  um_cpu_set_threads (saved_threads);
+}
+
+typedef struct {
+  const uint8_t *w;
+  const float *x;
+  int64_t m, n, k;
+  float *out;
+  gboolean ok;
+} NestedJob;
+
+/* One item: the product run from inside a pool loop (so serially). */
+static void
+nested_product (void *ctx, int64_t b, int64_t e, int tid)
+{
+  NestedJob *j = ctx;
+  (void) tid;
+  for (int64_t i = b; i < e; i++)
+    if (i == 1)
+      j->ok = um_gemm_f32_avx512 (UM_DTYPE_Q4_K, j->w, j->n, j->k, j->x, j->m, j->out, NULL, 0);
 }
 
 /* The thread count changes only the tiling, never a sum's order: the same
- * bits with 1, 2 and 3 threads, and from inside a parallel region. */
+ * bits with 1, 2 and 3 threads, and from inside a parallel loop. */
 static void
 test_threads (void)
 {
-#ifdef _OPENMP
   const int64_t m = 40, n = 333, k = 512;
   const UmDType t = UM_DTYPE_Q4_K;
   uint64_t s = 77;
   uint8_t *w = g_malloc (type_bytes (t, n * k));
   float *x = g_new (float, m * k);
   float *out[4];
-  const int saved = omp_get_max_threads ();
+  const int saved = um_cpu_get_threads ();
 
   if (!have_avx512 ())
     {
@@ -449,20 +458,16 @@ test_threads (void)
     out[i] = g_new0 (float, m * n);
   for (int i = 0; i < 3; i++)
     {
-      omp_set_num_threads (i + 1);
+      um_cpu_set_threads (i + 1);
       g_assert_true (um_gemm_f32_avx512 (t, w, n, k, x, m, out[i], NULL, 0));
     }
-  omp_set_num_threads (2);
+  um_cpu_set_threads (2);
   {
-    gboolean ok = FALSE;
-#pragma omp parallel num_threads (2)
-    {
-#pragma omp single
-      ok = um_gemm_f32_avx512 (t, w, n, k, x, m, out[3], NULL, 0);
-    }
-    g_assert_true (ok);
+    NestedJob job = { w, x, m, n, k, out[3], FALSE };
+    um_pool_for (2, 1, 2, nested_product, &job);
+    g_assert_true (job.ok);
   }
-  omp_set_num_threads (saved);
+  um_cpu_set_threads (saved);
   check_product (t, w, x, m, n, k, out[0]);
   for (int i = 1; i < 4; i++)
     g_assert_cmpmem (out[0], (size_t) (m * n) * sizeof (float), out[i], (size_t) (m * n) * sizeof (float));
@@ -470,9 +475,6 @@ test_threads (void)
     g_free (out[i]);
   g_free (x);
   g_free (w);
-#else
-  g_test_skip ("built without OpenMP");
-#endif
 }
 
 static void
@@ -687,12 +689,7 @@ run_bench (int argc, char **argv)
     }
 
   printf ("# threads %d; GFLOP/s = 2mnk / best of %d; sgemm = OpenBLAS, f32 weights\n",
-#ifdef _OPENMP
-          omp_get_max_threads (),
-#else
-          1,
-#endif
-          reps);
+          um_cpu_get_threads (), reps);
   printf ("%-6s %7s %6s %4s %9s %9s %6s\n", "type", "n", "k", "m", "ours", "sgemm", "ratio");
   {
       for (guint si = 0; si < shapes->len; si++)

@@ -9,6 +9,7 @@
 #include "um-error.h"
 #include "um-kprof.h"
 #include "um-quant.h"
+#include "um-pool.h"
 
 struct _UmBuf {
   float   *data;
@@ -244,6 +245,27 @@ cpu_sync (UmBackend *be, GError **error)
   return TRUE;
 }
 
+typedef struct {
+  const UmWeight *w;
+  const gint32 *ids;
+  float *out;
+  guint8 *rows;     /* one row's bytes per thread */
+} EmbedJob;
+
+static void
+embed_rows (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const EmbedJob *j = ctx;
+  const UmWeight *w = j->w;
+  guint8 *row = j->rows + (size_t) tid * w->row_bytes;
+
+  for (int64_t i = b; i < e; i++)
+    {
+      um_tensor_data_read ((const guint8 *) w->data + (uint64_t) j->ids[i] * w->row_bytes, w->row_bytes, row);
+      um_quant_dequantize_row (w->dtype, row, j->out + (size_t) i * w->cols, w->cols);
+    }
+}
+
 static gboolean
 cpu_embed (UmBackend *be, const UmDevWeight *table, const gint32 *ids, int n, UmBuf *out, GError **error)
 {
@@ -260,16 +282,11 @@ cpu_embed (UmBackend *be, const UmDevWeight *table, const gint32 *ids, int n, Um
   /* Rows are read from the file, not through the mapping: touching a row
    * maps the kernel's whole large folio around it (up to 2 MiB), and a
    * canvas of distinct tokens would hold much of the table in RAM. */
-#pragma omp parallel if ((uint64_t) n * w->cols >= 32768)
   {
-    guint8 *row = g_malloc (w->row_bytes);
-#pragma omp for schedule(static)
-    for (int i = 0; i < n; i++)
-      {
-        um_tensor_data_read ((const guint8 *) w->data + (uint64_t) ids[i] * w->row_bytes, w->row_bytes, row);
-        um_quant_dequantize_row (w->dtype, row, out->data + (size_t) i * w->cols, w->cols);
-      }
-    g_free (row);
+    int threads = (uint64_t) n * w->cols >= 32768 ? um_pool_max_threads () : 1;
+    g_autofree guint8 *rows = g_malloc ((size_t) threads * w->row_bytes);
+    EmbedJob job = { w, ids, out->data, rows };
+    um_pool_for (n, MAX (1, n / (4 * threads)), threads, embed_rows, &job);
   }
   KPROF_END (UM_KPROF_COPIES);
   return TRUE;

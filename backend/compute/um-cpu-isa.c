@@ -1,6 +1,7 @@
 /* um-cpu-isa.c — run-time detection of the x86 SIMD level, with a cap from
  * the environment (UM_CPU_ISA) or from tests. */
 #include "um-cpu-isa.h"
+#include "um-pool.h"
 
 #include <stdio.h>
 #ifdef _OPENMP
@@ -102,9 +103,5 @@ um_cpu_isa_from_name (const char *name, UmCpuIsa *isa)
 int
 um_cpu_region_threads (void)
 {
-#ifdef _OPENMP
-  return omp_in_parallel () ? 1 : MAX (1, omp_get_max_threads ());
-#else
-  return 1;
-#endif
+  return um_pool_max_threads ();
 }

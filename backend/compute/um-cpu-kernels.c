@@ -13,6 +13,7 @@
 #include "um-half.h"
 #include "um-kprof.h"
 #include "um-quant.h"
+#include "um-pool.h"
 
 #if UM_HAVE_X86_SIMD
 #include <immintrin.h>
@@ -22,25 +23,72 @@
  * some builds hide them behind macros. */
 extern void openblas_set_num_threads (int num_threads);
 
-/* Below this many floats of work a parallel region costs more than it saves. */
+/* Below this many floats of work a parallel loop costs more than it saves. */
 #define PAR_MIN 32768
 
+/* Items per chunk of a loop over n items of `cost` floats each: about four
+ * chunks per thread, so a late thread's share is taken by the others, and
+ * at least PAR_MIN / 2 floats each, so a chunk pays for its hand-out.  One
+ * chunk (a serial loop) when the whole is below PAR_MIN. */
+static int64_t
+chunk_for (int64_t n, int64_t cost)
+{
+  int64_t per = MAX (cost, (int64_t) 1), threads = um_pool_max_threads ();
+  if (n * per < PAR_MIN || threads <= 1)
+    return MAX (n, (int64_t) 1);
+  return MAX ((n + 4 * threads - 1) / (4 * threads), (PAR_MIN / 2 + per - 1) / per);
+}
+
 static int cpu_threads = 0;
+
+/* OMP_NUM_THREADS if set (as before the pool, and as users of OpenMP
+ * programs expect), else the CPUs this process may run on. */
+static int
+default_threads (void)
+{
+  const char *env = g_getenv ("OMP_NUM_THREADS");
+  gint64 n = env != NULL ? g_ascii_strtoll (env, NULL, 10) : 0;
+  return n > 0 && n <= 1024 ? (int) n : (int) g_get_num_processors ();
+}
 
 void
 um_cpu_set_threads (int n_threads)
 {
+  /* The default adapts to the CPU obtained (um-pool.c); a count the user
+   * chose, here or in OMP_NUM_THREADS, is kept as it is. */
+  gboolean chosen = n_threads > 0 || g_getenv ("OMP_NUM_THREADS") != NULL;
+
   if (n_threads <= 0)
-    n_threads = omp_get_num_procs ();
+    n_threads = default_threads ();
   cpu_threads = n_threads;
+  um_pool_set_adaptive (chosen ? 0 : n_threads);
+  /* The forward's threads are um-pool's; OpenMP is left to offline work
+   * (quantizing, compressing layers).  OpenBLAS runs single-threaded inside
+   * our loops: its own team would spin at every call on a busy machine. */
   omp_set_num_threads (n_threads);
-  openblas_set_num_threads (n_threads);
+  openblas_set_num_threads (1);
+}
+
+int
+um_cpu_blas_serial_begin (void)
+{
+  int saved = omp_get_max_threads ();
+  if (saved != 1)
+    omp_set_num_threads (1);
+  return saved;
+}
+
+void
+um_cpu_blas_serial_end (int saved)
+{
+  if (saved != 1)
+    omp_set_num_threads (saved);
 }
 
 int
 um_cpu_get_threads (void)
 {
-  return cpu_threads > 0 ? cpu_threads : omp_get_max_threads ();
+  return cpu_threads > 0 ? cpu_threads : default_threads ();
 }
 
 UmCpuMatmulPath
@@ -149,11 +197,24 @@ um_cpu_scratch_clear (UmCpuScratch *scratch)
   scratch->bytes = 0;
 }
 
-void
-um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *out)
+typedef struct {
+  const float *x, *w;
+  int64_t dim;
+  float eps;
+  float *out;
+} RmsJob;
+
+static void
+rms_norm_rows (void *ctx, int64_t b, int64_t e, int tid)
 {
-#pragma omp parallel for schedule(static) if (rows * dim >= PAR_MIN)
-  for (int64_t r = 0; r < rows; r++)
+  const RmsJob *j = ctx;
+  const float *x = j->x, *w = j->w;
+  const int64_t dim = j->dim;
+  const float eps = j->eps;
+  float *out = j->out;
+  (void) tid;
+
+  for (int64_t r = b; r < e; r++)
     {
       const float *xr = x + r * dim;
       float *o = out + r * dim;
@@ -168,6 +229,13 @@ um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, floa
 }
 
 void
+um_cpu_rms_norm (const float *x, int64_t rows, int64_t dim, const float *w, float eps, float *out)
+{
+  RmsJob job = { x, w, dim, eps, out };
+  um_pool_for (rows, chunk_for (rows, dim), 0, rms_norm_rows, &job);
+}
+
+void
 um_cpu_rope_table_clear (UmCpuRopeTable *t)
 {
   g_clear_pointer (&t->pos, g_free);
@@ -176,13 +244,39 @@ um_cpu_rope_table_clear (UmCpuRopeTable *t)
   t->rows = 0;
 }
 
+typedef struct {
+  float *x;
+  const gint32 *pos;
+  int n_heads, head_dim, half;
+  const double *inv_freq;
+  float *cs, *sn;
+  gboolean interleaved;
+} RopeJob;
+
 /* cos/sin per (row, frequency), computed in double so long positions keep
  * their accuracy, applied in float like the reference. */
+static void
+rope_table_rows (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const RopeJob *j = ctx;
+  const int half = j->half;
+  (void) tid;
+
+  for (int64_t r = b; r < e; r++)
+    for (int i = 0; i < half; i++)
+      {
+        double a = (double) j->pos[r] * j->inv_freq[i];
+        j->cs[r * half + i] = (float) cos (a);
+        j->sn[r * half + i] = (float) sin (a);
+      }
+}
+
 static void
 rope_table_fill (UmCpuRopeTable *t, const gint32 *pos, int64_t rows, int rope_dim, double theta)
 {
   const int half = rope_dim / 2;
   g_autofree double *inv_freq = g_new (double, half);
+  RopeJob job = { NULL, pos, 0, 0, half, NULL, NULL, NULL, FALSE };
 
   um_cpu_rope_table_clear (t);
   t->rows = rows;
@@ -193,14 +287,11 @@ rope_table_fill (UmCpuRopeTable *t, const gint32 *pos, int64_t rows, int rope_di
   t->sn = g_new (float, (size_t) rows * half);
   for (int i = 0; i < half; i++)
     inv_freq[i] = pow (theta, -2.0 * i / rope_dim);
-#pragma omp parallel for schedule(static) if (rows * half >= PAR_MIN / 16)
-  for (int64_t r = 0; r < rows; r++)
-    for (int i = 0; i < half; i++)
-      {
-        double a = (double) pos[r] * inv_freq[i];
-        t->cs[r * half + i] = (float) cos (a);
-        t->sn[r * half + i] = (float) sin (a);
-      }
+  job.inv_freq = inv_freq;
+  job.cs = t->cs;
+  job.sn = t->sn;
+  /* A cos and a sin in double cost about as much as 16 floats of work. */
+  um_pool_for (rows, chunk_for (rows, 16 * (int64_t) half), 0, rope_table_rows, &job);
 }
 
 /* Whether @t holds the table of these arguments: the same inputs give the
@@ -210,6 +301,31 @@ rope_table_matches (const UmCpuRopeTable *t, const gint32 *pos, int64_t rows, in
 {
   return t->rows == rows && t->rope_dim == rope_dim && memcmp (&t->theta, &theta, sizeof theta) == 0
          && memcmp (t->pos, pos, (size_t) rows * sizeof (gint32)) == 0;
+}
+
+static void
+rope_rows (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const RopeJob *j = ctx;
+  const int half = j->half;
+  (void) tid;
+
+  for (int64_t r = b; r < e; r++)
+    {
+      const float *cs = j->cs + r * half, *sn = j->sn + r * half;
+      for (int h = 0; h < j->n_heads; h++)
+        {
+          float *v = j->x + (r * j->n_heads + h) * j->head_dim;
+          for (int i = 0; i < half; i++)
+            {
+              int a = j->interleaved ? 2 * i : i;
+              int b2 = j->interleaved ? 2 * i + 1 : i + half;
+              float x0 = v[a], x1 = v[b2];
+              v[a] = x0 * cs[i] - x1 * sn[i];
+              v[b2] = x1 * cs[i] + x0 * sn[i];
+            }
+        }
+    }
 }
 
 void
@@ -239,24 +355,10 @@ um_cpu_rope_cached (UmCpuRopeTable tables[UM_CPU_ROPE_TABLES], float *x, int64_t
     }
   for (int i = 0; i < UM_CPU_ROPE_TABLES; i++)
     t->last_use = MAX (t->last_use, tables[i].last_use + 1);
-
-#pragma omp parallel for schedule(static) if (rows * n_heads * rope_dim >= PAR_MIN)
-  for (int64_t r = 0; r < rows; r++)
-    {
-      const float *c = t->cs + r * half, *s = t->sn + r * half;
-      for (int h = 0; h < n_heads; h++)
-        {
-          float *v = x + (r * n_heads + h) * head_dim;
-          for (int i = 0; i < half; i++)
-            {
-              int a = interleaved ? 2 * i : i;
-              int b = interleaved ? 2 * i + 1 : i + half;
-              float x0 = v[a], x1 = v[b];
-              v[a] = x0 * c[i] - x1 * s[i];
-              v[b] = x1 * c[i] + x0 * s[i];
-            }
-        }
-    }
+  {
+    RopeJob job = { x, pos, n_heads, head_dim, half, NULL, t->cs, t->sn, interleaved };
+    um_pool_for (rows, chunk_for (rows, (int64_t) n_heads * rope_dim), 0, rope_rows, &job);
+  }
 }
 
 void
@@ -341,12 +443,13 @@ attn_scratch_floats (int64_t seq_len, int head_dim)
   return (size_t) seq_len * um_attn_ld (ATT_CHUNK) + um_attn_pack_floats (ATT_CHUNK, seq_len, head_dim);
 }
 
-/* Tasks [begin, end) on thread @tid: a plain function of its range, so any
- * parallel loop (OpenMP now, a thread pool later) can run it. */
+/* Tasks [begin, end) on thread @tid, head-major. */
 static void
 attn_tasks (void *data, int64_t begin, int64_t end, int tid)
 {
   const AttnCtx *a = data;
+  /* OpenBLAS, when it computes the products, stays on this thread. */
+  const int blas = a->impl == UM_ATTN_BLAS ? um_cpu_blas_serial_begin () : 1;
   float *scores = a->scratch + (size_t) tid * a->scratch_floats;
   float *pack = scores + (size_t) a->seq_len * um_attn_ld (ATT_CHUNK);
   int64_t *ns = a->phase_ns != NULL ? a->phase_ns + (size_t) tid * KPROF_STRIDE : NULL;
@@ -384,6 +487,8 @@ attn_tasks (void *data, int64_t begin, int64_t end, int tid)
           ns[2] += t3 - t2;
         }
     }
+  if (a->impl == UM_ATTN_BLAS)
+    um_cpu_blas_serial_end (blas);
 }
 
 /* The call's wall time, shared out among q·kᵀ, softmax and ·v in the
@@ -409,7 +514,7 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 
 {
   const int64_t t_start = um_kprof_on ? um_kprof_now () : 0;
   const gboolean parallel = nq * seq_len * (int64_t) head_dim * n_heads >= PAR_MIN;
-  const int threads = parallel ? um_cpu_region_threads () : 1;
+  const int threads = parallel ? um_pool_max_threads () : 1;
   /* Per task: its first row, then the keys its widest row sees. */
   g_autoptr(GArray) chunks = g_array_new (FALSE, FALSE, sizeof (int64_t));
   g_autofree float *scratch_mem = NULL;
@@ -436,8 +541,8 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 
   g_array_append_val (chunks, nq);
 #undef KV_LEN
 
-  /* As before, a small block GLib's allocator provides (or aborts for),
-   * aligned here to a cache line for the packed queries' vector loads. */
+  /* As g_malloc provides (or aborts for) any small block, aligned here to a
+   * cache line for the packing space's vector loads and stores. */
   scratch_mem = g_malloc (((size_t) threads * attn_scratch_floats (seq_len, head_dim) + 16) * sizeof (float));
   scratch = (float *) (((uintptr_t) scratch_mem + 63) & ~(uintptr_t) 63);
   if (um_kprof_on)
@@ -451,56 +556,95 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 
     .phase_ns = phase_ns,
   };
 
-#pragma omp parallel num_threads (threads) if (parallel)
-  {
-    const int tid = omp_get_thread_num ();
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < n_heads * a.n_chunks; t++)
-      attn_tasks (&a, t, t + 1, tid);
-  }
+  um_pool_for ((int64_t) n_heads * a.n_chunks, 1, parallel ? 0 : 1, attn_tasks, &a);
   if (phase_ns != NULL)
     attn_profile (phase_ns, threads, um_kprof_now () - t_start);
+}
+
+typedef struct {
+  const float *a, *b;
+  float *out;
+  size_t n;
+  int dim;
+  const gint32 *rows;
+  const float *scale;
+} EltJob;
+
+static void
+swiglu_range (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const EltJob *j = ctx;
+  (void) tid;
+#if UM_HAVE_X86_SIMD
+  if (um_cpu_isa () >= UM_ISA_AVX2)
+    {
+      (um_cpu_isa () >= UM_ISA_AVX512 ? swiglu_avx512 : swiglu_avx2) (j->a + b, j->b + b, (size_t) (e - b),
+                                                                        j->out + b);
+      return;
+    }
+#endif
+  for (int64_t i = b; i < e; i++)
+    {
+      float g = j->a[i];
+      j->out[i] = g / (1.0f + expf (-g)) * j->b[i];
+    }
 }
 
 void
 um_cpu_swiglu (const float *gate, const float *up, size_t n, float *out)
 {
-#if UM_HAVE_X86_SIMD
-  if (um_cpu_isa () >= UM_ISA_AVX2)
-    {
-      /* 4096-element pieces keep each thread's share contiguous. */
-      const size_t piece = 4096, n_pieces = (n + piece - 1) / piece;
-      const gboolean avx512 = um_cpu_isa () >= UM_ISA_AVX512;
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-      for (size_t p = 0; p < n_pieces; p++)
-        (avx512 ? swiglu_avx512 : swiglu_avx2) (gate + p * piece, up + p * piece, MIN (piece, n - p * piece),
-                                                out + p * piece);
-      return;
-    }
-#endif
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-  for (size_t i = 0; i < n; i++)
-    {
-      float g = gate[i];
-      out[i] = g / (1.0f + expf (-g)) * up[i];
-    }
+  EltJob job = { gate, up, out, n, 0, NULL, NULL };
+  /* Chunks of whole 16-float vectors keep every chunk on the same vector
+   * path as a serial run: results do not depend on the split. */
+  int64_t chunk = (chunk_for ((int64_t) n, 1) + 15) / 16 * 16;
+  um_pool_for ((int64_t) n, chunk, 0, swiglu_range, &job);
+}
+
+static void
+add_range (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const EltJob *j = ctx;
+  (void) tid;
+  for (int64_t i = b; i < e; i++)
+    j->out[i] += j->a[i];
 }
 
 void
 um_cpu_add (float *x, const float *y, size_t n)
 {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
-  for (size_t i = 0; i < n; i++)
-    x[i] += y[i];
+  EltJob job = { y, NULL, x, n, 0, NULL, NULL };
+  um_pool_for ((int64_t) n, chunk_for ((int64_t) n, 1), 0, add_range, &job);
+}
+
+static void
+add_bias_rows (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const EltJob *j = ctx;
+  (void) tid;
+  for (int64_t r = b; r < e; r++)
+    for (int c = 0; c < j->dim; c++)
+      j->out[(size_t) r * j->dim + c] += j->a[c];
 }
 
 void
 um_cpu_add_bias (float *x, int rows, int dim, const float *bias)
 {
-#pragma omp parallel for schedule(static) if ((size_t) rows * dim >= PAR_MIN)
-  for (int r = 0; r < rows; r++)
-    for (int j = 0; j < dim; j++)
-      x[(size_t) r * dim + j] += bias[j];
+  EltJob job = { bias, NULL, x, 0, dim, NULL, NULL };
+  um_pool_for (rows, chunk_for (rows, dim), 0, add_bias_rows, &job);
+}
+
+static void
+add_rows_scaled_range (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const EltJob *j = ctx;
+  (void) tid;
+  for (int64_t i = b; i < e; i++)
+    {
+      float *d = j->out + (size_t) j->rows[i] * j->dim;
+      const float *s = j->a + (size_t) i * j->dim, w = j->scale[i];
+      for (int c = 0; c < j->dim; c++)
+        d[c] += w * s[c];
+    }
 }
 
 void
@@ -508,14 +652,8 @@ um_cpu_add_rows_scaled (float *dst, int dim, const gint32 *rows, const float *sc
 {
   /* Rows are distinct, so rows may run in parallel; each row's own sum is
    * one add, whatever the thread count. */
-#pragma omp parallel for schedule(static) if ((size_t) n * dim >= PAR_MIN)
-  for (int i = 0; i < n; i++)
-    {
-      float *d = dst + (size_t) rows[i] * dim;
-      const float *s = src + (size_t) i * dim, w = scale[i];
-      for (int j = 0; j < dim; j++)
-        d[j] += w * s[j];
-    }
+  EltJob job = { src, NULL, dst, 0, dim, rows, scale };
+  um_pool_for (n, chunk_for (n, dim), 0, add_rows_scaled_range, &job);
 }
 
 void

@@ -42,6 +42,7 @@
 #include "um-gemm.h"
 
 #include "um-cpu-isa.h"
+#include "um-pool.h"
 #include "um-half.h"
 #include "um-quant-avx512.h"
 #include "um-quant.h"
@@ -50,7 +51,6 @@
 #include <string.h>
 
 #ifdef _OPENMP
-#include <omp.h>
 #endif
 
 #if UM_HAVE_X86_SIMD
@@ -489,7 +489,7 @@ make_plan (UmDType t, int64_t n, int64_t k, int64_t m, Plan *p)
 
   /* Enough tiles for the threads to balance (dynamic schedule), each as
    * tall as NT_MAX allows. */
-  p->threads = um_cpu_region_threads ();
+  p->threads = um_pool_max_threads ();
   p->nt = CLAMP (round_up ((n + 4 * p->threads - 1) / (4 * p->threads), 16), 16, NT_MAX);
   p->n_tiles = (n + p->nt - 1) / p->nt;
   p->threads = (int) MIN ((int64_t) p->threads, p->n_tiles);
@@ -969,45 +969,64 @@ run_tile (const Job *job, int64_t tile, const float *xp, float *wbuf, float *acc
     write_tile (acc, ars, rows, mv, job->m, job->out, job->n, j0);
 }
 
-/* Not AVX-512 itself (only calls such functions), so that OpenMP's outlined
- * body needs no target attribute. */
+static uint8_t *
+thread_scratch (const Job *job, int tid)
+{
+  const Plan *p = job->plan;
+  return job->scratch + p->xp_bytes + (size_t) tid * (p->wbuf_bytes + p->acc_bytes);
+}
+
+/* x, shared: the dot kernel's rows copied to skewed strides. */
+static void
+copy_rows (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const Job *job = ctx;
+  float *xp = (float *) (void *) job->scratch;
+  (void) tid;
+  for (int64_t i = b; i < e; i++)
+    memcpy (xp + i * job->plan->ldxp, job->x + i * job->k, (size_t) job->k * sizeof (float));
+}
+
+/* ... or the token panels, one 16-token vector per item. */
+static void
+pack_vectors (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const Job *job = ctx;
+  float *xp = (float *) (void *) job->scratch;
+  (void) tid;
+  for (int64_t v = b; v < e; v++)
+    {
+      int64_t v0;
+      int mrv;
+      vector_panel (job->plan->mv, v, &v0, &mrv);
+      pack_vector (job->x, job->m, job->k, v, xp + 16 * job->k * v0 + 16 * (v - v0), 16 * mrv);
+    }
+}
+
+static void
+run_tiles (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const Job *job = ctx;
+  const Plan *p = job->plan;
+  uint8_t *mine = thread_scratch (job, tid);
+
+  for (int64_t tile = b; tile < e; tile++)
+    run_tile (job, tile, (float *) (void *) job->scratch, (float *) (void *) mine,
+              (float *) (void *) (mine + p->wbuf_bytes));
+}
+
+/* Not AVX-512 itself (only calls such functions). */
 static void
 run_job (const Job *job)
 {
   const Plan *p = job->plan;
-  float *xp = (float *) (void *) job->scratch;
-  const int64_t mv = p->mv;
 
-#pragma omp parallel num_threads (p->threads) if (p->threads > 1)
-  {
-#ifdef _OPENMP
-    const int tid = omp_get_thread_num ();
-#else
-    const int tid = 0;
-#endif
-    uint8_t *mine = job->scratch + p->xp_bytes + (size_t) tid * (p->wbuf_bytes + p->acc_bytes);
-    float *wbuf = (float *) (void *) mine;
-    float *acc = (float *) (void *) (mine + p->wbuf_bytes);
-
-    /* x, shared: the dot kernel's rows copied to skewed strides, or the
-     * token panels, one 16-token vector per iteration. */
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < (p->dot ? job->m : 0); i++)
-      memcpy (xp + i * p->ldxp, job->x + i * job->k, (size_t) job->k * sizeof (float));
-#pragma omp for schedule(static)
-    for (int64_t v = 0; v < (p->dot ? 0 : mv); v++)
-      {
-        int64_t v0;
-        int mrv;
-        vector_panel (mv, v, &v0, &mrv);
-        pack_vector (job->x, job->m, job->k, v, xp + 16 * job->k * v0 + 16 * (v - v0), 16 * mrv);
-      }
-    /* (implicit barrier: every thread needs all of xp) */
-
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t tile = 0; tile < p->n_tiles; tile++)
-      run_tile (job, tile, xp, wbuf, acc);
-  }
+  /* Every thread needs all of xp: it is ready when its loop returns. */
+  if (p->dot)
+    um_pool_for (job->m, 16, p->threads, copy_rows, (void *) job);
+  else
+    um_pool_for (p->mv, 1, p->threads, pack_vectors, (void *) job);
+  um_pool_for (p->n_tiles, 1, p->threads, run_tiles, (void *) job);
 }
 
 #endif /* UM_HAVE_X86_SIMD */

@@ -59,6 +59,7 @@
 #include "um-gemm.h"
 
 #include "um-cpu-isa.h"
+#include "um-pool.h"
 #include "um-half.h"
 #include "um-quant.h"
 
@@ -67,7 +68,6 @@
 #include <string.h>
 
 #ifdef _OPENMP
-#include <omp.h>
 #endif
 
 #if UM_HAVE_X86_SIMD
@@ -467,7 +467,7 @@ layout_get (const QType *qt, int64_t n, int64_t k, int64_t m, Layout *l)
   l->t_a = align64 ((size_t) NR * kc);
   l->t_b = l->t_a + align64 (kc / 16 * NR * sizeof (float));
   l->per_thread = l->t_b + align64 (kc / QK * NR * sizeof (float));
-  l->n_threads = (int) MAX ((int64_t) 1, MIN ((int64_t) um_cpu_region_threads (), n_panels));
+  l->n_threads = (int) MAX ((int64_t) 1, MIN ((int64_t) um_pool_max_threads (), n_panels));
   return TRUE;
 }
 
@@ -1029,36 +1029,41 @@ panel_avx512 (const Job *job, int64_t p, int64_t next_p, uint8_t *tb)
 }
 
 static void
+quantize_rows (void *ctx, int64_t b, int64_t e, int tid)
+{
+  Job *job = ctx;
+  const int64_t nb = job->k / QK, ub = units_per_block32 (job->qt.mode);
+  (void) tid;
+  for (int64_t i = b; i < e; i++)
+    quantize_x_row_avx512 (job->x + i * job->k, job->k, job->qt.mode, job->qt.off,
+                           (int8_t *) (job->base + job->l.x_q) + i * job->k,
+                           (float *) (job->base + job->l.x_d) + i * nb,
+                           job->base + job->l.x_c + 4 * (size_t) (i * nb * ub));
+}
+
+/* Chunks are runs of consecutive panels starting at multiples of the
+ * chunk, so that a thread knows which panel it does next (to prefetch it). */
+static void
+run_panels (void *ctx, int64_t b, int64_t e, int tid)
+{
+  Job *job = ctx;
+  const int64_t n_panels = (job->n + NR - 1) / NR;
+  uint8_t *tb = job->base + job->l.shared + (size_t) tid * job->l.per_thread;
+
+  for (int64_t p = b; p < e; p++)
+    panel_avx512 (job, p, (p + 1 < e && p + 1 < n_panels) ? p + 1 : -1, tb);
+}
+
+static void
 run_job (Job *job)
 {
-  const int64_t nb = job->k / QK, ub = units_per_block32 (job->qt.mode);
   const int64_t n_panels = (job->n + NR - 1) / NR;
-  /* Chunks of consecutive panels, so that a thread knows which panel it
-   * does next (to prefetch it), yet small enough to balance the threads. */
+  /* Small enough chunks to balance the threads (and take a late one's share). */
   const int64_t chunk = CLAMP (n_panels / (8 * job->l.n_threads), (int64_t) 1, (int64_t) 16);
 
-#pragma omp parallel num_threads (job->l.n_threads)
-  {
-#ifdef _OPENMP
-    uint8_t *tb = job->base + job->l.shared + (size_t) omp_get_thread_num () * job->l.per_thread;
-#else
-    uint8_t *tb = job->base + job->l.shared;
-#endif
-
-#pragma omp for schedule (static)
-    for (int64_t i = 0; i < job->m; i++)
-      quantize_x_row_avx512 (job->x + i * job->k, job->k, job->qt.mode, job->qt.off,
-                             (int8_t *) (job->base + job->l.x_q) + i * job->k,
-                             (float *) (job->base + job->l.x_d) + i * nb,
-                             job->base + job->l.x_c + 4 * (size_t) (i * nb * ub));
-    /* (implicit barrier: every thread needs all of x) */
-
-    /* Dynamic chunks are runs of consecutive iterations starting at
-     * multiples of chunk. */
-#pragma omp for schedule (dynamic, chunk)
-    for (int64_t p = 0; p < n_panels; p++)
-      panel_avx512 (job, p, ((p + 1) % chunk != 0 && p + 1 < n_panels) ? p + 1 : -1, tb);
-  }
+  /* Every thread needs all of x: it is ready when its loop returns. */
+  um_pool_for (job->m, 4, job->l.n_threads, quantize_rows, job);
+  um_pool_for (n_panels, chunk, job->l.n_threads, run_panels, job);
 }
 
 #endif /* UM_HAVE_X86_SIMD */

@@ -18,6 +18,8 @@
 #include "um-quant.h"
 
 #include "um-cpu-isa.h"
+#include "um-cpu-kernels.h"
+#include "um-pool.h"
 #include "um-half.h"
 #include "um-quant-avx512.h"
 
@@ -27,7 +29,6 @@
 
 #include <cblas.h>
 #ifdef _OPENMP
-#include <omp.h>
 #endif
 
 /* UM_QUANT_PORTABLE_ONLY builds what other architectures get, to check it. */
@@ -1230,7 +1231,7 @@ default_tile_rows (int64_t n, int64_t k)
   int64_t rows = UM_QUANT_TILE_ELEMS / MAX (k, (int64_t) 1);
   /* Small weights still need a few tiles per thread, or one thread does
    * all the work while the others wait. */
-  int64_t share = (n + 4 * um_cpu_region_threads () - 1) / (4 * um_cpu_region_threads ());
+  int64_t share = (n + 4 * um_pool_max_threads () - 1) / (4 * um_pool_max_threads ());
 
   rows = MIN (rows, (share + 15) / 16 * 16);
   rows = CLAMP (rows / 16 * 16, (int64_t) 16, (int64_t) 512);
@@ -1262,7 +1263,53 @@ um_quant_matmul_scratch_bytes (UmDType t, int64_t n, int64_t k, int64_t m)
 {
   if (t == UM_DTYPE_F32 || n <= 0 || k <= 0 || k > G_MAXINT)
     return 0;
-  return (size_t) um_cpu_region_threads () * (size_t) default_tile_rows (n, k) * (size_t) k * sizeof (float);
+  return (size_t) um_pool_max_threads () * (size_t) default_tile_rows (n, k) * (size_t) k * sizeof (float);
+}
+
+typedef struct {
+  UmDType      t;
+  const void  *w;
+  int64_t      n, k;
+  const float *x;
+  int64_t      m;
+  float       *out;
+  int64_t      tile_rows;
+  size_t       row_bytes, per_thread;
+  float       *scratch;
+  gboolean     direct;
+  _Atomic gboolean ok;
+} TiledJob;
+
+static void
+tiled_run (void *ctx, int64_t tb, int64_t te, int tid)
+{
+  TiledJob *j = ctx;
+  int blas = um_cpu_blas_serial_begin ();
+
+  for (int64_t tile = tb; tile < te; tile++)
+    {
+      int64_t r0 = tile * j->tile_rows;
+      int64_t rows = MIN (j->tile_rows, j->n - r0);
+      const float *b;
+
+      if (j->direct)
+        b = (const float *) j->w + (size_t) r0 * (size_t) j->k;
+      else
+        {
+          float *buf = j->scratch + (size_t) tid * j->per_thread;
+          if (!um_quant_dequantize_row (j->t, (const uint8_t *) j->w + (size_t) r0 * j->row_bytes, buf, rows * j->k))
+            {
+              j->ok = FALSE;
+              continue;
+            }
+          b = buf;
+        }
+      /* OpenBLAS runs single-threaded (um_cpu_blas_serial_begin): the
+       * threads are ours, one tile each at a time. */
+      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) j->m, (int) rows, (int) j->k,
+                   1.0f, j->x, (int) j->k, b, (int) j->k, 0.0f, j->out + r0, (int) j->n);
+    }
+  um_cpu_blas_serial_end (blas);
 }
 
 gboolean
@@ -1288,21 +1335,12 @@ um_quant_matmul_tiled (UmDType t, const void *w, int64_t n, int64_t k,
       return TRUE;
     }
 
-  if (direct && tile_rows <= 0)
-    {
-      /* F32 weights need no conversion: one sgemm, threaded by OpenBLAS
-       * (as fast as our own tiling, measured). */
-      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) m, (int) n, (int) k,
-                   1.0f, x, (int) k, w, (int) k, 0.0f, out, (int) n);
-      return TRUE;
-    }
-
   tile_rows = tile_rows > 0 ? MIN (tile_rows, n) : default_tile_rows (n, k);
   if ((uint64_t) tile_rows > G_MAXSIZE / sizeof (float) / (uint64_t) k)
     return FALSE;
   per_thread = (size_t) tile_rows * (size_t) k;
   n_tiles = (n + tile_rows - 1) / tile_rows;
-  n_threads = (int) MIN ((int64_t) um_cpu_region_threads (), n_tiles);
+  n_threads = (int) MIN ((int64_t) um_pool_max_threads (), n_tiles);
 
   /* Use as many threads as the caller's scratch has room for; only when it
    * cannot hold even one tile do we allocate (which may fail cleanly). */
@@ -1320,34 +1358,11 @@ um_quant_matmul_tiled (UmDType t, const void *w, int64_t n, int64_t k,
       scratch = owned;
     }
 
-#pragma omp parallel for num_threads (n_threads) schedule (dynamic, 1) reduction (&& : ok)
-  for (int64_t tile = 0; tile < n_tiles; tile++)
-    {
-      int64_t r0 = tile * tile_rows;
-      int64_t rows = MIN (tile_rows, n - r0);
-      const float *b;
-
-      if (direct)
-        b = (const float *) w + (size_t) r0 * (size_t) k;
-      else
-        {
-#ifdef _OPENMP
-          float *buf = scratch + (size_t) omp_get_thread_num () * per_thread;
-#else
-          float *buf = scratch;
-#endif
-          if (!um_quant_dequantize_row (t, (const uint8_t *) w + (size_t) r0 * row_bytes, buf, rows * k))
-            {
-              ok = FALSE;
-              continue;
-            }
-          b = buf;
-        }
-      /* Inside a parallel region the OpenMP build of OpenBLAS runs this
-       * single-threaded, which is what we want: one tile per thread. */
-      cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasTrans, (int) m, (int) rows, (int) k,
-                   1.0f, x, (int) k, b, (int) k, 0.0f, out + r0, (int) n);
-    }
+  {
+    TiledJob job = { t, w, n, k, x, m, out, tile_rows, row_bytes, per_thread, scratch, direct, TRUE };
+    um_pool_for (n_tiles, 1, n_threads, tiled_run, &job);
+    ok = job.ok;
+  }
 
   g_free (owned);
   return ok;
@@ -1364,6 +1379,71 @@ um_quant_matmul (UmDType t, const void *w, int64_t n, int64_t k,
 /* Weight rows per work item of the direct product: a few KiB each, so a
  * tile plus four activation rows stay in L1/L2 while the tile is swept. */
 #define UM_QUANT_Q8_TILE 8
+
+typedef struct {
+  UmDType        t;
+  const void    *w;
+  int64_t        n, k;
+  const float   *x;
+  int64_t        m;
+  float         *out;
+  uint8_t       *xq;
+  size_t         q8_bytes, row_bytes;
+  int64_t        nb;
+  int            simd;
+  void         (*dot4) (const void *, const uint8_t *, size_t, int64_t, float *);
+} Q8Job;
+
+static void
+q8_quantize_rows (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const Q8Job *j = ctx;
+  (void) tid;
+  for (int64_t i = b; i < e; i++)
+    um_quant_quantize_row_q8 (j->t, j->x + i * j->k, j->xq + (size_t) i * j->q8_bytes, j->k);
+}
+
+static void
+q8_run_tiles (void *ctx, int64_t tb, int64_t te, int tid)
+{
+  const Q8Job *job = ctx;
+  const UmDType t = job->t;
+  const void *w = job->w;
+  const int64_t n = job->n, m = job->m, nb = job->nb;
+  const size_t q8_bytes = job->q8_bytes, row_bytes = job->row_bytes;
+  const uint8_t *xq = job->xq;
+  float *out = job->out;
+  const int simd = job->simd;
+  void (*dot4) (const void *, const uint8_t *, size_t, int64_t, float *) = job->dot4;
+  (void) tid;
+
+  for (int64_t tile = tb; tile < te; tile++)
+    {
+      int64_t r0 = tile * UM_QUANT_Q8_TILE;
+      int64_t r1 = MIN (n, r0 + UM_QUANT_Q8_TILE);
+      int64_t i = 0;
+
+      if (dot4 != NULL)
+        for (; i + 4 <= m; i += 4)
+          {
+            const uint8_t *xi = xq + (size_t) i * q8_bytes;
+            for (int64_t r = r0; r < r1; r++)
+              {
+                float res[4];
+                dot4 ((const uint8_t *) w + (size_t) r * row_bytes, xi, q8_bytes, nb, res);
+                for (int j = 0; j < 4; j++)
+                  out[(i + j) * n + r] = res[j];
+              }
+          }
+      for (; i < m; i++)
+        {
+          const uint8_t *xi = xq + (size_t) i * q8_bytes;
+          for (int64_t r = r0; r < r1; r++)
+            out[i * n + r] = vec_dot_blocks (simd, t, (const uint8_t *) w + (size_t) r * row_bytes, xi, nb);
+        }
+    }
+
+}
 
 gboolean
 um_quant_matmul_q8 (UmDType t, const void *w, int64_t n, int64_t k,
@@ -1391,37 +1471,12 @@ um_quant_matmul_q8 (UmDType t, const void *w, int64_t n, int64_t k,
     dot4 = dot4_avx2 (t);
 #endif
 
-#pragma omp parallel for schedule (static)
-  for (int64_t i = 0; i < m; i++)
-    um_quant_quantize_row_q8 (t, x + i * k, xq + (size_t) i * q8_bytes, k);
-
-  n_tiles = (n + UM_QUANT_Q8_TILE - 1) / UM_QUANT_Q8_TILE;
-#pragma omp parallel for schedule (dynamic, 4)
-  for (int64_t tile = 0; tile < n_tiles; tile++)
-    {
-      int64_t r0 = tile * UM_QUANT_Q8_TILE;
-      int64_t r1 = MIN (n, r0 + UM_QUANT_Q8_TILE);
-      int64_t i = 0;
-
-      if (dot4 != NULL)
-        for (; i + 4 <= m; i += 4)
-          {
-            const uint8_t *xi = xq + (size_t) i * q8_bytes;
-            for (int64_t r = r0; r < r1; r++)
-              {
-                float res[4];
-                dot4 ((const uint8_t *) w + (size_t) r * row_bytes, xi, q8_bytes, nb, res);
-                for (int j = 0; j < 4; j++)
-                  out[(i + j) * n + r] = res[j];
-              }
-          }
-      for (; i < m; i++)
-        {
-          const uint8_t *xi = xq + (size_t) i * q8_bytes;
-          for (int64_t r = r0; r < r1; r++)
-            out[i * n + r] = vec_dot_blocks (simd, t, (const uint8_t *) w + (size_t) r * row_bytes, xi, nb);
-        }
-    }
+  {
+    Q8Job job = { t, w, n, k, x, m, out, xq, q8_bytes, row_bytes, nb, simd, dot4 };
+    um_pool_for (m, 4, 0, q8_quantize_rows, &job);
+    n_tiles = (n + UM_QUANT_Q8_TILE - 1) / UM_QUANT_Q8_TILE;
+    um_pool_for (n_tiles, 4, 0, q8_run_tiles, &job);
+  }
 
   g_free (xq);
   return TRUE;

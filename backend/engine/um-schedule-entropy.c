@@ -17,10 +17,10 @@
 
 #include <float.h>
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 #include "um-error.h"
+#include "um-pool.h"
 #include "um-rng.h"
 #include "um-topk.h"
 
@@ -37,6 +37,21 @@ typedef struct {
 
 /* One forward over the maskable positions (upstream computes every row;
  * only the maskable ones are ever read). */
+static void
+score_rows (void *ctx, int64_t b, int64_t e, int tid)
+{
+  EntropyRun *r = ctx;
+  UmRowScratch *s = r->rows.scratch[tid];
+
+  for (int64_t j = b; j < e; j++)
+    {
+      guint64 key = ((guint64) r->n_forward << 32) ^ (guint32) r->pos[j];
+      double u = um_rng_uniform (r->p->seed, UM_RNG_STREAM_TOKEN, key, 0);
+      um_rnd1_row (s, um_schedule_rows_get (&r->rows, r->m, j), r->p, u, &r->pred[r->pos[j]], &r->ent[r->pos[j]],
+                   &r->prob[r->pos[j]]);
+    }
+}
+
 static gboolean
 score (EntropyRun *r, const gint32 *x, int L, const gboolean *maskable, GCancellable *cancellable, GError **error)
 {
@@ -48,15 +63,7 @@ score (EntropyRun *r, const gint32 *x, int L, const gboolean *maskable, GCancell
       r->pos[n++] = i;
   if (!um_schedule_rows_compute (&r->rows, r->m, x, L, r->pos, n, cancellable, error))
     return FALSE;
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1 && V >= 4096)
-  for (int j = 0; j < n; j++)
-    {
-      UmRowScratch *s = r->rows.scratch[omp_get_thread_num ()];
-      guint64 key = ((guint64) r->n_forward << 32) ^ (guint32) r->pos[j];
-      double u = um_rng_uniform (r->p->seed, UM_RNG_STREAM_TOKEN, key, 0);
-      um_rnd1_row (s, um_schedule_rows_get (&r->rows, r->m, j), r->p, u, &r->pred[r->pos[j]], &r->ent[r->pos[j]],
-                   &r->prob[r->pos[j]]);
-    }
+  um_pool_for (n, 1, V >= 4096 ? r->rows.n_scratch : 1, score_rows, r);
   r->n_forward++;
   return TRUE;
 }

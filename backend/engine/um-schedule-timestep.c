@@ -19,10 +19,10 @@
 #include "um-schedule.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 #include "um-error.h"
+#include "um-pool.h"
 #include "um-rng.h"
 #include "um-topk.h"
 
@@ -51,6 +51,29 @@ draw_positions (const UmGenParams *p, int step, const double *conf, const gint32
       keys[pos[j]] = w / -log (u);
     }
   um_topk_reference (keys, L, k, chosen);
+}
+
+typedef struct {
+  const UmScheduleModel *m;
+  UmScheduleRows        *rows;
+  const UmGenParams     *p;
+  int                    step;
+  const gint32          *asked;
+  gint32                *ids;
+  double                *conf, *prob;
+} RowsJob;
+
+static void
+choose_rows (void *ctx, int64_t b, int64_t e, int tid)
+{
+  const RowsJob *j = ctx;
+  UmRowScratch *s = j->rows->scratch[tid];
+
+  for (int64_t r = b; r < e; r++)
+    {
+      double u = um_rng_uniform (j->p->seed, UM_RNG_STREAM_TOKEN, row_key (j->step, j->asked[r]), 0);
+      um_dream_row (s, um_schedule_rows_get (j->rows, j->m, r), j->p, u, &j->ids[r], &j->conf[r], &j->prob[r]);
+    }
 }
 
 gboolean
@@ -135,13 +158,10 @@ um_schedule_timestep (const UmScheduleModel *m,
               ok = FALSE;
               break;
             }
-#pragma omp parallel for schedule(dynamic, 1) if (n_asked > 1 && V >= 4096)
-          for (int j = 0; j < n_asked; j++)
-            {
-              UmRowScratch *s = rows.scratch[omp_get_thread_num ()];
-              double u = um_rng_uniform (p->seed, UM_RNG_STREAM_TOKEN, row_key (step, asked[j]), 0);
-              um_dream_row (s, um_schedule_rows_get (&rows, m, j), p, u, &ids[j], &conf[j], &prob[j]);
-            }
+          {
+            RowsJob job = { m, &rows, p, step, asked, ids, conf, prob };
+            um_pool_for (n_asked, 1, V >= 4096 ? rows.n_scratch : 1, choose_rows, &job);
+          }
         }
 
       if (origin)

@@ -1,10 +1,10 @@
 /* um-schedule.c — what the schedules share: the logits shift, the
  * reference's float32 counts, the top-k / top-p filters and the row rules
  * of Dream and RND1 (see um-schedule.h). */
+#include "um-pool.h"
 #include "um-schedule.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 #include "um-error.h"
@@ -371,7 +371,7 @@ um_schedule_rows_init (UmScheduleRows *r, const UmScheduleModel *m, int max_posi
   r->rows = g_new (gint32, MAX (max_positions, 1));
   r->row_of = g_new (gint32, MAX (max_positions, 1));
   r->logits = g_try_malloc (floats * sizeof (float));
-  r->n_scratch = omp_get_max_threads ();
+  r->n_scratch = um_pool_max_threads ();
   r->scratch = g_new0 (UmRowScratch *, r->n_scratch);
   for (int i = 0; i < r->n_scratch; i++)
     r->scratch[i] = um_row_scratch_new (m->vocab);
@@ -412,7 +412,7 @@ um_schedule_host_bytes (int canvas_len, int vocab)
 
   /* Logits of every position at once, the scratch per thread, a score
    * and a few index arrays per position, and the top-k's scratch. */
-  return n * vocab * sizeof (float) + (guint64) omp_get_max_threads () * scratch_bytes (vocab)
+  return n * vocab * sizeof (float) + (guint64) um_pool_max_threads () * scratch_bytes (vocab)
          + n * (2 * sizeof (double) + 8 * sizeof (gint32) + sizeof (float))
          + MAX (um_topk_scratch_bytes (canvas_len), um_topk_scratch_bytes (vocab));
 }

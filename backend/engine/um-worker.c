@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "um-pool.h"
+
 /* ---- events crossing from the worker thread to the main context ---- */
 
 typedef struct {
@@ -255,6 +257,22 @@ generate_thread (GTask *task, gpointer source, gpointer task_data, GCancellable 
     g_task_return_pointer (task, result, (GDestroyNotify) um_gen_result_free);
 }
 
+/* A thread of the run's own when the engine runs niced (um_pool_set_nice):
+ * the thread that dispatches the loops computes too, and a nice value
+ * cannot be taken back, so it must not be one of GLib's shared pool
+ * threads, which go on to other work. */
+static gpointer
+niced_generate_main (gpointer data)
+{
+  GTask *task = data;
+
+  um_pool_nice_thread ();
+  generate_thread (task, g_task_get_source_object (task), g_task_get_task_data (task),
+                   g_task_get_cancellable (task));
+  g_object_unref (task);
+  return NULL;
+}
+
 void
 um_engine_generate_async (UmEngine           *engine,
                           const UmGenRequest *request,
@@ -278,6 +296,17 @@ um_engine_generate_async (UmEngine           *engine,
   if (step_cb)
     d->relay = relay_new (step_cb, NULL, step_data);
   g_task_set_task_data (task, d, gen_data_free);
+  if (um_pool_get_nice () > 0)
+    {
+      GThread *thread = g_thread_try_new ("um-generate", niced_generate_main, g_object_ref (task), NULL);
+      if (thread != NULL)
+        {
+          g_thread_unref (thread);
+          return;
+        }
+      /* No thread to spare: the shared pool's, not niced, still runs it. */
+      g_object_unref (task);
+    }
   g_task_run_in_thread (task, generate_thread);
 }
 

@@ -1,16 +1,18 @@
 #!/usr/bin/python3
 """Random-weight GGUFs of a family's real layout (keys, tensor names, tokenizer from a tiny fixture
 GGUF, vocabulary padded with [PAD] rows as llama.cpp's converter does), for side-by-side speed runs.
-usage: make_bench_gguf.py ARCH OUT.gguf  (ARCH: dream | llada-moe), F16 weights, norms/router F32."""
+usage: make_bench_gguf.py ARCH OUT.gguf  (ARCH: dream | llada | llada-moe), F16 weights, norms/router F32."""
 import os, sys, numpy as np
 sys.path.insert(0, os.environ.get('LLAMACPP', '../peers/llama.cpp') + '/gguf-py')
 import gguf
 
 arch, out = sys.argv[1], sys.argv[2]
-fixture = {'dream': 'tiny-dream-f32', 'llada-moe': 'tiny-llada-moe-f32'}[arch]
+fixture = {'dream': 'tiny-dream-f32', 'llada': 'tiny-llada-f32', 'llada-moe': 'tiny-llada-moe-f32'}[arch]
 r = gguf.GGUFReader(os.path.dirname(os.path.abspath(__file__)) + '/../data/%s.gguf' % fixture)
 if arch == 'dream':
     S = dict(L=12, D=768, H=12, KV=2, HD=64, F=2048, V=32000)
+elif arch == 'llada':
+    S = dict(L=12, D=768, H=12, KV=12, HD=64, F=2048, V=32000)
 else:
     S = dict(L=6, D=512, H=8, KV=8, HD=64, F=1024, E=32, K=4, EF=256, V=32000)
 rng = np.random.default_rng(1)
@@ -46,6 +48,8 @@ w.add_causal_attention(False)
 w.add_layer_norm_rms_eps(1e-6)
 if arch == 'dream':
     w.add_rope_freq_base(1e6)
+elif arch == 'llada':
+    w.add_rope_freq_base(5e5)
 else:
     w.add_rope_freq_base(5e4); w.add_expert_count(S['E']); w.add_expert_used_count(S['K'])
     w.add_expert_feed_forward_length(S['EF']); w.add_bool('diffusion.shift_logits', False)
@@ -65,11 +69,11 @@ for l in range(S['L']):
     if arch == 'dream':
         for n, m in (('q', H * HD), ('k', KV * HD), ('v', KV * HD)):
             w.add_tensor(p + 'attn_%s.bias' % n, (0.1 * rng.standard_normal(m)).astype(np.float32))
-    else:
+    elif arch == 'llada-moe':
         norm(p + 'attn_q_norm.weight', HD); norm(p + 'attn_k_norm.weight', HD)
     mat(p + 'attn_output.weight', D, H * HD)
     norm(p + 'ffn_norm.weight', D)
-    if arch == 'dream':
+    if arch != 'llada-moe':
         mat(p + 'ffn_gate.weight', S['F'], D); mat(p + 'ffn_up.weight', S['F'], D); mat(p + 'ffn_down.weight', D, S['F'])
     else:
         E, EF = S['E'], S['EF']
