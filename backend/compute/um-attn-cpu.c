@@ -6,8 +6,8 @@
  * products, where sgemm packs both operands every call.  Ours:
  *
  *  - scores: the task's q rows are packed once, transposed (d-major, 16
- *    rows per vector, zero-padded), into a few KiB that stay in L1 while
- *    every key is multiplied; per d, a tile of up to 64 rows × 6 keys
+ *    rows per vector, zero-padded; 32 KiB for 64 rows of 128), and reused
+ *    by every key; per d, a tile of up to 64 rows × 6 keys
  *    (AVX-512; 16 × 6 on AVX2) loads 4 (2) vectors of q and broadcasts 6
  *    values of k for 24 (12) FMAs.  k is read in place, row-major.  The
  *    block comes out transposed (key-major), as the softmax and the values
@@ -16,7 +16,8 @@
  *    its own row's key count (a lane mask).
  *  - values: out[r, c0…] += t[j, r] · v[j, c0…]: a tile of 6 rows × 64
  *    columns (AVX-512; 6 × 16 on AVX2) in registers over all keys; per key
- *    4 (2) loads of v and 6 broadcasts of weights lying side by side.
+ *    4 (2) loads of v and 6 broadcasts of weights lying side by side.  v is
+ *    packed per task in column blocks of the tile's width (see pack_v ()).
  *
  * Rounding: every score is a dot product of hd terms, summed in order with
  * one FMA each (AVX) or in 8 partial sums (portable C), then multiplied by
@@ -83,27 +84,17 @@ um_attn_impl_available (UmAttnImpl impl)
     }
 }
 
-/* Whether OpenBLAS runs a kernel set written for AVX2 + FMA or better: it
- * picks one for the CPUs it knows, and an old one (Prescott's SSE3, say)
- * for a CPU newer than itself, unless OPENBLAS_CORETYPE names one. */
-static gboolean
-openblas_has_avx2_kernels (void)
-{
-  static const char *const sets[] = { "Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids" };
-  const char *name = openblas_get_corename ();
-
-  for (guint i = 0; name != NULL && i < G_N_ELEMENTS (sets); i++)
-    if (g_ascii_strcasecmp (name, sets[i]) == 0)
-      return TRUE;
-  return FALSE;
-}
-
-/* The default per level, from um-attn-bench on a 2-core Zen 4 (attention of
- * LLaDA-8B's heads, 96 to 512 tokens, 2 threads; whole op, ours against
- * OpenBLAS 0.3.21): AVX-512, 1.13–1.20× OpenBLAS's own AVX-512 kernels; AVX2,
- * 0.84–0.95× its Haswell kernels but 1.8–2.2× its Prescott ones, so OpenBLAS
- * where it has AVX2 kernels for the CPU; below AVX2, OpenBLAS (plain C is
- * far slower than its SSE kernels). */
+/* The default per level, from um-attn-bench on a 2-core Zen 4 (LLaDA-8B's
+ * 32 heads of 128, 96 to 512 tokens, 2 threads, the whole attention op,
+ * ours against OpenBLAS 0.3.21 in each kernel set OPENBLAS_CORETYPE can
+ * pick there): AVX-512, 1.18–1.40× its Cooperlake kernels (its own choice
+ * on that CPU), 1.20–1.43× SkylakeX, 2.9–3.0× Prescott; AVX2, 1.01–1.14×
+ * Haswell, 1.05–1.24× Zen, 2.4–2.7× Prescott (the SSE3 kernels an
+ * OpenBLAS falls back to on a CPU newer than itself).  Its sgemm alone is
+ * faster on these shapes with Haswell or Zen kernels (125–150 against our
+ * 100 GFLOP/s on one core), not inside attention, where every call packs
+ * both operands again.  Below AVX2, OpenBLAS: plain C runs at a tenth of
+ * its speed. */
 static UmAttnImpl
 default_impl (void)
 {
@@ -111,7 +102,7 @@ default_impl (void)
 
   if (UM_HAVE_X86_SIMD && isa >= UM_ISA_AVX512)
     return UM_ATTN_AVX512;
-  if (UM_HAVE_X86_SIMD && isa >= UM_ISA_AVX2 && !openblas_has_avx2_kernels ())
+  if (UM_HAVE_X86_SIMD && isa >= UM_ISA_AVX2)
     return UM_ATTN_AVX2;
   return UM_ATTN_BLAS;
 }

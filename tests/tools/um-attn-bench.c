@@ -3,6 +3,7 @@
  * sgemm among them, and of the whole attention op with each.
  *
  *   um-attn-bench [--len 96,128,512] [--heads 32] [--head-dim 128] [--reps 5]
+ *                 [--kernels blas,portable,avx2,avx512]
  *
  * "products": one task's two products (64 query rows × L keys × head-dim)
  * on one thread, GFLOP/s = 4·64·L·hd / time; "softmax": that task's
@@ -49,13 +50,16 @@ fill (float *x, size_t n, guint32 seed)
 int
 main (int argc, char **argv)
 {
-  g_autofree char *lens = g_strdup ("96,128,512");
+  g_autofree char *lens = g_strdup ("96,128,512"), *kernels = NULL;
+  gboolean use[UM_ATTN_N_IMPLS];
   int heads = 32, hd = 128, reps = 5;
   GOptionEntry entries[] = {
     { "len", 0, 0, G_OPTION_ARG_STRING, &lens, "Sequence lengths", "L,…" },
     { "heads", 0, 0, G_OPTION_ARG_INT, &heads, "Heads (default 32)", "N" },
     { "head-dim", 0, 0, G_OPTION_ARG_INT, &hd, "Head size (default 128)", "N" },
     { "reps", 0, 0, G_OPTION_ARG_INT, &reps, "Repetitions, best kept (default 5)", "N" },
+    { "kernels", 0, 0, G_OPTION_ARG_STRING, &kernels, "Kernels to time (default: all this level runs)",
+      "blas,portable,avx2,avx512" },
     { NULL }
   };
   g_autoptr(GOptionContext) ctx = g_option_context_new ("— attention kernels' speed");
@@ -69,6 +73,14 @@ main (int argc, char **argv)
       return 2;
     }
   L = parse_list (lens);
+  for (int i = 0; i < UM_ATTN_N_IMPLS; i++)
+    use[i] = i != UM_ATTN_AUTO && um_attn_impl_available ((UmAttnImpl) i);
+  if (kernels != NULL)
+    {
+      g_auto(GStrv) names = g_strsplit (kernels, ",", -1);
+      for (int i = 0; i < UM_ATTN_N_IMPLS; i++)
+        use[i] = use[i] && g_strv_contains ((const char *const *) names, um_attn_impl_name ((UmAttnImpl) i));
+    }
   printf ("cpu level %s, OpenBLAS %s, %d threads, %d heads of %d\n", um_cpu_isa_name (um_cpu_isa ()),
           openblas_get_corename (), um_cpu_get_threads (), heads, hd);
   printf ("%6s %-9s %18s %7s %7s %14s %18s %12s\n", "L", "kernels", "products GFLOP/s", "q·kᵀ", "·v", "softmax µs",
@@ -89,22 +101,29 @@ main (int argc, char **argv)
       fill (q, qn, 1);
       fill (k, qn, 2);
       fill (v, qn, 3);
-      /* At least ~50 ms of work per measurement; the kernels take turns
-       * within each repetition, so a change of clock speed or load hits
-       * them alike. */
-      const int inner = MAX (1, (int) (5e7 / (4.0 * nb * n * hd)));
-      const int inner_a = MAX (1, (int) (2e8 / (4.0 * n * n * (double) hd * heads)));
+      /* About 5 GFLOP (50 ms at 100 GFLOP/s) per measurement of the
+       * products, 10 of the whole op; the kernels take turns within each
+       * repetition, so a change of clock speed or load hits them alike. */
+      const int inner = MAX (1, (int) (5e9 / (4.0 * nb * n * hd)));
+      const int inner_a = MAX (1, (int) (1e10 / (4.0 * n * n * (double) hd * heads)));
       double best_p[UM_ATTN_N_IMPLS], best_s[UM_ATTN_N_IMPLS], best_a[UM_ATTN_N_IMPLS];
       double best_qk[UM_ATTN_N_IMPLS], best_pv[UM_ATTN_N_IMPLS];
 
       for (int impl = 0; impl < UM_ATTN_N_IMPLS; impl++)
         best_p[impl] = best_s[impl] = best_a[impl] = best_qk[impl] = best_pv[impl] = G_MAXDOUBLE;
+      /* Warm-up: the pool's threads, OpenBLAS's buffers, the pages. */
+      for (int impl = UM_ATTN_BLAS; impl < UM_ATTN_N_IMPLS; impl++)
+        if (use[impl])
+          {
+            um_attn_set_impl ((UmAttnImpl) impl);
+            um_cpu_attention (q, n, seq, NULL, k, v, n, heads, heads, hd, out);
+          }
       for (int r = 0; r < reps; r++)
         for (int impl = UM_ATTN_BLAS; impl < UM_ATTN_N_IMPLS; impl++)
           {
             gint64 t0, t1;
 
-            if (!um_attn_impl_available ((UmAttnImpl) impl))
+            if (!use[impl])
               continue;
             um_attn_set_impl ((UmAttnImpl) impl);
             t0 = g_get_monotonic_time ();
@@ -128,11 +147,11 @@ main (int argc, char **argv)
             best_a[impl] = MIN (best_a[impl], (g_get_monotonic_time () - t0) / 1e6 / inner_a);
           }
       for (int impl = UM_ATTN_BLAS; impl < UM_ATTN_N_IMPLS; impl++)
-        if (um_attn_impl_available ((UmAttnImpl) impl))
+        if (use[impl])
           printf ("%6d %-9s %18.1f %7.1f %7.1f %14.2f %18.1f %12.2f\n", n, um_attn_impl_name ((UmAttnImpl) impl),
                   4.0 * nb * n * hd / best_p[impl] / 1e9, 2.0 * nb * n * hd / best_qk[impl] / 1e9,
                   2.0 * nb * n * hd / best_pv[impl] / 1e9, best_s[impl] * 1e6,
-                  4.0 * n * n * (double) hd * heads / best_a[impl] / 1e9, best_a[UM_ATTN_BLAS] / best_a[impl]);
+                  4.0 * n * n * (double) hd * heads / best_a[impl] / 1e9, use[UM_ATTN_BLAS] ? best_a[UM_ATTN_BLAS] / best_a[impl] : 0);
       um_attn_set_impl (UM_ATTN_AUTO);
     }
   return 0;
