@@ -13,6 +13,7 @@
 #include "um-cpu-isa.h"
 #include "um-cpu-kernels.h"
 #include "um-error.h"
+#include "um-pool.h"
 
 extern char *openblas_get_config (void);
 extern int openblas_get_parallel (void);
@@ -273,6 +274,9 @@ um_cli_bench (int argc, char **argv)
     }
   MEMBER_INT ("threads", um_cpu_get_threads ());
   MEMBER_INT ("background_processes", background);
+  /* The default thread count adapts to the CPU obtained; this is the count
+   * it had settled on at the end. */
+  MEMBER_INT ("threads_at_end", um_pool_active_threads ());
   {
     UmBackend *be = um_engine_get_backend (engine);
     gboolean cpu = g_str_equal (um_backend_name (be), "cpu");

@@ -86,8 +86,6 @@ test_once (void)
 static void
 test_sleep_wake (void)
 {
-  int saved = um_pool_get_spin_us ();
-
   for (int mode = 0; mode < 3; mode++)
     {
       um_pool_set_spin_us (mode == 0 ? 0 : 20);
@@ -98,7 +96,7 @@ test_sleep_wake (void)
             g_usleep (200);
         }
     }
-  um_pool_set_spin_us (saved);
+  um_pool_set_spin_us (-1);
 }
 
 static void
@@ -134,6 +132,64 @@ test_concurrent (void)
 
   g_thread_join (a);
   g_thread_join (b);
+}
+
+/* Feeds the controller passes whose speed depends on the count they ran
+ * with, as a machine with `others` busy tasks would; returns the count it
+ * settles on and how many passes ran with a count other than `best`. */
+static int
+settle (int max, const double *rate_by_count, double others, int passes, int best, int *off_best)
+{
+  int used;
+
+  um_pool_set_adaptive (max);
+  used = um_pool_active_threads ();
+  *off_best = 0;
+  for (int i = 0; i < passes; i++)
+    {
+      *off_best += used != best;
+      used = um_pool_adapt_observe (used, rate_by_count[used], others);
+    }
+  return used;
+}
+
+static void
+test_adapt (void)
+{
+  /* rate_by_count[t]: work per second with t threads. */
+  static const double one_busy[] = { 0, 130, 100 };   /* 1 thread wins */
+  static const double two_busy[] = { 0, 60, 80 };     /* 2 threads win */
+  static const double three[] = { 0, 50, 90, 80 };    /* 2 of 3 wins */
+  int off, saved = um_cpu_get_threads ();
+
+  /* Quiet: all threads, never a trial. */
+  g_assert_cmpint (settle (2, one_busy, 0, 40, 2, &off), ==, 2);
+  g_assert_cmpint (off, ==, 0);
+  /* One other busy task, and 1 thread is faster: it wins within the first
+   * trials, then only every 4th pass tries 2 again. */
+  g_assert_cmpint (settle (2, one_busy, 1, 40, 1, &off), ==, 1);
+  g_assert_cmpint (off, <=, 3 + 40 / 4);
+  /* Two busy, and 2 threads are faster: 1 is tried every 4th pass only. */
+  g_assert_cmpint (settle (2, two_busy, 2, 40, 2, &off), !=, 0);
+  g_assert_cmpint (off, <=, 40 / 4);
+  /* Hill climbing from 3 down to 2, staying there. */
+  {
+    int used;
+    um_pool_set_adaptive (3);
+    used = um_pool_active_threads ();
+    int at_two = 0;
+    g_assert_cmpint (used, ==, 3);
+    for (int i = 0; i < 60; i++)
+      {
+        used = um_pool_adapt_observe (used, three[used], 1);
+        at_two += used == 2;
+      }
+    g_assert_cmpint (at_two, >=, 60 * 3 / 4 - 8);
+  }
+  /* A count the user chose is kept. */
+  um_pool_set_adaptive (0);
+  g_assert_cmpint (um_pool_adapt_observe (2, 1, 1), ==, um_pool_active_threads ());
+  um_cpu_set_threads (saved);
 }
 
 static int
@@ -224,6 +280,7 @@ main (int argc, char **argv)
   g_test_add_func ("/pool/sleep-wake", test_sleep_wake);
   g_test_add_func ("/pool/nested", test_nested);
   g_test_add_func ("/pool/concurrent", test_concurrent);
+  g_test_add_func ("/pool/adapt", test_adapt);
   g_test_add_func ("/pool/nice", test_nice);
   return g_test_run ();
 }

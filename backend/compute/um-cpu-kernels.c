@@ -51,9 +51,14 @@ default_threads (void)
 void
 um_cpu_set_threads (int n_threads)
 {
+  /* The default adapts to the CPU obtained (um-pool.c); a count the user
+   * chose, here or in OMP_NUM_THREADS, is kept as it is. */
+  gboolean chosen = n_threads > 0 || g_getenv ("OMP_NUM_THREADS") != NULL;
+
   if (n_threads <= 0)
     n_threads = default_threads ();
   cpu_threads = n_threads;
+  um_pool_set_adaptive (chosen ? 0 : n_threads);
   /* The forward's threads are um-pool's; OpenMP is left to offline work
    * (quantizing, compressing layers).  OpenBLAS runs single-threaded inside
    * our loops: its own team would spin at every call on a busy machine. */

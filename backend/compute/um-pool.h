@@ -33,13 +33,30 @@ void um_pool_for (int64_t n, int64_t chunk, int threads, UmPoolFn fn, void *ctx)
  * per-thread scratch with it. */
 int  um_pool_max_threads (void);
 
+/* The thread count adapts to the CPU obtained (default threads: between 1
+ * and max_threads); 0 or 1 turns that off (a count the user chose is kept).
+ * um_cpu_set_threads () calls it. */
+void um_pool_set_adaptive (int max_threads);
+/* The threads a loop with the default count uses now. */
+int  um_pool_active_threads (void);
+/* One unit of repeated work (a forward pass), of `work` (its flops): the
+ * measurements behind the adapted count. */
+void um_pool_epoch_begin (void);
+void um_pool_epoch_end (double work);
+/* What um_pool_epoch_end () does with its measurement: a pass run with
+ * `used` threads did `rate` work per second while `others` other tasks
+ * were runnable (negative: unknown).  Returns the count the next pass
+ * uses.  Public for tests, which feed it chosen figures. */
+int  um_pool_adapt_observe (int used, double rate, double others);
+
 /* TRUE inside a loop's body. */
 gboolean um_pool_in_task (void);
 
-/* How long (microseconds) an idle thread spins before it sleeps.  The
- * default suits back-to-back loops of a forward on a quiet machine while
- * costing little to a loaded one; UM_POOL_SPIN_US overrides it (for
- * measurements). */
+/* How long (microseconds) an idle thread spins before it sleeps: by
+ * default 50 on a quiet machine (bridging the gaps between a forward's
+ * loops) and 0 while other tasks compete for the CPU.  UM_POOL_SPIN_US or
+ * a set value (>= 0) fixes it, -1 restores the default (for measurements
+ * and tests). */
 void um_pool_set_spin_us (int us);
 int  um_pool_get_spin_us (void);
 

@@ -4,6 +4,7 @@
 
 #include "um-choose.h"
 #include "um-error.h"
+#include "um-pool.h"
 #include "um-expert-store.h"
 #include "um-forward-experts.h"
 #include "um-layer-store.h"
@@ -72,6 +73,7 @@ struct _UmForward {
   UmBuf         **kv_views;       /* 2 per layer: K, V */
   int             kv_rows;        /* canvas rows the cache holds (n_seq·seq_len) */
   UmForwardStats  stats;
+  double          pass_flops0;   /* stats.flops at the start of the pass */
   UmMoeRouting    routing;        /* MoE: the current chunk's routing */
   UmMoeRouting   *routes;         /* experts off the device: each chunk's routing of a layer */
   int             n_routes;
@@ -1162,9 +1164,19 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
 }
 
 /* A finished pass in the stats: @n_rows rows of logits, started at @t_start. */
+/* The start of a pass: its time, and the pool's measurement of it. */
+static gint64
+pass_begin (UmForward *fw)
+{
+  fw->pass_flops0 = fw->stats.flops;
+  um_pool_epoch_begin ();
+  return g_get_monotonic_time ();
+}
+
 static gboolean
 count_pass (UmForward *fw, int n_rows, gint64 t_start)
 {
+  um_pool_epoch_end (fw->stats.flops - fw->pass_flops0);
   fw->stats.n_passes++;
   fw->stats.logit_rows += n_rows;
   fw->stats.seconds += (g_get_monotonic_time () - t_start) / 1e6;
@@ -1186,7 +1198,7 @@ logits_pass (UmForward     *fw,
   const int T = n_seq * seq_len;
   const gboolean subset = rows != NULL;
   const int n = subset ? n_rows : T;
-  gint64 t_start = g_get_monotonic_time ();
+  gint64 t_start = pass_begin (fw);
   UmBuf *views[N_SLOTS] = { NULL };
   ArenaLayout a;
   gboolean ok;
@@ -1414,7 +1426,7 @@ logits_pass_cached (UmForward     *fw,
 {
   const UmModelConfig *c = &fw->model->cfg;
   const int T = n_seq * seq_len;
-  gint64 t_start = g_get_monotonic_time ();
+  gint64 t_start = pass_begin (fw);
   UmBuf *views[N_SLOTS] = { NULL };
   ArenaLayout a;
   gboolean ok;
@@ -1602,7 +1614,7 @@ logits_pass_window (UmForward     *fw,
                     GError       **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
-  gint64 t_start = g_get_monotonic_time ();
+  gint64 t_start = pass_begin (fw);
   UmBuf *views[N_SLOTS] = { NULL };
   ArenaLayout a;
   gboolean ok;
