@@ -224,10 +224,13 @@ static const GActionEntry app_actions[] = {
 };
 
 /* The engine's threads run at this nice value, the window's at 0, so that
- * drawing and input never wait for the engine on a busy machine (issue 22:
- * the README's "A smooth window" has the figures). UM_ENGINE_NICE sets
- * another (0: as the CLI, for measurements). */
-#define ENGINE_NICE 10
+ * drawing and input do not wait for the engine on a busy machine (3 busy
+ * programs on 2 cores: p99 frame 60 ms unniced, 34 at 5).  5, not more:
+ * the engine pays, the more the higher it is (2 busy programs in the
+ * app's session: twice the time per step at 5, 5.7 times at 10; quiet:
+ * +7 %, +19 %).  The README's "A smooth window" has the figures;
+ * UM_ENGINE_NICE sets another (0: as the CLI). */
+#define ENGINE_NICE 5
 
 static void
 um_application_startup (GApplication *app)

@@ -12,10 +12,17 @@
 #     (the page no longer running), to the frame that showed it,
 #   - the engine's time per step (what the settings cost the run).
 # Not a test: the figures depend on the machine and its load. --busy N starts
-# N `python3 -c "while True: pass"` for the time of the measurement.
+# N `python3 -c "while True: pass"` for the time of the measurement, in this
+# session (the worst case for a niced engine: with the app in one scheduling
+# group, nice weighs the engine against them), or with --busy-session own
+# each in a session of its own (setsid), as programs started from another
+# terminal or the desktop are: Linux's autogroups (or a desktop's per-app
+# cgroups) then share the CPU between them and the app as wholes, and the
+# engine's nice value only weighs it against the app's own window.
 #
-#   tests/tools/frame-bench.sh [--busy N] [--threads N] [--nice N] [--seconds S]
-#       [--repeat R] [--gen-length N] [--steps N] [--build DIR] [--json FILE]
+#   tests/tools/frame-bench.sh [--busy N] [--busy-session same|own] [--threads N]
+#       [--nice N] [--seconds S] [--repeat R] [--gen-length N] [--steps N]
+#       [--build DIR] [--json FILE]
 # --nice sets UM_ENGINE_NICE, the engine threads' nice value (default: the
 # app's; 0: not niced, as before issue 22).
 #
@@ -24,13 +31,14 @@
 set -euo pipefail
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
-busy=0 threads=0 nice="" seconds=6 repeat=3 gen=512 steps=512 build="$src/build" json="" inner=0
+busy=0 session=same threads=0 nice="" seconds=6 repeat=3 gen=512 steps=512 build="$src/build" json="" inner=0
 renderer=${GSK_RENDERER:-cairo}
 
-usage () { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage () { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --busy) busy=$2; shift 2 ;;
+    --busy-session) session=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --nice) nice=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
@@ -51,7 +59,7 @@ if [ "$inner" = 0 ]; then
   done
   [ -x "$build/app/unmask" ] || { echo "frame-bench: no $build/app/unmask (build with -Dgui=enabled)" >&2; exit 2; }
   xvfb-run -a -s "-screen 0 1280x800x24" dbus-run-session -- \
-    bash "$0" --inner --busy "$busy" --threads "$threads" ${nice:+--nice "$nice"} --seconds "$seconds" --repeat "$repeat" \
+    bash "$0" --inner --busy "$busy" --busy-session "$session" --threads "$threads" ${nice:+--nice "$nice"} --seconds "$seconds" --repeat "$repeat" \
     --gen-length "$gen" --steps "$steps" --build "$build" ${json:+--json "$json"} 2>&1 \
     | grep -v 'Failed to set fd limit'
   exit
@@ -74,7 +82,11 @@ printf '{"gen-length": %d, "steps": %d, "block-length": 32, "threads": %d}\n' "$
   > "$tmp/config/unmask/settings.json"
 
 for _ in $(seq "$busy"); do
-  python3 -c "while True: pass" &
+  if [ "$session" = own ]; then
+    setsid python3 -c "while True: pass" &
+  else
+    python3 -c "while True: pass" &
+  fi
   pids+=($!)
 done
 
@@ -105,6 +117,19 @@ done
 # No window manager: give the window the X input focus, so XTest keys go to it.
 xdotool windowfocus --sync "$win"
 
+# CPU time (clock ticks) of the whole machine and of the processes of the
+# measurement (the app, the busy ones, the X server): the rest is other
+# work that ran meanwhile, which makes the figures noise.
+machine_ticks () { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
+our_ticks () {
+  local t=0 p
+  for p in "$app" "${pids[@]}" $(pgrep -x Xvfb -s 0 2>/dev/null || true) $(pgrep -f "Xvfb ${DISPLAY} " || true); do
+    [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat")))
+  done
+  echo "$t"
+}
+m0=$(machine_ticks) o0=$(our_ticks) t0=$(date +%s.%N)
+
 n_keys=$((seconds * 5))
 for r in $(seq "$repeat"); do
   # Ctrl+Return until a run starts: the model may still be loading.
@@ -126,6 +151,9 @@ for r in $(seq "$repeat"); do
   sleep 1
 done
 
+m1=$(machine_ticks) o1=$(our_ticks) t1=$(date +%s.%N)
+other=$(awk -v m=$((m1 - m0)) -v o=$((o1 - o0)) -v hz="$(getconf CLK_TCK)" -v s0="$t0" -v s1="$t1" -v n="$(nproc)" \
+  'BEGIN { printf "%.0f", 100 * (m - o) / hz / ((s1 - s0) * n) }')
 xdotool key ctrl+q
 for _ in $(seq 50); do kill -0 "$app" 2>/dev/null || break; sleep 0.2; done
 kill -0 "$app" 2>/dev/null && kill "$app"
@@ -133,11 +161,11 @@ wait "$app" 2>/dev/null || true
 app=""
 [ -z "$json" ] || cp "$stats" "$json"
 
-python3 - "$stats" "$busy" "$threads" "$repeat" "$seconds" "$gen" "$steps" "$renderer" <<'EOF'
+python3 - "$stats" "$busy ($session session)" "$threads" "$repeat" "$seconds" "$gen" "$steps" "$renderer" "$other" <<'EOF'
 import json, math, os, sys
 
 d = json.load(open(sys.argv[1]))
-busy, threads, repeat, seconds, gen, steps, renderer = sys.argv[2:]
+busy, threads, repeat, seconds, gen, steps, renderer, other = sys.argv[2:]
 
 def pct(v, p):
     """Nearest rank."""
@@ -152,8 +180,9 @@ def line(name, v):
 
 frames, keys = d['frames_ms'], d['keys_ms']
 stops, runs = d['stops'], d['runs']
-print(f"load {os.getloadavg()[0]:.2f} at the end; busy {busy}, threads {threads or 'default'}, "
-      f"engine nice {d['engine_nice']}, "
+print(f"other work meanwhile: {other} % of the machine's CPU (load {os.getloadavg()[0]:.2f} at the end)")
+print(f"busy {busy}, threads {threads or 'default'}, "
+      f"engine nice {d.get('engine_nice', 'none')}, "
       f"{repeat} runs of gen {gen}/steps {steps} stopped after ~{seconds} s, renderer {renderer}")
 print(line("frame interval", frames))
 print(f"{'':<24} frames > 50 ms: {sum(f > 50 for f in frames)}, > 100 ms: {sum(f > 100 for f in frames)}")
