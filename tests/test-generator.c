@@ -93,6 +93,12 @@ test_queue (void)
       um_generator_request_init (&req);
       req.prompt = "The cat";
       small_params (&req.params, 100 + i);
+      if (i == 1)
+        {
+          /* Step events reach this thread later than the worker makes
+           * them: a long run, so the stop lands well before its end. */
+          req.params.gen_length = req.params.steps = req.params.block_length = 64;
+        }
       ctx.pending++;
       um_generator_generate_async (gen, &req, on_step, &slots[i], c, on_done, &slots[i]);
     }
@@ -110,8 +116,11 @@ test_queue (void)
   g_assert_error (ctx.err[2], G_IO_ERROR, G_IO_ERROR_CANCELLED);
   g_assert_cmpint (ctx.steps[2], ==, 0);
   g_assert_error (ctx.err[1], G_IO_ERROR, G_IO_ERROR_CANCELLED);
-  /* Cancellation is checked between steps and layers: it stops at once. */
-  g_assert_cmpint (ctx.steps[1], ==, 2);
+  /* Cancellation is checked between steps and layers: the run stops at
+   * the first check after the cancel, which is step 2's event here plus
+   * however many steps the worker made while that event was on its way. */
+  g_assert_cmpint (ctx.steps[1], >=, 2);
+  g_assert_cmpint (ctx.steps[1], <, 64);
   /* FIFO: 0 then 3 ran to the end, in order; the refusal came first. */
   g_assert_cmpint (ctx.order[0], ==, 4);
   for (int i = 0; i < 5; i++)
