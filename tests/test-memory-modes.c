@@ -232,6 +232,8 @@ run_knobs (UmEngineOptions *o)
 /* Runs @path in @mode as @run and compares the plan with what the engine
  * measured: device equal, host within HOST_SLACK_PERMILLE. FALSE when the
  * run does not apply (streaming a model of fewer than 3 layers). */
+static gboolean host_retried;
+
 static gboolean
 check_plan_run (const char *path, UmMemMode mode, RunKind run)
 {
@@ -310,6 +312,24 @@ check_plan_run (const char *path, UmMemMode mode, RunKind run)
    * device (our own allocations) still compared exactly. */
   host_err = rel_diff_permille (m.host_peak, host_pred);
 #ifndef __SANITIZE_ADDRESS__
+  /* The process's peak also counts pages the kernel mapped in for it,
+   * which probably depends on what other processes (tests beside this one)
+   * left in the page cache: in 2 of about 8 loaded full runs one run came
+   * out ~20 % high, never twice in a row.  A run that misses is measured
+   * once more, from a fresh engine; a plan that is wrong misses twice. */
+  if (host_err > HOST_SLACK_PERMILLE && !host_retried)
+    {
+      g_test_message ("host peak %+.1f %% off the plan: measuring once more",
+                      100.0 * ((double) m.host_peak - host_pred) / host_pred);
+      g_clear_pointer (&r, um_gen_result_free);
+      g_clear_pointer (&engine, um_engine_free);
+      host_retried = TRUE;
+      {
+        gboolean ran = check_plan_run (path, mode, run);
+        host_retried = FALSE;
+        return ran;
+      }
+    }
   g_assert_cmpuint (host_err, <=, HOST_SLACK_PERMILLE);
 #else
   (void) host_err;
