@@ -1,7 +1,7 @@
 /* um-backend.h — the compute backend vtable.
  *
  * The forward pass (engine/um-forward.c) is written once against these ops;
- * the CPU backend implements them with OpenBLAS and OpenMP, the CUDA backend
+ * the CPU backend implements them with its own kernels on um-pool's threads, the CUDA backend
  * in gpu/. Activations are float32 row-major matrices in backend buffers.
  * Device memory is allocated under a hard budget: beyond it allocation fails
  * with UM_ERROR_OUT_OF_MEMORY, never silently. Small index arrays (token ids,

@@ -1,12 +1,8 @@
 /* um-cpu-isa.c — run-time detection of the x86 SIMD level, with a cap from
  * the environment (UM_CPU_ISA) or from tests. */
 #include "um-cpu-isa.h"
-#include "um-pool.h"
 
 #include <stdio.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 static const char *const isa_names[UM_ISA_N_LEVELS] = {
   "scalar", "avx2", "avx512", "avx512-vnni",
@@ -98,10 +94,4 @@ um_cpu_isa_from_name (const char *name, UmCpuIsa *isa)
         return TRUE;
       }
   return FALSE;
-}
-
-int
-um_cpu_region_threads (void)
-{
-  return um_pool_max_threads ();
 }

@@ -40,9 +40,4 @@ void        um_cpu_isa_set_cap (UmCpuIsa cap);
 const char *um_cpu_isa_name (UmCpuIsa isa);
 gboolean    um_cpu_isa_from_name (const char *name, UmCpuIsa *isa);
 
-/* Threads a parallel region started here would get: 1 inside one (nested
- * regions stay serial), else OpenMP's current maximum.  The kernels size
- * their per-thread scratch by this. */
-int         um_cpu_region_threads (void);
-
 G_END_DECLS

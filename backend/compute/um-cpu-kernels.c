@@ -659,7 +659,7 @@ um_cpu_add_rows_scaled (float *dst, int dim, const gint32 *rows, const float *sc
 void
 um_cpu_warm_up (void)
 {
-  /* A small attention runs the OpenMP pool and OpenBLAS once, so their
+  /* A small attention runs the thread pool once, so its
    * thread stacks and buffers exist before memory is measured. */
   enum { L = 128, H = 4, HD = 64 };
   float *q = g_new0 (float, L * H * HD), *k = g_new0 (float, L * H * HD);

@@ -1,5 +1,5 @@
 /* um-cpu-kernels.h — the CPU backend's kernels on plain float arrays,
- * parallelised with OpenMP; matrix products through OpenBLAS.
+ * parallelised with um-pool; matrix products with our own kernels or OpenBLAS.
  * compute/um-ref-kernels.h has the plain scalar references they are tested
  * against. */
 #pragma once

@@ -1,8 +1,8 @@
 /* um-gemm.h — our own matrix-product kernels for the weight products
  * out[m, n] = x[m, k] · W[n, k]^T (W in any stored type, row-major, rows a
  * whole number of blocks; x f32 with leading dimension k; out f32 with
- * leading dimension n).  All use OpenMP threads (unless called inside a
- * parallel region) and never OpenBLAS. */
+ * leading dimension n).  All use um-pool's threads (serially when called
+ * inside a pool loop) and never OpenBLAS. */
 #pragma once
 
 #include <glib.h>

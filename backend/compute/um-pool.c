@@ -53,7 +53,6 @@ typedef struct {
   pthread_mutex_t  grow_lock;
   Worker          *workers;
   _Atomic int      n_workers;
-  int              cap;
 } Pool;
 
 /* The thread count for loops that ask for the default, adapted to the CPU
@@ -66,7 +65,6 @@ typedef struct {
   int             trial;       /* a count being tried this epoch, else 0 */
   int             next_trial_dir;
   int64_t         epoch;
-  int64_t         t0, delay0;
   double          others;      /* EWMA of other runnable tasks */
   double          rate[MAX_WORKERS + 2];   /* EWMA of work per second, per count */
   int64_t         rated_at[MAX_WORKERS + 2];
@@ -249,11 +247,8 @@ ensure_workers (int want)
   /* Workers never move (each reads its own Worker), so the array is
    * allocated once, for more threads than any machine here has. */
   if (pool.workers == NULL)
-    {
-      pool.workers = aligned_alloc (64, sizeof (Worker) * MAX_WORKERS);
-      pool.cap = pool.workers != NULL ? MAX_WORKERS : 0;
-    }
-  want = MIN (want, pool.cap);
+    pool.workers = aligned_alloc (64, sizeof (Worker) * MAX_WORKERS);
+  want = MIN (want, pool.workers != NULL ? MAX_WORKERS : 0);
   while (have < want)
     {
       Worker *w = &pool.workers[have];

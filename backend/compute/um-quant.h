@@ -238,7 +238,7 @@ float    um_quant_vec_dot_q8 (UmDType     t,
  *
  * Weights are dequantized in tiles of rows (128 rows at K = 4096, 2 MiB of
  * f32 per thread) and multiplied with OpenBLAS sgemm, the tiles spread over
- * OpenMP threads (F32 weights go to one sgemm directly).  The result is the
+ * um-pool's threads (F32 weights are multiplied in place, tile by tile).  The result is the
  * f32 product with the dequantized weights (the x rows are not rounded).
  * On AVX2 machines this beat the direct quantized product (maddubs) for
  * every type at diffusion batch sizes (M >= 64), see um_quant_matmul_q8 ();
@@ -247,8 +247,7 @@ float    um_quant_vec_dot_q8 (UmDType     t,
  * um_quant_matmul_scratch_bytes () for full speed.  With less (or NULL) it
  * uses fewer threads, or allocates its own buffer if even one tile does not
  * fit.  Returns FALSE (touching nothing) on bad arguments or an allocation
- * failure.  Must not be called from inside an OpenMP parallel region if the
- * caller wants it parallel. */
+ * failure.  Called inside a pool loop, it runs serially. */
 gboolean um_quant_matmul (UmDType      t,
                           const void  *w,
                           int64_t      n,
@@ -276,9 +275,8 @@ gboolean um_quant_matmul_q8 (UmDType      t,
                              const float *x,
                              int64_t      m,
                              float       *out);
-/* um_quant_matmul () with an explicit tile height (0 = its default); for F32
- * weights, tile_rows > 0 uses our OpenMP tiling (without copies) instead of
- * one OpenBLAS-threaded sgemm.  For the benchmark and tests. */
+/* um_quant_matmul () with an explicit tile height (0 = its default).  For
+ * the benchmark and tests. */
 gboolean um_quant_matmul_tiled (UmDType      t,
                                 const void  *w,
                                 int64_t      n,
