@@ -265,22 +265,41 @@ test_stop_within_one_step (void)
   UmWindow *win = make_window ();
   UmGeneratePage *page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
   UmDiffusionView *view = um_generate_page_get_view (page);
-  StopWatch w = { win, 0, FALSE };
-  guint64 passes_end;
+  gboolean interrupted = FALSE;
 
   load (win, model);
-  set_params (win, 256, 256, 256);
-  um_forward_reset_stats (um_engine_get_forward (um_window_get_engine (win)));
-  g_signal_connect (view, "notify::n-steps-recorded", G_CALLBACK (on_first_step), &w);
-  um_generate_page_generate (page);
-  wait_for (not_running, page, 120);
-  g_assert_true (w.stopped);
-  g_assert_error ((GError *) um_generate_page_get_last_error (page), G_IO_ERROR, G_IO_ERROR_CANCELLED);
-  passes_end = um_forward_get_stats (um_engine_get_forward (um_window_get_engine (win)))->n_passes;
-  g_test_message ("forward passes at stop: %" G_GUINT64_FORMAT ", at the end: %" G_GUINT64_FORMAT,
-                  w.passes_at_stop, passes_end);
-  g_assert_cmpuint (passes_end - w.passes_at_stop, <=, 1);
-  g_assert_cmpint (um_diffusion_view_get_n_steps_recorded (view), <, 256);
+  /* Step events reach the main thread later than the engine makes them, and
+   * on a loaded machine the whole 256-step run of this small model can end
+   * before the first event is handled: then the stop lands after the last
+   * pass and there is nothing to interrupt. The property checked on every
+   * run does not depend on timing (at most one pass after the stop, the run
+   * ends cancelled); that a stop really cuts a run short needs one run where
+   * it was made before the last pass, so up to five runs are tried. */
+  for (int attempt = 0; attempt < 5 && !interrupted; attempt++)
+    {
+      StopWatch w = { win, 0, FALSE };
+      guint64 passes_end;
+      gulong id;
+
+      set_params (win, 256, 256, 256);
+      um_forward_reset_stats (um_engine_get_forward (um_window_get_engine (win)));
+      id = g_signal_connect (view, "notify::n-steps-recorded", G_CALLBACK (on_first_step), &w);
+      um_generate_page_generate (page);
+      wait_for (not_running, page, 120);
+      g_signal_handler_disconnect (view, id);
+      g_assert_true (w.stopped);
+      g_assert_error ((GError *) um_generate_page_get_last_error (page), G_IO_ERROR, G_IO_ERROR_CANCELLED);
+      passes_end = um_forward_get_stats (um_engine_get_forward (um_window_get_engine (win)))->n_passes;
+      g_test_message ("run %d: forward passes at stop: %" G_GUINT64_FORMAT ", at the end: %" G_GUINT64_FORMAT,
+                      attempt, w.passes_at_stop, passes_end);
+      g_assert_cmpuint (passes_end - w.passes_at_stop, <=, 1);
+      if (w.passes_at_stop + 1 < 256)
+        {
+          g_assert_cmpint (um_diffusion_view_get_n_steps_recorded (view), <, 256);
+          interrupted = TRUE;
+        }
+    }
+  g_assert_true (interrupted);
 
   /* The app keeps working: a new run completes. */
   set_params (win, 16, 16, 8);
