@@ -164,7 +164,7 @@ defaults_description (void)
         }
       g_string_append_c (s, '\n');
     }
-  g_string_append (s, "See README.md, “Schedules”, for how each differs from llama.cpp's diffusion sampler.");
+  g_string_append (s, "See docs/families-and-schedules.md, “Schedules”, for how each differs from llama.cpp's diffusion sampler.");
   return g_string_free (g_steal_pointer (&s), FALSE);
 }
 

@@ -1,6 +1,6 @@
 /* Filling an UmModel from a llama.cpp GGUF file of architecture "llada",
  * "dream", "llada-moe" or "rnd1" (llama.cpp's keys and tensor names), or of
- * our "llada2" (BailingMoeV2's keys and names; see the README). */
+ * our "llada2" (BailingMoeV2's keys and names; see docs/families-and-schedules.md). */
 #include "um-model-gguf.h"
 
 #include <string.h>
