@@ -17,29 +17,6 @@
 #define MAX_NOTES       32
 #define MAX_WARNINGS    32
 
-static const char *const key_names[UM_GEN_N_KEYS] = {
-  "gen_length", "steps", "block_length", "temperature", "cfg_scale", "remasking",
-  "alg", "eps", "alg_temp", "top_p", "top_k", "greedy",
-};
-
-const char *
-um_gen_key_name (UmGenKey key)
-{
-  return (guint) key < UM_GEN_N_KEYS ? key_names[key] : "unknown";
-}
-
-gboolean
-um_gen_key_from_name (const char *name, UmGenKey *out)
-{
-  for (guint i = 0; name != NULL && i < UM_GEN_N_KEYS; i++)
-    if (g_str_equal (name, key_names[i]))
-      {
-        *out = (UmGenKey) i;
-        return TRUE;
-      }
-  return FALSE;
-}
-
 gboolean
 um_gen_key_applies (UmGenKey key, UmArch arch)
 {

@@ -21,37 +21,6 @@
 
 G_BEGIN_DECLS
 
-/* The parameters a model may recommend. */
-typedef enum {
-  UM_GEN_KEY_GEN_LENGTH,
-  UM_GEN_KEY_STEPS,
-  UM_GEN_KEY_BLOCK_LENGTH,
-  UM_GEN_KEY_TEMPERATURE,
-  UM_GEN_KEY_CFG_SCALE,
-  UM_GEN_KEY_REMASKING,
-  /* Dream's timestep and RND1's entropy schedules. */
-  UM_GEN_KEY_ALG,
-  UM_GEN_KEY_EPS,
-  UM_GEN_KEY_ALG_TEMP,
-  UM_GEN_KEY_TOP_P,
-  UM_GEN_KEY_TOP_K,
-  UM_GEN_KEY_GREEDY,
-  UM_GEN_N_KEYS
-} UmGenKey;
-
-/* The keys of LLaDA's block schedule, the first ones: those the app's
- * settings show. */
-#define UM_GEN_N_BLOCK_KEYS (UM_GEN_KEY_REMASKING + 1)
-
-#define UM_GEN_KEY_BIT(k) (1u << (k))
-#define UM_GEN_ALL_KEYS   ((1u << UM_GEN_N_KEYS) - 1)
-
-/* "gen_length", "steps", "block_length", "temperature", "cfg_scale",
- * "remasking", "alg", "eps", "alg_temp", "top_p", "top_k", "greedy": the
- * generation_config.json names. */
-const char *um_gen_key_name (UmGenKey key);
-gboolean    um_gen_key_from_name (const char *name, UmGenKey *out);
-
 /* Whether family @arch's schedule has @key (LLaDA and LLaDA-MoE: the
  * block keys; Dream: lengths, temperature, alg, eps, alg_temp, top_p and
  * top_k; RND1: lengths, temperature, top_p, top_k and greedy). */

@@ -8,158 +8,7 @@
 #include "um-schedule.h"
 #include "um-topk.h"
 
-void
-um_gen_params_init (UmGenParams *p)
-{
-  memset (p, 0, sizeof *p);
-  p->gen_length = 128;
-  p->steps = 128;
-  p->block_length = 32;
-  p->temperature = 0.0;
-  p->cfg_scale = 0.0;
-  p->remasking = UM_REMASK_LOW_CONFIDENCE;
-  p->seed = 0;
-  p->alg = UM_ALG_ENTROPY;
-  p->eps = 1e-3;
-}
-
-static const char *const alg_names[] = { "origin", "maskgit_plus", "topk_margin", "entropy" };
-
-const char *
-um_alg_to_string (UmAlg alg)
-{
-  return (guint) alg < G_N_ELEMENTS (alg_names) ? alg_names[alg] : "unknown";
-}
-
-gboolean
-um_alg_from_string (const char *s, UmAlg *out)
-{
-  for (guint i = 0; s != NULL && i < G_N_ELEMENTS (alg_names); i++)
-    if (g_str_equal (s, alg_names[i]))
-      {
-        *out = (UmAlg) i;
-        return TRUE;
-      }
-  return FALSE;
-}
-
-static const char *const cache_names[] = { "none", "prefix", "dual" };
-
-const char *
-um_cache_mode_to_string (UmCacheMode m)
-{
-  return (guint) m < G_N_ELEMENTS (cache_names) ? cache_names[m] : "unknown";
-}
-
-gboolean
-um_cache_mode_from_string (const char *s, UmCacheMode *out)
-{
-  for (guint i = 0; s != NULL && i < G_N_ELEMENTS (cache_names); i++)
-    if (g_ascii_strcasecmp (s, cache_names[i]) == 0)
-      {
-        *out = (UmCacheMode) i;
-        return TRUE;
-      }
-  return FALSE;
-}
-
-const char *
-um_remasking_to_string (UmRemasking r)
-{
-  return r == UM_REMASK_RANDOM ? "random" : "low_confidence";
-}
-
-gboolean
-um_remasking_from_string (const char *s, UmRemasking *out)
-{
-  if (g_strcmp0 (s, "low_confidence") == 0)
-    *out = UM_REMASK_LOW_CONFIDENCE;
-  else if (g_strcmp0 (s, "random") == 0)
-    *out = UM_REMASK_RANDOM;
-  else
-    return FALSE;
-  return TRUE;
-}
-
 #define FAIL(...) G_STMT_START { g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, __VA_ARGS__); return FALSE; } G_STMT_END
-
-/* What every schedule checks. */
-static gboolean
-validate_common (const UmGenParams *p, int prompt_len, guint max_seq_len, GError **error)
-{
-  if (p->gen_length <= 0)
-    FAIL ("gen_length must be positive (got %d)", p->gen_length);
-  if (p->steps <= 0)
-    FAIL ("steps must be positive (got %d)", p->steps);
-  if (!(p->temperature >= 0.0) || !isfinite (p->temperature))
-    FAIL ("temperature must be a finite number ≥ 0 (got %g)", p->temperature);
-  if (p->cache != UM_CACHE_NONE && p->cache != UM_CACHE_PREFIX && p->cache != UM_CACHE_DUAL)
-    FAIL ("unknown cache mode %d", (int) p->cache);
-  /* 0 is "off"; anything else must be a usable probability. */
-  if (p->threshold != 0.0 && !(p->threshold > 0.0 && p->threshold <= 1.0))
-    FAIL ("threshold must be in (0, 1] (got %g)", p->threshold);
-  if (p->factor != 0.0 && !(p->factor > 0.0 && isfinite (p->factor)))
-    FAIL ("factor must be a finite number > 0 (got %g)", p->factor);
-  if (p->threshold > 0.0 && p->factor > 0.0)
-    FAIL ("give a threshold or a factor, not both");
-  if (p->n_constraints < 0 || (p->n_constraints > 0 && p->constraints == NULL))
-    FAIL ("bad constraint list (%d constraints)", p->n_constraints);
-  for (int i = 0; i < p->n_constraints; i++)
-    {
-      const UmGenConstraint *ci = &p->constraints[i];
-      if (ci->offset < 0 || ci->offset >= p->gen_length)
-        FAIL ("constraint offset %d is outside the answer [0, %d)", ci->offset, p->gen_length);
-      if (ci->word == NULL && ci->ids != NULL)
-        {
-          if (ci->n_ids <= 0 || (gint64) ci->offset + ci->n_ids > p->gen_length)
-            FAIL ("the %d tokens at offset %d do not fit in the answer (%d tokens)", ci->n_ids, ci->offset,
-                  p->gen_length);
-        }
-      else if (ci->word == NULL || ci->word[0] == '\0')
-        FAIL ("the constraint at offset %d has an empty word", ci->offset);
-      else if (!g_utf8_validate (ci->word, -1, NULL))
-        FAIL ("the constraint at offset %d is not valid UTF-8", ci->offset);
-      /* Token-level overlaps are checked once the words are tokenized. */
-      for (int j = 0; j < i; j++)
-        if (p->constraints[j].offset == ci->offset)
-          FAIL ("two constraints at offset %d", ci->offset);
-    }
-  if (prompt_len < 0 || (gint64) prompt_len + p->gen_length > (gint64) max_seq_len)
-    FAIL ("prompt (%d tokens) + gen_length (%d) exceeds the model's maximum sequence length (%u)",
-          prompt_len, p->gen_length, max_seq_len);
-  return TRUE;
-}
-
-/* The nucleus and top-k filters of Dream and RND1. */
-static gboolean
-validate_filters (const UmGenParams *p, GError **error)
-{
-  if (!(p->top_p >= 0.0 && p->top_p <= 1.0))
-    FAIL ("top_p must be in [0, 1] (got %g; 0 and 1 are off)", p->top_p);
-  if (p->top_k < 0)
-    FAIL ("top_k must be ≥ 0 (got %d; 0 is off)", p->top_k);
-  return TRUE;
-}
-
-/* The LLaDA reference's options, which the other schedules do not have. */
-static gboolean
-validate_no_block_options (const UmGenParams *p, const char *family, GError **error)
-{
-  if (p->cfg_scale != 0.0)
-    FAIL ("%s's schedule has no classifier-free guidance (cfg_scale is LLaDA's)", family);
-  if (p->remasking != UM_REMASK_LOW_CONFIDENCE)
-    FAIL ("%s's schedule has no remasking strategy (remasking is LLaDA's)", family);
-  if (p->logits_eos_inf || p->confidence_eos_eot_inf)
-    FAIL ("%s's schedule has no EOS/EOT rules (logits_eos_inf and confidence_eos_eot_inf are LLaDA's)", family);
-  /* The block KV cache needs blocks. */
-  if (p->cache != UM_CACHE_NONE)
-    FAIL ("the block KV cache needs LLaDA's block schedule; %s's schedule has no blocks", family);
-  if (p->factor > 0.0)
-    FAIL ("%s's schedule has no factor rule (it is Fast-dLLM's rule for LLaDA's blocks)", family);
-  if (p->eos_early_stop)
-    FAIL ("eos_early_stop is LLaDA 2's; %s's schedule stops as its reference does", family);
-  return TRUE;
-}
 
 gboolean
 um_gen_params_validate_for (const UmGenParams *p,
@@ -170,14 +19,14 @@ um_gen_params_validate_for (const UmGenParams *p,
 {
   const UmArchInfo *info = um_arch_info (arch);
 
-  if (!validate_common (p, prompt_len, max_seq_len, error))
+  if (!um_gen_params_check_common (p, prompt_len, max_seq_len, error))
     return FALSE;
   switch (info->schedule)
     {
     case UM_SCHEDULE_TIMESTEP:
-      if (!validate_filters (p, error) || !validate_no_block_options (p, info->name, error))
+      if (!um_gen_params_check_filters (p, error) || !um_gen_params_check_no_blocks (p, info->name, error))
         return FALSE;
-      if ((guint) p->alg >= G_N_ELEMENTS (alg_names))
+      if ((guint) p->alg > (guint) UM_ALG_ENTROPY)
         FAIL ("unknown alg %d", (int) p->alg);
       if (!(p->eps >= 0.0 && p->eps < 1.0))
         FAIL ("eps must be in [0, 1) (got %g)", p->eps);
@@ -189,7 +38,7 @@ um_gen_params_validate_for (const UmGenParams *p,
         FAIL ("a threshold needs a confidence: alg origin commits at random");
       return TRUE;
     case UM_SCHEDULE_ENTROPY:
-      if (!validate_filters (p, error) || !validate_no_block_options (p, info->name, error))
+      if (!um_gen_params_check_filters (p, error) || !um_gen_params_check_no_blocks (p, info->name, error))
         return FALSE;
       if (p->gen_length < 2)
         FAIL ("%s reserves the answer's last position: gen_length must be at least 2 (got %d)", info->name,
@@ -269,13 +118,6 @@ static int
 step_count (int n_masks, int steps, int i)
 {
   return n_masks / steps + (i < n_masks % steps ? 1 : 0);
-}
-
-void
-um_sampler_split_steps (int n_masks, int steps, int *out_counts)
-{
-  for (int i = 0; i < steps; i++)
-    out_counts[i] = step_count (n_masks, steps, i);
 }
 
 /* Noise comes from um-rng.h: counter-based, so the same (seed, step,

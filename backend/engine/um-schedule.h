@@ -20,7 +20,7 @@
 
 #include <gio/gio.h>
 
-#include "um-sampler.h"
+#include "um-gen-params.h"
 
 G_BEGIN_DECLS
 
