@@ -273,8 +273,7 @@ um_cli_bench (int argc, char **argv)
       for (int i = prompt_length; i < L; i++)
         start[i] = c->mask_id;
       /* A first step's rows: the first block's, or every mask's. */
-      const int n_rows = um_arch_info (c->arch)->schedule == UM_SCHEDULE_BLOCK ? params.block_length
-                                                                                : params.gen_length;
+      const int n_rows = um_schedule_for_arch (c->arch)->answer_blocks ? params.block_length : params.gen_length;
       rows = g_new (gint32, n_rows);
       for (int i = 0; i < n_rows; i++)
         rows[i] = prompt_length + i;

@@ -108,14 +108,7 @@ parse_gen_option (const char *name, const char *value, gpointer data, GError **e
 static const char *
 schedule_name (UmArch arch)
 {
-  switch (um_arch_info (arch)->schedule)
-    {
-    case UM_SCHEDULE_TIMESTEP: return "timestep schedule";
-    case UM_SCHEDULE_ENTROPY: return "entropy schedule";
-    case UM_SCHEDULE_BLOCK_CAUSAL: return "block-causal schedule";
-    case UM_SCHEDULE_BLOCK:
-    default: return "block schedule";
-    }
+  return um_schedule_for_arch (arch)->title;
 }
 
 /* "LLaDA and LLaDA-MoE": the families whose schedule has @key. */
@@ -156,8 +149,7 @@ defaults_description (void)
           if (!um_gen_key_applies ((UmGenKey) k, (UmArch) a) || k == UM_GEN_KEY_GEN_LENGTH)
             continue;
           key = g_strdelimit (g_strdup (um_gen_key_name ((UmGenKey) k)), "_", '-');
-          v = um_arch_info ((UmArch) a)->schedule != UM_SCHEDULE_BLOCK
-                  && um_arch_info ((UmArch) a)->schedule != UM_SCHEDULE_BLOCK_CAUSAL && k == UM_GEN_KEY_STEPS
+          v = um_schedule_for_arch ((UmArch) a)->steps_follow_length && k == UM_GEN_KEY_STEPS
                 ? g_strdup ("gen-length") : um_gen_params_format (&p, (UmGenKey) k);
           g_string_append_printf (s, "%s --%s %s", first ? "" : ",", key, v);
           first = FALSE;
@@ -625,8 +617,8 @@ um_cli_engine_options (UmCliGenOptions *o, UmGenParams *p, int prompt_length,
       opts->shape.block_length = p->block_length;
       opts->shape.cfg = p->cfg_scale > 0;
       opts->shape.kv_cache = p->cache != UM_CACHE_NONE;
-      /* Dream and RND1 ask for every mask's row in each pass. */
-      if (o->resolve && um_arch_info (o->resolved.arch)->schedule != UM_SCHEDULE_BLOCK)
+      /* Without answer blocks (Dream, RND1, LLaDA 2) a pass asks for every mask's row. */
+      if (o->resolve && !um_schedule_for_arch (o->resolved.arch)->answer_blocks)
         opts->shape.block_length = p->gen_length;
       /* Said, not enforced: the run is what the command line asks. */
       if (mode_from_profile

@@ -1,85 +1,35 @@
-#include "um-sampler.h"
-#include "um-choose.h"
+/* um-schedule-block.c — LLaDA's block schedule, as generate () in
+ * ML-GSAI/LLaDA's generate.py runs it (see docs: llada.md): the answer in
+ * blocks, each with an equal share of the steps; per step the k most
+ * confident masks (Gumbel-max temperature in float64, low_confidence or
+ * random remasking, classifier-free guidance, the EOS/EOT flags, the
+ * lower-position-first tie rule) are committed. Fast decoding (Fast-dLLM's
+ * threshold and factor rules, the block KV cache) is opt-in. */
+#include "um-schedule.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "um-choose.h"
 #include "um-error.h"
-#include "um-schedule.h"
 #include "um-topk.h"
+
+/* ---- its row in the schedule table ---- */
+
+void
+um_schedule_block_defaults (UmGenParams *p)
+{
+  /* um_gen_params_init ()'s are the reference's chat defaults. */
+}
 
 #define FAIL(...) G_STMT_START { g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, __VA_ARGS__); return FALSE; } G_STMT_END
 
 gboolean
-um_gen_params_validate_for (const UmGenParams *p,
-                            UmArch             arch,
-                            int                prompt_len,
-                            guint              max_seq_len,
-                            GError           **error)
+um_schedule_block_validate (const UmGenParams *p, const char *family, int prompt_len, guint max_seq_len,
+                            GError **error)
 {
-  const UmArchInfo *info = um_arch_info (arch);
-
-  if (!um_gen_params_check_common (p, prompt_len, max_seq_len, error))
-    return FALSE;
-  switch (info->schedule)
-    {
-    case UM_SCHEDULE_TIMESTEP:
-      if (!um_gen_params_check_filters (p, error) || !um_gen_params_check_no_blocks (p, info->name, error))
-        return FALSE;
-      if ((guint) p->alg > (guint) UM_ALG_ENTROPY)
-        FAIL ("unknown alg %d", (int) p->alg);
-      if (!(p->eps >= 0.0 && p->eps < 1.0))
-        FAIL ("eps must be in [0, 1) (got %g)", p->eps);
-      if (!(p->alg_temp >= 0.0) || !isfinite (p->alg_temp))
-        FAIL ("alg_temp must be a finite number ≥ 0 (got %g)", p->alg_temp);
-      if (p->greedy)
-        FAIL ("%s has no greedy switch (it is RND1's): temperature 0 takes the arg-max", info->name);
-      if (p->threshold > 0.0 && p->alg == UM_ALG_ORIGIN)
-        FAIL ("a threshold needs a confidence: alg origin commits at random");
-      return TRUE;
-    case UM_SCHEDULE_ENTROPY:
-      if (!um_gen_params_check_filters (p, error) || !um_gen_params_check_no_blocks (p, info->name, error))
-        return FALSE;
-      if (p->gen_length < 2)
-        FAIL ("%s reserves the answer's last position: gen_length must be at least 2 (got %d)", info->name,
-              p->gen_length);
-      for (int i = 0; i < p->n_constraints; i++)
-        if (p->constraints[i].offset >= p->gen_length - 1)
-          FAIL ("%s reserves the answer's last position (%d): no constraint may start there", info->name,
-                p->gen_length - 1);
-      if (p->alg_temp != 0.0)
-        FAIL ("%s's schedule has no alg_temp (it is Dream's)", info->name);
-      if (p->threshold > 0.0)
-        FAIL ("%s's schedule has no threshold rule: each step's count is fixed by its entropy order", info->name);
-      return TRUE;
-    case UM_SCHEDULE_BLOCK_CAUSAL:
-      if (p->block_length <= 0)
-        FAIL ("block_length must be positive (got %d)", p->block_length);
-      if ((gint64) um_block_causal_canvas (prompt_len, p) > (gint64) max_seq_len)
-        FAIL ("prompt (%d tokens) + gen_length (%d), rounded up to whole blocks of %d, exceeds the model's maximum "
-              "sequence length (%u)", prompt_len, p->gen_length, p->block_length, max_seq_len);
-      if (p->cfg_scale != 0.0)
-        FAIL ("%s's schedule has no classifier-free guidance (cfg_scale is LLaDA's)", info->name);
-      if (p->remasking != UM_REMASK_LOW_CONFIDENCE)
-        FAIL ("%s's schedule has no remasking strategy (remasking is LLaDA's)", info->name);
-      if (p->logits_eos_inf || p->confidence_eos_eot_inf)
-        FAIL ("%s's schedule has no EOS/EOT rules (logits_eos_inf and confidence_eos_eot_inf are LLaDA's)",
-              info->name);
-      if (p->factor > 0.0)
-        FAIL ("%s's schedule has no factor rule (it is Fast-dLLM's rule for LLaDA's blocks)", info->name);
-      if (p->alg_temp != 0.0)
-        FAIL ("%s's schedule has no alg_temp (it is Dream's)", info->name);
-      if (p->greedy)
-        FAIL ("%s has no greedy switch (it is RND1's): temperature 0 takes the arg-max", info->name);
-      if ((p->top_p != 0.0 && p->top_p != 1.0) || p->top_k != 0)
-        FAIL ("%s's schedule here has no top-p or top-k filter yet: use the temperature alone", info->name);
-      return TRUE;
-    case UM_SCHEDULE_BLOCK:
-    default:
-      break;
-    }
   if (p->eos_early_stop)
-    FAIL ("eos_early_stop is LLaDA 2's; %s's schedule stops as its reference does", info->name);
+    FAIL ("eos_early_stop is LLaDA 2's; %s's schedule stops as its reference does", family);
   if (p->block_length <= 0)
     FAIL ("block_length must be positive (got %d)", p->block_length);
   if (p->gen_length % p->block_length != 0)
@@ -93,25 +43,16 @@ um_gen_params_validate_for (const UmGenParams *p,
     FAIL ("unknown remasking strategy %d", (int) p->remasking);
   /* Dream's and RND1's options. */
   if (p->top_p != 0.0 && p->top_p != 1.0)
-    FAIL ("%s's block schedule has no top-p filter (top_p is Dream's and RND1's)", info->name);
+    FAIL ("%s's block schedule has no top-p filter (top_p is Dream's and RND1's)", family);
   if (p->top_k != 0)
-    FAIL ("%s's block schedule has no top-k filter (top_k is Dream's and RND1's)", info->name);
+    FAIL ("%s's block schedule has no top-k filter (top_k is Dream's and RND1's)", family);
   if (p->alg_temp != 0.0)
-    FAIL ("%s's block schedule has no alg_temp (it is Dream's)", info->name);
+    FAIL ("%s's block schedule has no alg_temp (it is Dream's)", family);
   if (p->greedy)
-    FAIL ("%s's block schedule has no greedy switch (it is RND1's): temperature 0 is greedy", info->name);
+    FAIL ("%s's block schedule has no greedy switch (it is RND1's): temperature 0 is greedy", family);
   return TRUE;
 }
 #undef FAIL
-
-gboolean
-um_gen_params_validate (const UmGenParams *p,
-                        int                prompt_len,
-                        guint              max_seq_len,
-                        GError           **error)
-{
-  return um_gen_params_validate_for (p, UM_ARCH_LLADA, prompt_len, max_seq_len, error);
-}
 
 /* Tokens step @i of @steps commits of a block's @n_masks. */
 static int
@@ -176,20 +117,11 @@ sampler_layout (int n_seq, int L, SamplerLayout *s)
 }
 
 guint64
-um_sampler_host_bytes (int n_seq, int canvas_len)
+um_schedule_block_host_bytes (const UmModelConfig *cfg, int n_seq, int canvas_len)
 {
   SamplerLayout s;
   sampler_layout (n_seq, canvas_len, &s);
   return s.total + um_topk_scratch_bytes (canvas_len);
-}
-
-guint64
-um_sampler_host_bytes_for (const UmModelConfig *cfg, int n_seq, int canvas_len)
-{
-  if (um_arch_info (cfg->arch)->schedule == UM_SCHEDULE_BLOCK
-      || um_arch_info (cfg->arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL)
-    return um_sampler_host_bytes (n_seq, canvas_len);
-  return um_schedule_host_bytes (canvas_len, (int) cfg->vocab_size);
 }
 
 /* How many of the @n candidates, sorted by candidate_confidence_compare,
@@ -211,72 +143,6 @@ fast_commit_count (const Candidate *cands, int n, const UmGenParams *p)
         k++;
     }
   return MAX (k, 1);
-}
-
-/* Writes the constraints' tokens into the answer of @x. A leading space is
- * added to a word that has none, as the official LLaDA demo does: a word
- * inside an answer is a mid-sentence token of the byte-level BPE. */
-static gboolean
-place_constraints (UmModel           *model,
-                   const UmGenParams *p,
-                   gint32            *x,
-                   int                prompt_len,
-                   GError           **error)
-{
-  g_autofree gboolean *taken = NULL;
-
-  if (p->n_constraints == 0)
-    return TRUE;
-  taken = g_new0 (gboolean, p->gen_length);
-  for (int i = 0; i < p->n_constraints; i++)
-    {
-      const UmGenConstraint *ci = &p->constraints[i];
-      g_autoptr(GArray) ids = g_array_new (FALSE, FALSE, sizeof (gint32));
-
-      if (ci->word == NULL)
-        g_array_append_vals (ids, ci->ids, ci->n_ids);
-      else
-        {
-          g_autofree char *text = g_ascii_isspace (ci->word[0]) ? g_strdup (ci->word)
-                                                                 : g_strconcat (" ", ci->word, NULL);
-          if (model->tokenizer == NULL)
-            {
-              g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "word constraints need the model's tokenizer");
-              return FALSE;
-            }
-          if (!um_tokenizer_encode (model->tokenizer, text, -1, ids, error))
-            return FALSE;
-        }
-      if (ids->len == 0 || (gint64) ci->offset + ids->len > p->gen_length)
-        {
-          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                       "the constraint “%s” at offset %d (%u tokens) does not fit in the answer (%d tokens)",
-                       ci->word ? ci->word : "(tokens)", ci->offset, ids->len, p->gen_length);
-          return FALSE;
-        }
-      for (guint t = 0; t < ids->len; t++)
-        {
-          gint32 id = g_array_index (ids, gint32, t);
-          int at = ci->offset + (int) t;
-          if (id < 0 || (guint) id >= model->cfg.vocab_size || id == model->cfg.mask_id)
-            {
-              g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                           "the constraint “%s” tokenizes to %d, which the model cannot take",
-                           ci->word ? ci->word : "(tokens)", id);
-              return FALSE;
-            }
-          if (taken[at])
-            {
-              g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                           "the constraint “%s” at offset %d overlaps another one at answer position %d",
-                           ci->word ? ci->word : "(tokens)", ci->offset, at);
-              return FALSE;
-            }
-          taken[at] = TRUE;
-          x[prompt_len + at] = id;
-        }
-    }
-  return TRUE;
 }
 
 /* um_forward_choose () for the @n candidate positions @pos (ascending) of
@@ -308,33 +174,8 @@ choose_shifted (UmForward *fw, const gint32 *x, int n_seq, int L, const gint32 *
   return TRUE;
 }
 
-static gboolean
-forward_logits (gpointer data, const gint32 *ids, int seq_len, const gint32 *rows, int n_rows, float *logits,
-                GCancellable *cancellable, GError **error)
-{
-  return um_forward_logits (data, ids, 1, seq_len, rows, n_rows, logits, cancellable, error);
-}
-
-typedef struct {
-  UmForward   *fw;
-  UmChooseRule rule;
-} WindowChoose;
-
-static gboolean
-window_choose (gpointer data, const gint32 *ids, int canvas, int window, int start, const gint32 *rows, int n_rows,
-               guint64 step, gint32 *out_ids, double *out_conf, GCancellable *cancellable, GError **error)
-{
-  WindowChoose *w = data;
-
-  w->rule.step = step;
-  return um_forward_choose_window (w->fw, ids, canvas, window, start, rows, n_rows, &w->rule, rows, out_ids,
-                                   out_conf, cancellable, error);
-}
-
-/* LLaDA 2.x's block-causal schedule (um-schedule.h): the answer ends at
- * its first EOS. */
-static gboolean
-block_causal_schedule (UmForward         *fw,
+gboolean
+um_schedule_block_run (UmForward         *fw,
                        const gint32      *prompt,
                        int                prompt_len,
                        const UmGenParams *p,
@@ -347,103 +188,6 @@ block_causal_schedule (UmForward         *fw,
 {
   UmModel *model = um_forward_get_model (fw);
   const UmModelConfig *c = &model->cfg;
-  const int canvas = um_block_causal_canvas (prompt_len, p);
-  g_autofree gint32 *x = g_new (gint32, canvas);
-  WindowChoose w = { .fw = fw };
-  UmBlockCausalModel m = { .mask_id = c->mask_id, .eos_id = c->eos_id, .choose = window_choose, .choose_data = &w };
-  int n_ids = 0;
-  gboolean ok;
-
-  memcpy (x, prompt, sizeof (gint32) * prompt_len);
-  for (int i = prompt_len; i < canvas; i++)
-    x[i] = c->mask_id;
-  if (!place_constraints (model, p, x, prompt_len, error))
-    return FALSE;
-  w.rule.seed = p->seed;
-  w.rule.temperature = p->temperature;
-  w.rule.eos_id = c->eos_id;
-  w.rule.eot_id = c->eot_id;
-  w.rule.conf_tempered = TRUE;
-  um_forward_set_attention_block (fw, p->block_length);
-  ok = um_schedule_block_causal (&m, x, prompt_len, p, step_cb, user_data, cancellable, out_n_steps, &n_ids, error);
-  um_forward_set_attention_block (fw, 0);
-  if (ok)
-    g_array_append_vals (out_ids, x + prompt_len, n_ids);
-  return ok;
-}
-
-/* Dream's timestep and RND1's entropy schedules (um-schedule.h). */
-static gboolean
-other_schedule (UmForward         *fw,
-                const gint32      *prompt,
-                int                prompt_len,
-                const UmGenParams *p,
-                UmStepFunc         step_cb,
-                gpointer           user_data,
-                GCancellable      *cancellable,
-                GArray            *out_ids,
-                int               *out_n_steps,
-                GError           **error)
-{
-  UmModel *model = um_forward_get_model (fw);
-  const UmModelConfig *c = &model->cfg;
-  const int L = prompt_len + p->gen_length;
-  g_autofree gint32 *x = g_new (gint32, L);
-  UmScheduleModel m = { 0 };
-  gboolean ok;
-
-  m.vocab = (int) c->vocab_size;
-  m.mask_id = c->mask_id;
-  m.eos_id = c->eos_id;
-  m.pad_id = c->pad_id;
-  m.bos_id = c->bos_id;
-  m.shift = c->shift_logits;
-  m.logits = forward_logits;
-  m.logits_data = fw;
-  memcpy (x, prompt, sizeof (gint32) * prompt_len);
-  for (int i = prompt_len; i < L; i++)
-    x[i] = c->mask_id;
-  if (!place_constraints (model, p, x, prompt_len, error))
-    return FALSE;
-  if (um_arch_info (c->arch)->schedule == UM_SCHEDULE_ENTROPY)
-    ok = um_schedule_entropy (&m, x, prompt_len, L, p, step_cb, user_data, cancellable, out_n_steps, error);
-  else
-    ok = um_schedule_timestep (&m, x, prompt_len, L, p, step_cb, user_data, cancellable, out_n_steps, error);
-  if (ok)
-    g_array_append_vals (out_ids, x + prompt_len, p->gen_length);
-  return ok;
-}
-
-gboolean
-um_sampler_generate (UmForward         *fw,
-                     const gint32      *prompt,
-                     int                prompt_len,
-                     const UmGenParams *params,
-                     UmStepFunc         step_cb,
-                     gpointer           user_data,
-                     GCancellable      *cancellable,
-                     GArray            *out_ids,
-                     GError           **error)
-{
-  return um_sampler_generate_full (fw, prompt, prompt_len, params, step_cb, user_data, cancellable, out_ids,
-                                   NULL, error);
-}
-
-gboolean
-um_sampler_generate_full (UmForward         *fw,
-                          const gint32      *prompt,
-                          int                prompt_len,
-                          const UmGenParams *p,
-                          UmStepFunc         step_cb,
-                          gpointer           user_data,
-                          GCancellable      *cancellable,
-                          GArray            *out_ids,
-                          int               *out_n_steps,
-                          GError           **error)
-{
-  UmModel *model = um_forward_get_model (fw);
-  const UmModelConfig *c = &model->cfg;
-  const int V = c->vocab_size;
   const gint32 mask = c->mask_id;
   const gboolean cfg = p->cfg_scale > 0.0;
   const gboolean fast = p->threshold > 0.0 || p->factor > 0.0;
@@ -458,24 +202,9 @@ um_sampler_generate_full (UmForward         *fw,
   Candidate *cands;
   UmChooseRule rule = { 0 };
   gint64 t0 = g_get_monotonic_time ();
+  UmScheduleEvents events = { step_cb, user_data, NULL, prompt_len, 0, 0 };
+  UmScheduleCommits commits = { NULL, NULL, NULL, 0 };
 
-  if (out_n_steps != NULL)
-    *out_n_steps = 0;
-  if (!um_gen_params_validate_for (p, c->arch, prompt_len, c->max_seq_len, error))
-    return FALSE;
-  for (int i = 0; i < prompt_len; i++)
-    if (prompt[i] < 0 || prompt[i] >= V)
-      {
-        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                     "prompt token %d at position %d is outside the vocabulary (%d)", prompt[i], i, V);
-        return FALSE;
-      }
-  if (um_arch_info (c->arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL)
-    return block_causal_schedule (fw, prompt, prompt_len, p, step_cb, user_data, cancellable, out_ids, out_n_steps,
-                                  error);
-  if (um_arch_info (c->arch)->schedule != UM_SCHEDULE_BLOCK)
-    return other_schedule (fw, prompt, prompt_len, p, step_cb, user_data, cancellable, out_ids, out_n_steps,
-                           error);
   /* The cache computes the block's rows only; a shift reads the row before. */
   if (cached && c->shift_logits)
     {
@@ -500,11 +229,14 @@ um_sampler_generate_full (UmForward         *fw,
   commit_ids = (gint32 *) (arrays + lay.commit_ids);
   commit_conf = (float *) (arrays + lay.commit_conf);
   pick_ids = (gint32 *) (arrays + lay.pick_ids);
-  memcpy (x, prompt, sizeof (gint32) * prompt_len);
-  for (int i = prompt_len; i < L; i++)
-    x[i] = mask;
-  if (!place_constraints (model, p, x, prompt_len, error))
+  if (!um_schedule_canvas_init (model, prompt, prompt_len, p, x, L, error))
     return FALSE;
+  events.canvas = x;
+  events.seq_len = L;
+  events.t0 = t0;
+  commits.pos = commit_pos;
+  commits.ids = commit_ids;
+  commits.conf = commit_conf;
   for (int i = prompt_len; i < L; i++)
     masks_left += x[i] == mask;
   rule.seed = p->seed;
@@ -532,7 +264,6 @@ um_sampler_generate_full (UmForward         *fw,
       for (int s = 0; fast ? n_masks > 0 : s < steps_per_block; s++, global_step++)
         {
           int n_cand = 0, k = fast ? 1 : step_count (n_masks0, steps_per_block, s);
-          UmStepEvent ev = { 0 };
 
           if (g_cancellable_set_error_if_cancelled (cancellable, error))
             return FALSE;
@@ -624,24 +355,11 @@ um_sampler_generate_full (UmForward         *fw,
               commit_conf[j] = (float) cands[j].conf;
             }
 
-          if (step_cb != NULL)
-            {
-              ev.step = global_step;
-              /* Fast decoding cannot know its step count in advance: the
-               * bound left (one step per remaining mask), exact at the end. */
-              ev.n_steps = fast ? global_step + 1 + masks_left : p->steps;
-              ev.block = b;
-              ev.n_blocks = n_blocks;
-              ev.n_committed = k;
-              ev.positions = commit_pos;
-              ev.ids = commit_ids;
-              ev.confidences = commit_conf;
-              ev.canvas = x;
-              ev.prompt_len = prompt_len;
-              ev.seq_len = L;
-              ev.elapsed = (g_get_monotonic_time () - t0) / 1e6;
-              step_cb (&ev, user_data);
-            }
+          /* Fast decoding cannot know its step count in advance: the bound
+           * left (one step per remaining mask), exact at the end. */
+          commits.n = k;
+          um_schedule_emit (&events, &commits, global_step, fast ? global_step + 1 + masks_left : p->steps, b,
+                            n_blocks);
         }
     }
 
