@@ -4,6 +4,7 @@
 #include "um-sampler.h"
 
 #include "um-error.h"
+#include "um-schedule.h"
 
 gboolean
 um_sampler_generate (UmForward         *fw,
@@ -34,6 +35,7 @@ um_sampler_generate_full (UmForward         *fw,
 {
   const UmModelConfig *c = &um_forward_get_model (fw)->cfg;
   const int V = c->vocab_size;
+  const UmScheduleRun run = { fw, prompt, prompt_len, p, step_cb, user_data, cancellable, out_ids, out_n_steps };
 
   if (out_n_steps != NULL)
     *out_n_steps = 0;
@@ -46,8 +48,7 @@ um_sampler_generate_full (UmForward         *fw,
                      "prompt token %d at position %d is outside the vocabulary (%d)", prompt[i], i, V);
         return FALSE;
       }
-  return um_schedule_for_arch (c->arch)->run (fw, prompt, prompt_len, p, step_cb, user_data, cancellable, out_ids,
-                                              out_n_steps, error);
+  return um_schedule_for_arch (c->arch)->run (&run, error);
 }
 
 guint64

@@ -234,37 +234,30 @@ window_choose (gpointer data, const gint32 *ids, int canvas, int window, int sta
 }
 
 gboolean
-um_schedule_block_causal_run (UmForward         *fw,
-                              const gint32      *prompt,
-                              int                prompt_len,
-                              const UmGenParams *p,
-                              UmStepFunc         step_cb,
-                              gpointer           user_data,
-                              GCancellable      *cancellable,
-                              GArray            *out_ids,
-                              int               *out_n_steps,
-                              GError           **error)
+um_schedule_block_causal_run (const UmScheduleRun *run, GError **error)
 {
-  UmModel *model = um_forward_get_model (fw);
+  UmModel *model = um_forward_get_model (run->fw);
   const UmModelConfig *c = &model->cfg;
-  const int canvas = um_block_causal_canvas (prompt_len, p);
+  const UmGenParams *p = run->p;
+  const int canvas = um_block_causal_canvas (run->prompt_len, p);
   g_autofree gint32 *x = g_new (gint32, canvas);
-  WindowChoose w = { .fw = fw };
+  WindowChoose w = { .fw = run->fw };
   UmBlockCausalModel m = { .mask_id = c->mask_id, .eos_id = c->eos_id, .choose = window_choose, .choose_data = &w };
   int n_ids = 0;
   gboolean ok;
 
-  if (!um_schedule_canvas_init (model, prompt, prompt_len, p, x, canvas, error))
+  if (!um_schedule_canvas_init (model, run->prompt, run->prompt_len, p, x, canvas, error))
     return FALSE;
   w.rule.seed = p->seed;
   w.rule.temperature = p->temperature;
   w.rule.eos_id = c->eos_id;
   w.rule.eot_id = c->eot_id;
   w.rule.conf_tempered = TRUE;
-  um_forward_set_attention_block (fw, p->block_length);
-  ok = um_schedule_block_causal (&m, x, prompt_len, p, step_cb, user_data, cancellable, out_n_steps, &n_ids, error);
-  um_forward_set_attention_block (fw, 0);
+  um_forward_set_attention_block (run->fw, p->block_length);
+  ok = um_schedule_block_causal (&m, x, run->prompt_len, p, run->step_cb, run->user_data, run->cancellable,
+                                 run->out_n_steps, &n_ids, error);
+  um_forward_set_attention_block (run->fw, 0);
   if (ok)
-    g_array_append_vals (out_ids, x + prompt_len, n_ids);
+    g_array_append_vals (run->out_ids, x + run->prompt_len, n_ids);
   return ok;
 }

@@ -175,17 +175,13 @@ choose_shifted (UmForward *fw, const gint32 *x, int n_seq, int L, const gint32 *
 }
 
 gboolean
-um_schedule_block_run (UmForward         *fw,
-                       const gint32      *prompt,
-                       int                prompt_len,
-                       const UmGenParams *p,
-                       UmStepFunc         step_cb,
-                       gpointer           user_data,
-                       GCancellable      *cancellable,
-                       GArray            *out_ids,
-                       int               *out_n_steps,
-                       GError           **error)
+um_schedule_block_run (const UmScheduleRun *run, GError **error)
 {
+  UmForward *fw = run->fw;
+  const gint32 *prompt = run->prompt;
+  const int prompt_len = run->prompt_len;
+  const UmGenParams *p = run->p;
+  GCancellable *cancellable = run->cancellable;
   UmModel *model = um_forward_get_model (fw);
   const UmModelConfig *c = &model->cfg;
   const gint32 mask = c->mask_id;
@@ -202,7 +198,7 @@ um_schedule_block_run (UmForward         *fw,
   Candidate *cands;
   UmChooseRule rule = { 0 };
   gint64 t0 = g_get_monotonic_time ();
-  UmScheduleEvents events = { step_cb, user_data, NULL, prompt_len, 0, 0 };
+  UmScheduleEvents events = { run->step_cb, run->user_data, NULL, prompt_len, 0, 0 };
   UmScheduleCommits commits = { NULL, NULL, NULL, 0 };
 
   /* The cache computes the block's rows only; a shift reads the row before. */
@@ -363,8 +359,8 @@ um_schedule_block_run (UmForward         *fw,
         }
     }
 
-  if (out_n_steps != NULL)
-    *out_n_steps = global_step;
-  g_array_append_vals (out_ids, x + prompt_len, p->gen_length);
+  if (run->out_n_steps != NULL)
+    *run->out_n_steps = global_step;
+  g_array_append_vals (run->out_ids, x + prompt_len, p->gen_length);
   return TRUE;
 }

@@ -18,19 +18,11 @@
 
 G_BEGIN_DECLS
 
-/* A schedule's run: the canvas is the prompt, then the answer (masks and
- * the constraints' tokens); @out_ids receives the generated ids, @out_n_steps
- * (may be NULL) the steps run. @p is already validated. */
-typedef gboolean (*UmScheduleRunFunc) (UmForward         *fw,
-                                       const gint32      *prompt,
-                                       int                prompt_len,
-                                       const UmGenParams *p,
-                                       UmStepFunc         step_cb,
-                                       gpointer           user_data,
-                                       GCancellable      *cancellable,
-                                       GArray            *out_ids,
-                                       int               *out_n_steps,
-                                       GError           **error);
+/* One generation as a schedule runs it (um-schedule.h has its fields:
+ * the forward, the prompt, the validated parameters, where the step
+ * events go, the cancellable, and where the ids and the step count go). */
+typedef struct _UmScheduleRun UmScheduleRun;
+typedef gboolean (*UmScheduleRunFunc) (const UmScheduleRun *run, GError **error);
 
 /* What a schedule does with a recommendation's do_sample. */
 typedef enum {

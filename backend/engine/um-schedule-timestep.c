@@ -259,10 +259,7 @@ um_schedule_timestep_validate (const UmGenParams *p, const char *family, int pro
 #undef FAIL
 
 gboolean
-um_schedule_timestep_run (UmForward *fw, const gint32 *prompt, int prompt_len, const UmGenParams *p,
-                          UmStepFunc step_cb, gpointer user_data, GCancellable *cancellable, GArray *out_ids,
-                          int *out_n_steps, GError **error)
+um_schedule_timestep_run (const UmScheduleRun *run, GError **error)
 {
-  return um_schedule_run_rows (um_schedule_timestep, fw, prompt, prompt_len, p, step_cb, user_data, cancellable,
-                               out_ids, out_n_steps, error);
+  return um_schedule_run_rows (um_schedule_timestep, run, error);
 }

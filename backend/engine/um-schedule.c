@@ -440,21 +440,12 @@ forward_logits (gpointer data, const gint32 *ids, int seq_len, const gint32 *row
 }
 
 gboolean
-um_schedule_run_rows (UmScheduleRowsCore core,
-                      UmForward         *fw,
-                      const gint32      *prompt,
-                      int                prompt_len,
-                      const UmGenParams *p,
-                      UmStepFunc         step_cb,
-                      gpointer           user_data,
-                      GCancellable      *cancellable,
-                      GArray            *out_ids,
-                      int               *out_n_steps,
-                      GError           **error)
+um_schedule_run_rows (UmScheduleRowsCore core, const UmScheduleRun *run, GError **error)
 {
-  UmModel *model = um_forward_get_model (fw);
+  UmModel *model = um_forward_get_model (run->fw);
   const UmModelConfig *c = &model->cfg;
-  const int L = prompt_len + p->gen_length;
+  const UmGenParams *p = run->p;
+  const int L = run->prompt_len + p->gen_length;
   g_autofree gint32 *x = g_new (gint32, L);
   UmScheduleModel m = { 0 };
   gboolean ok;
@@ -466,12 +457,12 @@ um_schedule_run_rows (UmScheduleRowsCore core,
   m.bos_id = c->bos_id;
   m.shift = c->shift_logits;
   m.logits = forward_logits;
-  m.logits_data = fw;
-  if (!um_schedule_canvas_init (model, prompt, prompt_len, p, x, L, error))
+  m.logits_data = run->fw;
+  if (!um_schedule_canvas_init (model, run->prompt, run->prompt_len, p, x, L, error))
     return FALSE;
-  ok = core (&m, x, prompt_len, L, p, step_cb, user_data, cancellable, out_n_steps, error);
+  ok = core (&m, x, run->prompt_len, L, p, run->step_cb, run->user_data, run->cancellable, run->out_n_steps, error);
   if (ok)
-    g_array_append_vals (out_ids, x + prompt_len, p->gen_length);
+    g_array_append_vals (run->out_ids, x + run->prompt_len, p->gen_length);
   return ok;
 }
 

@@ -53,6 +53,21 @@ typedef struct {
   gpointer     logits_data;
 } UmScheduleModel;
 
+/* One generation as a schedule runs it: the canvas is the prompt, then
+ * the answer (masks and the constraints' tokens). */
+typedef struct _UmScheduleRun UmScheduleRun;
+struct _UmScheduleRun {
+  UmForward         *fw;
+  const gint32      *prompt;
+  int                prompt_len;
+  const UmGenParams *p;             /* validated (um_gen_params_validate_for ()) */
+  UmStepFunc         step_cb;       /* may be NULL; called after every step from this thread */
+  gpointer           user_data;
+  GCancellable      *cancellable;
+  GArray            *out_ids;       /* receives the generated ids (gint32) */
+  int               *out_n_steps;   /* may be NULL: the steps run */
+};
+
 /* ---- the rows' functions (um-schedule-table.h says what each does) ---- */
 
 void     um_schedule_block_defaults (UmGenParams *p);
@@ -61,31 +76,23 @@ gboolean um_schedule_block_validate (const UmGenParams *p, const char *family, i
 /* The block schedule's arrays: the canvas, the rows asked for, the
  * per-position candidate and commit arrays, and the top-k's scratch. */
 guint64  um_schedule_block_host_bytes (const UmModelConfig *cfg, int n_seq, int canvas_len);
-gboolean um_schedule_block_run (UmForward *fw, const gint32 *prompt, int prompt_len, const UmGenParams *p,
-                                UmStepFunc step_cb, gpointer user_data, GCancellable *cancellable, GArray *out_ids,
-                                int *out_n_steps, GError **error);
+gboolean um_schedule_block_run (const UmScheduleRun *run, GError **error);
 
 void     um_schedule_timestep_defaults (UmGenParams *p);
 gboolean um_schedule_timestep_validate (const UmGenParams *p, const char *family, int prompt_len,
                                         guint max_seq_len, GError **error);
-gboolean um_schedule_timestep_run (UmForward *fw, const gint32 *prompt, int prompt_len, const UmGenParams *p,
-                                   UmStepFunc step_cb, gpointer user_data, GCancellable *cancellable,
-                                   GArray *out_ids, int *out_n_steps, GError **error);
+gboolean um_schedule_timestep_run (const UmScheduleRun *run, GError **error);
 
 void     um_schedule_entropy_defaults (UmGenParams *p);
 gboolean um_schedule_entropy_validate (const UmGenParams *p, const char *family, int prompt_len, guint max_seq_len,
                                        GError **error);
-gboolean um_schedule_entropy_run (UmForward *fw, const gint32 *prompt, int prompt_len, const UmGenParams *p,
-                                  UmStepFunc step_cb, gpointer user_data, GCancellable *cancellable,
-                                  GArray *out_ids, int *out_n_steps, GError **error);
+gboolean um_schedule_entropy_run (const UmScheduleRun *run, GError **error);
 
 void     um_schedule_block_causal_defaults (UmGenParams *p);
 gboolean um_schedule_block_causal_validate (const UmGenParams *p, const char *family, int prompt_len,
                                             guint max_seq_len, GError **error);
 /* The answer ends at its first EOS. */
-gboolean um_schedule_block_causal_run (UmForward *fw, const gint32 *prompt, int prompt_len, const UmGenParams *p,
-                                       UmStepFunc step_cb, gpointer user_data, GCancellable *cancellable,
-                                       GArray *out_ids, int *out_n_steps, GError **error);
+gboolean um_schedule_block_causal_run (const UmScheduleRun *run, GError **error);
 
 /* um_schedule_host_bytes () for @cfg's vocabulary: the timestep and entropy
  * schedules hold every answer position's logits row. */
@@ -213,17 +220,7 @@ typedef gboolean (*UmScheduleRowsCore) (const UmScheduleModel *m,
                                         GCancellable          *cancellable,
                                         int                   *out_n_steps,
                                         GError               **error);
-gboolean um_schedule_run_rows (UmScheduleRowsCore core,
-                               UmForward         *fw,
-                               const gint32      *prompt,
-                               int                prompt_len,
-                               const UmGenParams *p,
-                               UmStepFunc         step_cb,
-                               gpointer           user_data,
-                               GCancellable      *cancellable,
-                               GArray            *out_ids,
-                               int               *out_n_steps,
-                               GError           **error);
+gboolean um_schedule_run_rows (UmScheduleRowsCore core, const UmScheduleRun *run, GError **error);
 
 /* LLaDA 2.x's block-causal schedule (um-schedule-block-causal.c). The
  * forward as it sees it: um_forward_choose_window () with the step's
