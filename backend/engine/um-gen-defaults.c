@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "um-enum.h"
 #include "um-error.h"
 #include "um-json.h"
 
@@ -19,17 +20,13 @@
 
 static void copy_key (UmGenParams *to, const UmGenParams *from, UmGenKey key);
 
+/* By UmGenSource value, lowest precedence first. */
+static const char *const source_names[] = { "built-in", "profile", "model", "user" };
+
 const char *
 um_gen_source_to_string (UmGenSource source)
 {
-  switch (source)
-    {
-    case UM_GEN_SOURCE_USER: return "user";
-    case UM_GEN_SOURCE_MODEL: return "model";
-    case UM_GEN_SOURCE_PROFILE: return "profile";
-    case UM_GEN_SOURCE_BUILTIN:
-    default: return "built-in";
-    }
+  return um_enum_to_string (source_names, G_N_ELEMENTS (source_names), (int) source);
 }
 
 /* ---- layers and the rule ---- */

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "um-enum.h"
 #include "um-error.h"
 
 void
@@ -22,108 +23,26 @@ um_gen_params_init (UmGenParams *p)
   p->eps = 1e-3;
 }
 
+/* Each enum's names, indexed by value (um-enum.h). Dream's alg names;
+ * the cache modes' are read whatever their case. */
 static const char *const alg_names[] = { "origin", "maskgit_plus", "topk_margin", "entropy" };
-
-const char *
-um_alg_to_string (UmAlg alg)
-{
-  return (guint) alg < G_N_ELEMENTS (alg_names) ? alg_names[alg] : "unknown";
-}
-
-gboolean
-um_alg_from_string (const char *s, UmAlg *out)
-{
-  for (guint i = 0; s != NULL && i < G_N_ELEMENTS (alg_names); i++)
-    if (g_str_equal (s, alg_names[i]))
-      {
-        *out = (UmAlg) i;
-        return TRUE;
-      }
-  return FALSE;
-}
-
 static const char *const cache_names[] = { "none", "prefix", "dual" };
-
-const char *
-um_cache_mode_to_string (UmCacheMode m)
-{
-  return (guint) m < G_N_ELEMENTS (cache_names) ? cache_names[m] : "unknown";
-}
-
-gboolean
-um_cache_mode_from_string (const char *s, UmCacheMode *out)
-{
-  for (guint i = 0; s != NULL && i < G_N_ELEMENTS (cache_names); i++)
-    if (g_ascii_strcasecmp (s, cache_names[i]) == 0)
-      {
-        *out = (UmCacheMode) i;
-        return TRUE;
-      }
-  return FALSE;
-}
-
-const char *
-um_remasking_to_string (UmRemasking r)
-{
-  return r == UM_REMASK_RANDOM ? "random" : "low_confidence";
-}
-
-gboolean
-um_remasking_from_string (const char *s, UmRemasking *out)
-{
-  if (g_strcmp0 (s, "low_confidence") == 0)
-    *out = UM_REMASK_LOW_CONFIDENCE;
-  else if (g_strcmp0 (s, "random") == 0)
-    *out = UM_REMASK_RANDOM;
-  else
-    return FALSE;
-  return TRUE;
-}
-
+static const char *const remasking_names[] = { "low_confidence", "random" };
+/* generation_config.json's names. */
 static const char *const key_names[UM_GEN_N_KEYS] = {
   "gen_length", "steps", "block_length", "temperature", "cfg_scale", "remasking",
   "alg", "eps", "alg_temp", "top_p", "top_k", "greedy",
 };
-
-const char *
-um_gen_key_name (UmGenKey key)
-{
-  return (guint) key < UM_GEN_N_KEYS ? key_names[key] : "unknown";
-}
-
-gboolean
-um_gen_key_from_name (const char *name, UmGenKey *out)
-{
-  for (guint i = 0; name != NULL && i < UM_GEN_N_KEYS; i++)
-    if (g_str_equal (name, key_names[i]))
-      {
-        *out = (UmGenKey) i;
-        return TRUE;
-      }
-  return FALSE;
-}
-
+/* The app's settings' names. */
 static const char *const option_names[UM_GEN_N_OPTS] = {
   "logits-eos-inf", "confidence-eos-eot-inf", "fast-decoding", "cache", "factor", "constraints", "eos-early-stop",
 };
 
-const char *
-um_gen_option_name (UmGenOption option)
-{
-  return (guint) option < UM_GEN_N_OPTS ? option_names[option] : "unknown";
-}
-
-gboolean
-um_gen_option_from_name (const char *name, UmGenOption *out)
-{
-  for (guint i = 0; name != NULL && i < UM_GEN_N_OPTS; i++)
-    if (g_str_equal (name, option_names[i]))
-      {
-        *out = (UmGenOption) i;
-        return TRUE;
-      }
-  return FALSE;
-}
+UM_ENUM_STRINGS (UmAlg, um_alg_to_string, um_alg_from_string, alg_names, FALSE)
+UM_ENUM_STRINGS (UmCacheMode, um_cache_mode_to_string, um_cache_mode_from_string, cache_names, TRUE)
+UM_ENUM_STRINGS (UmRemasking, um_remasking_to_string, um_remasking_from_string, remasking_names, FALSE)
+UM_ENUM_STRINGS (UmGenKey, um_gen_key_name, um_gen_key_from_name, key_names, FALSE)
+UM_ENUM_STRINGS (UmGenOption, um_gen_option_name, um_gen_option_from_name, option_names, FALSE)
 
 #define FAIL(...) G_STMT_START { g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, __VA_ARGS__); return FALSE; } G_STMT_END
 
