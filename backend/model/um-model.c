@@ -467,11 +467,10 @@ bos_from_tokenizer_config (UmModel *model, const char *dir, gint32 *bos, GError 
     }
   if ((obj = um_json_root_object (root, "tokenizer_config.json", error)) == NULL)
     return FALSE;
+  /* A string, or an added token's object with its content. */
   node = json_object_get_member (obj, "bos_token");
-  if (node != NULL && JSON_NODE_TYPE (node) == JSON_NODE_VALUE
-      && json_node_get_value_type (node) == G_TYPE_STRING)
-    text = json_node_get_string (node);
-  else if (node != NULL && JSON_NODE_TYPE (node) == JSON_NODE_OBJECT)
+  text = um_json_get_string (obj, "bos_token");
+  if (text == NULL && node != NULL && JSON_NODE_TYPE (node) == JSON_NODE_OBJECT)
     text = json_object_get_string_member_with_default (json_node_get_object (node), "content", NULL);
   if (text != NULL)
     *bos = um_tokenizer_token_to_id (model->tokenizer, text);
