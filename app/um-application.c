@@ -228,7 +228,7 @@ static const GActionEntry app_actions[] = {
  * programs on 2 cores: p99 frame 60 ms unniced, 34 at 5).  5, not more:
  * the engine pays, the more the higher it is (2 busy programs in the
  * app's session: twice the time per step at 5, 5.7 times at 10; quiet:
- * +7 %, +19 %).  The README's "A smooth window" has the figures;
+ * +7 %, +19 %).  docs/performance.md, "A smooth window", has the figures;
  * UM_ENGINE_NICE sets another (0: as the CLI). */
 #define ENGINE_NICE 5
 

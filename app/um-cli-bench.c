@@ -15,6 +15,7 @@
 #include "um-error.h"
 #include "um-kprof.h"
 #include "um-pool.h"
+#include "um-json.h"
 
 extern char *openblas_get_config (void);
 extern char *openblas_get_corename (void);
@@ -71,16 +72,11 @@ sgemm_baseline (const Shape *shapes, guint n_shapes, JsonBuilder *b)
       total_flops += flops * sh->count;
       total_time += best * sh->count;
       json_builder_begin_object (b);
-      json_builder_set_member_name (b, "product");
-      json_builder_add_string_value (b, sh->what);
-      json_builder_set_member_name (b, "m");
-      json_builder_add_int_value (b, sh->m);
-      json_builder_set_member_name (b, "n");
-      json_builder_add_int_value (b, sh->n);
-      json_builder_set_member_name (b, "k");
-      json_builder_add_int_value (b, sh->k);
-      json_builder_set_member_name (b, "gflops");
-      json_builder_add_double_value (b, flops / best / 1e9);
+      um_json_add_string (b, "product", sh->what);
+      um_json_add_int (b, "m", sh->m);
+      um_json_add_int (b, "n", sh->n);
+      um_json_add_int (b, "k", sh->k);
+      um_json_add_double (b, "gflops", flops / best / 1e9);
       json_builder_end_object (b);
       g_free (a), g_free (w), g_free (c);
     }
@@ -140,8 +136,7 @@ profile_report (JsonBuilder *b, const UmForwardStats *st)
   um_kprof_get (sec);
   json_builder_set_member_name (b, "profile");
   json_builder_begin_object (b);
-  json_builder_set_member_name (b, "seconds_per_forward");
-  json_builder_add_double_value (b, total);
+  um_json_add_double (b, "seconds_per_forward", total);
   json_builder_set_member_name (b, "families");
   json_builder_begin_object (b);
   for (int f = 0; f <= UM_KPROF_N; f++)
@@ -153,10 +148,8 @@ profile_report (JsonBuilder *b, const UmForwardStats *st)
         in_ops += s;
       json_builder_set_member_name (b, name);
       json_builder_begin_object (b);
-      json_builder_set_member_name (b, "seconds");
-      json_builder_add_double_value (b, s);
-      json_builder_set_member_name (b, "share");
-      json_builder_add_double_value (b, total > 0 ? s / total : 0);
+      um_json_add_double (b, "seconds", s);
+      um_json_add_double (b, "share", total > 0 ? s / total : 0);
       json_builder_end_object (b);
       g_string_append_printf (line, " %s %.1f %% (%.4f s)", name, total > 0 ? 100 * s / total : 0, s);
     }
@@ -273,8 +266,7 @@ um_cli_bench (int argc, char **argv)
       for (int i = prompt_length; i < L; i++)
         start[i] = c->mask_id;
       /* A first step's rows: the first block's, or every mask's. */
-      const int n_rows = um_arch_info (c->arch)->schedule == UM_SCHEDULE_BLOCK ? params.block_length
-                                                                                : params.gen_length;
+      const int n_rows = um_schedule_for_arch (c->arch)->answer_blocks ? params.block_length : params.gen_length;
       rows = g_new (gint32, n_rows);
       for (int i = 0; i < n_rows; i++)
         rows[i] = prompt_length + i;
@@ -309,33 +301,30 @@ um_cli_bench (int argc, char **argv)
   um_engine_get_backend (engine)->ops->mem_info (um_engine_get_backend (engine), &mem);
 
   json_builder_begin_object (b);
-#define MEMBER_INT(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_int_value (b, v); } G_STMT_END
-#define MEMBER_DBL(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_double_value (b, v); } G_STMT_END
-#define MEMBER_STR(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_string_value (b, v); } G_STMT_END
-  MEMBER_STR ("model", model_path);
-  MEMBER_STR ("backend", um_backend_name (um_engine_get_backend (engine)));
+  um_json_add_string (b, "model", model_path);
+  um_json_add_string (b, "backend", um_backend_name (um_engine_get_backend (engine)));
   if (mem.total > 0)
     {
-      MEMBER_INT ("device_total_bytes", mem.total);
-      MEMBER_INT ("device_budget_bytes", mem.budget);
+      um_json_add_int (b, "device_total_bytes", mem.total);
+      um_json_add_int (b, "device_budget_bytes", mem.budget);
     }
-  MEMBER_INT ("threads", um_cpu_get_threads ());
-  MEMBER_INT ("background_processes", background);
+  um_json_add_int (b, "threads", um_cpu_get_threads ());
+  um_json_add_int (b, "background_processes", background);
   /* The default thread count adapts to the CPU obtained; this is the count
    * it had settled on at the end. */
-  MEMBER_INT ("threads_at_end", um_pool_active_threads ());
+  um_json_add_int (b, "threads_at_end", um_pool_active_threads ());
   {
     UmBackend *be = um_engine_get_backend (engine);
     gboolean cpu = g_str_equal (um_backend_name (be), "cpu");
     UmDType wt = um_engine_get_model (engine)->layers[0].w_gate.dtype;
 
-    MEMBER_STR ("cpu_isa", um_cpu_isa_name (um_cpu_isa ()));
-    MEMBER_STR ("weight_type", um_dtype_name (wt));
+    um_json_add_string (b, "cpu_isa", um_cpu_isa_name (um_cpu_isa ()));
+    um_json_add_string (b, "weight_type", um_dtype_name (wt));
     if (cpu)
       {
         UmProducts products = um_backend_cpu_get_products (be);
-        MEMBER_STR ("products", um_products_to_string (products));
-        MEMBER_STR ("matmul_path", um_cpu_matmul_path_name (um_cpu_matmul_path (wt, products)));
+        um_json_add_string (b, "products", um_products_to_string (products));
+        um_json_add_string (b, "matmul_path", um_cpu_matmul_path_name (um_cpu_matmul_path (wt, products)));
       }
   }
   /* Which kernel set OpenBLAS runs: its own choice for this CPU (an older
@@ -344,66 +333,69 @@ um_cli_bench (int argc, char **argv)
   json_builder_set_member_name (b, "openblas");
   json_builder_begin_object (b);
   /* A string literal of the library: never written to. */
-  MEMBER_STR ("corename", openblas_get_corename ());
-  MEMBER_STR ("config", g_strstrip (openblas_get_config ()));
-  MEMBER_STR ("threading", openblas_get_parallel () == 2 ? "openmp"
-                           : openblas_get_parallel () == 1 ? "pthreads" : "sequential");
+  um_json_add_string (b, "corename", openblas_get_corename ());
+  um_json_add_string (b, "config", g_strstrip (openblas_get_config ()));
+  um_json_add_string (b, "threading", openblas_get_parallel () == 2 ? "openmp"
+                                      : openblas_get_parallel () == 1 ? "pthreads" : "sequential");
   json_builder_set_member_name (b, "coretype_env");
   if (g_getenv ("OPENBLAS_CORETYPE") != NULL)
     json_builder_add_string_value (b, g_getenv ("OPENBLAS_CORETYPE"));
   else
     json_builder_add_null_value (b);
   json_builder_end_object (b);
-  MEMBER_INT ("n_layers", c->n_layers);
-  MEMBER_INT ("d_model", c->d_model);
-  MEMBER_INT ("mlp_hidden", c->mlp_hidden);
-  MEMBER_INT ("vocab_size", c->vocab_size);
-  MEMBER_INT ("parameters", um_model_config_n_params (c));
-  MEMBER_INT ("weight_bytes", um_model_weight_bytes (um_engine_get_model (engine)));
+  um_json_add_int (b, "n_layers", c->n_layers);
+  um_json_add_int (b, "d_model", c->d_model);
+  um_json_add_int (b, "mlp_hidden", c->mlp_hidden);
+  um_json_add_int (b, "vocab_size", c->vocab_size);
+  um_json_add_int (b, "parameters", um_model_config_n_params (c));
+  um_json_add_int (b, "weight_bytes", um_model_weight_bytes (um_engine_get_model (engine)));
   if (canvas > 0)
     {
-      MEMBER_STR ("mode", "canvas");
-      MEMBER_INT ("canvas", canvas);
+      um_json_add_string (b, "mode", "canvas");
+      um_json_add_int (b, "canvas", canvas);
     }
   else
     {
-      MEMBER_STR ("mode", "generate");
-      MEMBER_INT ("prompt_length", prompt_length);
-      MEMBER_INT ("gen_length", params.gen_length);
-      MEMBER_INT ("steps", params.steps);
-      MEMBER_INT ("steps_run", steps_run);
-      MEMBER_STR ("cache", um_cache_mode_to_string (params.cache));
-      MEMBER_DBL ("threshold", params.threshold);
-      MEMBER_DBL ("factor", params.factor);
-      MEMBER_INT ("block_length", params.block_length);
+      um_json_add_string (b, "mode", "generate");
+      um_json_add_int (b, "prompt_length", prompt_length);
+      um_json_add_int (b, "gen_length", params.gen_length);
+      um_json_add_int (b, "steps", params.steps);
+      um_json_add_int (b, "steps_run", steps_run);
+      um_json_add_string (b, "cache", um_cache_mode_to_string (params.cache));
+      um_json_add_double (b, "threshold", params.threshold);
+      um_json_add_double (b, "factor", params.factor);
+      um_json_add_int (b, "block_length", params.block_length);
     }
-  MEMBER_DBL ("load_seconds", load_s);
-  MEMBER_DBL ("warmup_seconds", warm_s);
-  MEMBER_INT ("forward_passes", st.n_passes);
-  MEMBER_DBL ("forward_passes_per_second", st.seconds > 0 ? st.n_passes / st.seconds : 0);
-  MEMBER_DBL ("seconds_per_forward", st.n_passes ? st.seconds / st.n_passes : 0);
-  MEMBER_DBL ("gflop_per_forward", st.n_passes ? st.flops / st.n_passes / 1e9 : 0);
-  MEMBER_DBL ("gflops", st.seconds > 0 ? st.flops / st.seconds / 1e9 : 0);
-  MEMBER_DBL ("matmul_gflops", st.seconds_matmul > 0 ? st.flops_matmul / st.seconds_matmul / 1e9 : 0);
-  MEMBER_DBL ("matmul_share", st.seconds > 0 ? st.seconds_matmul / st.seconds : 0);
-  MEMBER_STR ("matmul_timing", dev_matmul >= 0 ? "device" : "host");
-  MEMBER_DBL ("logit_rows_per_forward", st.n_passes ? (double) st.logit_rows / st.n_passes : 0);
+  um_json_add_double (b, "load_seconds", load_s);
+  um_json_add_double (b, "warmup_seconds", warm_s);
+  um_json_add_int (b, "forward_passes", st.n_passes);
+  um_json_add_double (b, "forward_passes_per_second", st.seconds > 0 ? st.n_passes / st.seconds : 0);
+  um_json_add_double (b, "seconds_per_forward", st.n_passes ? st.seconds / st.n_passes : 0);
+  um_json_add_double (b, "gflop_per_forward", st.n_passes ? st.flops / st.n_passes / 1e9 : 0);
+  um_json_add_double (b, "gflops", st.seconds > 0 ? st.flops / st.seconds / 1e9 : 0);
+  um_json_add_double (b, "matmul_gflops", st.seconds_matmul > 0 ? st.flops_matmul / st.seconds_matmul / 1e9 : 0);
+  um_json_add_double (b, "matmul_share", st.seconds > 0 ? st.seconds_matmul / st.seconds : 0);
+  um_json_add_string (b, "matmul_timing", dev_matmul >= 0 ? "device" : "host");
+  um_json_add_double (b, "logit_rows_per_forward", st.n_passes ? (double) st.logit_rows / st.n_passes : 0);
   if (canvas == 0)
     {
-      MEMBER_DBL ("generate_seconds", gen_s);
-      MEMBER_DBL ("tokens_per_second", gen_s > 0 ? params.gen_length / gen_s : 0);
+      um_json_add_double (b, "generate_seconds", gen_s);
+      um_json_add_double (b, "tokens_per_second", gen_s > 0 ? params.gen_length / gen_s : 0);
     }
-  MEMBER_INT ("peak_rss_bytes", rss);
-  MEMBER_INT ("backend_peak_bytes", mem.peak);
-  MEMBER_DBL ("stream_wait_seconds_per_forward", st.n_passes ? st.seconds_stream_wait / st.n_passes : 0);
-  MEMBER_STR ("experts", um_expert_placement_to_string (um_engine_get_plan (engine)->experts));
+  um_json_add_int (b, "peak_rss_bytes", rss);
+  um_json_add_int (b, "backend_peak_bytes", mem.peak);
+  um_json_add_double (b, "stream_wait_seconds_per_forward", st.n_passes ? st.seconds_stream_wait / st.n_passes : 0);
+  um_json_add_string (b, "experts", um_expert_placement_to_string (um_engine_get_plan (engine)->experts));
   if (c->n_experts > 0)
     {
-      MEMBER_DBL ("experts_fetched_per_forward", st.n_passes ? (double) st.experts_fetched / st.n_passes : 0);
-      MEMBER_DBL ("expert_bytes_fetched_per_forward",
-                  st.n_passes ? (double) st.expert_bytes_fetched / st.n_passes : 0);
-      MEMBER_DBL ("expert_wait_seconds_per_forward", st.n_passes ? st.seconds_expert_wait / st.n_passes : 0);
-      MEMBER_DBL ("experts_host_seconds_per_forward", st.n_passes ? st.seconds_experts_host / st.n_passes : 0);
+      um_json_add_double (b, "experts_fetched_per_forward",
+                          st.n_passes ? (double) st.experts_fetched / st.n_passes : 0);
+      um_json_add_double (b, "expert_bytes_fetched_per_forward",
+                          st.n_passes ? (double) st.expert_bytes_fetched / st.n_passes : 0);
+      um_json_add_double (b, "expert_wait_seconds_per_forward",
+                          st.n_passes ? st.seconds_expert_wait / st.n_passes : 0);
+      um_json_add_double (b, "experts_host_seconds_per_forward",
+                          st.n_passes ? st.seconds_experts_host / st.n_passes : 0);
     }
   um_cli_memory_json (b, engine);
   if (profile)
@@ -428,14 +420,11 @@ um_cli_bench (int argc, char **argv)
       double g;
       json_builder_set_member_name (b, "sgemm_shapes");
       g = sgemm_baseline (shapes, G_N_ELEMENTS (shapes), b);
-      MEMBER_DBL ("sgemm_gflops", g);
+      um_json_add_double (b, "sgemm_gflops", g);
       if (g > 0 && st.seconds_matmul > 0)
-        MEMBER_DBL ("matmul_over_sgemm", st.flops_matmul / st.seconds_matmul / 1e9 / g);
+        um_json_add_double (b, "matmul_over_sgemm", st.flops_matmul / st.seconds_matmul / 1e9 / g);
     }
   json_builder_end_object (b);
-#undef MEMBER_INT
-#undef MEMBER_DBL
-#undef MEMBER_STR
   root = json_builder_get_root (b);
   um_cli_print_json (root, TRUE);
   return 0;

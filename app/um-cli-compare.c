@@ -10,6 +10,7 @@
 
 #include "um-cli.h"
 #include "um-error.h"
+#include "um-json.h"
 
 /* Softmax of one row into p (double), returning nothing; p sums to 1. */
 static void
@@ -166,29 +167,19 @@ um_cli_compare (int argc, char **argv)
   g_rand_free (rng);
 
   json_builder_begin_object (jb);
-  json_builder_set_member_name (jb, "model");
-  json_builder_add_string_value (jb, model);
-  json_builder_set_member_name (jb, "reference");
-  json_builder_add_string_value (jb, reference);
+  um_json_add_string (jb, "model", model);
+  um_json_add_string (jb, "reference", reference);
   json_builder_set_member_name (jb, "model_products");
   json_builder_add_string_value (jb, um_products_to_string (exact ? UM_PRODUCTS_EXACT
                                                              : int8 ? UM_PRODUCTS_INT8 : UM_PRODUCTS_AUTO));
-  json_builder_set_member_name (jb, "positions");
-  json_builder_add_int_value (jb, rows);
-  json_builder_set_member_name (jb, "mean_kl");
-  json_builder_add_double_value (jb, kl_sum / rows);
-  json_builder_set_member_name (jb, "max_kl");
-  json_builder_add_double_value (jb, kl_max);
-  json_builder_set_member_name (jb, "argmax_agreement");
-  json_builder_add_double_value (jb, (double) agree / rows);
-  json_builder_set_member_name (jb, "masked_positions");
-  json_builder_add_int_value (jb, masked_rows);
-  json_builder_set_member_name (jb, "mean_kl_masked");
-  json_builder_add_double_value (jb, masked_rows ? kl_masked / masked_rows : 0);
-  json_builder_set_member_name (jb, "argmax_agreement_masked");
-  json_builder_add_double_value (jb, masked_rows ? (double) agree_masked / masked_rows : 1);
-  json_builder_set_member_name (jb, "max_abs_logit_diff");
-  json_builder_add_double_value (jb, dmax);
+  um_json_add_int (jb, "positions", rows);
+  um_json_add_double (jb, "mean_kl", kl_sum / rows);
+  um_json_add_double (jb, "max_kl", kl_max);
+  um_json_add_double (jb, "argmax_agreement", (double) agree / rows);
+  um_json_add_int (jb, "masked_positions", masked_rows);
+  um_json_add_double (jb, "mean_kl_masked", masked_rows ? kl_masked / masked_rows : 0);
+  um_json_add_double (jb, "argmax_agreement_masked", masked_rows ? (double) agree_masked / masked_rows : 1);
+  um_json_add_double (jb, "max_abs_logit_diff", dmax);
   json_builder_end_object (jb);
   root = json_builder_get_root (jb);
   um_cli_print_json (root, TRUE);

@@ -5,6 +5,7 @@
 
 #include "um-cli.h"
 #include "um-backend-cuda.h"
+#include "um-json.h"
 
 static char *
 version_string (int v)
@@ -36,12 +37,9 @@ um_cli_devices (int argc, char **argv)
       g_autoptr(JsonBuilder) b = json_builder_new ();
       g_autoptr(JsonNode) root = NULL;
       json_builder_begin_object (b);
-      json_builder_set_member_name (b, "built_with_cuda");
-      json_builder_add_boolean_value (b, r->built_with_cuda);
-      json_builder_set_member_name (b, "driver_version");
-      json_builder_add_string_value (b, driver);
-      json_builder_set_member_name (b, "runtime_version");
-      json_builder_add_string_value (b, runtime);
+      um_json_add_bool (b, "built_with_cuda", r->built_with_cuda);
+      um_json_add_string (b, "driver_version", driver);
+      um_json_add_string (b, "runtime_version", runtime);
       json_builder_set_member_name (b, "devices");
       json_builder_begin_array (b);
       for (guint i = 0; i < r->devices->len; i++)
@@ -49,31 +47,19 @@ um_cli_devices (int argc, char **argv)
           const UmGpuDevice *d = &g_array_index (r->devices, UmGpuDevice, i);
           g_autofree char *cc = g_strdup_printf ("%d.%d", d->cc_major, d->cc_minor);
           json_builder_begin_object (b);
-          json_builder_set_member_name (b, "index");
-          json_builder_add_int_value (b, d->index);
-          json_builder_set_member_name (b, "name");
-          json_builder_add_string_value (b, d->name);
-          json_builder_set_member_name (b, "compute_capability");
-          json_builder_add_string_value (b, cc);
-          json_builder_set_member_name (b, "multiprocessors");
-          json_builder_add_int_value (b, d->multiprocessors);
-          json_builder_set_member_name (b, "total_bytes");
-          json_builder_add_int_value (b, d->total_bytes);
-          json_builder_set_member_name (b, "free_bytes");
-          json_builder_add_int_value (b, d->free_bytes);
+          um_json_add_int (b, "index", d->index);
+          um_json_add_string (b, "name", d->name);
+          um_json_add_string (b, "compute_capability", cc);
+          um_json_add_int (b, "multiprocessors", d->multiprocessors);
+          um_json_add_int (b, "total_bytes", d->total_bytes);
+          um_json_add_int (b, "free_bytes", d->free_bytes);
           json_builder_end_object (b);
         }
       json_builder_end_array (b);
       if (r->why_none)
-        {
-          json_builder_set_member_name (b, "why_none");
-          json_builder_add_string_value (b, r->why_none);
-        }
+        um_json_add_string (b, "why_none", r->why_none);
       if (r->not_usable)
-        {
-          json_builder_set_member_name (b, "not_usable");
-          json_builder_add_string_value (b, r->not_usable);
-        }
+        um_json_add_string (b, "not_usable", r->not_usable);
       json_builder_end_object (b);
       root = json_builder_get_root (b);
       um_cli_print_json (root, TRUE);

@@ -10,6 +10,7 @@
 #include "um-chat-template.h"
 #include "um-cli.h"
 #include "um-error.h"
+#include "um-json.h"
 
 void
 um_cli_gen_options_init (UmCliGenOptions *o, int gen_length, int steps, int block_length)
@@ -108,14 +109,7 @@ parse_gen_option (const char *name, const char *value, gpointer data, GError **e
 static const char *
 schedule_name (UmArch arch)
 {
-  switch (um_arch_info (arch)->schedule)
-    {
-    case UM_SCHEDULE_TIMESTEP: return "timestep schedule";
-    case UM_SCHEDULE_ENTROPY: return "entropy schedule";
-    case UM_SCHEDULE_BLOCK_CAUSAL: return "block-causal schedule";
-    case UM_SCHEDULE_BLOCK:
-    default: return "block schedule";
-    }
+  return um_schedule_for_arch (arch)->title;
 }
 
 /* "LLaDA and LLaDA-MoE": the families whose schedule has @key. */
@@ -156,15 +150,14 @@ defaults_description (void)
           if (!um_gen_key_applies ((UmGenKey) k, (UmArch) a) || k == UM_GEN_KEY_GEN_LENGTH)
             continue;
           key = g_strdelimit (g_strdup (um_gen_key_name ((UmGenKey) k)), "_", '-');
-          v = um_arch_info ((UmArch) a)->schedule != UM_SCHEDULE_BLOCK
-                  && um_arch_info ((UmArch) a)->schedule != UM_SCHEDULE_BLOCK_CAUSAL && k == UM_GEN_KEY_STEPS
+          v = um_schedule_for_arch ((UmArch) a)->steps_follow_length && k == UM_GEN_KEY_STEPS
                 ? g_strdup ("gen-length") : um_gen_params_format (&p, (UmGenKey) k);
           g_string_append_printf (s, "%s --%s %s", first ? "" : ",", key, v);
           first = FALSE;
         }
       g_string_append_c (s, '\n');
     }
-  g_string_append (s, "See README.md, “Schedules”, for how each differs from llama.cpp's diffusion sampler.");
+  g_string_append (s, "See docs/families-and-schedules.md, “Schedules”, for how each differs from llama.cpp's diffusion sampler.");
   return g_string_free (g_steal_pointer (&s), FALSE);
 }
 
@@ -511,8 +504,7 @@ um_cli_defaults_json (JsonBuilder *b, const UmCliGenOptions *o)
         case UM_GEN_N_KEYS:
         default: json_builder_add_string_value (b, um_remasking_to_string (p->remasking)); break;
         }
-      json_builder_set_member_name (b, "source");
-      json_builder_add_string_value (b, source_name (o, (UmGenKey) k));
+      um_json_add_string (b, "source", source_name (o, (UmGenKey) k));
       json_builder_end_object (b);
     }
   json_builder_end_object (b);
@@ -522,12 +514,9 @@ um_cli_defaults_json (JsonBuilder *b, const UmCliGenOptions *o)
     {
       const UmGenNote *n = g_ptr_array_index (o->recommendation->not_applied, i);
       json_builder_begin_object (b);
-      json_builder_set_member_name (b, "key");
-      json_builder_add_string_value (b, n->key);
-      json_builder_set_member_name (b, "value");
-      json_builder_add_string_value (b, n->value);
-      json_builder_set_member_name (b, "reason");
-      json_builder_add_string_value (b, n->reason);
+      um_json_add_string (b, "key", n->key);
+      um_json_add_string (b, "value", n->value);
+      um_json_add_string (b, "reason", n->reason);
       json_builder_end_object (b);
     }
   json_builder_end_array (b);
@@ -625,8 +614,8 @@ um_cli_engine_options (UmCliGenOptions *o, UmGenParams *p, int prompt_length,
       opts->shape.block_length = p->block_length;
       opts->shape.cfg = p->cfg_scale > 0;
       opts->shape.kv_cache = p->cache != UM_CACHE_NONE;
-      /* Dream and RND1 ask for every mask's row in each pass. */
-      if (o->resolve && um_arch_info (o->resolved.arch)->schedule != UM_SCHEDULE_BLOCK)
+      /* Without answer blocks (Dream, RND1, LLaDA 2) a pass asks for every mask's row. */
+      if (o->resolve && !um_schedule_for_arch (o->resolved.arch)->answer_blocks)
         opts->shape.block_length = p->gen_length;
       /* Said, not enforced: the run is what the command line asks. */
       if (mode_from_profile
@@ -875,29 +864,24 @@ um_cli_generate (int argc, char **argv)
       json_builder_add_value (b, um_cli_ids_to_json ((const gint32 *) result->ids->data, result->ids->len));
       json_builder_set_member_name (b, "trace");
       json_builder_add_value (b, trace_to_json (trace));
-      json_builder_set_member_name (b, "text");
-      json_builder_add_string_value (b, result->text);
+      um_json_add_string (b, "text", result->text);
       json_builder_set_member_name (b, "prompt_ids");
       json_builder_add_value (b, um_cli_ids_to_json ((const gint32 *) result->prompt_ids->data,
                                                      result->prompt_ids->len));
-      json_builder_set_member_name (b, "seconds");
-      json_builder_add_double_value (b, result->seconds);
+      um_json_add_double (b, "seconds", result->seconds);
       json_builder_set_member_name (b, "steps");
       /* One event per step run: right with threshold/factor too, where
        * the step count is only known at the end. */
       json_builder_add_int_value (b, trace->len);
-      json_builder_set_member_name (b, "tokens_per_second");
-      json_builder_add_double_value (b, result->seconds > 0 ? result->ids->len / result->seconds : 0.0);
+      um_json_add_double (b, "tokens_per_second", result->seconds > 0 ? result->ids->len / result->seconds : 0.0);
       um_cli_defaults_json (b, &go);
       {
         /* Where it ran and the most compute memory it took (weights on a GPU included). */
         UmBackend *be = um_engine_get_backend (engine);
         UmBackendMemInfo mem;
         be->ops->mem_info (be, &mem);
-        json_builder_set_member_name (b, "backend");
-        json_builder_add_string_value (b, um_backend_name (be));
-        json_builder_set_member_name (b, "backend_peak_bytes");
-        json_builder_add_int_value (b, mem.peak);
+        um_json_add_string (b, "backend", um_backend_name (be));
+        um_json_add_int (b, "backend_peak_bytes", mem.peak);
         um_cli_memory_json (b, engine);
       }
       json_builder_end_object (b);

@@ -282,8 +282,7 @@ um_cli_optimize (int argc, char **argv)
       SET_INT (b, "capacity_bytes", r->capacity);
       if (r->budget)
         SET_INT (b, "budget_bytes", r->budget);
-      json_builder_set_member_name (b, "headroom");
-      json_builder_add_double_value (b, r->headroom);
+      um_json_add_double (b, "headroom", r->headroom);
       json_builder_end_object (b);
       json_builder_set_member_name (b, "shape");
       json_builder_begin_object (b);
@@ -433,12 +432,9 @@ um_cli_restore (int argc, char **argv)
       g_autoptr(JsonNode) root = NULL;
       json_builder_begin_object (b);
       SET_STR (b, "which", which);
-      json_builder_set_member_name (b, "converted_removed");
-      json_builder_add_int_value (b, removed);
-      json_builder_set_member_name (b, "converted_removed_bytes");
-      json_builder_add_int_value (b, removed_bytes);
-      json_builder_set_member_name (b, "converted_kept");
-      json_builder_add_int_value (b, kept);
+      um_json_add_int (b, "converted_removed", removed);
+      um_json_add_int (b, "converted_removed_bytes", removed_bytes);
+      um_json_add_int (b, "converted_kept", kept);
       SET_STR (b, "restored", commit.restored_id);
       SET_BOOL (b, "unchanged", commit.unchanged);
       json_builder_set_member_name (b, "undo_id");

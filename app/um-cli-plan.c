@@ -9,6 +9,7 @@
 #include "um-cli.h"
 #include "um-convert.h"
 #include "um-error.h"
+#include "um-json.h"
 
 static void
 add_components (JsonBuilder *b, const char *name, const guint64 *bytes)
@@ -16,10 +17,7 @@ add_components (JsonBuilder *b, const char *name, const guint64 *bytes)
   json_builder_set_member_name (b, name);
   json_builder_begin_object (b);
   for (int i = 0; i < UM_PLAN_N_COMPONENTS; i++)
-    {
-      json_builder_set_member_name (b, um_plan_component_name (i));
-      json_builder_add_int_value (b, bytes[i]);
-    }
+    um_json_add_int (b, um_plan_component_name (i), bytes[i]);
   json_builder_end_object (b);
 }
 
@@ -29,69 +27,61 @@ um_cli_plan_to_json (const UmPlan *p)
   g_autoptr(JsonBuilder) b = json_builder_new ();
 
   json_builder_begin_object (b);
-#define INT(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_int_value (b, v); } G_STMT_END
-#define STR(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_string_value (b, v); } G_STMT_END
-#define BOOL(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_boolean_value (b, v); } G_STMT_END
-#define DBL(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_double_value (b, v); } G_STMT_END
-  STR ("mode", um_mem_mode_to_string (p->mode));
-  STR ("weight_format", p->weight_format);
-  BOOL ("converts", p->converts);
+  um_json_add_string (b, "mode", um_mem_mode_to_string (p->mode));
+  um_json_add_string (b, "weight_format", p->weight_format);
+  um_json_add_bool (b, "converts", p->converts);
   if (p->converts)
-    INT ("converted_file_bytes", p->converted_file_bytes);
-  INT ("weight_bytes", p->weight_bytes);
-  INT ("resident_layers", p->stream_slots ? p->stream_slots : p->n_layers);
-  INT ("n_layers", p->n_layers);
-  BOOL ("streams_layers", p->stream_slots > 0);
-  BOOL ("host_zstd", p->options.host_zstd);
+    um_json_add_int (b, "converted_file_bytes", p->converted_file_bytes);
+  um_json_add_int (b, "weight_bytes", p->weight_bytes);
+  um_json_add_int (b, "resident_layers", p->stream_slots ? p->stream_slots : p->n_layers);
+  um_json_add_int (b, "n_layers", p->n_layers);
+  um_json_add_bool (b, "streams_layers", p->stream_slots > 0);
+  um_json_add_bool (b, "host_zstd", p->options.host_zstd);
   if (p->options.host_zstd)
     {
       /* Stored / raw bytes of the layers: an estimate by type in a plan
        * made before loading, measured on the weights at load. */
-      DBL ("zstd_ratio", p->zstd_ratio);
-      BOOL ("zstd_ratio_measured", p->zstd_measured);
-      INT ("zstd_sampled_bytes", p->zstd_sampled_bytes);
+      um_json_add_double (b, "zstd_ratio", p->zstd_ratio);
+      um_json_add_bool (b, "zstd_ratio_measured", p->zstd_measured);
+      um_json_add_int (b, "zstd_sampled_bytes", p->zstd_sampled_bytes);
     }
-  STR ("experts", um_expert_placement_to_string (p->experts));
+  um_json_add_string (b, "experts", um_expert_placement_to_string (p->experts));
   if (p->expert_bytes > 0)
     {
-      INT ("expert_bytes", p->expert_bytes);
+      um_json_add_int (b, "expert_bytes", p->expert_bytes);
       if (p->expert_slots)
-        INT ("expert_slots", p->expert_slots);
+        um_json_add_int (b, "expert_slots", p->expert_slots);
       if (p->expert_store)
-        INT ("expert_store_bytes", p->expert_store);
+        um_json_add_int (b, "expert_store_bytes", p->expert_store);
       /* The time model's seconds per pass of the planned shape in the
        * experts' products, in each placement. */
       json_builder_set_member_name (b, "expert_seconds_per_pass");
       json_builder_begin_object (b);
       for (int i = UM_EXPERTS_RESIDENT; i < UM_EXPERTS_N_PLACEMENTS; i++)
-        DBL (um_expert_placement_to_string (i), p->expert_seconds[i]);
+        um_json_add_double (b, um_expert_placement_to_string (i), p->expert_seconds[i]);
       json_builder_end_object (b);
     }
-  BOOL ("embedding_on_host", p->embed_on_host);
-  DBL ("prune_heads", p->options.prune_heads);
-  DBL ("prune_ffn", p->options.prune_ffn);
-  INT ("row_chunk", MAX (p->options.row_chunk, 0));
+  um_json_add_bool (b, "embedding_on_host", p->embed_on_host);
+  um_json_add_double (b, "prune_heads", p->options.prune_heads);
+  um_json_add_double (b, "prune_ffn", p->options.prune_ffn);
+  um_json_add_int (b, "row_chunk", MAX (p->options.row_chunk, 0));
   add_components (b, "device_bytes", p->device);
   add_components (b, "host_bytes", p->host);
-  INT ("device_peak_bytes", p->device_peak);
-  INT ("host_peak_bytes", p->host_peak);
-  INT ("host_load_peak_bytes", p->host_load_peak);
+  um_json_add_int (b, "device_peak_bytes", p->device_peak);
+  um_json_add_int (b, "host_peak_bytes", p->host_peak);
+  um_json_add_int (b, "host_load_peak_bytes", p->host_load_peak);
   if (p->device_capacity)
-    INT ("device_capacity_bytes", p->device_capacity);
-  BOOL ("fits", p->fits);
+    um_json_add_int (b, "device_capacity_bytes", p->device_capacity);
+  um_json_add_bool (b, "fits", p->fits);
   if (p->limit_gen)
     {
       json_builder_set_member_name (b, "recommended_limits");
       json_builder_begin_object (b);
-      INT ("gen_length", p->limit_gen);
-      INT ("block_length", p->limit_block);
-      INT ("steps", p->limit_steps);
+      um_json_add_int (b, "gen_length", p->limit_gen);
+      um_json_add_int (b, "block_length", p->limit_block);
+      um_json_add_int (b, "steps", p->limit_steps);
       json_builder_end_object (b);
     }
-#undef INT
-#undef STR
-#undef BOOL
-#undef DBL
   json_builder_end_object (b);
   return json_builder_get_root (b);
 }
@@ -107,28 +97,23 @@ um_cli_memory_json (JsonBuilder *b, UmEngine *engine)
   json_builder_add_value (b, um_cli_plan_to_json (p));
   json_builder_set_member_name (b, "measured");
   json_builder_begin_object (b);
-#define INT(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_int_value (b, v); } G_STMT_END
-  INT ("device_peak_bytes", m.device_peak);
-  INT ("device_weight_bytes", m.device_weights);
-  INT ("backend_overhead_bytes", m.backend_overhead);
-  INT ("host_peak_bytes", m.host_peak);
-  INT ("host_load_peak_bytes", m.host_load_peak);
+  um_json_add_int (b, "device_peak_bytes", m.device_peak);
+  um_json_add_int (b, "device_weight_bytes", m.device_weights);
+  um_json_add_int (b, "backend_overhead_bytes", m.backend_overhead);
+  um_json_add_int (b, "host_peak_bytes", m.host_peak);
+  um_json_add_int (b, "host_load_peak_bytes", m.host_load_peak);
   if (m.host_store_raw)
     {
-      INT ("host_store_bytes", m.host_store);
-      INT ("host_store_raw_bytes", m.host_store_raw);
+      um_json_add_int (b, "host_store_bytes", m.host_store);
+      um_json_add_int (b, "host_store_raw_bytes", m.host_store_raw);
     }
-#undef INT
-  json_builder_set_member_name (b, "load_seconds");
-  json_builder_add_double_value (b, m.seconds_load);
-  json_builder_set_member_name (b, "converted_from_cache");
-  json_builder_add_boolean_value (b, m.cached);
-  json_builder_set_member_name (b, "weights_path");
-  json_builder_add_string_value (b, m.weights_path);
+  um_json_add_double (b, "load_seconds", m.seconds_load);
+  um_json_add_bool (b, "converted_from_cache", m.cached);
+  um_json_add_string (b, "weights_path", m.weights_path);
   /* How far the prediction is from what happened: the CPU backend's device
    * peak adds its overhead (scratch), which the plan keeps on the host. */
-  json_builder_set_member_name (b, "device_error");
-  json_builder_add_double_value (b, p->device_peak ? ((double) m.device_peak - p->device_peak) / p->device_peak : 0);
+  um_json_add_double (b, "device_error",
+                      p->device_peak ? ((double) m.device_peak - p->device_peak) / p->device_peak : 0);
   json_builder_set_member_name (b, "host_error");
   {
     guint64 predicted = MAX (p->host_peak, p->host_load_peak);
@@ -260,33 +245,20 @@ um_cli_plan (int argc, char **argv)
       g_autoptr(JsonBuilder) b = json_builder_new ();
       g_autoptr(JsonNode) root = NULL;
       json_builder_begin_object (b);
-      json_builder_set_member_name (b, "model");
-      json_builder_add_string_value (b, model_path);
-      json_builder_set_member_name (b, "device");
-      json_builder_add_string_value (b, t.cuda ? "cuda" : "cpu");
-      json_builder_set_member_name (b, "device_total_bytes");
-      json_builder_add_int_value (b, t.device_total);
-      json_builder_set_member_name (b, "device_free_bytes");
-      json_builder_add_int_value (b, t.device_free);
+      um_json_add_string (b, "model", model_path);
+      um_json_add_string (b, "device", t.cuda ? "cuda" : "cpu");
+      um_json_add_int (b, "device_total_bytes", t.device_total);
+      um_json_add_int (b, "device_free_bytes", t.device_free);
       if (t.device_budget)
-        {
-          json_builder_set_member_name (b, "device_budget_bytes");
-          json_builder_add_int_value (b, t.device_budget);
-        }
-      json_builder_set_member_name (b, "host_total_bytes");
-      json_builder_add_int_value (b, t.host_total);
-      json_builder_set_member_name (b, "host_available_bytes");
-      json_builder_add_int_value (b, t.host_available);
+        um_json_add_int (b, "device_budget_bytes", t.device_budget);
+      um_json_add_int (b, "host_total_bytes", t.host_total);
+      um_json_add_int (b, "host_available_bytes", t.host_available);
       json_builder_set_member_name (b, "shape");
       json_builder_begin_object (b);
-      json_builder_set_member_name (b, "prompt_length");
-      json_builder_add_int_value (b, opts.shape.prompt_length);
-      json_builder_set_member_name (b, "gen_length");
-      json_builder_add_int_value (b, opts.shape.gen_length);
-      json_builder_set_member_name (b, "block_length");
-      json_builder_add_int_value (b, opts.shape.block_length);
-      json_builder_set_member_name (b, "cfg");
-      json_builder_add_boolean_value (b, opts.shape.cfg);
+      um_json_add_int (b, "prompt_length", opts.shape.prompt_length);
+      um_json_add_int (b, "gen_length", opts.shape.gen_length);
+      um_json_add_int (b, "block_length", opts.shape.block_length);
+      um_json_add_bool (b, "cfg", opts.shape.cfg);
       json_builder_end_object (b);
       json_builder_set_member_name (b, "modes");
       json_builder_begin_array (b);
@@ -371,22 +343,14 @@ um_cli_cache (int argc, char **argv)
         {
           const UmConvertedEntry *e = g_ptr_array_index (entries_list, i);
           json_builder_begin_object (b);
-          json_builder_set_member_name (b, "path");
-          json_builder_add_string_value (b, e->path);
-          json_builder_set_member_name (b, "bytes");
-          json_builder_add_int_value (b, e->bytes);
-          json_builder_set_member_name (b, "source");
-          json_builder_add_string_value (b, e->source);
-          json_builder_set_member_name (b, "type");
-          json_builder_add_string_value (b, e->type);
-          json_builder_set_member_name (b, "prune_heads");
-          json_builder_add_double_value (b, e->prune_heads);
-          json_builder_set_member_name (b, "prune_ffn");
-          json_builder_add_double_value (b, e->prune_ffn);
-          json_builder_set_member_name (b, "partial");
-          json_builder_add_boolean_value (b, e->partial);
-          json_builder_set_member_name (b, "in_progress");
-          json_builder_add_boolean_value (b, e->in_progress);
+          um_json_add_string (b, "path", e->path);
+          um_json_add_int (b, "bytes", e->bytes);
+          um_json_add_string (b, "source", e->source);
+          um_json_add_string (b, "type", e->type);
+          um_json_add_double (b, "prune_heads", e->prune_heads);
+          um_json_add_double (b, "prune_ffn", e->prune_ffn);
+          um_json_add_bool (b, "partial", e->partial);
+          um_json_add_bool (b, "in_progress", e->in_progress);
           json_builder_end_object (b);
         }
       json_builder_end_array (b);

@@ -220,28 +220,20 @@ um_cli_score (int argc, char **argv)
       sum_pt += s.per_token;
       tokens += s.n_tokens;
       json_builder_begin_object (b);
-      json_builder_set_member_name (b, "log_likelihood");
-      json_builder_add_double_value (b, s.log_likelihood);
-      json_builder_set_member_name (b, "per_token");
-      json_builder_add_double_value (b, s.per_token);
-      json_builder_set_member_name (b, "std_error");
-      json_builder_add_double_value (b, s.std_error);
-      json_builder_set_member_name (b, "tokens");
-      json_builder_add_int_value (b, s.n_tokens);
+      um_json_add_double (b, "log_likelihood", s.log_likelihood);
+      um_json_add_double (b, "per_token", s.per_token);
+      um_json_add_double (b, "std_error", s.std_error);
+      um_json_add_int (b, "tokens", s.n_tokens);
       json_builder_end_object (b);
       if (!json)
         printf ("%4u  %5d tokens  log-likelihood %10.3f ± %.3f  (%.4f per token)\n", i / 2 + 1, s.n_tokens,
                 s.log_likelihood, s.std_error, s.per_token);
     }
   json_builder_end_array (b);
-  json_builder_set_member_name (b, "samples");
-  json_builder_add_int_value (b, samples);
-  json_builder_set_member_name (b, "seed");
-  json_builder_add_int_value (b, seed);
-  json_builder_set_member_name (b, "mean_log_likelihood");
-  json_builder_add_double_value (b, sum_ll / (pairs->len / 2));
-  json_builder_set_member_name (b, "mean_per_token");
-  json_builder_add_double_value (b, sum_pt / (pairs->len / 2));
+  um_json_add_int (b, "samples", samples);
+  um_json_add_int (b, "seed", seed);
+  um_json_add_double (b, "mean_log_likelihood", sum_ll / (pairs->len / 2));
+  um_json_add_double (b, "mean_per_token", sum_pt / (pairs->len / 2));
   json_builder_end_object (b);
   if (json)
     {

@@ -275,8 +275,7 @@ um_cli_detokenize (int argc, char **argv)
       g_autoptr(JsonBuilder) b = json_builder_new ();
       g_autoptr(JsonNode) root = NULL;
       json_builder_begin_object (b);
-      json_builder_set_member_name (b, "text");
-      json_builder_add_string_value (b, text);
+      um_json_add_string (b, "text", text);
       json_builder_end_object (b);
       root = json_builder_get_root (b);
       um_cli_print_json (root, FALSE);
@@ -327,28 +326,24 @@ um_cli_inspect (int argc, char **argv)
     }
 
   json_builder_begin_object (b);
-#define MEMBER_INT(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_int_value (b, v); } G_STMT_END
-#define MEMBER_DBL(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_double_value (b, v); } G_STMT_END
-#define MEMBER_STR(k, v) G_STMT_START { json_builder_set_member_name (b, k); json_builder_add_string_value (b, v); } G_STMT_END
-  MEMBER_STR ("path", model->path);
-  MEMBER_STR ("format", model->format == UM_MODEL_FORMAT_GGUF ? "gguf" : "safetensors");
-  MEMBER_STR ("architecture", um_arch_info (c->arch)->gguf_arch);
-  MEMBER_INT ("n_layers", c->n_layers);
-  MEMBER_INT ("d_model", c->d_model);
-  MEMBER_INT ("n_heads", c->n_heads);
-  MEMBER_INT ("n_kv_heads", c->n_kv_heads);
-  MEMBER_INT ("head_dim", c->head_dim);
-  MEMBER_INT ("rope_dim", c->rope_dim);
-  json_builder_set_member_name (b, "block_causal");
-  json_builder_add_boolean_value (b, c->block_causal);
-  MEMBER_INT ("mlp_hidden", c->mlp_hidden);
-  MEMBER_INT ("vocab_size", c->vocab_size);
-  MEMBER_INT ("max_sequence_length", c->max_seq_len);
-  MEMBER_DBL ("rope_theta", c->rope_theta);
-  MEMBER_DBL ("rms_norm_eps", c->rms_eps);
-  MEMBER_INT ("parameters", n_params);
-  MEMBER_INT ("bytes", um_model_weight_bytes (model));
-  MEMBER_INT ("tensors", um_tensor_table_size (model->tensors));
+  um_json_add_string (b, "path", model->path);
+  um_json_add_string (b, "format", model->format == UM_MODEL_FORMAT_GGUF ? "gguf" : "safetensors");
+  um_json_add_string (b, "architecture", um_arch_info (c->arch)->gguf_arch);
+  um_json_add_int (b, "n_layers", c->n_layers);
+  um_json_add_int (b, "d_model", c->d_model);
+  um_json_add_int (b, "n_heads", c->n_heads);
+  um_json_add_int (b, "n_kv_heads", c->n_kv_heads);
+  um_json_add_int (b, "head_dim", c->head_dim);
+  um_json_add_int (b, "rope_dim", c->rope_dim);
+  um_json_add_bool (b, "block_causal", c->block_causal);
+  um_json_add_int (b, "mlp_hidden", c->mlp_hidden);
+  um_json_add_int (b, "vocab_size", c->vocab_size);
+  um_json_add_int (b, "max_sequence_length", c->max_seq_len);
+  um_json_add_double (b, "rope_theta", c->rope_theta);
+  um_json_add_double (b, "rms_norm_eps", c->rms_eps);
+  um_json_add_int (b, "parameters", n_params);
+  um_json_add_int (b, "bytes", um_model_weight_bytes (model));
+  um_json_add_int (b, "tensors", um_tensor_table_size (model->tensors));
   json_builder_set_member_name (b, "dtypes");
   json_builder_begin_object (b);
   for (int t = 0; t < UM_DTYPE_N_TYPES; t++)
@@ -356,25 +351,22 @@ um_cli_inspect (int argc, char **argv)
       {
         json_builder_set_member_name (b, um_dtype_name (t));
         json_builder_begin_object (b);
-        MEMBER_INT ("tensors", count[t]);
-        MEMBER_INT ("parameters", elems[t]);
-        MEMBER_INT ("bytes", bytes[t]);
-        MEMBER_DBL ("bits_per_weight", 8.0 * bytes[t] / MAX (elems[t], 1));
+        um_json_add_int (b, "tensors", count[t]);
+        um_json_add_int (b, "parameters", elems[t]);
+        um_json_add_int (b, "bytes", bytes[t]);
+        um_json_add_double (b, "bits_per_weight", 8.0 * bytes[t] / MAX (elems[t], 1));
         json_builder_end_object (b);
       }
   json_builder_end_object (b);
   json_builder_set_member_name (b, "special_ids");
   json_builder_begin_object (b);
-  MEMBER_INT ("mask", c->mask_id);
-  MEMBER_INT ("eos", c->eos_id);
-  MEMBER_INT ("eot", c->eot_id);
-  MEMBER_INT ("bos", c->bos_id);
-  MEMBER_INT ("pad", c->pad_id);
+  um_json_add_int (b, "mask", c->mask_id);
+  um_json_add_int (b, "eos", c->eos_id);
+  um_json_add_int (b, "eot", c->eot_id);
+  um_json_add_int (b, "bos", c->bos_id);
+  um_json_add_int (b, "pad", c->pad_id);
   json_builder_end_object (b);
   json_builder_end_object (b);
-#undef MEMBER_INT
-#undef MEMBER_DBL
-#undef MEMBER_STR
   root = json_builder_get_root (b);
 
   if (json)

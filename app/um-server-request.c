@@ -611,7 +611,7 @@ um_api_request_resolve (const UmApiRequest *r,
    * fail. The block becomes the whole canvas if it does not divide it (or
    * with a suffix, which then sits in the one block after the answer);
    * steps stay at most one per token and a multiple of the blocks. */
-  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK && out->gen_length > 0
+  if (um_schedule_for_arch (arch)->answer_blocks && out->gen_length > 0
       && !user_block && (out->block_length <= 0 || out->gen_length % out->block_length != 0 || infill))
     out->block_length = out->gen_length;
   if (prompt_len >= 0
@@ -627,7 +627,7 @@ um_api_request_resolve (const UmApiRequest *r,
     }
   /* RND1 keeps the canvas's last position for its pad token, where a
    * suffix's last token would go. */
-  if (infill && um_arch_info (arch)->schedule == UM_SCHEDULE_ENTROPY)
+  if (infill && um_schedule_for_arch (arch)->reserves_last)
     UNSUPPORTED ("suffix", "a suffix is not supported for %s models: their schedule reserves the canvas's last "
                  "position", um_arch_info (arch)->name);
   /* What the generator will run: a suffix's tokens are fixed after the
@@ -638,14 +638,14 @@ um_api_request_resolve (const UmApiRequest *r,
       if (run.block_length == run.gen_length)
         run.block_length += suffix_len;
       run.gen_length += suffix_len;
-      if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK && run.block_length > 0
+      if (um_schedule_for_arch (arch)->answer_blocks && run.block_length > 0
           && run.gen_length % run.block_length != 0)
         FAIL ("unmask.block_length",
               "with the suffix (%d tokens) the canvas is max_tokens + %d = %d tokens: unmask.block_length (%d) "
               "must divide it, or equal max_tokens (one block), or be left out",
               suffix_len, suffix_len, run.gen_length, run.block_length);
     }
-  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK && out->gen_length > 0 && run.block_length > 0
+  if (um_schedule_for_arch (arch)->answer_blocks && out->gen_length > 0 && run.block_length > 0
       && run.gen_length % run.block_length == 0 && !um_gen_layer_has (&r->user, UM_GEN_KEY_STEPS))
     {
       int blocks = run.gen_length / run.block_length;

@@ -394,19 +394,17 @@ add_defaults (JsonBuilder *b, UmServer *server, UmGenerator *gen)
         }
     }
   /* The extension's settings that are not keys, where the family has them. */
-  if (um_arch_info (info->arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL)
+  if (um_gen_option_applies (UM_GEN_OPT_CACHE, info->arch))
     {
       json_builder_set_member_name (b, "cache");
       json_builder_add_string_value (b, um_cache_mode_to_string (p.cache));
     }
-  if (um_arch_info (info->arch)->schedule == UM_SCHEDULE_BLOCK)
+  if (um_gen_option_applies (UM_GEN_OPT_FACTOR, info->arch))
     {
-      json_builder_set_member_name (b, "cache");
-      json_builder_add_string_value (b, um_cache_mode_to_string (p.cache));
       json_builder_set_member_name (b, "factor");
       json_builder_add_double_value (b, p.factor);
     }
-  if (um_arch_info (info->arch)->schedule != UM_SCHEDULE_ENTROPY)
+  if (um_gen_option_applies (UM_GEN_OPT_THRESHOLD, info->arch))
     {
       json_builder_set_member_name (b, "threshold");
       json_builder_add_double_value (b, p.threshold);

@@ -33,7 +33,7 @@ test_chat_fields (void)
     "\"max_completion_tokens\":48,\"max_tokens\":7,\"temperature\":0.25,\"seed\":-3,"
     "\"stop\":[\"\\n\\n\",\"END\"],\"stream\":true,\"stream_options\":{\"include_usage\":true},"
     "\"n\":1,\"tools\":[],\"response_format\":{\"type\":\"text\"},"
-    /* ignored, as the README's table says */
+    /* ignored, as docs/server-api.md's table says */
     "\"top_p\":0.5,\"presence_penalty\":1,\"frequency_penalty\":1,\"logit_bias\":{\"1\":2},\"logprobs\":true,"
     "\"user\":\"u\",\"metadata\":{},\"store\":false,\"service_tier\":\"auto\",\"parallel_tool_calls\":true,"
     "\"reasoning_effort\":\"low\",\"something_new\":[1,2],"

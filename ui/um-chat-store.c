@@ -233,8 +233,7 @@ conversation_to_json (UmChatConversation *c)
 
   json_builder_begin_object (b);
   add_string (b, "format", FORMAT_NAME);
-  json_builder_set_member_name (b, "version");
-  json_builder_add_int_value (b, FORMAT_VERSION);
+  um_json_add_int (b, "version", FORMAT_VERSION);
   add_string (b, "id", c->id);
   add_string (b, "title", c->title);
   add_time (b, "created", c->created);
@@ -248,33 +247,21 @@ conversation_to_json (UmChatConversation *c)
 
   json_builder_set_member_name (b, "params");
   json_builder_begin_object (b);
-  json_builder_set_member_name (b, "gen_length");
-  json_builder_add_int_value (b, p->gen_length);
-  json_builder_set_member_name (b, "steps");
-  json_builder_add_int_value (b, p->steps);
-  json_builder_set_member_name (b, "block_length");
-  json_builder_add_int_value (b, p->block_length);
-  json_builder_set_member_name (b, "temperature");
-  json_builder_add_double_value (b, p->temperature);
-  json_builder_set_member_name (b, "cfg_scale");
-  json_builder_add_double_value (b, p->cfg_scale);
+  um_json_add_int (b, "gen_length", p->gen_length);
+  um_json_add_int (b, "steps", p->steps);
+  um_json_add_int (b, "block_length", p->block_length);
+  um_json_add_double (b, "temperature", p->temperature);
+  um_json_add_double (b, "cfg_scale", p->cfg_scale);
   add_string (b, "remasking", um_remasking_to_string (p->remasking));
-  json_builder_set_member_name (b, "logits_eos_inf");
-  json_builder_add_boolean_value (b, p->logits_eos_inf);
-  json_builder_set_member_name (b, "confidence_eos_eot_inf");
-  json_builder_add_boolean_value (b, p->confidence_eos_eot_inf);
+  um_json_add_bool (b, "logits_eos_inf", p->logits_eos_inf);
+  um_json_add_bool (b, "confidence_eos_eot_inf", p->confidence_eos_eot_inf);
   /* Dream's and RND1's schedules (generation_config.json's names). */
   add_string (b, "alg", um_alg_to_string (p->alg));
-  json_builder_set_member_name (b, "eps");
-  json_builder_add_double_value (b, p->eps);
-  json_builder_set_member_name (b, "alg_temp");
-  json_builder_add_double_value (b, p->alg_temp);
-  json_builder_set_member_name (b, "top_p");
-  json_builder_add_double_value (b, p->top_p);
-  json_builder_set_member_name (b, "top_k");
-  json_builder_add_int_value (b, p->top_k);
-  json_builder_set_member_name (b, "greedy");
-  json_builder_add_boolean_value (b, p->greedy);
+  um_json_add_double (b, "eps", p->eps);
+  um_json_add_double (b, "alg_temp", p->alg_temp);
+  um_json_add_double (b, "top_p", p->top_p);
+  um_json_add_int (b, "top_k", p->top_k);
+  um_json_add_bool (b, "greedy", p->greedy);
   /* JSON readers lose integers above 2^53: the seed goes as text. */
   json_builder_set_member_name (b, "seed");
   {
@@ -292,10 +279,7 @@ conversation_to_json (UmChatConversation *c)
       add_string (b, "role", m->role);
       add_string (b, "content", m->content ? m->content : "");
       if (m->stopped)
-        {
-          json_builder_set_member_name (b, "stopped");
-          json_builder_add_boolean_value (b, TRUE);
-        }
+        um_json_add_bool (b, "stopped", TRUE);
       json_builder_end_object (b);
     }
   json_builder_end_array (b);
@@ -422,6 +406,7 @@ get_ids (JsonObject *o, const char *name, GArray *ids)
 static void
 read_params (JsonObject *o, UmGenParams *p)
 {
+  const char *s;
   JsonNode *n;
 
   um_gen_params_init (p);
@@ -455,17 +440,13 @@ read_params (JsonObject *o, UmGenParams *p)
 #undef GET_INT
 #undef GET_DOUBLE
 #undef GET_BOOL
-  n = json_object_get_member (o, "remasking");
-  if (n && JSON_NODE_HOLDS_VALUE (n) && json_node_get_value_type (n) == G_TYPE_STRING)
-    um_remasking_from_string (json_node_get_string (n), &p->remasking);
-  n = json_object_get_member (o, "alg");
-  if (n && JSON_NODE_HOLDS_VALUE (n) && json_node_get_value_type (n) == G_TYPE_STRING)
-    um_alg_from_string (json_node_get_string (n), &p->alg);
-  n = json_object_get_member (o, "seed");
-  if (n && JSON_NODE_HOLDS_VALUE (n) && json_node_get_value_type (n) == G_TYPE_STRING)
+  /* A name that is not one is ignored: the value stays. */
+  um_remasking_from_string (um_json_get_string (o, "remasking"), &p->remasking);
+  um_alg_from_string (um_json_get_string (o, "alg"), &p->alg);
+  if ((s = um_json_get_string (o, "seed")) != NULL)
     {
       guint64 seed;
-      if (g_ascii_string_to_unsigned (json_node_get_string (n), 10, 0, G_MAXUINT64, &seed, NULL))
+      if (g_ascii_string_to_unsigned (s, 10, 0, G_MAXUINT64, &seed, NULL))
         p->seed = seed;
     }
   else if (n && JSON_NODE_HOLDS_VALUE (n) && json_node_get_value_type (n) == G_TYPE_INT64)

@@ -7,6 +7,7 @@
 #include "um-diffusion-view.h"
 #include "um-generate-page.h"
 #include "um-pool.h"
+#include "um-json.h"
 
 typedef struct {
   double handled_ms;   /* event timestamp → the window's key handler */
@@ -80,27 +81,21 @@ write_stats (FrameStats *fs)
   g_autoptr(GError) error = NULL;
 
   json_builder_begin_object (b);
-  json_builder_set_member_name (b, "running");
-  json_builder_add_boolean_value (b, fs->run_start != 0);
-  json_builder_set_member_name (b, "engine_nice");
-  json_builder_add_int_value (b, um_pool_get_nice ());
+  um_json_add_bool (b, "running", fs->run_start != 0);
+  um_json_add_int (b, "engine_nice", um_pool_get_nice ());
   add_doubles (b, "frames_ms", fs->frames_ms);
   add_doubles (b, "work_ms", fs->work_ms);
   add_doubles (b, "keys_ms", fs->keys_ms);
-  json_builder_set_member_name (b, "keys_unstamped");
-  json_builder_add_int_value (b, fs->keys_unstamped);
+  um_json_add_int (b, "keys_unstamped", fs->keys_unstamped);
   json_builder_set_member_name (b, "stops");
   json_builder_begin_array (b);
   for (guint i = 0; i < fs->stops->len; i++)
     {
       StopTiming *s = &g_array_index (fs->stops, StopTiming, i);
       json_builder_begin_object (b);
-      json_builder_set_member_name (b, "handled_ms");
-      json_builder_add_double_value (b, s->handled_ms);
-      json_builder_set_member_name (b, "stopped_ms");
-      json_builder_add_double_value (b, s->stopped_ms);
-      json_builder_set_member_name (b, "shown_ms");
-      json_builder_add_double_value (b, s->shown_ms);
+      um_json_add_double (b, "handled_ms", s->handled_ms);
+      um_json_add_double (b, "stopped_ms", s->stopped_ms);
+      um_json_add_double (b, "shown_ms", s->shown_ms);
       json_builder_end_object (b);
     }
   json_builder_end_array (b);
@@ -110,16 +105,11 @@ write_stats (FrameStats *fs)
     {
       RunTiming *r = &g_array_index (fs->runs, RunTiming, i);
       json_builder_begin_object (b);
-      json_builder_set_member_name (b, "seconds");
-      json_builder_add_double_value (b, r->seconds);
-      json_builder_set_member_name (b, "steps");
-      json_builder_add_int_value (b, r->steps);
-      json_builder_set_member_name (b, "stopped");
-      json_builder_add_boolean_value (b, r->stopped);
-      json_builder_set_member_name (b, "ui_cpu_ms");
-      json_builder_add_double_value (b, r->ui_cpu_ms);
-      json_builder_set_member_name (b, "ui_wait_ms");
-      json_builder_add_double_value (b, r->ui_wait_ms);
+      um_json_add_double (b, "seconds", r->seconds);
+      um_json_add_int (b, "steps", r->steps);
+      um_json_add_bool (b, "stopped", r->stopped);
+      um_json_add_double (b, "ui_cpu_ms", r->ui_cpu_ms);
+      um_json_add_double (b, "ui_wait_ms", r->ui_wait_ms);
       json_builder_end_object (b);
     }
   json_builder_end_array (b);

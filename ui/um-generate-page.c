@@ -361,7 +361,7 @@ update_problem (UmGeneratePage *self)
   g_clear_pointer (&self->problem, g_free);
   if (!um_gen_params_validate_for (&p, current_arch (self), 0, max_len, &error))
     {
-      if (um_arch_info (current_arch (self))->schedule != UM_SCHEDULE_BLOCK)
+      if (!um_schedule_for_arch (current_arch (self))->answer_blocks)
         self->problem = g_strdup (error->message);
       else if (p.gen_length % p.block_length != 0)
         self->problem = g_strdup_printf (_("The length (%d) must be a multiple of the block length (%d)."),
@@ -458,7 +458,7 @@ on_step (const UmStepEvent *ev, gpointer user_data)
       um_diffusion_view_reset (self->view, ev->prompt_len, ev->seq_len - ev->prompt_len, self->run_block_length,
                                ev->n_steps);
       /* LLaDA 2's blocks are aligned to the canvas's start. */
-      if (um_arch_info (self->arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL && self->run_block_length > 0)
+      if (um_schedule_for_arch (self->arch)->canvas_blocks && self->run_block_length > 0)
         um_diffusion_view_set_block_offset (self->view, ev->prompt_len % self->run_block_length);
     }
   if (!self->fixed_seen)
@@ -769,30 +769,9 @@ update_family (UmGeneratePage *self)
     gtk_widget_set_visible (self->option_widgets[i], um_family_has_option (arch, option_props[i]));
   on_rule_selected (self);
 
-  switch (um_arch_info (arch)->schedule)
-    {
-    case UM_SCHEDULE_TIMESTEP:
-      description = _("Dream’s schedule: each step commits the share of the masks that the noise schedule gives, "
-                      "the positions chosen by the algorithm.");
-      temperature = _("0 always picks the most likely token");
-      break;
-    case UM_SCHEDULE_ENTROPY:
-      description = _("RND1’s schedule: each step keeps the most uncertain positions masked and commits the rest.");
-      temperature = _("Scales the uncertainty that decides which positions wait; without Greedy Tokens it also "
-                      "samples the tokens");
-      break;
-    case UM_SCHEDULE_BLOCK_CAUSAL:
-      description = _("LLaDA 2’s schedule: blocks are decoded in turn, each seeing only the blocks before it; a "
-                      "step commits every position above the threshold, or else its share of the most confident.");
-      temperature = _("0 always picks the most likely token");
-      break;
-    case UM_SCHEDULE_BLOCK:
-    default:
-      description = _("The reference schedule: the answer is split into blocks, and each block gets an equal share "
-                      "of the steps.");
-      temperature = _("0 always picks the most likely token");
-      break;
-    }
+  /* What the schedule does, in the table's words (translated here). */
+  description = _(um_schedule_for_arch (arch)->description);
+  temperature = _(um_schedule_for_arch (arch)->temperature_hint);
   adw_preferences_group_set_description (self->params_group, description);
   adw_expander_row_set_subtitle (self->fast_row,
                                  um_family_has_option (arch, "cache")

@@ -787,24 +787,14 @@ um_settings_get_arch (UmSettings *self)
 gboolean
 um_family_has_option (UmArch arch, const char *property)
 {
-  /* The options that are not model parameters (UmGenKey), by schedule
-   * (um_gen_params_validate_for ()): Dream's fast decoding is Fast-dLLM's
-   * confidence threshold only (no blocks, so no cache and no factor rule). */
-  static const char * const block[] = {
-    "logits-eos-inf", "confidence-eos-eot-inf", "fast-decoding", "cache", "factor", "constraints", NULL
-  };
-  static const char * const timestep[] = { "fast-decoding", "constraints", NULL };
-  static const char * const entropy[] = { "constraints", NULL };
-  /* LLaDA 2: its threshold rule and the exact cache of finished blocks. */
-  static const char * const block_causal[] = { "fast-decoding", "cache", "constraints", NULL };
-  UmSchedule schedule = um_arch_info (arch)->schedule;
+  UmGenOption option;
 
+  /* A model parameter (UmGenKey), or one of the switches that are not
+   * (UmGenOption): which the family's schedule takes is its row's. */
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     if (g_strcmp0 (property, key_names[k]) == 0)
       return um_gen_key_applies ((UmGenKey) k, arch);
-  return g_strv_contains (schedule == UM_SCHEDULE_TIMESTEP ? timestep
-                          : schedule == UM_SCHEDULE_ENTROPY ? entropy
-                          : schedule == UM_SCHEDULE_BLOCK_CAUSAL ? block_causal : block, property);
+  return um_gen_option_from_name (property, &option) && um_gen_option_applies (option, arch);
 }
 
 void
@@ -834,9 +824,9 @@ um_gen_params_for_family (UmGenParams *p, UmArch arch)
     p->factor = 0.0;
   if (!um_family_has_option (arch, "fast-decoding"))
     p->threshold = 0.0;
-  /* LLaDA 2 always has its threshold rule and its exact cache: "off" is
-   * the family's defaults (um_gen_resolve_for () does the same). */
-  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL)
+  /* A schedule whose threshold rule and exact cache are always on (LLaDA
+   * 2): "off" is its defaults (um_gen_resolve_for () does the same). */
+  if (um_schedule_for_arch (arch)->fast_always_on)
     {
       if (p->threshold == 0.0)
         p->threshold = def.threshold;
@@ -853,7 +843,7 @@ um_gen_params_for_family (UmGenParams *p, UmArch arch)
 void
 um_settings_plan_shape (const UmGenParams *params, UmSchedule schedule, UmPlanShape *shape)
 {
-  gboolean blocks = schedule == UM_SCHEDULE_BLOCK;
+  gboolean blocks = um_schedule_info (schedule)->answer_blocks;
 
   um_plan_shape_init (shape);
   shape->gen_length = params->gen_length;

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "um-enum.h"
 #include "um-error.h"
 #include "um-json.h"
 
@@ -17,140 +18,15 @@
 #define MAX_NOTES       32
 #define MAX_WARNINGS    32
 
-static const char *const key_names[UM_GEN_N_KEYS] = {
-  "gen_length", "steps", "block_length", "temperature", "cfg_scale", "remasking",
-  "alg", "eps", "alg_temp", "top_p", "top_k", "greedy",
-};
-
-const char *
-um_gen_key_name (UmGenKey key)
-{
-  return (guint) key < UM_GEN_N_KEYS ? key_names[key] : "unknown";
-}
-
-gboolean
-um_gen_key_from_name (const char *name, UmGenKey *out)
-{
-  for (guint i = 0; name != NULL && i < UM_GEN_N_KEYS; i++)
-    if (g_str_equal (name, key_names[i]))
-      {
-        *out = (UmGenKey) i;
-        return TRUE;
-      }
-  return FALSE;
-}
-
-gboolean
-um_gen_key_applies (UmGenKey key, UmArch arch)
-{
-  static const guint32 block = UM_GEN_KEY_BIT (UM_GEN_KEY_GEN_LENGTH) | UM_GEN_KEY_BIT (UM_GEN_KEY_STEPS)
-                               | UM_GEN_KEY_BIT (UM_GEN_KEY_BLOCK_LENGTH) | UM_GEN_KEY_BIT (UM_GEN_KEY_TEMPERATURE)
-                               | UM_GEN_KEY_BIT (UM_GEN_KEY_CFG_SCALE) | UM_GEN_KEY_BIT (UM_GEN_KEY_REMASKING);
-  static const guint32 common = UM_GEN_KEY_BIT (UM_GEN_KEY_GEN_LENGTH) | UM_GEN_KEY_BIT (UM_GEN_KEY_STEPS)
-                                | UM_GEN_KEY_BIT (UM_GEN_KEY_TEMPERATURE) | UM_GEN_KEY_BIT (UM_GEN_KEY_TOP_P)
-                                | UM_GEN_KEY_BIT (UM_GEN_KEY_TOP_K);
-  guint32 keys;
-
-  if ((guint) key >= UM_GEN_N_KEYS)
-    return FALSE;
-  switch (um_arch_info (arch)->schedule)
-    {
-    case UM_SCHEDULE_TIMESTEP:
-      keys = common | UM_GEN_KEY_BIT (UM_GEN_KEY_ALG) | UM_GEN_KEY_BIT (UM_GEN_KEY_EPS)
-             | UM_GEN_KEY_BIT (UM_GEN_KEY_ALG_TEMP);
-      break;
-    case UM_SCHEDULE_ENTROPY:
-      keys = common | UM_GEN_KEY_BIT (UM_GEN_KEY_GREEDY);
-      break;
-    case UM_SCHEDULE_BLOCK_CAUSAL:
-      keys = UM_GEN_KEY_BIT (UM_GEN_KEY_GEN_LENGTH) | UM_GEN_KEY_BIT (UM_GEN_KEY_STEPS)
-             | UM_GEN_KEY_BIT (UM_GEN_KEY_BLOCK_LENGTH) | UM_GEN_KEY_BIT (UM_GEN_KEY_TEMPERATURE);
-      break;
-    case UM_SCHEDULE_BLOCK:
-    default:
-      keys = block;
-      break;
-    }
-  return (keys & UM_GEN_KEY_BIT (key)) != 0;
-}
-
-void
-um_gen_params_init_for_arch (UmGenParams *p, UmArch arch)
-{
-  um_gen_params_init (p);
-  switch (um_arch_info (arch)->schedule)
-    {
-    case UM_SCHEDULE_TIMESTEP:
-      /* README: temperature 0.2, top_p 0.95, alg entropy, alg_temp 0. The
-       * nucleus stays off as in the code's defaults (top_p None): the
-       * fixtures' command lines reproduce without it, and at temperature 0
-       * a one-token nucleus makes every confidence 1. */
-      p->temperature = 0.2;
-      p->alg = UM_ALG_ENTROPY;
-      p->eps = 1e-3;
-      break;
-    case UM_SCHEDULE_ENTROPY:
-      /* RND1GenerationConfig: temperature 0.1, greedy False. */
-      p->temperature = 0.1;
-      p->greedy = FALSE;
-      break;
-    case UM_SCHEDULE_BLOCK_CAUSAL:
-      /* LLaDA2MoeModelLM.generate (): blocks of 32 in 32 steps, threshold
-       * 0.95, greedy. Finished blocks are cached: exact under the
-       * block-causal mask (um-schedule-block-causal.c). The answer stops at
-       * EOS, so a longer budget than LLaDA's costs nothing once done. */
-      p->gen_length = 256;
-      p->steps = 32;
-      p->block_length = 32;
-      p->temperature = 0.0;
-      p->threshold = 0.95;
-      p->cache = UM_CACHE_PREFIX;
-      break;
-    case UM_SCHEDULE_BLOCK:
-    default:
-      break;
-    }
-}
-
 static void copy_key (UmGenParams *to, const UmGenParams *from, UmGenKey key);
 
-void
-um_gen_params_drop_foreign (UmGenParams *p, UmArch arch)
-{
-  const UmSchedule schedule = um_arch_info (arch)->schedule;
-  UmGenParams d;
-
-  um_gen_params_init_for_arch (&d, arch);
-  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
-    if (!um_gen_key_applies ((UmGenKey) k, arch))
-      copy_key (p, &d, (UmGenKey) k);
-  if (schedule == UM_SCHEDULE_BLOCK)
-    return;
-  p->logits_eos_inf = FALSE;
-  p->confidence_eos_eot_inf = FALSE;
-  if (schedule == UM_SCHEDULE_BLOCK_CAUSAL)
-    {
-      p->factor = 0.0;
-      return;
-    }
-  p->eos_early_stop = FALSE;
-  p->cache = UM_CACHE_NONE;
-  p->factor = 0.0;
-  if (schedule == UM_SCHEDULE_ENTROPY || p->alg == UM_ALG_ORIGIN)
-    p->threshold = 0.0;
-}
+/* By UmGenSource value, lowest precedence first. */
+static const char *const source_names[] = { "built-in", "profile", "model", "user" };
 
 const char *
 um_gen_source_to_string (UmGenSource source)
 {
-  switch (source)
-    {
-    case UM_GEN_SOURCE_USER: return "user";
-    case UM_GEN_SOURCE_MODEL: return "model";
-    case UM_GEN_SOURCE_PROFILE: return "profile";
-    case UM_GEN_SOURCE_BUILTIN:
-    default: return "built-in";
-    }
+  return um_enum_to_string (source_names, G_N_ELEMENTS (source_names), (int) source);
 }
 
 /* ---- layers and the rule ---- */
@@ -295,7 +171,7 @@ um_gen_resolve_for (UmArch             arch,
    * unless the base says otherwise: threshold 0 is "the family's" (1
    * commits by the counts alone); a caller that wants the uncached run
    * sets the cache after resolving (unmask-cli's explicit --cache none). */
-  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK_CAUSAL)
+  if (um_schedule_for_arch (arch)->fast_always_on)
     {
       if (out->params.threshold == 0.0)
         out->params.threshold = builtin.threshold;
@@ -303,8 +179,7 @@ um_gen_resolve_for (UmArch             arch,
         out->params.cache = builtin.cache;
     }
   /* Dream's README and RND1's API: as many steps as tokens. */
-  if (um_arch_info (arch)->schedule != UM_SCHEDULE_BLOCK && um_arch_info (arch)->schedule != UM_SCHEDULE_BLOCK_CAUSAL
-      && out->source[UM_GEN_KEY_STEPS] == UM_GEN_SOURCE_BUILTIN)
+  if (um_schedule_for_arch (arch)->steps_follow_length && out->source[UM_GEN_KEY_STEPS] == UM_GEN_SOURCE_BUILTIN)
     out->params.steps = out->params.gen_length;
 }
 
@@ -677,46 +552,12 @@ neutral_value (const char *key, JsonNode *n)
 static const char *
 not_applied_reason (const char *key, UmArch arch)
 {
-  static const struct { const char *key; const char *reason; } block[] = {
-    { "top_p", "LLaDA's sampler has no nucleus (top-p) filter" },
-    { "top_k", "LLaDA's sampler has no top-k filter" },
-    { "min_p", "LLaDA's sampler has no min-p filter" },
-    { "max_length", "it counts the prompt too; Unmask reads max_new_tokens or gen_length" },
-    { "alg", "Dream's unmasking order; Unmask runs LLaDA's schedule (remasking)" },
-    { "alg_temp", "Dream's unmasking order; Unmask runs LLaDA's schedule (remasking)" },
-    { "eps", "Dream's time steps; Unmask runs LLaDA's block schedule" },
-    { "greedy", "RND1's switch; LLaDA's schedule is greedy at temperature 0" },
-    { "threshold", "fast decoding is the user's to turn on" },
-    { "repetition_penalty", "LLaDA's sampler has no repetition penalty" },
-    { "num_beams", "there is no beam search in diffusion sampling" },
-  };
-  static const struct { const char *key; const char *reason; } other[] = {
-    { "min_p", "no min-p filter in this family's sampler" },
-    { "max_length", "it counts the prompt too; Unmask reads max_new_tokens or gen_length" },
-    { "block_length", "LLaDA's block schedule; this family has no blocks" },
-    { "cfg_scale", "LLaDA's classifier-free guidance; not in this family's sampler" },
-    { "remasking", "LLaDA's remasking; not in this family's sampler" },
-    { "alg", "Dream's confidence rule; RND1 orders by entropy" },
-    { "alg_temp", "Dream's confidence rule; RND1 orders by entropy" },
-    { "eps", "Dream's time steps; RND1's schedule has none" },
-    { "greedy", "RND1's switch; Dream is greedy at temperature 0" },
-    { "do_sample", "Dream's sampler ignores it: the temperature decides" },
-    { "eb_gamma", "RND1's entropy-bounded variant is not implemented" },
-    { "threshold", "fast decoding is the user's to turn on" },
-    { "repetition_penalty", "no repetition penalty in diffusion sampling" },
-    { "num_beams", "there is no beam search in diffusion sampling" },
-  };
-  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK)
-    {
-      for (guint i = 0; i < G_N_ELEMENTS (block); i++)
-        if (g_str_equal (key, block[i].key))
-          return block[i].reason;
-      return "not a setting of LLaDA's sampler";
-    }
-  for (guint i = 0; i < G_N_ELEMENTS (other); i++)
-    if (g_str_equal (key, other[i].key))
-      return other[i].reason;
-  return "not a setting of this family's sampler";
+  const UmScheduleInfo *schedule = um_schedule_for_arch (arch);
+
+  for (const UmGenNoteReason *r = schedule->not_applied; r->key != NULL; r++)
+    if (g_str_equal (key, r->key))
+      return r->reason;
+  return schedule->not_applied_other;
 }
 
 /* A length key: the first alias found wins; a disagreeing alias is a warning. */
@@ -768,28 +609,54 @@ member_unset (JsonObject *obj, const char *key)
   return n == NULL || JSON_NODE_HOLDS_NULL (n);
 }
 
-/* Dream's generation_config.json as save_pretrained writes the class
- * defaults of DreamGenerationConfig: what diffusion_generate () does with
- * no arguments (a random order over 512 steps), which no Dream document
- * recommends; every example passes its own values. */
+/* Whether member @key of @obj holds @v's value of it. */
 static gboolean
-dream_class_defaults (JsonObject *obj)
+member_holds (JsonObject *obj, UmGenKey key, const UmGenParams *v)
 {
-  double d;
-  JsonNode *n;
+  const char *name = um_gen_key_name (key);
+  JsonNode *n = json_object_get_member (obj, name);
+  double d, want;
 
-  if (!member_is (obj, "alg", G_TYPE_STRING) || !g_str_equal (json_object_get_string_member (obj, "alg"), "origin"))
+  switch (key)
+    {
+    case UM_GEN_KEY_ALG:
+    case UM_GEN_KEY_REMASKING:
+      return member_is (obj, name, G_TYPE_STRING)
+             && g_str_equal (json_object_get_string_member (obj, name),
+                             key == UM_GEN_KEY_ALG ? um_alg_to_string (v->alg) : um_remasking_to_string (v->remasking));
+    case UM_GEN_KEY_GREEDY:
+      return member_is (obj, name, G_TYPE_BOOLEAN) && !json_object_get_boolean_member (obj, name) == !v->greedy;
+    case UM_GEN_KEY_GEN_LENGTH: want = v->gen_length; break;
+    case UM_GEN_KEY_STEPS: want = v->steps; break;
+    case UM_GEN_KEY_BLOCK_LENGTH: want = v->block_length; break;
+    case UM_GEN_KEY_TEMPERATURE: want = v->temperature; break;
+    case UM_GEN_KEY_CFG_SCALE: want = v->cfg_scale; break;
+    case UM_GEN_KEY_EPS: want = v->eps; break;
+    case UM_GEN_KEY_ALG_TEMP: want = v->alg_temp; break;
+    case UM_GEN_KEY_TOP_P: want = v->top_p; break;
+    case UM_GEN_KEY_TOP_K: want = v->top_k; break;
+    case UM_GEN_N_KEYS:
+    default: return FALSE;
+    }
+  /* Exact: the file's number against the class's literal, as written. */
+  return n != NULL && node_number (n, &d) && d == want;
+}
+
+/* A generation_config.json as save_pretrained writes a reference config
+ * class's defaults (@d, the schedule's row: Dream's DreamGenerationConfig,
+ * what diffusion_generate () does with no arguments, a random order over
+ * 512 steps, which no Dream document recommends; every example passes its
+ * own values). */
+static gboolean
+is_class_defaults (JsonObject *obj, const UmGenClassDefaults *d)
+{
+  if (d == NULL)
     return FALSE;
-  n = json_object_get_member (obj, "steps");
-  if (n == NULL || !node_number (n, &d) || d != 512.0)
-    return FALSE;
-  n = json_object_get_member (obj, "eps");
-  if (n == NULL || !node_number (n, &d) || d != 1e-3)
-    return FALSE;
-  n = json_object_get_member (obj, "temperature");
-  if (n == NULL || !node_number (n, &d) || d != 0.0)
-    return FALSE;
-  return member_unset (obj, "top_p") && member_unset (obj, "top_k") && member_unset (obj, "alg_temp");
+  for (guint k = 0; k < UM_GEN_N_KEYS; k++)
+    if (((d->keys & UM_GEN_KEY_BIT (k)) && !member_holds (obj, (UmGenKey) k, &d->values))
+        || ((d->unset & UM_GEN_KEY_BIT (k)) && !member_unset (obj, um_gen_key_name ((UmGenKey) k))))
+      return FALSE;
+  return TRUE;
 }
 
 /* Dream's and RND1's keys in the file: applied when family @arch has
@@ -854,8 +721,7 @@ from_json_root (UmArch arch, JsonNode *root, GError *error, const char *what)
   static const char *const gen_aliases[] = { "gen_length", "max_new_tokens", NULL };
   static const char *const steps_aliases[] = { "steps", "num_diffusion_steps", "diffusion_steps", NULL };
   static const char *const block_aliases[] = { "block_length", NULL };
-  static const char *const dream_defaults[] = { "alg", "steps", "eps", "temperature", NULL };
-  const UmSchedule schedule = um_arch_info (arch)->schedule;
+  const UmScheduleInfo *schedule = um_schedule_for_arch (arch);
   g_autoptr(UmGenRecommendation) rec = um_gen_recommendation_new_empty ();
   g_autoptr(GError) root_error = NULL;
   g_autoptr(GList) members = NULL;
@@ -872,7 +738,7 @@ from_json_root (UmArch arch, JsonNode *root, GError *error, const char *what)
             root_error ? root_error->message : error ? error->message : what);
       return g_steal_pointer (&rec);
     }
-  class_defaults = schedule == UM_SCHEDULE_TIMESTEP && dream_class_defaults (obj);
+  class_defaults = is_class_defaults (obj, schedule->class_defaults);
 
   n = json_object_get_member (obj, "do_sample");
   if (n != NULL && !JSON_NODE_HOLDS_NULL (n))
@@ -903,14 +769,15 @@ from_json_root (UmArch arch, JsonNode *root, GError *error, const char *what)
       if (g_str_equal (key, "do_sample"))
         {
           /* Dream's sampler never reads it. */
-          if (schedule == UM_SCHEDULE_TIMESTEP)
+          if (schedule->do_sample == UM_DO_SAMPLE_NOTED)
             {
               g_autofree char *text_value = node_text (n);
               note (rec, key, text_value, not_applied_reason (key, arch));
             }
           continue;
         }
-      if (class_defaults && g_strv_contains (dream_defaults, key))
+      if (class_defaults && um_gen_key_from_name (key, &k)
+          && (schedule->class_defaults->keys & UM_GEN_KEY_BIT (k)))
         {
           g_autofree char *text_value = node_text (n);
           note (rec, key, text_value,
@@ -930,7 +797,8 @@ from_json_root (UmArch arch, JsonNode *root, GError *error, const char *what)
             }
           /* do_sample false is greedy, whatever the temperature says (in
            * LLaDA's schedule; RND1 reads it as its greedy switch). */
-          if (k == UM_GEN_KEY_TEMPERATURE && do_sample == 0 && d != 0.0 && schedule == UM_SCHEDULE_BLOCK)
+          if (k == UM_GEN_KEY_TEMPERATURE && do_sample == 0 && d != 0.0
+              && schedule->do_sample == UM_DO_SAMPLE_TEMPERATURE)
             {
               g_autofree char *text_value = node_text (n);
               note (rec, key, text_value, "do_sample is false: greedy decoding (temperature 0)");
@@ -963,18 +831,19 @@ from_json_root (UmArch arch, JsonNode *root, GError *error, const char *what)
       }
     }
 
-  if (schedule == UM_SCHEDULE_ENTROPY)
+  if (schedule->do_sample == UM_DO_SAMPLE_GREEDY)
     {
       /* RND1: greedy = getattr (config, "greedy", not do_sample). */
       if (do_sample >= 0 && !um_gen_layer_has (&rec->layer, UM_GEN_KEY_GREEDY))
         take_greedy (rec, !do_sample);
     }
-  else if (schedule == UM_SCHEDULE_BLOCK && do_sample == 0)
+  else if (schedule->do_sample == UM_DO_SAMPLE_TEMPERATURE && do_sample == 0)
     {
       rec->layer.params.temperature = 0.0;
       rec->layer.set |= UM_GEN_KEY_BIT (UM_GEN_KEY_TEMPERATURE);
     }
-  else if (schedule == UM_SCHEDULE_BLOCK && do_sample == 1 && !um_gen_layer_has (&rec->layer, UM_GEN_KEY_TEMPERATURE))
+  else if (schedule->do_sample == UM_DO_SAMPLE_TEMPERATURE && do_sample == 1
+           && !um_gen_layer_has (&rec->layer, UM_GEN_KEY_TEMPERATURE))
     {
       /* transformers samples at its default temperature, 1.0. */
       rec->layer.params.temperature = 1.0;

@@ -21,55 +21,9 @@
 
 G_BEGIN_DECLS
 
-/* The parameters a model may recommend. */
-typedef enum {
-  UM_GEN_KEY_GEN_LENGTH,
-  UM_GEN_KEY_STEPS,
-  UM_GEN_KEY_BLOCK_LENGTH,
-  UM_GEN_KEY_TEMPERATURE,
-  UM_GEN_KEY_CFG_SCALE,
-  UM_GEN_KEY_REMASKING,
-  /* Dream's timestep and RND1's entropy schedules. */
-  UM_GEN_KEY_ALG,
-  UM_GEN_KEY_EPS,
-  UM_GEN_KEY_ALG_TEMP,
-  UM_GEN_KEY_TOP_P,
-  UM_GEN_KEY_TOP_K,
-  UM_GEN_KEY_GREEDY,
-  UM_GEN_N_KEYS
-} UmGenKey;
-
-/* The keys of LLaDA's block schedule, the first ones: those the app's
- * settings show. */
-#define UM_GEN_N_BLOCK_KEYS (UM_GEN_KEY_REMASKING + 1)
-
-#define UM_GEN_KEY_BIT(k) (1u << (k))
-#define UM_GEN_ALL_KEYS   ((1u << UM_GEN_N_KEYS) - 1)
-
-/* "gen_length", "steps", "block_length", "temperature", "cfg_scale",
- * "remasking", "alg", "eps", "alg_temp", "top_p", "top_k", "greedy": the
- * generation_config.json names. */
-const char *um_gen_key_name (UmGenKey key);
-gboolean    um_gen_key_from_name (const char *name, UmGenKey *out);
-
-/* Whether family @arch's schedule has @key (LLaDA and LLaDA-MoE: the
- * block keys; Dream: lengths, temperature, alg, eps, alg_temp, top_p and
- * top_k; RND1: lengths, temperature, top_p, top_k and greedy). */
-gboolean    um_gen_key_applies (UmGenKey key, UmArch arch);
-
-/* The built-in defaults of family @arch: LLaDA's reference chat defaults
- * (um_gen_params_init ()); Dream's README (temperature 0.2, alg entropy,
- * eps 1e-3, alg_temp 0; top_p off as in its code, where None is the
- * default); RND1's RND1GenerationConfig (temperature 0.1, not greedy).
- * Dream and RND1 take as many steps as tokens unless a layer says
- * otherwise (um_gen_resolve_for ()). */
-void        um_gen_params_init_for_arch (UmGenParams *p, UmArch arch);
-/* Sets what family @arch's schedule does not have back to its defaults
- * (off): the other families' keys, and without blocks LLaDA's EOS rules,
- * the KV cache and the factor (RND1, Dream's origin: the threshold). For
- * the app, whose LLaDA controls keep their values when a Dream or RND1
- * model is loaded; unmask-cli reports such options as errors instead. */
-void        um_gen_params_drop_foreign (UmGenParams *p, UmArch arch);
+/* Which keys a family's schedule takes and its built-in defaults are the
+ * schedule table's (um-schedule-table.h: um_gen_key_applies (),
+ * um_gen_params_init_for_arch ()). */
 
 /* Lowest precedence first. */
 typedef enum {

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "um-choose.h"
 #include "um-error.h"
 #include "um-topk.h"
 
@@ -68,7 +69,8 @@ um_schedule_block_causal (const UmBlockCausalModel *m,
   g_autofree gint32 *commit_pos = g_new (gint32, B), *commit_ids = g_new (gint32, B);
   g_autofree float *commit_conf = g_new (float, B);
   g_autofree double *conf = g_new (double, B), *scores = g_new (double, B);
-  gint64 t0 = g_get_monotonic_time ();
+  const UmScheduleEvents events = { step_cb, user_data, x, prompt_len, canvas, g_get_monotonic_time () };
+  UmScheduleCommits commits = { commit_pos, commit_ids, commit_conf, 0 };
   int global_step = 0, valid = 0, n_ids = p->gen_length;
   gboolean stopped = FALSE;
 
@@ -81,7 +83,6 @@ um_schedule_block_causal (const UmBlockCausalModel *m,
         {
           int n_cand = 0, n_high = 0, k;
           gboolean eos_seen = FALSE;
-          UmStepEvent ev = { 0 };
 
           for (int i = start; i < window; i++)
             if (x[i] == m->mask_id)
@@ -127,23 +128,11 @@ um_schedule_block_causal (const UmBlockCausalModel *m,
               eos_seen |= ids[i] == m->eos_id;
             }
 
-          if (step_cb != NULL)
-            {
-              ev.step = global_step;
-              /* An upper bound (blocks may end early), exact at the end. */
-              ev.n_steps = global_step + 1 + (n_blocks - b - 1) * steps + (steps - s - 1);
-              ev.block = b - first_block;
-              ev.n_blocks = n_blocks - first_block;
-              ev.n_committed = k;
-              ev.positions = commit_pos;
-              ev.ids = commit_ids;
-              ev.confidences = commit_conf;
-              ev.canvas = x;
-              ev.prompt_len = prompt_len;
-              ev.seq_len = canvas;
-              ev.elapsed = (g_get_monotonic_time () - t0) / 1e6;
-              step_cb (&ev, user_data);
-            }
+          /* The step count is an upper bound (blocks may end early), exact at the end. */
+          commits.n = k;
+          um_schedule_emit (&events, &commits, global_step,
+                            global_step + 1 + (n_blocks - b - 1) * steps + (steps - s - 1), b - first_block,
+                            n_blocks - first_block);
 
           /* --eos-early-stop: done once a committed EOS has no mask before
            * it in the answer (the reference searches the window from 0; a
@@ -178,4 +167,97 @@ um_schedule_block_causal (const UmBlockCausalModel *m,
   if (out_n_ids != NULL)
     *out_n_ids = n_ids;
   return TRUE;
+}
+
+/* ---- its row in the schedule table ---- */
+
+void
+um_schedule_block_causal_defaults (UmGenParams *p)
+{
+  /* LLaDA2MoeModelLM.generate (): blocks of 32 in 32 steps, threshold
+   * 0.95, greedy. Finished blocks are cached: exact under the
+   * block-causal mask (see above). The answer stops at EOS, so a longer
+   * budget than LLaDA's costs nothing once done. */
+  p->gen_length = 256;
+  p->steps = 32;
+  p->block_length = 32;
+  p->temperature = 0.0;
+  p->threshold = 0.95;
+  p->cache = UM_CACHE_PREFIX;
+}
+
+#define FAIL(...) G_STMT_START { g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, __VA_ARGS__); return FALSE; } G_STMT_END
+
+gboolean
+um_schedule_block_causal_validate (const UmGenParams *p, const char *family, int prompt_len, guint max_seq_len,
+                                   GError **error)
+{
+  if (p->block_length <= 0)
+    FAIL ("block_length must be positive (got %d)", p->block_length);
+  if ((gint64) um_block_causal_canvas (prompt_len, p) > (gint64) max_seq_len)
+    FAIL ("prompt (%d tokens) + gen_length (%d), rounded up to whole blocks of %d, exceeds the model's maximum "
+          "sequence length (%u)", prompt_len, p->gen_length, p->block_length, max_seq_len);
+  if (p->cfg_scale != 0.0)
+    FAIL ("%s's schedule has no classifier-free guidance (cfg_scale is LLaDA's)", family);
+  if (p->remasking != UM_REMASK_LOW_CONFIDENCE)
+    FAIL ("%s's schedule has no remasking strategy (remasking is LLaDA's)", family);
+  if (p->logits_eos_inf || p->confidence_eos_eot_inf)
+    FAIL ("%s's schedule has no EOS/EOT rules (logits_eos_inf and confidence_eos_eot_inf are LLaDA's)",
+          family);
+  if (p->factor > 0.0)
+    FAIL ("%s's schedule has no factor rule (it is Fast-dLLM's rule for LLaDA's blocks)", family);
+  if (p->alg_temp != 0.0)
+    FAIL ("%s's schedule has no alg_temp (it is Dream's)", family);
+  if (p->greedy)
+    FAIL ("%s has no greedy switch (it is RND1's): temperature 0 takes the arg-max", family);
+  if ((p->top_p != 0.0 && p->top_p != 1.0) || p->top_k != 0)
+    FAIL ("%s's schedule here has no top-p or top-k filter yet: use the temperature alone", family);
+  return TRUE;
+}
+#undef FAIL
+
+/* The forward as the schedule sees it (um_forward_choose_window ()). */
+typedef struct {
+  UmForward   *fw;
+  UmChooseRule rule;
+} WindowChoose;
+
+static gboolean
+window_choose (gpointer data, const gint32 *ids, int canvas, int window, int start, const gint32 *rows, int n_rows,
+               guint64 step, gint32 *out_ids, double *out_conf, GCancellable *cancellable, GError **error)
+{
+  WindowChoose *w = data;
+
+  w->rule.step = step;
+  return um_forward_choose_window (w->fw, ids, canvas, window, start, rows, n_rows, &w->rule, rows, out_ids,
+                                   out_conf, cancellable, error);
+}
+
+gboolean
+um_schedule_block_causal_run (const UmScheduleRun *run, GError **error)
+{
+  UmModel *model = um_forward_get_model (run->fw);
+  const UmModelConfig *c = &model->cfg;
+  const UmGenParams *p = run->p;
+  const int canvas = um_block_causal_canvas (run->prompt_len, p);
+  g_autofree gint32 *x = g_new (gint32, canvas);
+  WindowChoose w = { .fw = run->fw };
+  UmBlockCausalModel m = { .mask_id = c->mask_id, .eos_id = c->eos_id, .choose = window_choose, .choose_data = &w };
+  int n_ids = 0;
+  gboolean ok;
+
+  if (!um_schedule_canvas_init (model, run->prompt, run->prompt_len, p, x, canvas, error))
+    return FALSE;
+  w.rule.seed = p->seed;
+  w.rule.temperature = p->temperature;
+  w.rule.eos_id = c->eos_id;
+  w.rule.eot_id = c->eot_id;
+  w.rule.conf_tempered = TRUE;
+  um_forward_set_attention_block (run->fw, p->block_length);
+  ok = um_schedule_block_causal (&m, x, run->prompt_len, p, run->step_cb, run->user_data, run->cancellable,
+                                 run->out_n_steps, &n_ids, error);
+  um_forward_set_attention_block (run->fw, 0);
+  if (ok)
+    g_array_append_vals (run->out_ids, x + run->prompt_len, n_ids);
+  return ok;
 }

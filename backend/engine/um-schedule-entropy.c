@@ -100,7 +100,7 @@ um_schedule_entropy (const UmScheduleModel *m,
   const int N = p->steps;
   /* Upstream: a pad id of None is 0. */
   const gint32 pad = m->pad_id >= 0 ? m->pad_id : 0;
-  const gint64 t0 = g_get_monotonic_time ();
+  const UmScheduleEvents events = { step_cb, user_data, x, prompt_len, L, g_get_monotonic_time () };
   g_autofree gboolean *maskable = g_new0 (gboolean, L), *keep = g_new0 (gboolean, L);
   g_autofree double *scores = g_new (double, L);
   g_autofree gint32 *chosen = g_new (gint32, L), *commit_pos = g_new (gint32, L), *commit_ids = g_new (gint32, L);
@@ -109,7 +109,7 @@ um_schedule_entropy (const UmScheduleModel *m,
   g_autofree float *commit_conf = g_new (float, L);
   UmScheduleCommits c = { commit_pos, commit_ids, commit_conf, 0 };
   EntropyRun r = { m, p, { 0 }, pos, pred, ent, prob, 0 };
-  int total = 0, events = 0;
+  int total = 0, n_events = 0;
   gboolean ok = FALSE;
 
   if (out_n_steps != NULL)
@@ -156,7 +156,7 @@ um_schedule_entropy (const UmScheduleModel *m,
             keep[chosen[q]] = TRUE;
         }
       commit (&r, x, L, maskable, keep, &c);
-      um_schedule_emit (step_cb, user_data, &c, events++, N, x, prompt_len, L, t0);
+      um_schedule_emit (&events, &c, n_events++, N, 0, 1);
       for (int i = 0; i < L && !left; i++)
         left = maskable[i];
       if (left && !score (&r, x, L, maskable, cancellable, error))
@@ -165,12 +165,51 @@ um_schedule_entropy (const UmScheduleModel *m,
   if (g_cancellable_set_error_if_cancelled (cancellable, error))
     goto out;
   commit (&r, x, L, maskable, NULL, &c);
-  um_schedule_emit (step_cb, user_data, &c, events++, N, x, prompt_len, L, t0);
+  um_schedule_emit (&events, &c, n_events++, N, 0, 1);
   ok = TRUE;
 
 out:
   if (out_n_steps != NULL)
-    *out_n_steps = events;
+    *out_n_steps = n_events;
   um_schedule_rows_clear (&r.rows);
   return ok;
+}
+
+/* ---- its row in the schedule table ---- */
+
+void
+um_schedule_entropy_defaults (UmGenParams *p)
+{
+  /* RND1GenerationConfig: temperature 0.1, greedy False. */
+  p->temperature = 0.1;
+  p->greedy = FALSE;
+}
+
+#define FAIL(...) G_STMT_START { g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, __VA_ARGS__); return FALSE; } G_STMT_END
+
+gboolean
+um_schedule_entropy_validate (const UmGenParams *p, const char *family, int prompt_len, guint max_seq_len,
+                              GError **error)
+{
+  if (!um_gen_params_check_filters (p, error) || !um_gen_params_check_no_blocks (p, family, error))
+    return FALSE;
+  if (p->gen_length < 2)
+    FAIL ("%s reserves the answer's last position: gen_length must be at least 2 (got %d)", family,
+          p->gen_length);
+  for (int i = 0; i < p->n_constraints; i++)
+    if (p->constraints[i].offset >= p->gen_length - 1)
+      FAIL ("%s reserves the answer's last position (%d): no constraint may start there", family,
+            p->gen_length - 1);
+  if (p->alg_temp != 0.0)
+    FAIL ("%s's schedule has no alg_temp (it is Dream's)", family);
+  if (p->threshold > 0.0)
+    FAIL ("%s's schedule has no threshold rule: each step's count is fixed by its entropy order", family);
+  return TRUE;
+}
+#undef FAIL
+
+gboolean
+um_schedule_entropy_run (const UmScheduleRun *run, GError **error)
+{
+  return um_schedule_run_rows (um_schedule_entropy, run, error);
 }

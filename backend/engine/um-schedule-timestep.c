@@ -90,7 +90,7 @@ um_schedule_timestep (const UmScheduleModel *m,
 {
   const int steps = p->steps, V = m->vocab;
   const gboolean origin = p->alg == UM_ALG_ORIGIN;
-  const gint64 t0 = g_get_monotonic_time ();
+  const UmScheduleEvents events = { step_cb, user_data, x, prompt_len, L, g_get_monotonic_time () };
   g_autofree float *ts = g_new (float, steps + 1);
   g_autofree gint32 *pos = g_new (gint32, L), *asked = g_new (gint32, L), *ids = g_new (gint32, L);
   g_autofree gint32 *chosen = g_new (gint32, L), *commit_pos = g_new (gint32, L), *commit_ids = g_new (gint32, L);
@@ -213,11 +213,53 @@ um_schedule_timestep (const UmScheduleModel *m,
           }
       {
         gboolean done = p->threshold > 0.0 && c.n == n;
-        um_schedule_emit (step_cb, user_data, &c, step, done ? step + 1 : steps, x, prompt_len, L, t0);
+        um_schedule_emit (&events, &c, step, done ? step + 1 : steps, 0, 1);
       }
       if (out_n_steps != NULL)
         *out_n_steps = step + 1;
     }
   um_schedule_rows_clear (&rows);
   return ok;
+}
+
+/* ---- its row in the schedule table ---- */
+
+void
+um_schedule_timestep_defaults (UmGenParams *p)
+{
+  /* Dream's README: temperature 0.2, top_p 0.95, alg entropy, alg_temp 0.
+   * The nucleus stays off as in the code's defaults (top_p None): the
+   * fixtures' command lines reproduce without it, and at temperature 0 a
+   * one-token nucleus makes every confidence 1. */
+  p->temperature = 0.2;
+  p->alg = UM_ALG_ENTROPY;
+  p->eps = 1e-3;
+}
+
+#define FAIL(...) G_STMT_START { g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, __VA_ARGS__); return FALSE; } G_STMT_END
+
+gboolean
+um_schedule_timestep_validate (const UmGenParams *p, const char *family, int prompt_len, guint max_seq_len,
+                               GError **error)
+{
+  if (!um_gen_params_check_filters (p, error) || !um_gen_params_check_no_blocks (p, family, error))
+    return FALSE;
+  if ((guint) p->alg > (guint) UM_ALG_ENTROPY)
+    FAIL ("unknown alg %d", (int) p->alg);
+  if (!(p->eps >= 0.0 && p->eps < 1.0))
+    FAIL ("eps must be in [0, 1) (got %g)", p->eps);
+  if (!(p->alg_temp >= 0.0) || !isfinite (p->alg_temp))
+    FAIL ("alg_temp must be a finite number ≥ 0 (got %g)", p->alg_temp);
+  if (p->greedy)
+    FAIL ("%s has no greedy switch (it is RND1's): temperature 0 takes the arg-max", family);
+  if (p->threshold > 0.0 && p->alg == UM_ALG_ORIGIN)
+    FAIL ("a threshold needs a confidence: alg origin commits at random");
+  return TRUE;
+}
+#undef FAIL
+
+gboolean
+um_schedule_timestep_run (const UmScheduleRun *run, GError **error)
+{
+  return um_schedule_run_rows (um_schedule_timestep, run, error);
 }

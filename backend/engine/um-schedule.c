@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "um-error.h"
+#include "um-tokenizer.h"
 #include "um-topk.h"
 
 int
@@ -360,6 +361,111 @@ um_rnd1_row (UmRowScratch *s, const float *logits, const UmGenParams *p, double 
   *out_entropy = -h;
 }
 
+/* ---- the canvas a run starts from ---- */
+
+gboolean
+um_schedule_canvas_init (UmModel           *model,
+                         const gint32      *prompt,
+                         int                prompt_len,
+                         const UmGenParams *p,
+                         gint32            *x,
+                         int                canvas_len,
+                         GError           **error)
+{
+  g_autofree gboolean *taken = NULL;
+
+  memcpy (x, prompt, sizeof (gint32) * prompt_len);
+  for (int i = prompt_len; i < canvas_len; i++)
+    x[i] = model->cfg.mask_id;
+  if (p->n_constraints == 0)
+    return TRUE;
+  taken = g_new0 (gboolean, p->gen_length);
+  for (int i = 0; i < p->n_constraints; i++)
+    {
+      const UmGenConstraint *ci = &p->constraints[i];
+      g_autoptr(GArray) ids = g_array_new (FALSE, FALSE, sizeof (gint32));
+
+      if (ci->word == NULL)
+        g_array_append_vals (ids, ci->ids, ci->n_ids);
+      else
+        {
+          g_autofree char *text = g_ascii_isspace (ci->word[0]) ? g_strdup (ci->word)
+                                                                 : g_strconcat (" ", ci->word, NULL);
+          if (model->tokenizer == NULL)
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "word constraints need the model's tokenizer");
+              return FALSE;
+            }
+          if (!um_tokenizer_encode (model->tokenizer, text, -1, ids, error))
+            return FALSE;
+        }
+      if (ids->len == 0 || (gint64) ci->offset + ids->len > p->gen_length)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                       "the constraint “%s” at offset %d (%u tokens) does not fit in the answer (%d tokens)",
+                       ci->word ? ci->word : "(tokens)", ci->offset, ids->len, p->gen_length);
+          return FALSE;
+        }
+      for (guint t = 0; t < ids->len; t++)
+        {
+          gint32 id = g_array_index (ids, gint32, t);
+          int at = ci->offset + (int) t;
+          if (id < 0 || (guint) id >= model->cfg.vocab_size || id == model->cfg.mask_id)
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                           "the constraint “%s” tokenizes to %d, which the model cannot take",
+                           ci->word ? ci->word : "(tokens)", id);
+              return FALSE;
+            }
+          if (taken[at])
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                           "the constraint “%s” at offset %d overlaps another one at answer position %d",
+                           ci->word ? ci->word : "(tokens)", ci->offset, at);
+              return FALSE;
+            }
+          taken[at] = TRUE;
+          x[prompt_len + at] = id;
+        }
+    }
+  return TRUE;
+}
+
+/* The forward as the timestep and entropy schedules see it: raw rows. */
+static gboolean
+forward_logits (gpointer data, const gint32 *ids, int seq_len, const gint32 *rows, int n_rows, float *logits,
+                GCancellable *cancellable, GError **error)
+{
+  return um_forward_logits (data, ids, 1, seq_len, rows, n_rows, logits, cancellable, error);
+}
+
+gboolean
+um_schedule_run_rows (UmScheduleRowsCore core, const UmScheduleRun *run, GError **error)
+{
+  UmModel *model = um_forward_get_model (run->fw);
+  const UmModelConfig *c = &model->cfg;
+  const UmGenParams *p = run->p;
+  const int L = run->prompt_len + p->gen_length;
+  g_autofree gint32 *x = g_new (gint32, L);
+  UmScheduleModel m = { 0 };
+  gboolean ok;
+
+  m.vocab = (int) c->vocab_size;
+  m.mask_id = c->mask_id;
+  m.eos_id = c->eos_id;
+  m.pad_id = c->pad_id;
+  m.bos_id = c->bos_id;
+  m.shift = c->shift_logits;
+  m.logits = forward_logits;
+  m.logits_data = run->fw;
+  if (!um_schedule_canvas_init (model, run->prompt, run->prompt_len, p, x, L, error))
+    return FALSE;
+  ok = core (&m, x, run->prompt_len, L, p, run->step_cb, run->user_data, run->cancellable, run->out_n_steps, error);
+  if (ok)
+    g_array_append_vals (run->out_ids, x + run->prompt_len, p->gen_length);
+  return ok;
+}
+
 /* ---- the logits rows of a step ---- */
 
 gboolean
@@ -417,25 +523,31 @@ um_schedule_host_bytes (int canvas_len, int vocab)
          + MAX (um_topk_scratch_bytes (canvas_len), um_topk_scratch_bytes (vocab));
 }
 
+guint64
+um_schedule_rows_host_bytes (const UmModelConfig *cfg, int n_seq, int canvas_len)
+{
+  return um_schedule_host_bytes (canvas_len, (int) cfg->vocab_size);
+}
+
 void
-um_schedule_emit (UmStepFunc step_cb, gpointer user_data, const UmScheduleCommits *c, int step, int n_steps,
-                  const gint32 *x, int prompt_len, int seq_len, gint64 t0)
+um_schedule_emit (const UmScheduleEvents *e, const UmScheduleCommits *c, int step, int n_steps, int block,
+                  int n_blocks)
 {
   UmStepEvent ev = { 0 };
 
-  if (step_cb == NULL)
+  if (e->step_cb == NULL)
     return;
   ev.step = step;
   ev.n_steps = n_steps;
-  ev.block = 0;
-  ev.n_blocks = 1;
+  ev.block = block;
+  ev.n_blocks = n_blocks;
   ev.n_committed = c->n;
   ev.positions = c->pos;
   ev.ids = c->ids;
   ev.confidences = c->conf;
-  ev.canvas = x;
-  ev.prompt_len = prompt_len;
-  ev.seq_len = seq_len;
-  ev.elapsed = (g_get_monotonic_time () - t0) / 1e6;
-  step_cb (&ev, user_data);
+  ev.canvas = e->canvas;
+  ev.prompt_len = e->prompt_len;
+  ev.seq_len = e->seq_len;
+  ev.elapsed = (g_get_monotonic_time () - e->t0) / 1e6;
+  e->step_cb (&ev, e->user_data);
 }

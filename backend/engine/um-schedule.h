@@ -1,7 +1,13 @@
-/* um-schedule.h — the unmasking schedules besides LLaDA's blocks, and the
- * pieces every schedule shares (engine-internal; the tests call them with
- * a fake forward).
+/* um-schedule.h — what the schedules share, and each schedule's part of
+ * its row in the schedule table (engine-internal; the tests call the
+ * schedules' cores with a fake forward).
  *
+ *  - the rows' functions: each schedule's defaults, validation, host bytes
+ *    and run, defined in its own file (um-schedule-block.c,
+ *    um-schedule-timestep.c, um-schedule-entropy.c,
+ *    um-schedule-block-causal.c) and listed in um-schedule-table.c;
+ *  - the canvas every run starts from (prompt, masks, constraints) and the
+ *    step event every run emits;
  *  - the logits shift: Dream and RND1 read position i from the logits row
  *    i − 1 (row 0 for position 0); the forward always returns raw rows and
  *    um_logit_rows () is the one place that maps positions to rows;
@@ -20,7 +26,8 @@
 
 #include <gio/gio.h>
 
-#include "um-sampler.h"
+#include "um-forward.h"
+#include "um-gen-params.h"
 
 G_BEGIN_DECLS
 
@@ -45,6 +52,75 @@ typedef struct {
   UmLogitsFunc logits;
   gpointer     logits_data;
 } UmScheduleModel;
+
+/* One generation as a schedule runs it: the canvas is the prompt, then
+ * the answer (masks and the constraints' tokens). */
+typedef struct _UmScheduleRun UmScheduleRun;
+struct _UmScheduleRun {
+  UmForward         *fw;
+  const gint32      *prompt;
+  int                prompt_len;
+  const UmGenParams *p;             /* validated (um_gen_params_validate_for ()) */
+  UmStepFunc         step_cb;       /* may be NULL; called after every step from this thread */
+  gpointer           user_data;
+  GCancellable      *cancellable;
+  GArray            *out_ids;       /* receives the generated ids (gint32) */
+  int               *out_n_steps;   /* may be NULL: the steps run */
+};
+
+/* ---- the rows' functions (um-schedule-table.h says what each does) ---- */
+
+void     um_schedule_block_defaults (UmGenParams *p);
+gboolean um_schedule_block_validate (const UmGenParams *p, const char *family, int prompt_len, guint max_seq_len,
+                                     GError **error);
+/* The block schedule's arrays: the canvas, the rows asked for, the
+ * per-position candidate and commit arrays, and the top-k's scratch. */
+guint64  um_schedule_block_host_bytes (const UmModelConfig *cfg, int n_seq, int canvas_len);
+gboolean um_schedule_block_run (const UmScheduleRun *run, GError **error);
+
+void     um_schedule_timestep_defaults (UmGenParams *p);
+gboolean um_schedule_timestep_validate (const UmGenParams *p, const char *family, int prompt_len,
+                                        guint max_seq_len, GError **error);
+gboolean um_schedule_timestep_run (const UmScheduleRun *run, GError **error);
+
+void     um_schedule_entropy_defaults (UmGenParams *p);
+gboolean um_schedule_entropy_validate (const UmGenParams *p, const char *family, int prompt_len, guint max_seq_len,
+                                       GError **error);
+gboolean um_schedule_entropy_run (const UmScheduleRun *run, GError **error);
+
+void     um_schedule_block_causal_defaults (UmGenParams *p);
+gboolean um_schedule_block_causal_validate (const UmGenParams *p, const char *family, int prompt_len,
+                                            guint max_seq_len, GError **error);
+/* The answer ends at its first EOS. */
+gboolean um_schedule_block_causal_run (const UmScheduleRun *run, GError **error);
+
+/* um_schedule_host_bytes () for @cfg's vocabulary: the timestep and entropy
+ * schedules hold every answer position's logits row. */
+guint64  um_schedule_rows_host_bytes (const UmModelConfig *cfg, int n_seq, int canvas_len);
+
+/* ---- the canvas and the step events every run shares ---- */
+
+/* The canvas of @canvas_len a run starts from: @prompt, then masks, then
+ * the constraints' tokens written into the answer (a word tokenized with
+ * @model's tokenizer after a leading space, as the official LLaDA demo
+ * does: inside an answer it is a mid-sentence token of the byte-level BPE). */
+gboolean um_schedule_canvas_init (UmModel           *model,
+                                  const gint32      *prompt,
+                                  int                prompt_len,
+                                  const UmGenParams *p,
+                                  gint32            *x,
+                                  int                canvas_len,
+                                  GError           **error);
+
+/* Where a run's step events go and what they show. */
+typedef struct {
+  UmStepFunc    step_cb;       /* NULL: no events */
+  gpointer      user_data;
+  const gint32 *canvas;
+  int           prompt_len;
+  int           seq_len;
+  gint64        t0;            /* the run's start, g_get_monotonic_time () */
+} UmScheduleEvents;
 
 /* The logits rows positions @positions[0..n) (ascending) read: themselves,
  * or with @shift the row before (row 0 for position 0). Writes the distinct
@@ -129,6 +205,22 @@ gboolean um_schedule_entropy (const UmScheduleModel *m,
                               GCancellable          *cancellable,
                               int                   *out_n_steps,
                               GError               **error);
+
+/* The timestep and entropy schedules as the engine runs them: the canvas
+ * of prompt + gen_length (um_schedule_canvas_init ()), the forward's raw
+ * logits rows through the family's shift, then @core; the answer's
+ * gen_length ids into @out_ids. */
+typedef gboolean (*UmScheduleRowsCore) (const UmScheduleModel *m,
+                                        gint32                *x,
+                                        int                    prompt_len,
+                                        int                    seq_len,
+                                        const UmGenParams     *p,
+                                        UmStepFunc             step_cb,
+                                        gpointer               user_data,
+                                        GCancellable          *cancellable,
+                                        int                   *out_n_steps,
+                                        GError               **error);
+gboolean um_schedule_run_rows (UmScheduleRowsCore core, const UmScheduleRun *run, GError **error);
 
 /* LLaDA 2.x's block-causal schedule (um-schedule-block-causal.c). The
  * forward as it sees it: um_forward_choose_window () with the step's
@@ -220,14 +312,13 @@ typedef struct {
   int     n;
 } UmScheduleCommits;
 
-void     um_schedule_emit (UmStepFunc               step_cb,
-                           gpointer                 user_data,
+/* Sends step @step of @n_steps (exact, or a bound exact at the last step)
+ * of block @block of @n_blocks: @commits, the canvas after them, the time. */
+void     um_schedule_emit (const UmScheduleEvents  *events,
                            const UmScheduleCommits *commits,
                            int                      step,
                            int                      n_steps,
-                           const gint32            *x,
-                           int                      prompt_len,
-                           int                      seq_len,
-                           gint64                   t0);
+                           int                      block,
+                           int                      n_blocks);
 
 G_END_DECLS

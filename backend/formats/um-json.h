@@ -59,4 +59,15 @@ gboolean  um_json_error_is_missing (const GError *error);
 /* The root as an object, or NULL and an error "WHAT: not a JSON object". */
 JsonObject *um_json_root_object (JsonNode *root, const char *what, GError **error);
 
+/* Member @name of @o (may be NULL) if it is a string, else NULL: json-glib's
+ * own getters complain about other types, and a file's types are its
+ * writer's. */
+const char *um_json_get_string (JsonObject *o, const char *name);
+
+/* Writing: member @name and its value, in one call. */
+void        um_json_add_int (JsonBuilder *b, const char *name, gint64 value);
+void        um_json_add_double (JsonBuilder *b, const char *name, double value);
+void        um_json_add_string (JsonBuilder *b, const char *name, const char *value);
+void        um_json_add_bool (JsonBuilder *b, const char *name, gboolean value);
+
 G_END_DECLS

@@ -13,6 +13,7 @@
 
 #include "um-convert.h"
 #include "um-cpu-kernels.h"
+#include "um-enum.h"
 #include "um-error.h"
 #include "um-expert-store.h"
 #include "um-forward.h"
@@ -38,18 +39,19 @@ static const char *const mode_formats[UM_MEM_N_MODES] = {
 const char *
 um_mem_mode_to_string (UmMemMode mode)
 {
-  return (guint) mode < UM_MEM_N_MODES ? mode_names[mode] : "unknown";
+  return um_enum_to_string (mode_names, UM_MEM_N_MODES, (int) mode);
 }
 
 gboolean
 um_mem_mode_from_string (const char *s, UmMemMode *out)
 {
-  for (int i = 0; s != NULL && i < UM_MEM_N_MODES; i++)
-    if (g_ascii_strcasecmp (s, mode_names[i]) == 0)
-      {
-        *out = (UmMemMode) i;
-        return TRUE;
-      }
+  int v;
+
+  if (um_enum_from_string (mode_names, UM_MEM_N_MODES, s, TRUE, &v))
+    {
+      *out = (UmMemMode) v;
+      return TRUE;
+    }
   /* The short names the app's command line takes (--extreme=moderate). */
   if (s != NULL && (g_ascii_strcasecmp (s, "mild") == 0 || g_ascii_strcasecmp (s, "moderate") == 0
                     || g_ascii_strcasecmp (s, "aggressive") == 0))
@@ -141,7 +143,7 @@ um_plan_component_name (UmPlanComponent c)
     "weights", "embedding", "stream_slots", "host_store", "activations", "logits", "sampler", "backend",
     "process", "kv_cache", "expert_slots", "experts",
   };
-  return (guint) c < UM_PLAN_N_COMPONENTS ? names[c] : "unknown";
+  return um_enum_to_string (names, UM_PLAN_N_COMPONENTS, (int) c);
 }
 
 /* "Key:   123 kB" lines of /proc files, in bytes (0 if absent). */

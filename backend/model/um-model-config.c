@@ -15,12 +15,53 @@
 #define MAX_SEQ      (1u << 20)
 #define MAX_EXPERTS  4096u
 
+/* The id LLaDA2MoeModelLM.generate () masks with when the config names
+ * none (llama.cpp's converters hard-code it for the Ling vocabulary). */
+#define LING_MASK_ID 156895
+
 static const UmArchInfo arch_infos[UM_ARCH_N] = {
-  [UM_ARCH_LLADA]     = { UM_ARCH_LLADA,     "LLaDA",     "llada",     FALSE, UM_SCHEDULE_BLOCK },
-  [UM_ARCH_DREAM]     = { UM_ARCH_DREAM,     "Dream",     "dream",     TRUE,  UM_SCHEDULE_TIMESTEP },
-  [UM_ARCH_LLADA_MOE] = { UM_ARCH_LLADA_MOE, "LLaDA-MoE", "llada-moe", FALSE, UM_SCHEDULE_BLOCK },
-  [UM_ARCH_RND1]      = { UM_ARCH_RND1,      "RND1",      "rnd1",      TRUE,  UM_SCHEDULE_ENTROPY },
-  [UM_ARCH_LLADA2]    = { UM_ARCH_LLADA2,    "LLaDA 2",   "llada2",    FALSE, UM_SCHEDULE_BLOCK_CAUSAL },
+  [UM_ARCH_LLADA] = {
+    .arch = UM_ARCH_LLADA, .name = "LLaDA", .gguf_arch = "llada", .shift_logits = FALSE,
+    .schedule = UM_SCHEDULE_BLOCK,
+    .qkv_bias = UM_FAMILY_NEVER, .head_dim_fixed = TRUE, .gguf_rope_interleaved = TRUE,
+    .eot_token = "<|eot_id|>", .hf_mask_id = -1,
+    .hf_names = &um_weight_names_olmo, .gguf_names = &um_weight_names_gguf,
+  },
+  [UM_ARCH_DREAM] = {
+    .arch = UM_ARCH_DREAM, .name = "Dream", .gguf_arch = "dream", .shift_logits = TRUE,
+    .schedule = UM_SCHEDULE_TIMESTEP,
+    .qkv_bias = UM_FAMILY_ALWAYS,
+    .eot_token = "<|im_end|>", .hf_mask_id = -1,
+    .hf_names = &um_weight_names_hf, .gguf_names = &um_weight_names_gguf,
+  },
+  [UM_ARCH_LLADA_MOE] = {
+    .arch = UM_ARCH_LLADA_MOE, .name = "LLaDA-MoE", .gguf_arch = "llada-moe", .shift_logits = FALSE,
+    .schedule = UM_SCHEDULE_BLOCK,
+    .qkv_bias = UM_FAMILY_BY_FILE, .qk_norm = TRUE, .hf_qk_norm_key = "qk_layernorm",
+    /* Its upstream code never renormalises (its released config says null). */
+    .experts = TRUE, .router_norm = FALSE,
+    .eot_token = "<|role_end|>", .hf_mask_id = LING_MASK_ID,
+    .hf_names = &um_weight_names_hf, .gguf_names = &um_weight_names_gguf,
+  },
+  [UM_ARCH_RND1] = {
+    .arch = UM_ARCH_RND1, .name = "RND1", .gguf_arch = "rnd1", .shift_logits = TRUE,
+    .schedule = UM_SCHEDULE_ENTROPY,
+    .qkv_bias = UM_FAMILY_BY_FILE, .qk_norm = TRUE,
+    /* Qwen3-MoE's rule: renormalised. */
+    .experts = TRUE, .router_norm = TRUE,
+    .eot_token = "<|im_end|>", .hf_mask_id = -1,
+    .hf_names = &um_weight_names_hf, .gguf_names = &um_weight_names_gguf,
+  },
+  [UM_ARCH_LLADA2] = {
+    .arch = UM_ARCH_LLADA2, .name = "LLaDA 2", .gguf_arch = "llada2", .shift_logits = FALSE,
+    .schedule = UM_SCHEDULE_BLOCK_CAUSAL,
+    .qkv_bias = UM_FAMILY_BY_FILE, .qk_norm = TRUE, .hf_qk_norm_key = "use_qk_norm",
+    .rope_partial = TRUE, .block_causal = TRUE,
+    /* The reference gate renormalises. */
+    .experts = TRUE, .router_norm = TRUE,
+    .eot_token = "<|role_end|>", .hf_mask_id = LING_MASK_ID,
+    .hf_names = &um_weight_names_llada2_hf, .gguf_names = &um_weight_names_llada2_gguf,
+  },
 };
 
 const UmArchInfo *
@@ -398,10 +439,6 @@ read_layer_freq (JsonObject *obj, const char *file, guint n_layers, guint *n_den
   return TRUE;
 }
 
-/* The id LLaDA2MoeModelLM.generate () masks with when the config names
- * none (llama.cpp's converters hard-code it for the Ling vocabulary). */
-#define LING_MASK_ID 156895
-
 /* LLaDA 2.x's attention and experts (LLaDA2MoeConfig, BailingMoeV2's keys).
  * An absent key takes the config class's default, as transformers would:
  * half of each head rotated, QK-norm on, 8 groups of which 4 are kept,
@@ -411,6 +448,7 @@ static gboolean
 load_llada2_parts (UmModelConfig *cfg, JsonObject *obj, const char *file, guint n_layers, guint head_dim,
                    GError **error)
 {
+  const UmArchInfo *info = um_arch_info (UM_ARCH_LLADA2);
   gint64 n_exp = 0, n_used = 0, exp_ffn = 0, n_dense = 0, n_group = 8, topk_group = 4, n_shared = 0;
   double partial = 0.5, scale = 2.5, rot;
   const char *score = "sigmoid";
@@ -462,14 +500,14 @@ load_llada2_parts (UmModelConfig *cfg, JsonObject *obj, const char *file, guint 
   /* An absurd product is left for validation to name. */
   cfg->shared_ffn = (guint) MIN ((guint64) exp_ffn * n_shared, G_MAXUINT32);
   cfg->router_func = g_str_equal (score, "softmax") ? UM_ROUTER_SOFTMAX : UM_ROUTER_SIGMOID;
-  cfg->router_norm = get_bool (obj, "norm_topk_prob", TRUE);
+  cfg->router_norm = get_bool (obj, "norm_topk_prob", info->router_norm);
   cfg->router_scale = scale;
   /* A first guess for readers of the configuration alone: binding the
    * weights decides from the tensors (the gate registers expert_bias
    * whatever the flag says, zeros when it is off). */
   cfg->expert_bias = get_bool (obj, "moe_router_enable_expert_bias", TRUE);
-  cfg->block_causal = TRUE;
-  cfg->qk_norm = get_bool (obj, "use_qk_norm", TRUE);
+  cfg->block_causal = info->block_causal;
+  cfg->qk_norm = info->qk_norm && get_bool (obj, info->hf_qk_norm_key, TRUE);
   cfg->qkv_bias = get_bool (obj, "use_qkv_bias", FALSE);
   return TRUE;
 }
@@ -486,7 +524,8 @@ load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *ge
   const gboolean llada2 = arch == UM_ARCH_LLADA2;
   /* LLaDA2MoeConfig's own default eps */
   double theta = 10000.0, eps = llada2 ? 1e-5 : 1e-6;
-  gboolean moe = arch == UM_ARCH_LLADA_MOE || arch == UM_ARCH_RND1;
+  /* LLaDA 2's experts come with its attention (load_llada2_parts ()). */
+  gboolean moe = um_arch_info (arch)->experts && !llada2;
   const char *score = "softmax";
 
   if (!get_int (obj, file, "num_hidden_layers", REQUIRED, 1, MAX_LAYERS, &n_layers, error)
@@ -559,20 +598,21 @@ load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *ge
       cfg->n_experts_used = n_used;
       cfg->expert_ffn = exp_ffn;
       cfg->router_func = g_str_equal (score, "sigmoid") ? UM_ROUTER_SIGMOID : UM_ROUTER_SOFTMAX;
-      /* RND1 forces norm_topk_prob true; LLaDA-MoE's upstream code never
-       * renormalises, and its released config says null. */
-      cfg->router_norm = get_bool (obj, "norm_topk_prob", arch == UM_ARCH_RND1);
+      /* The family's rule unless norm_topk_prob says (RND1's config
+       * forces it true; LLaDA-MoE's released config says null). */
+      cfg->router_norm = get_bool (obj, "norm_topk_prob", um_arch_info (arch)->router_norm);
     }
   if (mask < 0)
     {
       /* Real LLaDA-MoE and LLaDA 2 configs may lack it (Ling's vocabulary). */
-      if ((arch == UM_ARCH_LLADA_MOE || llada2) && vocab > LING_MASK_ID)
-        mask = LING_MASK_ID;
-      else if (arch == UM_ARCH_LLADA_MOE || llada2)
+      const gint32 ref_mask = um_arch_info (arch)->hf_mask_id;
+      if (ref_mask >= 0 && vocab > ref_mask)
+        mask = ref_mask;
+      else if (ref_mask >= 0)
         {
           g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
                        "%s: “mask_token_id” is missing, and the reference's default (%d) is outside the "
-                       "vocabulary (%" G_GINT64_FORMAT ")", file, LING_MASK_ID, vocab);
+                       "vocabulary (%" G_GINT64_FORMAT ")", file, ref_mask, vocab);
           return FALSE;
         }
       else
@@ -615,8 +655,10 @@ load_hf_family (UmModelConfig *cfg, UmArch arch, JsonObject *obj, JsonObject *ge
   if (llada2)
     return TRUE;
   /* Qwen2 (Dream) always has q/k/v biases; the others say attention_bias. */
-  cfg->qkv_bias = arch == UM_ARCH_DREAM || get_bool (obj, "attention_bias", FALSE);
-  cfg->qk_norm = arch == UM_ARCH_RND1 || (arch == UM_ARCH_LLADA_MOE && get_bool (obj, "qk_layernorm", TRUE));
+  cfg->qkv_bias = um_arch_info (arch)->qkv_bias == UM_FAMILY_ALWAYS || get_bool (obj, "attention_bias", FALSE);
+  cfg->qk_norm = um_arch_info (arch)->qk_norm
+                 && (um_arch_info (arch)->hf_qk_norm_key == NULL
+                     || get_bool (obj, um_arch_info (arch)->hf_qk_norm_key, TRUE));
   return TRUE;
 }
 
@@ -673,7 +715,7 @@ um_model_config_validate (const UmModelConfig *cfg,
   if (cfg->head_dim == 0)
     FAIL ("%s: n_heads (%u) does not divide d_model (%u) and no head size is given",
           source, cfg->n_heads, cfg->d_model);
-  if (cfg->arch == UM_ARCH_LLADA && cfg->head_dim != cfg->d_model / cfg->n_heads)
+  if (um_arch_info (cfg->arch)->head_dim_fixed && cfg->head_dim != cfg->d_model / cfg->n_heads)
     FAIL ("%s: the head size (%u) must be d_model / n_heads for LLaDA", source, cfg->head_dim);
   if (cfg->head_dim % 2 != 0)
     FAIL ("%s: the head size (%u) must be even for RoPE", source, cfg->head_dim);
@@ -685,8 +727,7 @@ um_model_config_validate (const UmModelConfig *cfg,
   if (cfg->rope_dim == 0 || cfg->rope_dim % 2 != 0 || cfg->rope_dim > cfg->head_dim)
     FAIL ("%s: RoPE's rotated width (%u) must be even, non-zero and at most the head size (%u)",
           source, cfg->rope_dim, cfg->head_dim);
-  if ((cfg->arch == UM_ARCH_LLADA_MOE || cfg->arch == UM_ARCH_RND1 || cfg->arch == UM_ARCH_LLADA2)
-      && cfg->n_experts == 0)
+  if (um_arch_info (cfg->arch)->experts && cfg->n_experts == 0)
     FAIL ("%s: the number of experts is 0 for a mixture-of-experts family (%s)",
           source, um_arch_info (cfg->arch)->name);
   if (cfg->n_experts > 0)

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "um-tensor-table.h"
+#include "um-weight-names.h"
 
 G_BEGIN_DECLS
 
@@ -33,12 +34,38 @@ typedef enum {
                              * the positions above the threshold, or the step's count of the most confident */
 } UmSchedule;
 
+/* Whether a family's layers have something, or its files say. */
+typedef enum {
+  UM_FAMILY_NEVER,
+  UM_FAMILY_BY_FILE,
+  UM_FAMILY_ALWAYS,
+} UmFamilyHas;
+
+/* The family table: a row per family, a column per fact. The loaders
+ * write these facts into UmModelConfig (where a file may still decide,
+ * the column is the default) and the forward reads the configuration. */
 typedef struct {
   UmArch      arch;
-  const char *name;          /* shown to the user: "LLaDA", "Dream", "LLaDA-MoE", "RND1" */
+  const char *name;          /* shown to the user: "LLaDA", "Dream", "LLaDA-MoE", "RND1", "LLaDA 2" */
   const char *gguf_arch;     /* general.architecture */
-  gboolean    shift_logits;  /* position i reads the logits row i-1 (row 0 for position 0) */
+  gboolean    shift_logits;  /* position i reads the logits row i-1 (row 0 for position 0); a file may say */
   UmSchedule  schedule;
+  /* Attention. */
+  UmFamilyHas qkv_bias;      /* Dream's always; LLaDA's never; the others' as the file has them */
+  gboolean    qk_norm;       /* per-head RMSNorm of q and k */
+  const char *hf_qk_norm_key;   /* the config.json switch that may turn qk_norm off (default on); NULL: none */
+  gboolean    head_dim_fixed;   /* the head size is d_model / n_heads (OLMo's layout); pruned files keep it */
+  gboolean    rope_partial;     /* RoPE may rotate only the first rope.dimension_count values of a head */
+  gboolean    gguf_rope_interleaved;  /* llama.cpp's converter permuted Q/K rows for pairs (2i, 2i+1) */
+  gboolean    block_causal;  /* a query sees its own block and earlier ones (cfg.block_causal) */
+  /* Experts. */
+  gboolean    experts;       /* a mixture-of-experts family: its files must have experts */
+  gboolean    router_norm;   /* the chosen experts' weights are renormalised, unless the file says */
+  /* Tokens and names. */
+  const char *eot_token;     /* the end of a turn in its chat template */
+  gint32      hf_mask_id;    /* config.json's mask_token_id when absent (the reference's); -1: required */
+  const UmWeightNames *hf_names;    /* a Hugging Face folder's tensor names */
+  const UmWeightNames *gguf_names;  /* a GGUF file's */
 } UmArchInfo;
 
 const UmArchInfo *um_arch_info (UmArch arch);

@@ -1,6 +1,6 @@
 /* Filling an UmModel from a llama.cpp GGUF file of architecture "llada",
  * "dream", "llada-moe" or "rnd1" (llama.cpp's keys and tensor names), or of
- * our "llada2" (BailingMoeV2's keys and names; see the README). */
+ * our "llada2" (BailingMoeV2's keys and names; see docs/families-and-schedules.md). */
 #include "um-model-gguf.h"
 
 #include <string.h>
@@ -160,7 +160,7 @@ read_counts (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
 {
   UmModelConfig *c = &model->cfg;
   const char *file = um_gguf_file_name (g);
-  gboolean llada = c->arch == UM_ARCH_LLADA;
+  const gboolean head_dim_fixed = um_arch_info (c->arch)->head_dim_fixed;
   guint key_len = 0, value_len = 0;
   Key k1, k2, k3;
 
@@ -207,7 +207,7 @@ read_counts (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
     c->head_dim = key_len;
   else
     c->head_dim = c->d_model % c->n_heads == 0 ? c->d_model / c->n_heads : 0;
-  if (llada && (guint64) c->n_heads * c->head_dim > c->d_model)
+  if (head_dim_fixed && (guint64) c->n_heads * c->head_dim > c->d_model)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
                    "%s: %s: %u heads of size %u do not fit in %s (%u)", file,
@@ -285,9 +285,9 @@ read_moe (UmModel *model, UmGguf *g, GError **error)
       || !opt_f64 (g, arch_key (&k, c, "expert_weights_scale"), &scale, error))
     return FALSE;
   /* llama.cpp's graphs: LLaDA-MoE does not renormalise, RND1 does (as
-   * Qwen3-MoE), and so does LLaDA 2's reference gate; the key, when
-   * written, decides. */
-  c->router_norm = c->arch == UM_ARCH_RND1 || llada2;
+   * Qwen3-MoE), and so does LLaDA 2's reference gate (the family's
+   * router_norm); the key, when written, decides. */
+  c->router_norm = um_arch_info (c->arch)->router_norm;
   if (!opt_bool (g, arch_key (&k, c, "expert_weights_norm"), &c->router_norm, error))
     return FALSE;
   if (c->expert_ffn == 0)
@@ -342,6 +342,7 @@ read_config (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
   const char *arch;
   gboolean flag = FALSE;
   guint rope_dims = 0;
+  const UmArchInfo *info;
   UmArch family;
   Key k;
 
@@ -355,6 +356,7 @@ read_config (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
                    "“llada2” models", file, arch);
       return FALSE;
     }
+  info = um_arch_info (family);
   memset (c, 0, sizeof *c);
   c->arch = family;
   c->max_seq_len = 4096;
@@ -369,8 +371,7 @@ read_config (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
       g_set_error (error, UM_ERROR, UM_ERROR_CONFIG, "%s: %s is 0", file, arch_key (&k, c, "block_count"));
       return FALSE;
     }
-  if ((family == UM_ARCH_LLADA_MOE || family == UM_ARCH_RND1 || family == UM_ARCH_LLADA2)
-      && !read_moe (model, g, error))
+  if (info->experts && !read_moe (model, g, error))
     return FALSE;
   if (!read_counts (model, g, lc, error)
       || !opt_u32 (g, arch_key (&k, c, "context_length"), 1u << 20, &c->max_seq_len, error)
@@ -385,13 +386,13 @@ read_config (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
       return FALSE;
     }
   /* Only LLaDA 2 rotates part of each head (llama.cpp's n_rot; absent: all). */
-  if (family == UM_ARCH_LLADA2 && rope_dims != 0 && rope_dims % 2 != 0)
+  if (info->rope_partial && rope_dims != 0 && rope_dims % 2 != 0)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_CONFIG,
                    "%s: %s is %u; RoPE rotates pairs, so it must be even", file, k.buf, rope_dims);
       return FALSE;
     }
-  if (family != UM_ARCH_LLADA2 && rope_dims != 0 && rope_dims != c->head_dim)
+  if (!info->rope_partial && rope_dims != 0 && rope_dims != c->head_dim)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
                    "%s: %s is %u; only RoPE over the whole head (%u) is supported",
@@ -399,7 +400,7 @@ read_config (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
       return FALSE;
     }
   c->rope_dim = rope_dims != 0 ? rope_dims : c->head_dim;
-  c->block_causal = family == UM_ARCH_LLADA2;
+  c->block_causal = info->block_causal;
   if (!opt_bool (g, arch_key (&k, c, "attention.causal"), &flag, error))
     return FALSE;
   if (flag)
@@ -410,7 +411,7 @@ read_config (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
     }
   /* llama.cpp shifts unless the file says false: Dream and RND1 files do
    * not say, LLaDA and LLaDA-MoE ones write false. */
-  c->shift_logits = um_arch_info (family)->shift_logits;
+  c->shift_logits = info->shift_logits;
   if (!opt_bool (g, "diffusion.shift_logits", &c->shift_logits, error))
     return FALSE;
   if (family == UM_ARCH_LLADA && c->shift_logits)
@@ -421,7 +422,7 @@ read_config (UmModel *model, UmGguf *g, LayerCounts *lc, GError **error)
     }
   /* Only LLaDA's converter permutes Q and K rows for the interleaved
    * rotation; the others run NEOX RoPE on the rows as trained. */
-  c->rope_interleaved = family == UM_ARCH_LLADA;
+  c->rope_interleaved = info->gguf_rope_interleaved;
   c->mask_id = c->eos_id = c->bos_id = c->eot_id = c->pad_id = -1;
   if (!opt_id (g, "tokenizer.ggml.mask_token_id", &c->mask_id, error)
       || !opt_id (g, "tokenizer.ggml.eos_token_id", &c->eos_id, error)
@@ -523,6 +524,7 @@ um_model_load_gguf_from (UmModel *model, UmGguf *g, GError **error)
   const UmTensorInfo *embd;
   guint vocab = 0;
   g_auto(LayerCounts) lc = { NULL, NULL, NULL };
+  const UmArchInfo *info;
   UmModelConfig check;
   Key k;
 
@@ -583,8 +585,9 @@ um_model_load_gguf_from (UmModel *model, UmGguf *g, GError **error)
   /* A pruned model's widest layer may have fewer heads than d_model /
    * head_dim: the rest of the configuration is checked as for the full
    * width, the per-layer counts were checked by read_counts(). */
+  info = um_arch_info (model->cfg.arch);
   check = model->cfg;
-  if (check.arch == UM_ARCH_LLADA && (guint64) check.n_heads * check.head_dim != check.d_model
+  if (info->head_dim_fixed && (guint64) check.n_heads * check.head_dim != check.d_model
       && check.head_dim != 0 && check.d_model % check.head_dim == 0)
     check.n_heads = check.n_kv_heads = check.d_model / check.head_dim;
   if (!um_model_config_validate (&check, um_gguf_file_name (g), error))
@@ -599,33 +602,9 @@ um_model_load_gguf_from (UmModel *model, UmGguf *g, GError **error)
   /* llama.cpp's biases are optional: any one there means all of them,
    * so a file that lost some is refused rather than run without (LLaDA
    * has none). */
-  model->cfg.qkv_bias = model->cfg.arch != UM_ARCH_LLADA && has_qkv_bias (model->tensors);
-  model->cfg.qk_norm = model->cfg.arch == UM_ARCH_LLADA_MOE || model->cfg.arch == UM_ARCH_RND1
-                       || model->cfg.arch == UM_ARCH_LLADA2;
-  {
-    /* llada2: BailingMoeV2's names (fused attn_qkv, selection bias, shared expert). */
-    static const UmWeightNames llada2_names = {
-      .tok_embd = "token_embd.weight", .out_norm = "output_norm.weight", .output = "output.weight",
-      .layer_prefix = "blk.", .attn_norm = "attn_norm.weight", .wqkv = "attn_qkv.weight", .bqkv = "attn_qkv.bias",
-      .wo = "attn_output.weight", .wo_bias = "attn_output.bias", .ffn_norm = "ffn_norm.weight",
-      .w_gate = "ffn_gate.weight", .w_up = "ffn_up.weight", .w_down = "ffn_down.weight",
-      .q_norm = "attn_q_norm.weight", .k_norm = "attn_k_norm.weight",
-      .router = "ffn_gate_inp.weight", .router_bias = "exp_probs_b.bias",
-      .exp_gate = "ffn_gate_exps.weight", .exp_up = "ffn_up_exps.weight", .exp_down = "ffn_down_exps.weight",
-      .sh_gate = "ffn_gate_shexp.weight", .sh_up = "ffn_up_shexp.weight", .sh_down = "ffn_down_shexp.weight",
-    };
-    static const UmWeightNames gguf_names = {
-      .tok_embd = "token_embd.weight", .out_norm = "output_norm.weight", .output = "output.weight",
-      .layer_prefix = "blk.", .attn_norm = "attn_norm.weight", .wq = "attn_q.weight", .wk = "attn_k.weight",
-      .wv = "attn_v.weight", .wo = "attn_output.weight", .ffn_norm = "ffn_norm.weight",
-      .w_gate = "ffn_gate.weight", .w_up = "ffn_up.weight", .w_down = "ffn_down.weight",
-      .bq = "attn_q.bias", .bk = "attn_k.bias", .bv = "attn_v.bias",
-      .q_norm = "attn_q_norm.weight", .k_norm = "attn_k_norm.weight",
-      .router = "ffn_gate_inp.weight",
-      .exp_gate = "ffn_gate_exps.weight", .exp_up = "ffn_up_exps.weight", .exp_down = "ffn_down_exps.weight",
-    };
-    return um_model_bind_weights (model, model->cfg.arch == UM_ARCH_LLADA2 ? &llada2_names : &gguf_names, error);
-  }
+  model->cfg.qkv_bias = info->qkv_bias != UM_FAMILY_NEVER && has_qkv_bias (model->tensors);
+  model->cfg.qk_norm = info->qk_norm;
+  return um_model_bind_weights (model, info->gguf_names, error);
 }
 
 void

@@ -467,11 +467,10 @@ bos_from_tokenizer_config (UmModel *model, const char *dir, gint32 *bos, GError 
     }
   if ((obj = um_json_root_object (root, "tokenizer_config.json", error)) == NULL)
     return FALSE;
+  /* A string, or an added token's object with its content. */
   node = json_object_get_member (obj, "bos_token");
-  if (node != NULL && JSON_NODE_TYPE (node) == JSON_NODE_VALUE
-      && json_node_get_value_type (node) == G_TYPE_STRING)
-    text = json_node_get_string (node);
-  else if (node != NULL && JSON_NODE_TYPE (node) == JSON_NODE_OBJECT)
+  text = um_json_get_string (obj, "bos_token");
+  if (text == NULL && node != NULL && JSON_NODE_TYPE (node) == JSON_NODE_OBJECT)
     text = json_object_get_string_member_with_default (json_node_get_object (node), "content", NULL);
   if (text != NULL)
     *bos = um_tokenizer_token_to_id (model->tokenizer, text);
@@ -484,13 +483,9 @@ bos_from_tokenizer_config (UmModel *model, const char *dir, gint32 *bos, GError 
 void
 um_model_resolve_special_ids (UmModel *model)
 {
-  static const char *const eot[UM_ARCH_N] = {
-    [UM_ARCH_LLADA] = "<|eot_id|>", [UM_ARCH_DREAM] = "<|im_end|>",
-    [UM_ARCH_LLADA_MOE] = "<|role_end|>", [UM_ARCH_RND1] = "<|im_end|>", [UM_ARCH_LLADA2] = "<|role_end|>",
-  };
   UmModelConfig *c = &model->cfg;
   if (c->eot_id < 0)
-    c->eot_id = um_tokenizer_token_to_id (model->tokenizer, eot[um_arch_info (c->arch)->arch]);
+    c->eot_id = um_tokenizer_token_to_id (model->tokenizer, um_arch_info (c->arch)->eot_token);
   if (c->bos_id < 0)
     c->bos_id = um_tokenizer_token_to_id (model->tokenizer, "<|startoftext|>");
 }
@@ -524,44 +519,7 @@ load_hf_dir (UmModel *model, GError **error)
   if (model->tensors == NULL)
     return FALSE;
   model->layers = g_new0 (UmLayerWeights, model->cfg.n_layers);
-  {
-    /* LLaDA: OLMo's names. */
-    static const UmWeightNames olmo_names = {
-      .tok_embd = "model.transformer.wte.weight", .out_norm = "model.transformer.ln_f.weight",
-      .output = "model.transformer.ff_out.weight", .layer_prefix = "model.transformer.blocks.",
-      .attn_norm = "attn_norm.weight", .wq = "q_proj.weight", .wk = "k_proj.weight", .wv = "v_proj.weight",
-      .wo = "attn_out.weight", .ffn_norm = "ff_norm.weight", .w_gate = "ff_proj.weight",
-      .w_up = "up_proj.weight", .w_down = "ff_out.weight",
-    };
-    /* Dream, LLaDA-MoE, RND1: the Llama/Qwen names. */
-    static const UmWeightNames hf_names = {
-      .tok_embd = "model.embed_tokens.weight", .out_norm = "model.norm.weight", .output = "lm_head.weight",
-      .layer_prefix = "model.layers.", .attn_norm = "input_layernorm.weight",
-      .wq = "self_attn.q_proj.weight", .wk = "self_attn.k_proj.weight", .wv = "self_attn.v_proj.weight",
-      .wo = "self_attn.o_proj.weight", .ffn_norm = "post_attention_layernorm.weight",
-      .w_gate = "mlp.gate_proj.weight", .w_up = "mlp.up_proj.weight", .w_down = "mlp.down_proj.weight",
-      .bq = "self_attn.q_proj.bias", .bk = "self_attn.k_proj.bias", .bv = "self_attn.v_proj.bias",
-      .q_norm = "self_attn.q_norm.weight", .k_norm = "self_attn.k_norm.weight",
-      .router = "mlp.gate.weight", .experts_prefix = "mlp.experts.",
-      .exp_gate = "gate_proj.weight", .exp_up = "up_proj.weight", .exp_down = "down_proj.weight",
-    };
-    /* LLaDA 2.x: BailingMoeV2's names (LLaDA2MoeModelLM). */
-    static const UmWeightNames llada2_names = {
-      .tok_embd = "model.word_embeddings.weight", .out_norm = "model.norm.weight", .output = "lm_head.weight",
-      .layer_prefix = "model.layers.", .attn_norm = "input_layernorm.weight",
-      .wqkv = "attention.query_key_value.weight", .bqkv = "attention.query_key_value.bias",
-      .wo = "attention.dense.weight", .wo_bias = "attention.dense.bias",
-      .ffn_norm = "post_attention_layernorm.weight",
-      .w_gate = "mlp.gate_proj.weight", .w_up = "mlp.up_proj.weight", .w_down = "mlp.down_proj.weight",
-      .q_norm = "attention.query_layernorm.weight", .k_norm = "attention.key_layernorm.weight",
-      .router = "mlp.gate.weight", .router_bias = "mlp.gate.expert_bias", .experts_prefix = "mlp.experts.",
-      .exp_gate = "gate_proj.weight", .exp_up = "up_proj.weight", .exp_down = "down_proj.weight",
-      .sh_gate = "mlp.shared_experts.gate_proj.weight", .sh_up = "mlp.shared_experts.up_proj.weight",
-      .sh_down = "mlp.shared_experts.down_proj.weight",
-    };
-    return um_model_bind_weights (model, model->cfg.arch == UM_ARCH_LLADA ? &olmo_names
-                                         : model->cfg.arch == UM_ARCH_LLADA2 ? &llada2_names : &hf_names, error);
-  }
+  return um_model_bind_weights (model, um_arch_info (model->cfg.arch)->hf_names, error);
 }
 
 UmModel *

@@ -165,8 +165,8 @@ def export(model, a, vocab_size, special, out, dtype):
     }
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
-    # The sampling it is shown with: chosen by measurement (README, "The demo
-    # model"; tests/tools/demo-sampling.py). Measure again after retraining.
+    # The sampling it is shown with: chosen by measurement (data/training/
+    # README.md; tests/tools/demo-sampling.py). Measure again after retraining.
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": special["<|startoftext|>"], "eos_token_id": special["<|endoftext|>"],
                    "do_sample": True, "temperature": 0.7}, f, indent=1)

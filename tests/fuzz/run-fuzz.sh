@@ -17,6 +17,7 @@ tokenizer=(backend/formats/um-tokenizer.c backend/formats/um-tokenizer-json.c ba
 # What loading a model takes, with the reference forward pass.
 model=(backend/formats/um-gguf.c backend/formats/um-safetensors.c "${tokenizer[@]}"
        backend/model/um-model.c backend/model/um-model-gguf.c backend/model/um-model-config.c
+       backend/model/um-weight-names.c
        backend/model/um-chat-template.c backend/compute/um-ref-kernels.c backend/compute/um-quant-ref.c)
 
 # The GGUF target also loads accepted files as models and runs the reference forward.
@@ -29,7 +30,7 @@ clang "${flags[@]}" -Ibackend/model -Ibackend/compute "${common[@]}" "${model[@]
   tests/fuzz/fuzz-safetensors.c $libs -lm -o "$out/fuzz-safetensors"
 # shellcheck disable=SC2086
 clang "${flags[@]}" -Ibackend/model "${common[@]}" backend/model/um-model-config.c \
-  "${tokenizer[@]}" tests/fuzz/fuzz-json.c $libs -lm -o "$out/fuzz-json"
+  backend/model/um-weight-names.c "${tokenizer[@]}" tests/fuzz/fuzz-json.c $libs -lm -o "$out/fuzz-json"
 
 seed_gguf="$out/seed-gguf"; seed_st="$out/seed-safetensors"; seed_json="$out/seed-json"
 mkdir -p "$seed_gguf" "$seed_st" "$seed_json" "$out/corpus-gguf" "$out/corpus-safetensors" "$out/corpus-json"
