@@ -681,8 +681,10 @@ server_thread (gpointer data)
   g_main_loop_run (server->loop);
 
   um_server_cancel_runs (server);
-  um_server_conns_stop (server);
+  /* libsoup closes the connections it serves, then ours go (the
+   * listening sockets, and those being closed after an answer). */
   soup_server_disconnect (server->soup);
+  um_server_conns_stop (server);
   /* Let cancelled runs and closed connections settle. */
   while (g_main_context_iteration (server->context, FALSE))
     ;
