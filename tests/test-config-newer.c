@@ -76,9 +76,11 @@ snapshot (const char *dir)
   return t;
 }
 
+/* Takes @after. */
 static void
-assert_same (GHashTable *before, GHashTable *after, const char *what)
+assert_same (GHashTable *before, GHashTable *after_take, const char *what)
 {
+  g_autoptr(GHashTable) after = after_take;
   GHashTableIter it;
   gpointer k, v;
 
@@ -246,6 +248,7 @@ test_newer_copy_kept (void)
   text = um_test_read_file (profile);
   um_test_write_file (copy, text, -1);
   set_version (copy, 3);
+  g_free (text);
   text = um_test_read_file (copy);
   for (int k = 0; k < UM_BACKUPS_KEEP + 4; k++)
     commit_mode (dir, k % 2 ? UM_MEM_STANDARD : UM_MEM_EXTREME_MODERATE);
