@@ -22,8 +22,9 @@ print_notice (const char *notice)
     fprintf (stderr, "unmask-cli: %s\n", notice);
 }
 
-/* Loads the profile once up front so a damaged one is moved aside and
- * reported here, not silently by a later step. */
+/* Loads the profile once up front so that a damaged one, or a newer
+ * Unmask's, is reported here (the commit, if any, moves a damaged one
+ * aside and says where). */
 static UmProfile *
 load_profile (const char *config_dir, GError **error)
 {
@@ -263,6 +264,8 @@ um_cli_optimize (int argc, char **argv)
            * made since the load above is built on, not reverted. */
           if (!um_backups_update (config_dir, reason, optimize_edit, &e, &commit, &error))
             return um_cli_fail (error);
+          /* A damaged profile was moved aside by the commit: where to. */
+          print_notice (commit.notice);
           profile = um_profile_copy (commit.profile);
           backup_id = commit.backup_id;
         }
@@ -394,6 +397,7 @@ um_cli_restore (int argc, char **argv)
   }
   if (!um_backups_restore (config_dir, which, &commit, &skipped, &error))
     return um_cli_fail (error);
+  print_notice (commit.notice);
   path = um_profile_path (config_dir);
   /* The restore has happened: from here on a failure is a warning, and the
    * undo id is printed whatever else goes wrong. */

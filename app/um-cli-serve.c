@@ -27,7 +27,16 @@ read_keys (const char *file, GPtrArray *keys, GError **error)
   const char *env = g_getenv ("UNMASK_API_KEY");
 
   if (env != NULL && env[0] != '\0')
-    g_ptr_array_add (keys, g_strstrip (g_strdup (env)));
+    {
+      char *k = g_strstrip (g_strdup (env));
+      if (k[0] == '\0')
+        {
+          g_free (k);
+          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "UNMASK_API_KEY is only spaces: no key");
+          return FALSE;
+        }
+      g_ptr_array_add (keys, k);
+    }
   if (file != NULL)
     {
       g_autofree char *text = NULL;
@@ -61,6 +70,8 @@ um_cli_serve (int argc, char **argv)
   g_autofree char *model = NULL, *key_file = NULL, *max_body = NULL, *model_id = NULL;
   g_auto(GStrv) hosts = NULL, origins = NULL;
   int port = UM_SERVER_DEFAULT_PORT, max_queue = UM_SERVER_DEFAULT_MAX_QUEUE, ping = UM_SERVER_DEFAULT_PING_S;
+  int max_conns = UM_SERVER_DEFAULT_MAX_CONNECTIONS, head_s = UM_SERVER_DEFAULT_HEAD_TIMEOUT_S;
+  int body_s = UM_SERVER_DEFAULT_BODY_TIMEOUT_S, idle_s = UM_SERVER_DEFAULT_IDLE_TIMEOUT_S;
   gboolean insecure = FALSE;
   g_auto(UmCliGenOptions) go = { 0 };
   GOptionEntry entries[] = {
@@ -77,6 +88,13 @@ um_cli_serve (int argc, char **argv)
       "URL" },
     { "sse-ping-interval", 0, 0, G_OPTION_ARG_INT, &ping, "Seconds of stream silence before a ping comment (0: none)", "S" },
     { "model-id", 0, 0, G_OPTION_ARG_STRING, &model_id, "The id /v1/models lists (default: the model's name)", "ID" },
+    { "max-connections", 0, 0, G_OPTION_ARG_INT, &max_conns,
+      "Open connections at once; beyond, 503 and closed (default 128)", "N" },
+    { "head-timeout", 0, 0, G_OPTION_ARG_INT, &head_s, "Seconds a request head may take (default 10)", "S" },
+    { "body-timeout", 0, 0, G_OPTION_ARG_INT, &body_s, "Seconds a request body may take after its head (default 30)",
+      "S" },
+    { "idle-timeout", 0, 0, G_OPTION_ARG_INT, &idle_s, "Seconds an idle kept-alive connection stays open (default 15)",
+      "S" },
     { NULL }
   };
   g_autoptr(GError) error = NULL;
@@ -104,6 +122,13 @@ um_cli_serve (int argc, char **argv)
     {
       g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--port must be 0..65535, --max-queue 0..100000, "
                    "--sse-ping-interval ≥ 0");
+      return um_cli_fail (error);
+    }
+  if (max_conns < 1 || max_conns > 100000 || head_s < 1 || head_s > 3600 || body_s < 1 || body_s > 3600 || idle_s < 1
+      || idle_s > 3600)
+    {
+      g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "--max-connections must be 1..100000, --head-timeout, --body-timeout and --idle-timeout 1..3600");
       return um_cli_fail (error);
     }
   if (go.constraints != NULL)
@@ -159,6 +184,10 @@ um_cli_serve (int argc, char **argv)
   so.max_queue = max_queue;
   so.cors_origins = g_steal_pointer (&origins);
   so.ping_interval_s = (guint) ping;
+  so.max_connections = (guint) max_conns;
+  so.head_timeout_s = (guint) head_s;
+  so.body_timeout_s = (guint) body_s;
+  so.idle_timeout_s = (guint) idle_s;
   so.model_id = g_steal_pointer (&model_id);
   server = um_server_new (gen, &so);
   um_server_options_clear (&so);

@@ -14,7 +14,7 @@ um_cli_logits (int argc, char **argv)
   g_autoptr(GOptionContext) ctx = g_option_context_new ("— logits of a token sequence as JSON");
   g_autofree char *model = NULL, *ids_text = NULL, *rows_text = NULL;
   gboolean json = TRUE;
-  int threads = 0;
+  int threads = 0, block = 0;
   gboolean int8 = FALSE;
   g_autofree char *device = NULL;
   GOptionEntry entries[] = {
@@ -23,6 +23,8 @@ um_cli_logits (int argc, char **argv)
     { "int8", 0, 0, G_OPTION_ARG_NONE, &int8,
       "Allow 8-bit integer products with quantized weights (default: exact f32 activations)", NULL },
     { "rows", 0, 0, G_OPTION_ARG_STRING, &rows_text, "Positions to print (default: all)", "0,4" },
+    { "block-length", 0, 0, G_OPTION_ARG_INT, &block,
+      "Block-causal attention in blocks of N from position 0 (LLaDA 2.x; default: full attention)", "N" },
     { "json", 0, 0, G_OPTION_ARG_NONE, &json, "JSON output (the only format)", NULL },
     { "threads", 0, 0, G_OPTION_ARG_INT, &threads, "CPU threads (default: all cores)", "N" },
     { "device", 0, 0, G_OPTION_ARG_STRING, &device, "cpu (default), cuda or auto", "DEVICE" },
@@ -50,6 +52,11 @@ um_cli_logits (int argc, char **argv)
   if (ids->len == 0)
     {
       g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--ids is empty");
+      return um_cli_fail (error);
+    }
+  if (block < 0)
+    {
+      g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--block-length must be positive");
       return um_cli_fail (error);
     }
   /* Logits are for comparing numbers: the CPU's exact fp32 unless asked. */
@@ -94,6 +101,16 @@ um_cli_logits (int argc, char **argv)
             order[i] = j;
     }
 
+  if (block > 0)
+    {
+      if (!um_engine_get_model (engine)->cfg.block_causal)
+        {
+          g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                       "--block-length: this model's attention is not block-causal (only LLaDA 2.x's is)");
+          return um_cli_fail (error);
+        }
+      um_forward_set_attention_block (um_engine_get_forward (engine), block);
+    }
   V = um_engine_get_model (engine)->cfg.vocab_size;
   n_rows = sorted ? (int) sorted->len : (int) ids->len;
   logits = g_try_malloc ((size_t) n_rows * V * sizeof (float));

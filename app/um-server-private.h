@@ -37,13 +37,42 @@ struct _UmServer
   UmGenLayer       user_layer, profile_layer;
   UmServerChangedFunc changed_cb;
   gpointer         changed_data;
+  /* Connections (um-server-conn.c), server thread. */
+  GPtrArray       *listeners;       /* our listening sockets */
+  GHashTable      *conns;           /* UmConn* accepted and handed to libsoup */
+  GHashTable      *lingering;       /* UmConn* refused at accept, closing */
+  guint            tick, accept_retry;
+  int              keepalive_fd;    /* the silent end of libsoup's own listener, or -1 */
+  gboolean         accept_error_said;
+  guint64          accept_errors, refused_connections;
 };
 
-/* OpenAI's error envelope {"error":{message,type,param,code}} into @b; the
- * code is @code, else @int_code when not 0 (an in-band stream error carries
- * the status there), else null. */
+typedef struct _UmConn UmConn;
+
+/* Binds the listening sockets (the options' hosts and port) and starts
+ * accepting into server->soup, with the connection cap, the timeouts and
+ * the body limit (server thread). */
+gboolean um_server_conns_listen (UmServer *server, GError **error);
+/* The URLs listened on, NULL-terminated. */
+char   **um_server_conns_uris   (UmServer *server);
+/* Closes the listening sockets and the connections being closed. */
+void     um_server_conns_stop   (UmServer *server);
+/* Connections open now, refused at the cap, and accept () failures. */
+void     um_server_conns_counts (UmServer *server, guint *open, guint64 *refused, guint64 *accept_errors);
+
+typedef enum {
+  UM_PEER_HERE,   /* connected (and maybe still sending) */
+  UM_PEER_EOF,    /* its end of stream came: it left, or only stopped sending */
+  UM_PEER_GONE,   /* reset or hung up: nobody there */
+} UmPeerState;
+
+/* Whether @msg's client is still there, without reading anything. */
+UmPeerState um_server_peer_state (SoupServerMessage *msg);
+
+/* OpenAI's error envelope {"error":{message,type,param,code}} into @b;
+ * @param and @code NULL: null. */
 void um_server_add_error (JsonBuilder *b, const char *message, const char *type, const char *param,
-                          const char *code, gint64 int_code);
+                          const char *code);
 /* Answers with OpenAI's error envelope. */
 void um_server_send_error (SoupServerMessage *msg, guint status, const char *type, const char *message,
                            const char *param, const char *code);

@@ -266,8 +266,13 @@ parse_stop (JsonNode *n, UmApiRequest *out, char **param, GError **error)
   else
     FAIL ("stop", "stop must be a string or an array of strings");
   for (guint i = 0; i < v->len; i++)
-    if (((char *) g_ptr_array_index (v, i))[0] == '\0')
-      FAIL ("stop", "stop strings must not be empty");
+    {
+      if (((char *) g_ptr_array_index (v, i))[0] == '\0')
+        FAIL ("stop", "stop strings must not be empty");
+      /* Every step matches the answer so far against each. */
+      if (strlen (g_ptr_array_index (v, i)) > UM_API_MAX_STOP_BYTES)
+        FAIL ("stop", "a stop string is longer than " G_STRINGIFY (UM_API_MAX_STOP_BYTES) " bytes");
+    }
   if (v->len > 0)
     {
       g_ptr_array_add (v, NULL);

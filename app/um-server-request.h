@@ -17,6 +17,10 @@ typedef enum {
   UM_STREAM_STEPS_FULL,
 } UmStreamSteps;
 
+/* The longest stop string, in bytes: every step matches the committed text
+ * against each on the server thread. */
+#define UM_API_MAX_STOP_BYTES 1024
+
 typedef struct {
   UmApiKind     kind;
   char         *model;            /* as sent; echoed back as the loaded model's id */
@@ -26,7 +30,7 @@ typedef struct {
   char         *suffix;
   gboolean      stream;
   gboolean      include_usage;
-  char        **stop;             /* NULL or 1..4 non-empty strings */
+  char        **stop;             /* NULL or 1..4 non-empty strings of at most UM_API_MAX_STOP_BYTES */
   UmStreamSteps stream_steps;
   guint         step_interval_ms;
   gboolean      return_trace;

@@ -12,9 +12,7 @@
 #include "um-error.h"
 #include "um-local-generator.h"
 
-#include <errno.h>
 #include <string.h>
-#include <sys/socket.h>
 
 typedef struct {
   int     pos;        /* in the answer */
@@ -77,6 +75,7 @@ typedef struct {
   gint64             last_write, last_step_sent;
   guint              ping_source, check_source, interval_source;
   char              *stop_text;     /* the text up to a stop string, once one was seen */
+  gboolean           probed;        /* its end of stream came; a write was sent to tell */
 } Run;
 
 static void service (Run *run);
@@ -594,12 +593,73 @@ write_event (Run *run, JsonBuilder *b)
   write_raw (run, event, strlen (event));
 }
 
+/* The text of the first @n of @ids: the tokenizer's decoding for a local
+ * engine, else the pieces the steps brought (server thread's). */
+static gsize
+decoded_len (Run *run, UmEngine *engine, const gint32 *ids, int n)
+{
+  gsize len = 0;
+
+  if (engine != NULL)
+    {
+      g_autofree char *t = um_tokenizer_decode (um_engine_get_model (engine)->tokenizer, ids, n, TRUE, NULL);
+      return t != NULL ? strlen (t) : 0;
+    }
+  for (int i = 0; i < n && i < run->canvas_len; i++)
+    len += run->pieces[i] != NULL ? strlen (run->pieces[i]) : 0;
+  return len;
+}
+
+/* The answer's tokens the text before a stop string takes: the fewest
+ * leading ones whose text reaches its length (the last may run into the
+ * stop string); what the generation went on to write is not counted. */
+static int
+stop_tokens (Run *run)
+{
+  g_autoptr(UmGenerator) gen = um_server_ref_generator (run->server);
+  UmEngine *engine = gen != NULL ? um_generator_get_engine (gen) : NULL;
+  const gint32 *ids;
+  gsize want = strlen (run->stop_text);
+  int n, lo = 0, hi;
+
+  if (run->result != NULL)
+    {
+      ids = (const gint32 *) (gpointer) run->result->ids->data;
+      n = MIN ((int) run->result->ids->len, run->result->completion_tokens);
+    }
+  else
+    {
+      /* A stream cut before the generation ended: its committed prefix. */
+      ids = run->ids;
+      n = MIN (run->prefix_tokens, run->canvas_len);
+    }
+  if (want == 0 || ids == NULL || n <= 0)
+    return 0;
+  /* Bisection (a prefix's text grows with it, but for a character split
+   * across tokens), then back while one fewer still reaches. */
+  hi = n;
+  while (lo < hi)
+    {
+      int mid = (lo + hi) / 2;
+      if (decoded_len (run, engine, ids, mid) >= want)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+  while (lo > 1 && decoded_len (run, engine, ids, lo - 1) >= want)
+    lo--;
+  return lo;
+}
+
 static void
 add_usage (Run *run, JsonBuilder *b)
 {
   /* A stream cut by a stop string ends before the generation does: its
    * answer is the committed prefix seen so far. */
   int completion = run->result ? run->result->completion_tokens : run->prefix_tokens;
+
+  if (run->stop_text != NULL)
+    completion = stop_tokens (run);
   json_builder_set_member_name (b, "usage");
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "prompt_tokens");
@@ -843,12 +903,14 @@ stream_end (Run *run, const char *finish)
   finish_message (run);
 }
 
+/* An error after the stream began: in band, as OpenAI sends one (its
+ * status went out as 200 already). */
 static void
-stream_error (Run *run, guint status, const char *type, const char *message)
+stream_error (Run *run, const char *type, const char *message, const char *code)
 {
   g_autoptr(JsonBuilder) b = json_builder_new ();
 
-  um_server_add_error (b, message, type, NULL, NULL, status);
+  um_server_add_error (b, message, type, NULL, code);
   write_event (run, b);
   write_raw (run, g_strdup ("data: [DONE]\n\n"), strlen ("data: [DONE]\n\n"));
   soup_message_body_complete (soup_server_message_get_response_body (run->msg));
@@ -1004,30 +1066,13 @@ respond_error (Run *run, const GError *error)
   else if (g_error_matches (error, UM_ERROR, UM_ERROR_INVALID_PARAM))
     status = 400, type = "invalid_request_error";
   if (run->headers_sent)
-    stream_error (run, status, type, error->message);
+    stream_error (run, type, error->message, code);
   else
     {
       um_server_send_error (run->msg, status, type, error->message, NULL, code);
       soup_server_message_unpause (run->msg);
       finish_message (run);
     }
-}
-
-/* Whether the client closed its end: a peek, so nothing is consumed. */
-static gboolean
-client_gone (Run *run)
-{
-  GSocket *sock;
-  char c;
-  gssize n;
-
-  if (run->msg == NULL)
-    return TRUE;
-  sock = soup_server_message_get_socket (run->msg);
-  if (sock == NULL)
-    return FALSE;
-  n = recv (g_socket_get_fd (sock), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 static void
@@ -1037,6 +1082,43 @@ mark_gone (Run *run)
     {
       run->gone = TRUE;
       cancel_run (run);
+    }
+}
+
+/* Whether the client is still there, by end of stream or hang-up (never by
+ * peeking: a byte it sent and left unread would keep it "there"). Its end
+ * of stream means it left, or only stopped sending (a half-close): a
+ * stream tells the two apart by writing (a comment every SSE parser
+ * skips), which a client that left answers with a reset; a non-streamed
+ * answer has nothing to write before its end, so there the client is
+ * taken as gone. */
+static void
+check_peer (Run *run)
+{
+  if (run->msg == NULL)
+    {
+      mark_gone (run);
+      return;
+    }
+  switch (um_server_peer_state (run->msg))
+    {
+    case UM_PEER_GONE:
+      mark_gone (run);
+      break;
+    case UM_PEER_EOF:
+      /* A stream's headers go out at its admission, a moment after the
+       * request: until then it waits to be told. */
+      if (!run->req.stream)
+        mark_gone (run);
+      else if (run->headers_sent && !run->probed && !run->finished)
+        {
+          run->probed = TRUE;
+          if (run->in_flight == 0)
+            write_raw (run, g_strdup (":\n\n"), 3);
+        }
+      break;
+    case UM_PEER_HERE:
+      break;
     }
 }
 
@@ -1056,8 +1138,7 @@ service (Run *run)
       g_mutex_unlock (&run->lock);
       return;
     }
-  if (client_gone (run))
-    mark_gone (run);
+  check_peer (run);
 
   g_mutex_lock (&run->lock);
   refusal = g_steal_pointer (&run->refusal);
@@ -1068,7 +1149,7 @@ service (Run *run)
   if (refusal != NULL)
     {
       if (run->headers_sent)
-        stream_error (run, refusal->status, refusal->type, refusal->message);
+        stream_error (run, refusal->type, refusal->message, refusal->code);
       else
         {
           um_server_send_error (run->msg, refusal->status, refusal->type, refusal->message, refusal->param,
@@ -1209,10 +1290,11 @@ static gboolean
 check_cb (gpointer data)
 {
   Run *run = data;
-  if (!run->finished && client_gone (run))
+  if (!run->finished && !run->gone)
     {
-      mark_gone (run);
-      service (run);
+      check_peer (run);
+      if (run->gone)
+        service (run);
     }
   return G_SOURCE_CONTINUE;
 }

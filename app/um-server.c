@@ -21,6 +21,10 @@ um_server_options_init (UmServerOptions *opt)
   opt->max_queue = UM_SERVER_DEFAULT_MAX_QUEUE;
   opt->max_body = UM_SERVER_DEFAULT_MAX_BODY;
   opt->ping_interval_s = UM_SERVER_DEFAULT_PING_S;
+  opt->max_connections = UM_SERVER_DEFAULT_MAX_CONNECTIONS;
+  opt->head_timeout_s = UM_SERVER_DEFAULT_HEAD_TIMEOUT_S;
+  opt->body_timeout_s = UM_SERVER_DEFAULT_BODY_TIMEOUT_S;
+  opt->idle_timeout_s = UM_SERVER_DEFAULT_IDLE_TIMEOUT_S;
   um_gen_params_init (&opt->gen_base);
   um_gen_layer_init (&opt->gen_user);
   um_gen_layer_init (&opt->gen_profile);
@@ -79,8 +83,7 @@ send_json (SoupServerMessage *msg, guint status, JsonNode *root)
 }
 
 void
-um_server_add_error (JsonBuilder *b, const char *message, const char *type, const char *param, const char *code,
-                     gint64 int_code)
+um_server_add_error (JsonBuilder *b, const char *message, const char *type, const char *param, const char *code)
 {
   json_builder_begin_object (b);
   json_builder_set_member_name (b, "error");
@@ -94,11 +97,10 @@ um_server_add_error (JsonBuilder *b, const char *message, const char *type, cons
     json_builder_add_string_value (b, param);
   else
     json_builder_add_null_value (b);
+  /* A string or null, as OpenAI's SDKs type it. */
   json_builder_set_member_name (b, "code");
   if (code)
     json_builder_add_string_value (b, code);
-  else if (int_code != 0)
-    json_builder_add_int_value (b, int_code);
   else
     json_builder_add_null_value (b);
   json_builder_end_object (b);
@@ -113,7 +115,7 @@ um_server_send_error (SoupServerMessage *msg, guint status, const char *type, co
   g_autoptr(JsonNode) root = NULL;
   SoupMessageHeaders *h = soup_server_message_get_response_headers (msg);
 
-  um_server_add_error (b, message, type, param, code, 0);
+  um_server_add_error (b, message, type, param, code);
   root = json_builder_get_root (b);
   /* A failed generation would fail again (and OpenAI's SDKs retry twice
    * by default); a busy or loading server is worth another try, after
@@ -228,12 +230,27 @@ host_allowed (UmServer *server, const char *host_header)
   return FALSE;
 }
 
+/* An Origin is scheme://host[:port], never with a path: an allowed origin
+ * written with a trailing slash (as copied from an address bar) means the
+ * same; "*" allows any (the answer still names the origin, so that no
+ * "*" goes out beside credentials). */
 static gboolean
 origin_allowed (UmServer *server, const char *origin)
 {
+  gsize olen = strlen (origin);
+
   for (guint i = 0; server->opt.cors_origins && server->opt.cors_origins[i]; i++)
-    if (strcmp (origin, server->opt.cors_origins[i]) == 0)
-      return TRUE;
+    {
+      const char *allowed = server->opt.cors_origins[i];
+      gsize alen = strlen (allowed);
+
+      if (strcmp (allowed, "*") == 0)
+        return TRUE;
+      while (alen > 0 && allowed[alen - 1] == '/')
+        alen--;
+      if (alen == olen && g_ascii_strncasecmp (origin, allowed, alen) == 0)
+        return TRUE;
+    }
   return FALSE;
 }
 
@@ -324,6 +341,11 @@ early_handler (SoupServer *soup, SoupServerMessage *msg, const char *path, GHash
                                     origin != NULL && asked != NULL ? asked
                                     : "Authorization, Content-Type, x-api-key, OpenAI-Organization, OpenAI-Project");
       soup_message_headers_replace (resp, "Access-Control-Max-Age", "600");
+      /* Chrome asks before a public page may reach a server on a private
+       * network or this machine: granted to the origins allowed above. */
+      if (origin != NULL
+          && g_strcmp0 (soup_message_headers_get_one (req, "Access-Control-Request-Private-Network"), "true") == 0)
+        soup_message_headers_replace (resp, "Access-Control-Allow-Private-Network", "true");
       soup_message_headers_replace (resp, "Allow", "GET, POST, OPTIONS");
       soup_server_message_set_status (msg, 204, NULL);
       return;
@@ -343,14 +365,9 @@ early_handler (SoupServer *soup, SoupServerMessage *msg, const char *path, GHash
                                 NULL);
           return;
         }
-      if ((gsize) soup_message_headers_get_content_length (req) > server->opt.max_body)
-        {
-          g_autofree char *m = g_strdup_printf ("the request body is larger than %" G_GSIZE_FORMAT " bytes",
-                                                server->opt.max_body);
-          um_server_send_error (msg, 413, "invalid_request_error", m, NULL, "request_too_large");
-          return;
-        }
     }
+  /* The body's size, whatever the method, is checked as it arrives
+   * (um-server-conn.c). */
 }
 
 /* ---- routes ---- */
@@ -629,49 +646,18 @@ is_loopback_host (const char *host)
   return a != NULL && g_inet_address_get_is_loopback (a);
 }
 
-static gboolean
-listen_all (UmServer *server, GError **error)
-{
-  if (server->opt.hosts == NULL || server->opt.hosts[0] == NULL)
-    return soup_server_listen_local (server->soup, server->opt.port, 0, error);
-  for (guint i = 0; server->opt.hosts[i]; i++)
-    {
-      const char *h = server->opt.hosts[i];
-      g_autoptr(GInetAddress) addr = NULL;
-      g_autoptr(GSocketAddress) sa = NULL;
-
-      if (g_ascii_strcasecmp (h, "localhost") == 0)
-        {
-          if (!soup_server_listen_local (server->soup, server->opt.port, 0, error))
-            return FALSE;
-          continue;
-        }
-      addr = g_inet_address_new_from_string (h);
-      if (addr == NULL)
-        {
-          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--host takes an IP address or localhost, not “%s”",
-                       h);
-          return FALSE;
-        }
-      sa = g_inet_socket_address_new (addr, server->opt.port);
-      if (!soup_server_listen (server->soup, sa, 0, error))
-        return FALSE;
-    }
-  return TRUE;
-}
-
 static gpointer
 server_thread (gpointer data)
 {
   UmServer *server = data;
   GError *error = NULL;
-  GSList *uris;
 
   g_main_context_push_thread_default (server->context);
   server->soup = soup_server_new ("server-header", "unmask/" PACKAGE_VERSION " ", NULL);
   soup_server_add_early_handler (server->soup, NULL, early_handler, server, NULL);
   soup_server_add_handler (server->soup, NULL, handler, server, NULL);
-  if (!listen_all (server, &error))
+  /* Our own listening sockets and accept loop (um-server-conn.c). */
+  if (!um_server_conns_listen (server, &error))
     {
       g_prefix_error (&error, "cannot listen: ");
       g_mutex_lock (&server->lock);
@@ -679,36 +665,24 @@ server_thread (gpointer data)
       server->started = TRUE;
       g_cond_broadcast (&server->cond);
       g_mutex_unlock (&server->lock);
-      soup_server_disconnect (server->soup);
+      um_server_conns_stop (server);
       g_clear_object (&server->soup);
       g_main_context_pop_thread_default (server->context);
       return NULL;
     }
-  uris = soup_server_get_uris (server->soup);
-  {
-    GPtrArray *v = g_ptr_array_new ();
-    for (GSList *l = uris; l != NULL; l = l->next)
-      {
-        GUri *u = l->data;
-        const char *host = g_uri_get_host (u);
-        if (strchr (host, ':') != NULL)
-          g_ptr_array_add (v, g_strdup_printf ("http://[%s]:%d/", host, g_uri_get_port (u)));
-        else
-          g_ptr_array_add (v, g_strdup_printf ("http://%s:%d/", host, g_uri_get_port (u)));
-      }
-    g_ptr_array_add (v, NULL);
-    g_mutex_lock (&server->lock);
-    server->uris = (char **) g_ptr_array_free (v, FALSE);
-    server->started = TRUE;
-    g_cond_broadcast (&server->cond);
-    g_mutex_unlock (&server->lock);
-  }
-  g_slist_free_full (uris, (GDestroyNotify) g_uri_unref);
+  g_mutex_lock (&server->lock);
+  server->uris = um_server_conns_uris (server);
+  server->started = TRUE;
+  g_cond_broadcast (&server->cond);
+  g_mutex_unlock (&server->lock);
 
   g_main_loop_run (server->loop);
 
   um_server_cancel_runs (server);
+  /* libsoup closes the connections it serves, then ours go (the
+   * listening sockets, and those being closed after an answer). */
   soup_server_disconnect (server->soup);
+  um_server_conns_stop (server);
   /* Let cancelled runs and closed connections settle. */
   while (g_main_context_iteration (server->context, FALSE))
     ;
@@ -738,6 +712,7 @@ um_server_new (UmGenerator *generator, const UmServerOptions *opt)
   server->context = g_main_context_new ();
   server->loop = g_main_loop_new (server->context, FALSE);
   server->runs = g_ptr_array_new ();
+  server->keepalive_fd = -1;
   server->loopback = TRUE;
   for (guint i = 0; opt->hosts && opt->hosts[i]; i++)
     if (!is_loopback_host (opt->hosts[i]))
@@ -751,6 +726,22 @@ um_server_start (UmServer *server, GError **error)
 {
   if (server->thread != NULL)
     return TRUE;
+  /* A key of spaces (a stray line, UNMASK_API_KEY=" ") is no key: never
+   * one that opens the server beyond this computer, nor one a client's
+   * empty Bearer matches. */
+  for (guint i = 0; server->opt.api_keys && server->opt.api_keys[i]; i++)
+    {
+      const char *k = server->opt.api_keys[i];
+      gboolean blank = TRUE;
+      for (const char *c = k; *c && blank; c++)
+        blank = g_ascii_isspace (*c);
+      if (blank)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                       "an API key is empty or only spaces: give real keys (--api-key-file, UNMASK_API_KEY)");
+          return FALSE;
+        }
+    }
   if (!server->loopback && (server->opt.api_keys == NULL || server->opt.api_keys[0] == NULL)
       && !server->opt.insecure_no_auth)
     {

@@ -29,6 +29,16 @@ typedef struct {
   gsize    max_body;          /* bytes; larger bodies 413 */
   char   **cors_origins;      /* allowed Origins; NULL: CORS off, any Origin is refused */
   guint    ping_interval_s;   /* ": ping" comments after this much silence; 0: none */
+  /* Connections: beyond @max_connections open at once a new one is
+   * answered 503 and closed; a request head must arrive within
+   * @head_timeout_s of the connection's start (or of its first byte on a
+   * kept-alive connection), its body within @body_timeout_s of the head;
+   * a kept-alive connection idle for @idle_timeout_s is closed. 0: the
+   * default. */
+  guint    max_connections;
+  guint    head_timeout_s;
+  guint    body_timeout_s;
+  guint    idle_timeout_s;
   char    *model_id;          /* the id /v1/models lists; NULL: the generator's */
   /* Generation settings for what a request leaves out, below the
    * request's own and above the model's recommendation (unmask-cli serve's
@@ -45,6 +55,10 @@ typedef struct {
 #define UM_SERVER_DEFAULT_MAX_QUEUE  8
 #define UM_SERVER_DEFAULT_MAX_BODY   ((gsize) 2 << 20)
 #define UM_SERVER_DEFAULT_PING_S     15
+#define UM_SERVER_DEFAULT_MAX_CONNECTIONS 128
+#define UM_SERVER_DEFAULT_HEAD_TIMEOUT_S  10
+#define UM_SERVER_DEFAULT_BODY_TIMEOUT_S  30
+#define UM_SERVER_DEFAULT_IDLE_TIMEOUT_S  15
 
 void      um_server_options_init  (UmServerOptions *opt);   /* the defaults above, everything else NULL */
 void      um_server_options_clear (UmServerOptions *opt);   /* frees the strings and vectors */

@@ -456,6 +456,16 @@ test_profile_hostile (void)
         g_test_message ("%.200s", notice);
         g_assert_nonnull (strstr (notice, "optimizer.json.corrupt-"));
         g_assert_true (um_profile_equal (p, def));
+        /* A reader leaves it; the next commit keeps it aside. */
+        g_assert_cmpuint (um_test_count_prefix (dir, "optimizer.json.corrupt-"), ==, 0);
+        {
+          g_auto(UmCommit) c = { 0 };
+          g_autoptr(UmProfile) next = um_profile_new_default ();
+          um_profile_set_mode (next, UM_MEM_EXTREME_MILD);
+          g_assert_true (um_backups_commit (next, dir, "test", NULL, &c, &error));
+          g_assert_no_error (error);
+          g_assert_nonnull (c.notice);
+        }
         g_assert_cmpuint (um_test_count_prefix (dir, "optimizer.json.corrupt-"), ==, 1);
         um_test_rmtree (dir);
       }

@@ -286,9 +286,19 @@ test_notices (void)
     g_assert_nonnull (strstr (r.err, "manifest.json.corrupt-"));
     /* Rebuilt from the copy that was there. */
     g_assert_cmpuint (json_array_get_length (json_object_get_array_member (r.root, "backups")), ==, 1);
-    g_assert_cmpuint (um_test_count_prefix (dir, "optimizer.json.corrupt-"), ==, 1);
     g_assert_cmpuint (um_test_count_prefix (bdir, "manifest.json.corrupt-"), ==, 1);
-    g_assert_false (g_file_test (profile_path, G_FILE_TEST_EXISTS));
+    /* Listing changes no profile: only a commit moves it aside. */
+    g_assert_cmpuint (um_test_count_prefix (dir, "optimizer.json.corrupt-"), ==, 0);
+    g_assert_true (g_file_test (profile_path, G_FILE_TEST_EXISTS));
+  }
+  /* The next change moves it aside and says so. */
+  {
+    const char *args[] = { "optimize", "--model", model_path, "--mode", "extreme-mild", "--json", NULL };
+    g_auto(Run) r;
+    run_cli (&r, dir, args);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (strstr (r.err, "optimizer.json.corrupt-"));
+    g_assert_cmpuint (um_test_count_prefix (dir, "optimizer.json.corrupt-"), ==, 1);
   }
   /* Said once: the next run finds sound files. */
   {
@@ -443,6 +453,111 @@ test_optimize_twice (void)
     run_cli (&r, dir, text_args);
     g_assert_cmpint (r.status, ==, 0);
     g_assert_nonnull (strstr (r.out, "Nothing changed"));
+  }
+  um_test_rmtree (dir);
+}
+
+/* The issue's measurement: history made by this version, then a newer
+ * Unmask sets manifest.json and optimizer.json to version 3 and adds a
+ * backup copy of its own. optimize, restore and backups refuse (exit 1,
+ * "written by a newer Unmask") and every file stays as it is; a command
+ * that only reads (plan) runs on the defaults. */
+static void
+set_version_3 (const char *path)
+{
+  g_autofree char *text = um_test_read_file (path);
+  g_autoptr(GRegex) re = g_regex_new ("\"version\"\\s*:\\s*[0-9]+", 0, 0, NULL);
+  g_autofree char *out = g_regex_replace_literal (re, text, -1, 0, "\"version\": 3", 0, NULL);
+  um_test_write_file (path, out, -1);
+}
+
+static int
+compare_names (gconstpointer a, gconstpointer b)
+{
+  return strcmp (*(char *const *) a, *(char *const *) b);
+}
+
+static char *
+dir_listing (const char *dir)
+{
+  g_autoptr(GString) s = g_string_new (NULL);
+  const char *sub[] = { "", "backups", NULL };
+
+  for (guint i = 0; sub[i]; i++)
+    {
+      g_autofree char *d = g_build_filename (dir, sub[i], NULL);
+      g_autoptr(GDir) gd = g_dir_open (d, 0, NULL);
+      g_autoptr(GPtrArray) names = g_ptr_array_new_with_free_func (g_free);
+      const char *name;
+      while (gd != NULL && (name = g_dir_read_name (gd)) != NULL)
+        g_ptr_array_add (names, g_strdup (name));
+      g_ptr_array_sort (names, compare_names);
+      for (guint k = 0; k < names->len; k++)
+        {
+          g_autofree char *path = g_build_filename (d, g_ptr_array_index (names, k), NULL);
+          g_autofree char *text = NULL, *sum = NULL;
+          if (g_str_equal (g_ptr_array_index (names, k), ".optimizer.lock")
+              || g_file_test (path, G_FILE_TEST_IS_DIR))
+            continue;
+          text = um_test_read_file (path);
+          sum = g_compute_checksum_for_string (G_CHECKSUM_SHA256, text, -1);
+          g_string_append_printf (s, "%s/%s %s\n", sub[i], (char *) g_ptr_array_index (names, k), sum);
+        }
+    }
+  return g_string_free (g_steal_pointer (&s), FALSE);
+}
+
+static void
+test_newer_version (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *profile = g_build_filename (dir, "optimizer.json", NULL);
+  g_autofree char *manifest = g_build_filename (dir, "backups", "manifest.json", NULL);
+  g_autofree char *copy = g_build_filename (dir, "backups", "20991231-235959-001.json", NULL);
+  g_autofree char *before = NULL;
+  const char *modes[] = { "extreme-mild", "standard-8bit" };
+
+  for (int i = 0; i < 2; i++)
+    {
+      const char *args[] = { "optimize", "--model", model_path, "--mode", modes[i], "--json", NULL };
+      g_auto(Run) r;
+      run_cli (&r, dir, args);
+      g_assert_cmpint (r.status, ==, 0);
+    }
+  {
+    g_autofree char *text = um_test_read_file (profile);
+    um_test_write_file (copy, text, -1);
+  }
+  set_version_3 (copy);
+  set_version_3 (manifest);
+  set_version_3 (profile);
+  before = dir_listing (dir);
+  g_test_message ("before:\n%s", before);
+  {
+    const char *optimize[] = { "optimize", "--model", model_path, "--mode", "extreme-moderate", NULL };
+    const char *restore[] = { "restore", "original", NULL };
+    const char *backups[] = { "backups", NULL };
+    const char *const *cmds[] = { optimize, restore, backups };
+    for (guint i = 0; i < G_N_ELEMENTS (cmds); i++)
+      {
+        g_auto(Run) r;
+        g_autofree char *after = NULL;
+        run_cli (&r, dir, cmds[i]);
+        g_assert_cmpint (r.status, ==, 1);
+        g_assert_nonnull (strstr (r.err, "written by a newer Unmask"));
+        after = dir_listing (dir);
+        g_assert_cmpstr (after, ==, before);
+      }
+  }
+  {
+    const char *plan[] = { "plan", "--model", model_path, NULL };
+    g_auto(Run) r;
+    g_autofree char *after = NULL;
+    run_cli (&r, dir, plan);
+    g_assert_cmpint (r.status, ==, 0);
+    g_assert_nonnull (strstr (r.err, "written by a newer Unmask"));
+    after = dir_listing (dir);
+    g_assert_cmpstr (after, ==, before);
   }
   um_test_rmtree (dir);
 }
@@ -670,6 +785,7 @@ main (int argc, char **argv)
   g_test_add_func ("/cli/notices", test_notices);
   g_test_add_func ("/cli/commands-use-profile", test_commands_use_profile);
   g_test_add_func ("/cli/optimize-twice", test_optimize_twice);
+  g_test_add_func ("/cli/newer-version", test_newer_version);
   g_test_add_func ("/cli/optimize-clears-override", test_optimize_clears_override);
   g_test_add_func ("/cli/restore-names-skipped", test_restore_names_skipped);
   g_test_add_func ("/cli/restore-converted-in-use", test_restore_converted_in_use);

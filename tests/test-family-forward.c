@@ -11,8 +11,9 @@
  * its fp32 attention and products (UNMASK_CUDA_EXACT_*), where the same
  * float32 tolerance holds. Its default fast path (f16 activations, TF32
  * attention: unit roundoff 2^-11 instead of 2^-24) is checked against the
- * same error scale times 2^13 (a loose bound: it catches a wrong index or
- * a lost bias, not a rounding detail, which the exact path covers). */
+ * same error scale times 2^13, capped at FAST_CEILING (a loose bound: it
+ * catches a wrong index or a lost bias, not a rounding detail, which the
+ * exact path covers). Every form is checked against its own tolerance. */
 #include <math.h>
 #include <string.h>
 
@@ -141,29 +142,23 @@ run (UmModel *model, const UmForwardOptions *o, const GArray *ids, const gint32 
   return run_blocks (model, o, ids, rows, n_rows, current_block);
 }
 
-/* The naive float32 forward's distance from float64, times a margin:
- * float32 rounding's own error on this model, whatever the CPU. The
- * largest error of one run is a noisy statistic (on tiny-dream it is
- * 7.0e-5 on the F32 weights and 2.6e-5 on their Q8_0 rounding, which
- * hardly changes the magnitudes the sums see), so the scale is taken over
- * the family's three forms: same architecture, same activations up to the
- * weights' 8-bit rounding. */
+/* The naive float32 forward's distance from float64, times a margin, on
+ * this form alone (um-test-util.c): each form's loader is checked on its
+ * own, and a bug in one cannot loosen the bound of the others. */
 static double
-family_tolerance (const Case *c)
+form_tolerance (const Case *c, UmModel *model, const GArray *ids, const double *want)
 {
-  double tol = 0.0;
-
-  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
-    if (g_str_equal (cases[i].family, c->family))
-      {
-        g_autoptr(UmModel) model = load_model (cases[i].model);
-        g_autoptr(GArray) ids = NULL;
-        g_autofree double *want = expected (&cases[i], &ids, model->cfg.vocab_size);
-        tol = MAX (tol, um_test_f32_tolerance_blocks (model, (const gint32 *) ids->data, ids->len, entry_block (&cases[i]),
-                                                      want, cases[i].model));
-      }
-  return tol;
+  return um_test_f32_tolerance_blocks (model, (const gint32 *) ids->data, ids->len, entry_block (c), want, c->model);
 }
+
+/* The default GPU path: f16 activations for quantized weights and TF32
+ * attention, unit roundoff 2^-11 instead of 2^-24: the float32 scale times
+ * 2^13, never more than FAST_CEILING = 2^-2. Measured on the emulation:
+ * 0.03 on tiny-dream's F32 forms, 0.12 on its Q8_0 GGUF (f16-rounded
+ * tiles), below 0.03 elsewhere; a lost bias moves tiny-dream's logits by
+ * 7.3 and an attention index off by one by 13 (mutations of the fast
+ * path only, see docs/hardening.md). */
+#define FAST_CEILING 0.25
 
 static void
 test_case (gconstpointer data)
@@ -178,7 +173,7 @@ test_case (gconstpointer data)
 
   um_forward_options_init (&o);
   current_block = entry_block (c);
-  tol = family_tolerance (c);
+  tol = form_tolerance (c, model, ids, want);
   {
     g_autofree float *logits = run (model, &o, ids, NULL, 0);
     err = um_test_rel_error (logits, want, (size_t) ids->len * V);
@@ -219,8 +214,8 @@ test_case (gconstpointer data)
       g_setenv ("UNMASK_CUDA_EXACT_PRODUCTS", "1", TRUE);
       err = um_test_rel_error (fast, want, (size_t) ids->len * V);
       g_test_message ("%s %s: f16/TF32 path: max relative error %.3g, bound %.3g", c->model, c->key, err,
-                      tol * 8192.0);
-      g_assert_cmpfloat (err, <, tol * 8192.0);
+                      MIN (tol * 8192.0, FAST_CEILING));
+      g_assert_cmpfloat (err, <, MIN (tol * 8192.0, FAST_CEILING));
     }
 }
 

@@ -411,6 +411,76 @@ test_cli_logits_raw (void)
   um_test_rmtree (config);
 }
 
+/* unmask-cli logits --block-length: LLaDA 2.x's block-causal logits at a
+ * chosen block, as the fixture's "cli" flags ask (its "logits" entry has
+ * blocks of 4); without it, full attention (its other entry). A family
+ * without block-causal attention refuses the flag. */
+static void
+test_cli_logits_block (void)
+{
+  g_autoptr(JsonParser) parser = um_test_load_json ("tiny-llada2.expected.json");
+  JsonObject *root = json_node_get_object (json_parser_get_root (parser));
+  g_autofree char *path = um_test_data_path ("tiny-llada2");
+  g_autofree char *llada = um_test_data_path ("tiny-llada");
+  g_autofree char *config = um_test_mkdtemp ();
+  const char *entries[] = { "logits", "logits_full_attention" };
+
+  if (g_getenv ("UM_CLI") == NULL)
+    {
+      g_test_skip ("UM_CLI is not set");
+      return;
+    }
+  for (guint e = 0; e < G_N_ELEMENTS (entries); e++)
+    {
+      JsonObject *entry = json_object_get_object_member (root, entries[e]);
+      JsonArray *want = json_object_get_array_member (entry, "values");
+      JsonArray *cli = json_object_has_member (entry, "cli") ? json_object_get_array_member (entry, "cli") : NULL;
+      g_autofree char *ids = ids_text (json_object_get_array_member (entry, "ids"));
+      g_autoptr(GPtrArray) args = g_ptr_array_new ();
+      g_autoptr(JsonParser) out = json_parser_new ();
+      JsonArray *rows;
+      double worst = 0.0;
+      g_auto(Run) r;
+
+      g_ptr_array_add (args, "logits");
+      g_ptr_array_add (args, "--model");
+      g_ptr_array_add (args, path);
+      g_ptr_array_add (args, "--ids");
+      g_ptr_array_add (args, ids);
+      for (guint i = 0; cli != NULL && i < json_array_get_length (cli); i++)
+        g_ptr_array_add (args, (gpointer) json_array_get_string_element (cli, i));
+      run_cli (&r, config, args);
+      g_assert_cmpint (r.status, ==, 0);
+      g_assert_true (json_parser_load_from_data (out, r.out, -1, NULL));
+      rows = json_object_get_array_member (json_node_get_object (json_parser_get_root (out)), "logits");
+      g_assert_cmpuint (json_array_get_length (rows), ==, json_array_get_length (want));
+      for (guint i = 0; i < json_array_get_length (want); i++)
+        {
+          JsonArray *g = json_array_get_array_element (rows, i), *w = json_array_get_array_element (want, i);
+          for (guint v = 0; v < json_array_get_length (w); v++)
+            {
+              double x = json_array_get_double_element (w, v);
+              worst = MAX (worst, fabs (json_array_get_double_element (g, v) - x) / (1.0 + fabs (x)));
+            }
+        }
+      g_test_message ("%s: max relative error %.3g", entries[e], worst);
+      /* float32's error on this model is ~1e-5 (test-family-forward); the
+       * other mask moves logits by more than 1 (test-llada2-ref). */
+      g_assert_cmpfloat (worst, <, 1e-3);
+    }
+  {
+    const char *argv[] = { "logits", "--model", llada, "--ids", "1,2,3", "--block-length", "4", NULL };
+    g_autoptr(GPtrArray) args = g_ptr_array_new ();
+    g_auto(Run) r;
+    for (guint i = 0; argv[i]; i++)
+      g_ptr_array_add (args, (gpointer) argv[i]);
+    run_cli (&r, config, args);
+    g_assert_cmpint (r.status, !=, 0);
+    g_assert_nonnull (strstr (r.err, "block-causal"));
+  }
+  um_test_rmtree (config);
+}
+
 /* LLaDA's block schedule on a model that shifts its logits: the first step
  * commits the candidate whose row before is the most confident, with that
  * row's arg-max. */
@@ -496,6 +566,7 @@ main (int argc, char **argv)
     }
   g_test_add_func ("/family-generate/cli-family-options", test_cli_family_options);
   g_test_add_func ("/family-generate/cli-logits-raw", test_cli_logits_raw);
+  g_test_add_func ("/family-generate/cli-logits-block", test_cli_logits_block);
   g_test_add_func ("/family-generate/block-schedule-shift", test_block_schedule_shift);
   return g_test_run ();
 }

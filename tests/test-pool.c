@@ -1,11 +1,18 @@
-/* test-pool.c — um_pool_for: every item exactly once, thread ids in range,
- * nested and concurrent loops serial, workers that sleep and wake; the
- * workers' nice value (last: it stays for the process). */
+/* test-pool.c — um_pool_for: every item exactly once, thread ids in range
+ * (below the loop's thread count and its number of chunks), nested and
+ * concurrent loops serial, workers that sleep and wake, a worker that is
+ * late to wake holds up no loop; the workers' nice value (last: it stays
+ * for the process). A watchdog ends any test that runs past a minute (a
+ * lost wake-up would otherwise hang until the suite's timeout). */
 #include <glib.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "um-cpu-kernels.h"
@@ -55,10 +62,14 @@ static void
 check_once (int64_t n, int64_t chunk, int threads)
 {
   Counts *c = g_new0 (Counts, 1);
+  int64_t n_chunks = n > 0 ? (n + MAX (chunk, 1) - 1) / MAX (chunk, 1) : 1;
 
   c->threads = threads > 0 ? threads : um_cpu_get_threads ();
   um_pool_for (n, chunk, threads, count_items, c);
   g_assert_cmpint (atomic_load (&c->bad_range), ==, 0);
+  /* No more threads than chunks take part: per-thread scratch is sized
+   * for MIN (threads, chunks) by some callers. */
+  g_assert_cmpint (atomic_load (&c->max_tid), <, MIN ((int64_t) c->threads, n_chunks));
   for (int64_t i = 0; i < N_MAX; i++)
     g_assert_cmpint (atomic_load (&c->count[i]), ==, i < n ? 1 : 0);
   g_free (c);
@@ -169,8 +180,9 @@ test_adapt (void)
    * trials, then only every 4th pass tries 2 again. */
   g_assert_cmpint (settle (2, one_busy, 1, 40, 1, &off), ==, 1);
   g_assert_cmpint (off, <=, 3 + 40 / 4);
-  /* Two busy, and 2 threads are faster: 1 is tried every 4th pass only. */
-  g_assert_cmpint (settle (2, two_busy, 2, 40, 2, &off), !=, 0);
+  /* Two busy, and 2 threads are faster: 1 is tried every 4th pass only,
+   * and 2 is where it settles. */
+  g_assert_cmpint (settle (2, two_busy, 2, 40, 2, &off), ==, 2);
   g_assert_cmpint (off, <=, 40 / 4);
   /* Hill climbing from 3 down to 2, staying there. */
   {
@@ -272,15 +284,136 @@ test_nice (void)
   g_assert_cmpint (thread_nice (), ==, base);
 }
 
+/* ---- a worker late to wake ---- */
+
+static volatile sig_atomic_t hold_workers;
+static _Atomic int held;
+
+/* Keeps the worker it interrupts here (as a descheduled one would be)
+ * until released. */
+static void
+on_hold (int sig)
+{
+  atomic_fetch_add (&held, 1);
+  while (hold_workers)
+    {
+      struct timespec ts = { 0, 1000000 };
+      nanosleep (&ts, NULL);
+    }
+  atomic_fetch_sub (&held, 1);
+}
+
+static gpointer
+release_later (gpointer data)
+{
+  g_usleep (GPOINTER_TO_UINT (data));
+  hold_workers = 0;
+  return NULL;
+}
+
+/* The pool's workers (named "um-pool"), by kernel thread id. */
+static GArray *
+pool_workers (void)
+{
+  GArray *tids = g_array_new (FALSE, FALSE, sizeof (int));
+  g_autoptr(GDir) d = g_dir_open ("/proc/self/task", 0, NULL);
+  const char *name;
+
+  g_assert_nonnull (d);
+  while ((name = g_dir_read_name (d)) != NULL)
+    {
+      g_autofree char *path = g_strdup_printf ("/proc/self/task/%s/comm", name);
+      g_autofree char *comm = NULL;
+      int tid = atoi (name);
+
+      if (g_file_get_contents (path, &comm, NULL, NULL) && g_str_has_prefix (comm, "um-pool"))
+        g_array_append_val (tids, tid);
+    }
+  return tids;
+}
+
+/* Every worker is held (in a signal handler) while a loop of two chunks
+ * runs: the caller takes both, and must return without waiting for the
+ * worker it woke, which took none. */
+static void
+test_late_worker (void)
+{
+  struct sigaction sa = { 0 }, old;
+  g_autoptr(GArray) tids = NULL;
+  GThread *releaser;
+  gint64 t0, took;
+  const guint release_us = 3 * G_USEC_PER_SEC;
+
+  um_cpu_set_threads (2);
+  check_once (64, 1, 2);   /* the worker exists */
+  tids = pool_workers ();
+  g_assert_cmpuint (tids->len, >=, 1);
+  sa.sa_handler = on_hold;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset (&sa.sa_mask);
+  g_assert_cmpint (sigaction (SIGUSR1, &sa, &old), ==, 0);
+  hold_workers = 1;
+  for (guint i = 0; i < tids->len; i++)
+    g_assert_cmpint (syscall (SYS_tgkill, getpid (), g_array_index (tids, int, i), SIGUSR1), ==, 0);
+  while (atomic_load (&held) < (int) tids->len)
+    g_usleep (1000);
+  releaser = g_thread_new ("release", release_later, GUINT_TO_POINTER (release_us));
+  t0 = g_get_monotonic_time ();
+  check_once (2, 1, 2);
+  took = g_get_monotonic_time () - t0;
+  g_thread_join (releaser);
+  while (atomic_load (&held) > 0)
+    g_usleep (1000);
+  sigaction (SIGUSR1, &old, NULL);
+  g_test_message ("a loop with its worker held for %u s returned after %.3f s", release_us / G_USEC_PER_SEC,
+                  took / 1e6);
+  /* Not the release's 3 s: the loop's own microseconds, with room for a
+   * loaded machine. */
+  g_assert_cmpint (took, <, G_USEC_PER_SEC);
+  /* And the worker takes part again. */
+  for (int i = 0; i < 100; i++)
+    check_once (64, 1, 2);
+}
+
+/* ---- the watchdog ---- */
+
+#define WATCHDOG_S 60
+
+static void
+on_watchdog (int sig)
+{
+  static const char msg[] = "test-pool: a test ran past " G_STRINGIFY (WATCHDOG_S)
+                             " s: a loop that never ends (a lost wake-up?)\n";
+  ssize_t r = write (2, msg, sizeof msg - 1);
+  (void) r;
+  abort ();
+}
+
+static void
+watchdog_arm (gconstpointer data)
+{
+  alarm (WATCHDOG_S);
+  ((GTestFunc) data) ();
+  alarm (0);
+}
+
+static void
+add_watched (const char *path, GTestFunc fn)
+{
+  g_test_add_data_func (path, (gconstpointer) fn, watchdog_arm);
+}
+
 int
 main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, NULL);
-  g_test_add_func ("/pool/once", test_once);
-  g_test_add_func ("/pool/sleep-wake", test_sleep_wake);
-  g_test_add_func ("/pool/nested", test_nested);
-  g_test_add_func ("/pool/concurrent", test_concurrent);
-  g_test_add_func ("/pool/adapt", test_adapt);
-  g_test_add_func ("/pool/nice", test_nice);
+  signal (SIGALRM, on_watchdog);
+  add_watched ("/pool/once", test_once);
+  add_watched ("/pool/sleep-wake", test_sleep_wake);
+  add_watched ("/pool/nested", test_nested);
+  add_watched ("/pool/concurrent", test_concurrent);
+  add_watched ("/pool/late-worker", test_late_worker);
+  add_watched ("/pool/adapt", test_adapt);
+  add_watched ("/pool/nice", test_nice);
   return g_test_run ();
 }

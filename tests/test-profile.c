@@ -198,7 +198,8 @@ test_strict (void)
     }
 }
 
-/* A bad file is moved aside, the defaults are used and a notice says so. */
+/* A bad file gives the defaults and a notice; the next commit moves it
+ * aside. (A newer version's file is never moved: test-config-newer.) */
 static void
 test_load_bad (void)
 {
@@ -206,7 +207,6 @@ test_load_bad (void)
     "{\"version\": 1, \"memory\": ",                                 /* invalid JSON (truncated) */
     "{\"version\": 1, \"threads\": \"many\"}",                       /* wrong type */
     "{\"version\": 1, \"memory\": {\"mode\": \"standard\"}, \"x\": 1}", /* unknown key */
-    "{\"version\": 9}",                                               /* newer version */
     "\xff\xfe garbage \x01",                                          /* not text */
   };
 
@@ -232,7 +232,24 @@ test_load_bad (void)
       g_assert_nonnull (notice);
       g_test_message ("%s", notice);
       g_assert_nonnull (strstr (notice, "optimizer.json.corrupt-"));
-      g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
+      /* A reader changes no file (it would race a commit): the file stays
+       * until a commit, under the lock, moves it aside. */
+      {
+        g_autofree char *text = um_test_read_file (path);
+        g_auto(UmCommit) c = { 0 };
+        g_autoptr(UmProfile) next = um_profile_new_default ();
+        g_assert_cmpstr (text, ==, kinds[i]);
+        um_profile_set_mode (next, UM_MEM_EXTREME_MILD);
+        g_assert_true (um_backups_commit (next, dir, "test", NULL, &c, &error));
+        g_assert_no_error (error);
+        g_assert_nonnull (c.notice);
+        g_assert_nonnull (strstr (c.notice, "optimizer.json.corrupt-"));
+        g_free (notice);
+        notice = g_strdup (c.notice);
+        /* The defaults were the state before: undo goes back to them. */
+        g_assert_true (um_backups_restore (dir, "latest", NULL, NULL, &error));
+        g_assert_no_error (error);
+      }
       /* Kept, byte for byte, under the name the notice gives. */
       d = g_dir_open (dir, 0, NULL);
       while ((name = g_dir_read_name (d)) != NULL)
@@ -648,7 +665,6 @@ test_manifest_corrupt (void)
     "{\"version\": 1, \"backups\": [], \"extra\": 1}",
     "{\"version\": 1, \"backups\": [{\"id\": \"x\", \"time\": \"now\", \"reason\": \"\", \"summary\": \"\", "
     "\"sha256\": \"\", \"file\": \"x.json\"}]}",
-    "{\"version\": 7, \"backups\": []}",
   };
 
   for (guint i = 0; i < G_N_ELEMENTS (bad); i++)
@@ -688,6 +704,28 @@ test_manifest_corrupt (void)
       g_assert_cmpuint (again->len, ==, 3);
       um_test_rmtree (dir);
     }
+
+  /* A newer Unmask's manifest is not damaged: refused, never moved. */
+  {
+    g_autofree char *dir = um_test_mkdtemp ();
+    g_autofree char *bdir = g_build_filename (dir, "backups", NULL);
+    g_autofree char *manifest = g_build_filename (bdir, "manifest.json", NULL);
+    g_autoptr(GPtrArray) list = NULL;
+    g_autoptr(GError) error = NULL;
+    g_autofree char *text = NULL;
+
+    for (int k = 1; k <= 3; k++)
+      save_version (dir, k);
+    um_test_write_file (manifest, "{\"version\": 7, \"backups\": []}", -1);
+    list = um_backups_list (dir, NULL, &error);
+    g_assert_null (list);
+    g_assert_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED);
+    g_assert_nonnull (strstr (error->message, "written by a newer Unmask"));
+    g_assert_cmpuint (um_test_count_prefix (bdir, "manifest.json.corrupt-"), ==, 0);
+    text = um_test_read_file (manifest);
+    g_assert_cmpstr (text, ==, "{\"version\": 7, \"backups\": []}");
+    um_test_rmtree (dir);
+  }
 
   /* An entry pointing outside the folder is reported, never read. */
   {

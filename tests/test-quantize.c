@@ -180,6 +180,61 @@ test_errors_leave_nothing (void)
   um_test_rmtree (dir);
 }
 
+/* The chat template comes through the one JSON entry point (um-json.c)
+ * and the chat-template module: tokenizer_config.json nested past the
+ * limit is an error, not json-glib's recursion; a template kept in
+ * chat_template.jinja (newer transformers) is carried into the GGUF. */
+static void
+test_chat_template_source (void)
+{
+  g_autofree char *dir = um_test_mkdtemp ();
+  g_autofree char *src = um_test_data_path ("tiny-llada");
+  g_autofree char *copy = g_build_filename (dir, "model", NULL);
+  g_autofree char *config = g_build_filename (copy, "tokenizer_config.json", NULL);
+  g_autofree char *jinja = g_build_filename (copy, "chat_template.jinja", NULL);
+  g_autofree char *out = g_build_filename (dir, "out.gguf", NULL);
+  g_autofree char *deep = g_strnfill (200000, '[');
+  g_autofree char *text = NULL;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmModel) model = NULL;
+  g_autoptr(JsonNode) root = NULL;
+  const char *tmpl = "{% for m in messages %}{{ m['content'] }}{% endfor %}";
+
+  g_assert_cmpint (g_mkdir_with_parents (copy, 0700), ==, 0);
+  um_test_copy_dir (src, copy);
+  model = um_model_load (copy, NULL, &error);
+  g_assert_no_error (error);
+  /* Changed under the loaded model: read again by the quantizer. */
+  um_test_write_file (config, deep, -1);
+  g_assert_false (um_quantize_model (model, "F32", out, NULL, NULL, NULL, &error));
+  g_test_message ("%s", error->message);
+  g_assert_nonnull (strstr (error->message, "tokenizer_config.json"));
+  g_assert_false (g_file_test (out, G_FILE_TEST_EXISTS));
+  g_clear_error (&error);
+
+  /* The template beside the config instead of in it. */
+  {
+    g_autofree char *orig = g_build_filename (src, "tokenizer_config.json", NULL);
+    text = um_test_read_file (orig);
+  }
+  root = json_from_string (text, NULL);
+  json_object_remove_member (json_node_get_object (root), "chat_template");
+  {
+    g_autofree char *without = json_to_string (root, TRUE);
+    um_test_write_file (config, without, -1);
+  }
+  um_test_write_file (jinja, tmpl, -1);
+  g_assert_true (um_quantize_model (model, "F32", out, NULL, NULL, NULL, &error));
+  g_assert_no_error (error);
+  {
+    g_autoptr(UmGguf) g = um_gguf_open (out, &error);
+    g_assert_no_error (error);
+    g_assert_cmpstr (um_gguf_get_string (g, "tokenizer.chat_template", &error), ==, tmpl);
+    g_assert_no_error (error);
+  }
+  um_test_rmtree (dir);
+}
+
 /* ---- the families ----------------------------------------------------------- */
 
 /* As in test-families: two float64 forwards of the same weights differ by
@@ -436,6 +491,7 @@ main (int argc, char **argv)
   g_test_add_func ("/quantize/matches-llama-cpp", test_matches_llama_cpp_files);
   g_test_add_func ("/quantize/kquant-mixes", test_kquant_mixes);
   g_test_add_func ("/quantize/errors", test_errors_leave_nothing);
+  g_test_add_func ("/quantize/chat-template-source", test_chat_template_source);
   for (guint i = 0; i < G_N_ELEMENTS (sources); i++)
     {
       g_autofree char *path = g_strdup_printf ("/quantize/family/%s/from-%s", sources[i][0], sources[i][1]);

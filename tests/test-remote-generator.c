@@ -25,6 +25,8 @@ typedef struct {
   guint              slow_source;
   int                slow_chunks;
   gboolean           slow_finished;
+  char              *elsewhere;       /* a second server's URL, where redirects point */
+  GPtrArray         *elsewhere_seen;  /* "PATH AUTHORIZATION" of each request it got */
 } Fake;
 
 static Fake fake;
@@ -146,6 +148,14 @@ on_request (SoupServer *server, SoupServerMessage *msg, const char *path, GHashT
         respond (msg, 200, "application/json", um_model);
       else if (g_str_equal (path, "/v1/models/garbage"))
         respond (msg, 200, "application/json", "{\"id\":");
+      else if (g_str_equal (path, "/v1/models/moved") && fake.elsewhere != NULL)
+        {
+          /* Somewhere else: another host, as a hostile or misconfigured
+           * server would send the client (and its key). */
+          g_autofree char *to = g_strdup_printf ("%s/v1/models/moved", fake.elsewhere);
+          soup_message_headers_replace (soup_server_message_get_response_headers (msg), "Location", to);
+          respond (msg, 308, "text/plain", "moved");
+        }
       else
         respond_error (msg, 404, "no such thing");
       return;
@@ -189,6 +199,12 @@ on_request (SoupServer *server, SoupServerMessage *msg, const char *path, GHashT
       fake.slow_chunks = 0;
       g_signal_connect (msg, "finished", G_CALLBACK (on_slow_finished), NULL);
       fake.slow_source = g_timeout_add (20, on_slow_tick, NULL);
+    }
+  else if (strstr (fake.last_body, "MARK-moved") && fake.elsewhere != NULL)
+    {
+      g_autofree char *to = g_strdup_printf ("%s/v1/chat/completions", fake.elsewhere);
+      soup_message_headers_replace (soup_server_message_get_response_headers (msg), "Location", to);
+      respond (msg, 303, "text/plain", "moved");
     }
   else if (strstr (fake.last_body, "\"model\":\"plain\""))
     respond (msg, 200, "text/event-stream", plain_stream);
@@ -636,6 +652,59 @@ test_failures (void)
 }
 
 static void
+on_elsewhere (SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query, gpointer user_data)
+{
+  const char *auth = soup_message_headers_get_one (soup_server_message_get_request_headers (msg), "Authorization");
+
+  g_ptr_array_add (fake.elsewhere_seen, g_strdup_printf ("%s %s", path, auth ? auth : "(no key)"));
+  respond (msg, 200, "application/json", um_model);
+}
+
+/* A server that answers with a redirect to another host: not followed
+ * (the key would go with it), and said so. */
+static void
+test_redirect (void)
+{
+  g_autoptr(SoupServer) other = soup_server_new (NULL, NULL);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmGenerator) gen = NULL;
+  UmGeneratorRequest req;
+  GSList *uris;
+  Wait w = { 0 };
+
+  soup_server_add_handler (other, NULL, on_elsewhere, NULL, NULL);
+  g_assert_true (soup_server_listen_local (other, 0, SOUP_SERVER_LISTEN_IPV4_ONLY, &error));
+  uris = soup_server_get_uris (other);
+  fake.elsewhere = g_strdup_printf ("http://127.0.0.1:%d", g_uri_get_port (uris->data));
+  g_slist_free_full (uris, (GDestroyNotify) g_uri_unref);
+  fake.elsewhere_seen = g_ptr_array_new_with_free_func (g_free);
+  fake.key = g_strdup ("sk-secret");
+
+  um_remote_generator_new_async (fake.url, "sk-secret", "moved", NULL, on_new, &w);
+  spin (&w.done);
+  g_test_message ("GET redirected: %s", w.error ? w.error->message : "connected");
+  g_assert_cmpuint (fake.elsewhere_seen->len, ==, 0);
+  g_assert_error (w.error, UM_ERROR, UM_ERROR_REMOTE);
+  g_assert_nonnull (strstr (w.error->message, fake.elsewhere));
+  wait_clear (&w);
+
+  gen = connect_to (fake.url, "sk-secret", "um");
+  um_generator_request_init (&req);
+  req.prompt = "MARK-moved";
+  generate (gen, &req, NULL, &w);
+  g_test_message ("POST redirected: %s", w.error ? w.error->message : "answered");
+  g_assert_cmpuint (fake.elsewhere_seen->len, ==, 0);
+  g_assert_error (w.error, UM_ERROR, UM_ERROR_REMOTE);
+  g_assert_nonnull (strstr (w.error->message, "redirect"));
+  wait_clear (&w);
+
+  g_clear_pointer (&fake.key, g_free);
+  g_clear_pointer (&fake.elsewhere, g_free);
+  g_clear_pointer (&fake.elsewhere_seen, g_ptr_array_unref);
+  soup_server_disconnect (other);
+}
+
+static void
 test_cancel (void)
 {
   g_autoptr(UmGenerator) gen = connect_to (fake.url, NULL, "plain");
@@ -683,6 +752,7 @@ main (int argc, char **argv)
   g_test_add_func ("/remote-generator/generate-plain", test_generate_plain);
   g_test_add_func ("/remote-generator/failures", test_failures);
   g_test_add_func ("/remote-generator/cancel", test_cancel);
+  g_test_add_func ("/remote-generator/redirect", test_redirect);
   ret = g_test_run ();
   soup_server_disconnect (fake.server);
   g_clear_object (&fake.server);

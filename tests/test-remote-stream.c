@@ -277,6 +277,93 @@ test_other_server (void)
   um_remote_pieces_clear (&pc);
 }
 
+/* Another server sends far more pieces than max_tokens (one character
+ * each): the canvas stops at UM_REMOTE_PIECES_PER_TOKEN × max_tokens
+ * positions, so do the events, and the text is whole. */
+static void
+test_other_server_bounded (void)
+{
+  g_autoptr(GString) text = g_string_new (NULL);
+  g_autoptr(GString) want = g_string_new (NULL);
+  UmRemoteStreamSetup setup = { 0 };
+  UmRemotePieces pc;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmGeneratorResult) res = NULL;
+  const int answer = 8, sent = answer * UM_REMOTE_PIECES_PER_TOKEN * 10;
+  Rec rec;
+
+  for (int i = 0; i < sent; i++)
+    {
+      g_string_append_printf (text, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%c\"},"
+                                    "\"finish_reason\":null}]}\n\n", 'a' + i % 26);
+      g_string_append_c (want, 'a' + i % 26);
+    }
+  g_string_append (text, "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n"
+                         "data: [DONE]\n\n");
+  um_remote_pieces_init (&pc);
+  setup.answer_len = answer;
+  setup.mask_id = -1;
+  setup.eos_id = setup.eot_id = -1;
+  rec_init (&rec);
+  res = run_stream (&setup, &pc, text->str, text->len, 0, &rec, &error);
+  g_assert_no_error (error);
+  g_assert_cmpstr (res->text, ==, want->str);
+  g_test_message ("%d pieces for max_tokens %d: %u positions, %u events", sent, answer, res->ids->len,
+                  rec.canvases->len);
+  g_assert_cmpuint (res->ids->len, <=, (guint) (answer * UM_REMOTE_PIECES_PER_TOKEN));
+  g_assert_cmpuint (rec.canvases->len, <=, (guint) (answer * UM_REMOTE_PIECES_PER_TOKEN));
+  for (guint i = 0; i < rec.canvases->len; i++)
+    g_assert_cmpuint (g_array_index (rec.canvases, GArray *, i)->len, <=, (guint) (answer * UM_REMOTE_PIECES_PER_TOKEN));
+  rec_clear (&rec);
+  um_remote_pieces_clear (&pc);
+}
+
+static guint64
+rss_bytes (void)
+{
+  g_autofree char *text = NULL;
+  const char *p;
+
+  g_assert_true (g_file_get_contents ("/proc/self/status", &text, NULL, NULL));
+  p = strstr (text, "VmRSS:");
+  g_assert_nonnull (p);
+  return g_ascii_strtoull (p + 6, NULL, 10) << 10;
+}
+
+/* A hostile Unmask server names two million ids with one-byte pieces: the
+ * cache's real memory, not only its string bytes, stays under its limit
+ * (with half of it again for the allocator's rounding). */
+static void
+test_piece_cache_bound (void)
+{
+  UmRemotePieces pc;
+  guint64 before, grown;
+  const gint32 n = 2000000;
+
+  um_remote_pieces_init (&pc);
+  before = rss_bytes ();
+  for (gint32 id = 0; id < n; id++)
+    um_remote_pieces_set (&pc, id, "x");
+  grown = rss_bytes () - before;
+  g_test_message ("%u pieces cached of %d, RSS +%" G_GUINT64_FORMAT " MiB (limit %" G_GSIZE_FORMAT " MiB)",
+                  g_hash_table_size (pc.pieces), n, grown >> 20, UM_REMOTE_MAX_PIECE_BYTES >> 20);
+  /* What the cache takes is bounded by its count of entries... */
+  g_assert_cmpuint (g_hash_table_size (pc.pieces), <=, UM_REMOTE_MAX_PIECE_BYTES / (2 + UM_REMOTE_PIECE_OVERHEAD));
+  /* ... and that count by the memory they really take, where malloc is the
+   * system's (AddressSanitizer's redzones more than double a small block). */
+#if !defined(__SANITIZE_ADDRESS__)
+  g_assert_cmpuint (grown, <=, UM_REMOTE_MAX_PIECE_BYTES + UM_REMOTE_MAX_PIECE_BYTES / 2);
+#endif
+  /* What was cached reads back; what was not reads as unknown. */
+  {
+    g_autofree char *first = um_remote_pieces_get (&pc, 0);
+    g_autofree char *last = um_remote_pieces_get (&pc, n - 1);
+    g_assert_cmpstr (first, ==, "x");
+    g_assert_null (last);
+  }
+  um_remote_pieces_clear (&pc);
+}
+
 static void
 expect_error (const char *text, const char *fragment)
 {
@@ -520,6 +607,8 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/remote-stream/unmask", test_unmask_stream);
   g_test_add_func ("/remote-stream/other-server", test_other_server);
+  g_test_add_func ("/remote-stream/other-server-bounded", test_other_server_bounded);
+  g_test_add_func ("/remote-stream/piece-cache-bound", test_piece_cache_bound);
   g_test_add_func ("/remote-stream/bad", test_bad_streams);
   g_test_add_func ("/remote-stream/mutations", test_mutations);
   g_test_add_func ("/remote-stream/model-info", test_model_info);

@@ -266,6 +266,31 @@ test_hostile (void)
   um_api_request_clear (&r);
 }
 
+/* A stop string is matched against the committed text at every step, on
+ * the server thread: one longer than UM_API_MAX_STOP_BYTES is refused, one
+ * of exactly that length taken. */
+static void
+test_stop_length (void)
+{
+  for (int over = 0; over < 2; over++)
+    {
+      g_autofree char *stop = g_strnfill (UM_API_MAX_STOP_BYTES + over, 'z');
+      g_autofree char *body = g_strdup_printf ("{" MSG ",\"stop\":[\"a\",\"%s\"]}", stop);
+      g_autofree char *param = NULL;
+      g_autoptr(GError) error = NULL;
+      UmApiRequest r;
+      gboolean ok = parse (UM_API_CHAT, body, &r, &param, &error);
+
+      g_assert_true (ok == !over);
+      if (over)
+        {
+          g_assert_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM);
+          g_assert_cmpstr (param, ==, "stop");
+        }
+      um_api_request_clear (&r);
+    }
+}
+
 /* ---- resolve ---- */
 
 /* A model that recommends temperature 0.3, 64 steps, 128 tokens in blocks
@@ -466,6 +491,7 @@ main (int argc, char **argv)
   g_test_add_func ("/server-request/completion-fields", test_completion_fields);
   g_test_add_func ("/server-request/rejected", test_rejected);
   g_test_add_func ("/server-request/hostile", test_hostile);
+  g_test_add_func ("/server-request/stop-length", test_stop_length);
   g_test_add_func ("/server-request/resolve-defaults", test_resolve_defaults);
   g_test_add_func ("/server-request/resolve-context", test_resolve_context);
   g_test_add_func ("/server-request/resolve-suffix", test_resolve_suffix);

@@ -20,294 +20,11 @@
 #include <json-glib/json-glib.h>
 
 #include "um-error.h"
-#include "um-local-generator.h"
+#include "um-engine.h"
+#include "um-tokenizer.h"
 #include "um-server.h"
+#include "um-test-server.h"
 #include "um-test-util.h"
-
-/* ---- the home thread: the generator and the server live there ---- */
-
-typedef struct {
-  GThread      *thread;
-  GMainContext *context;
-  GMainLoop    *loop;
-  UmGenerator  *gen;
-  UmServer     *server;
-  guint16       port;
-  int           max_queue;
-  gint          seen_running;   /* atomics: the generator's queue, as the server reported it */
-  gint          idle_after_run;
-  GMutex        lock;
-  GCond         cond;
-  gboolean      ready;
-} Home;
-
-typedef struct {
-  Home       *home;
-  GSourceFunc func;
-  gpointer    data;
-  gboolean    done;
-} Call;
-
-static gboolean
-call_cb (gpointer user_data)
-{
-  Call *c = user_data;
-  c->func (c->data);
-  g_mutex_lock (&c->home->lock);
-  c->done = TRUE;
-  g_cond_broadcast (&c->home->cond);
-  g_mutex_unlock (&c->home->lock);
-  return G_SOURCE_REMOVE;
-}
-
-static Call *
-home_call_async (Home *home, GSourceFunc func, gpointer data)
-{
-  Call *c = g_new0 (Call, 1);
-  c->home = home;
-  c->func = func;
-  c->data = data;
-  g_main_context_invoke (home->context, call_cb, c);
-  return c;
-}
-
-static void
-home_wait (Call *c)
-{
-  gint64 end = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
-  g_mutex_lock (&c->home->lock);
-  while (!c->done)
-    if (!g_cond_wait_until (&c->home->cond, &c->home->lock, end))
-      g_error ("the home thread did not answer within 60 s");
-  g_mutex_unlock (&c->home->lock);
-  g_free (c);
-}
-
-static void
-home_call (Home *home, GSourceFunc func, gpointer data)
-{
-  home_wait (home_call_async (home, func, data));
-}
-
-static void
-on_changed (UmServer *server, gpointer user_data)
-{
-  Home *home = user_data;
-  int running, waiting;
-
-  um_server_get_counts (server, &running, &waiting, NULL);
-  if (running > 0)
-    g_atomic_int_set (&home->seen_running, 1);
-  else if (waiting == 0 && g_atomic_int_get (&home->seen_running))
-    g_atomic_int_set (&home->idle_after_run, 1);
-}
-
-static gboolean
-start_in_home (gpointer data)
-{
-  Home *home = data;
-  g_autofree char *path = um_test_data_path ("tiny-llada");
-  g_autoptr(GError) error = NULL;
-  g_auto(GStrv) uris = NULL;
-  UmServerOptions so;
-  UmEngineOptions opt;
-  UmEngine *engine;
-
-  um_engine_options_init (&opt);
-  opt.device = UM_DEVICE_CPU;
-  opt.n_threads = 1;
-  engine = um_engine_load (path, &opt, NULL, NULL, NULL, &error);
-  g_assert_no_error (error);
-  home->gen = um_local_generator_new (engine);
-  um_server_options_init (&so);
-  so.port = 0;
-  so.max_queue = home->max_queue;
-  so.ping_interval_s = 0;
-  home->server = um_server_new (home->gen, &so);
-  um_server_options_clear (&so);
-  um_server_set_changed_func (home->server, on_changed, home);
-  g_assert_true (um_server_start (home->server, &error));
-  g_assert_no_error (error);
-  uris = um_server_get_uris (home->server);
-  for (guint i = 0; uris[i]; i++)
-    if (g_str_has_prefix (uris[i], "http://127.0.0.1:"))
-      home->port = (guint16) atoi (uris[i] + strlen ("http://127.0.0.1:"));
-  g_assert_cmpuint (home->port, >, 0);
-  return G_SOURCE_REMOVE;
-}
-
-static gboolean
-free_in_home (gpointer data)
-{
-  Home *home = data;
-  g_clear_pointer (&home->server, um_server_free);
-  g_clear_object (&home->gen);
-  return G_SOURCE_REMOVE;
-}
-
-static gboolean
-quit_in_home (gpointer data)
-{
-  Home *home = data;
-  g_main_loop_quit (home->loop);
-  return G_SOURCE_REMOVE;
-}
-
-static gpointer
-home_thread (gpointer data)
-{
-  Home *home = data;
-  g_main_context_push_thread_default (home->context);
-  g_main_loop_run (home->loop);
-  /* Whatever is still posted here runs now (an admission after a freed
-   * server would be a use after free). */
-  while (g_main_context_iteration (home->context, FALSE))
-    ;
-  g_main_context_pop_thread_default (home->context);
-  return NULL;
-}
-
-static Home *
-home_new (int max_queue)
-{
-  Home *home = g_new0 (Home, 1);
-  g_mutex_init (&home->lock);
-  g_cond_init (&home->cond);
-  home->max_queue = max_queue;
-  home->context = g_main_context_new ();
-  home->loop = g_main_loop_new (home->context, FALSE);
-  home->thread = g_thread_new ("home", home_thread, home);
-  home_call (home, start_in_home, home);
-  return home;
-}
-
-static void
-home_free (Home *home)
-{
-  home_call (home, free_in_home, home);
-  home_call (home, quit_in_home, home);
-  g_thread_join (home->thread);
-  g_main_loop_unref (home->loop);
-  g_main_context_unref (home->context);
-  g_mutex_clear (&home->lock);
-  g_cond_clear (&home->cond);
-  g_free (home);
-}
-
-static void
-counts (Home *home, int *running, int *waiting)
-{
-  um_server_get_counts (home->server, running, waiting, NULL);
-}
-
-/* ---- a raw HTTP/1.1 client ---- */
-
-static GSocket *
-client_connect (Home *home, int rcvbuf)
-{
-  g_autoptr(GError) error = NULL;
-  g_autoptr(GInetAddress) lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
-  g_autoptr(GSocketAddress) sa = g_inet_socket_address_new (lo, home->port);
-  GSocket *s = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, &error);
-
-  g_assert_no_error (error);
-  g_socket_set_timeout (s, 60);
-  if (rcvbuf > 0)
-    g_assert_true (g_socket_set_option (s, SOL_SOCKET, SO_RCVBUF, rcvbuf, NULL));
-  g_assert_true (g_socket_connect (s, sa, NULL, &error));
-  g_assert_no_error (error);
-  return s;
-}
-
-static void
-client_send (GSocket *s, const char *path, const char *body)
-{
-  g_autofree char *req = g_strdup_printf ("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                                          "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                                          path, strlen (body), body);
-  g_autoptr(GError) error = NULL;
-  gsize off = 0, len = strlen (req);
-
-  while (off < len)
-    {
-      gssize n = g_socket_send (s, req + off, len - off, NULL, &error);
-      g_assert_no_error (error);
-      off += (gsize) n;
-    }
-}
-
-/* Everything until the server closes; the response's status and body
- * (de-chunked). */
-static char *
-client_read (GSocket *s, guint *status)
-{
-  g_autoptr(GString) raw = g_string_new (NULL);
-  g_autoptr(GString) body = g_string_new (NULL);
-  char buf[16384];
-  const char *p, *end;
-  gboolean chunked;
-
-  for (;;)
-    {
-      g_autoptr(GError) error = NULL;
-      gssize n = g_socket_receive (s, buf, sizeof buf, NULL, &error);
-      if (n <= 0)
-        {
-          if (error != NULL && !g_error_matches (error, G_IO_ERROR, G_IO_ERROR_CONNECTION_CLOSED))
-            g_assert_no_error (error);
-          break;
-        }
-      g_string_append_len (raw, buf, n);
-    }
-  g_assert_true (g_str_has_prefix (raw->str, "HTTP/1.1 "));
-  *status = (guint) atoi (raw->str + 9);
-  p = strstr (raw->str, "\r\n\r\n");
-  g_assert_nonnull (p);
-  {
-    g_autofree char *head = g_ascii_strdown (raw->str, p - raw->str);
-    chunked = strstr (head, "transfer-encoding: chunked") != NULL;
-  }
-  p += 4;
-  end = raw->str + raw->len;
-  if (!chunked)
-    return g_strndup (p, end - p);
-  while (p < end)
-    {
-      char *after;
-      guint64 size = g_ascii_strtoull (p, &after, 16);
-      p = strstr (after, "\r\n");
-      g_assert_nonnull (p);
-      p += 2;
-      if (size == 0)
-        break;
-      g_assert_cmpuint (size, <=, (guint64) (end - p));
-      g_string_append_len (body, p, (gssize) size);
-      p += size + 2;
-    }
-  return g_string_free (g_steal_pointer (&body), FALSE);
-}
-
-static char *
-request (Home *home, const char *path, const char *body, guint *status)
-{
-  g_autoptr(GSocket) s = client_connect (home, 0);
-  client_send (s, path, body);
-  return client_read (s, status);
-}
-
-static JsonObject *
-parse_object (const char *text)
-{
-  g_autoptr(GError) error = NULL;
-  JsonNode *root = json_from_string (text, &error);
-  JsonObject *o;
-
-  g_assert_no_error (error);
-  g_assert_true (JSON_NODE_HOLDS_OBJECT (root));
-  o = json_object_ref (json_node_get_object (root));
-  json_node_unref (root);
-  return o;
-}
 
 /* The "data: " payloads of an SSE body, in order; each event exactly
  * "data: ...\n\n" (comments aside). */
@@ -448,58 +165,179 @@ test_stream_shape (void)
   home_free (home);
 }
 
+/* The tokens the text @cut takes: the fewest leading @ids whose text
+ * reaches its length (the last may run past it, into a stop string). */
+static int
+tokens_covering (Home *home, JsonArray *ids, const char *cut)
+{
+  UmModel *model = um_engine_get_model (um_generator_get_engine (home->gen));
+  g_autoptr(GArray) v = um_test_json_ids (ids);
+  gsize want = strlen (cut);
+
+  for (guint n = 0; n <= v->len; n++)
+    {
+      g_autofree char *t = um_tokenizer_decode (model->tokenizer, (const gint32 *) (gpointer) v->data, (int) n, TRUE,
+                                                NULL);
+      if (strlen (t) >= want)
+        return (int) n;
+    }
+  g_assert_not_reached ();
+  return -1;
+}
+
+static gint64
+completion_tokens (JsonObject *o)
+{
+  return json_object_get_int_member (json_object_get_object_member (o, "usage"), "completion_tokens");
+}
+
 /* A stop string cuts both the same way, whether found streaming (the
- * stream ends early) or at the end. */
+ * stream ends early) or at the end, and the usage counts the tokens of
+ * the answer given, not of the generation. The stop string is taken from
+ * the answer itself, so it is there whatever the model says. */
 static void
 test_stop (void)
 {
   Home *home = home_new (4);
   const char *req = "\"prompt\":\"Hello\",\"max_tokens\":64,\"seed\":7,\"temperature\":0.5,"
-                    "\"unmask\":{\"steps\":32,\"block_length\":16}";
-  g_autofree char *plain = g_strdup_printf ("{%s}", req);
+                    "\"unmask\":{\"steps\":32,\"block_length\":16";
+  g_autofree char *plain = g_strdup_printf ("{%s,\"return_trace\":true}}", req);
   guint status;
   g_autofree char *a = request (home, "/v1/completions", plain, &status);
   g_autoptr(JsonObject) ao = parse_object (a);
+  JsonArray *ids = json_object_get_array_member (json_object_get_object_member (ao, "unmask"), "token_ids");
   const char *finish;
   g_autofree char *full = answer_text (ao, FALSE, &finish);
-  const char *stop = NULL;
-  g_autofree char *stop_json = NULL, *cut = NULL;
+  glong n_chars = g_utf8_strlen (full, -1);
+  g_autofree char *stop = NULL, *cut = NULL;
+  g_autoptr(JsonBuilder) jb = json_builder_new ();
+  g_autoptr(JsonGenerator) jg = json_generator_new ();
+  g_autoptr(JsonNode) jn = NULL;
+  g_autofree char *stop_json = NULL;
+  int want_tokens;
 
   g_assert_cmpuint (status, ==, 200);
-  /* Two ASCII letters well inside the answer. */
-  for (const char *p = full + MIN (strlen (full), 6); p[0] && p[1]; p++)
-    if (g_ascii_isalpha (p[0]) && g_ascii_isalpha (p[1]))
-      {
-        stop = p;
-        break;
-      }
-  if (stop == NULL)
-    {
-      g_test_skip ("the tiny model's answer has no two letters in a row");
-      home_free (home);
-      return;
-    }
-  stop_json = g_strndup (stop, 2);
-  cut = g_strndup (full, strstr (full, stop_json) - full);
+  /* 64 tokens of a byte-level BPE: far more than 8 characters. */
+  g_assert_cmpint (n_chars, >=, 8);
+  /* Two characters from the middle; the answer is cut at their first
+   * appearance, which may be earlier. */
+  stop = g_utf8_substring (full, n_chars / 2, n_chars / 2 + 2);
+  cut = g_strndup (full, strstr (full, stop) - full);
+  want_tokens = tokens_covering (home, ids, cut);
+  g_assert_cmpint (want_tokens, <, completion_tokens (ao));
+  json_builder_begin_array (jb);
+  json_builder_add_string_value (jb, "zzzzzz");
+  json_builder_add_string_value (jb, stop);
+  json_builder_end_array (jb);
+  jn = json_builder_get_root (jb);
+  json_generator_set_root (jg, jn);
+  stop_json = json_generator_to_data (jg, NULL);
+  g_test_message ("stop %s after %d of %" G_GINT64_FORMAT " tokens", stop_json, want_tokens, completion_tokens (ao));
   for (int streaming = 0; streaming < 2; streaming++)
     {
-      g_autofree char *body = g_strdup_printf ("{%s,\"stop\":[\"zzzzzz\",\"%s\"]%s}", req, stop_json,
-                                               streaming ? ",\"stream\":true" : "");
+      g_autofree char *body = g_strdup_printf ("{%s},\"stop\":%s%s}", req, stop_json,
+                                               streaming ? ",\"stream\":true,\"stream_options\":{\"include_usage\":true}"
+                                                         : "");
       g_autofree char *r = request (home, "/v1/completions", body, &status);
       g_autofree char *text = NULL, *sfinish = NULL;
+      gint64 used;
 
       g_assert_cmpuint (status, ==, 200);
       if (streaming)
-        text = stream_text (r, FALSE, FALSE, &sfinish);
+        {
+          g_autoptr(GPtrArray) ev = sse_events (r);
+          g_autoptr(JsonObject) last = parse_object (g_ptr_array_index (ev, ev->len - 2));
+          text = stream_text (r, FALSE, TRUE, &sfinish);
+          used = completion_tokens (last);
+        }
       else
         {
           g_autoptr(JsonObject) o = parse_object (r);
           text = answer_text (o, FALSE, &finish);
           sfinish = g_strdup (finish);
+          used = completion_tokens (o);
         }
+      g_test_message ("%s: %" G_GINT64_FORMAT " completion tokens", streaming ? "stream" : "plain", used);
       g_assert_cmpstr (text, ==, cut);
       g_assert_cmpstr (sfinish, ==, "stop");
+      g_assert_cmpint (used, ==, want_tokens);
     }
+  home_free (home);
+}
+
+typedef struct {
+  UmEngine     *engine;
+  GCancellable *cancel;
+  gint          stepped;
+} Busy;
+
+static void
+busy_step (const UmStepEvent *ev, gpointer data)
+{
+  g_atomic_int_set (&((Busy *) data)->stepped, 1);
+}
+
+static gpointer
+busy_thread (gpointer data)
+{
+  Busy *b = data;
+  UmGenRequest req;
+  g_autoptr(GError) error = NULL;
+  UmGenResult *res;
+
+  um_gen_request_init (&req);
+  req.prompt = "Hello";
+  um_gen_params_init (&req.params);
+  req.params.gen_length = 2048;
+  req.params.block_length = 2048;
+  req.params.steps = 2048;
+  res = um_engine_generate (b->engine, &req, busy_step, b, b->cancel, &error);
+  um_gen_result_free (res);
+  return NULL;
+}
+
+/* An error after a stream has started goes in band, with OpenAI's
+ * envelope: its "code" a string or null, never a number. The error here:
+ * the engine is generating for someone else (a direct caller). */
+static void
+test_stream_error (void)
+{
+  Home *home = home_new (4);
+  Busy b = { um_generator_get_engine (home->gen), g_cancellable_new (), 0 };
+  GThread *t = g_thread_new ("busy", busy_thread, &b);
+  const char *body = "{\"prompt\":\"Hello\",\"max_tokens\":16,\"stream\":true}";
+  g_autofree char *r = NULL;
+  g_autoptr(GPtrArray) ev = NULL;
+  gboolean seen = FALSE;
+  guint status;
+
+  while (!g_atomic_int_get (&b.stepped))
+    g_usleep (1000);
+  r = request (home, "/v1/completions", body, &status);
+  g_cancellable_cancel (b.cancel);
+  g_thread_join (t);
+  g_object_unref (b.cancel);
+  g_assert_cmpuint (status, ==, 200);
+  ev = sse_events (r);
+  g_assert_cmpstr (g_ptr_array_index (ev, ev->len - 1), ==, "[DONE]");
+  for (guint i = 0; i + 1 < ev->len; i++)
+    {
+      g_autoptr(JsonObject) o = parse_object (g_ptr_array_index (ev, i));
+      JsonObject *e;
+      JsonNode *code;
+
+      if (!json_object_has_member (o, "error"))
+        continue;
+      e = json_object_get_object_member (o, "error");
+      code = json_object_get_member (e, "code");
+      g_test_message ("in-band error: %s", json_object_get_string_member (e, "message"));
+      g_assert_nonnull (code);
+      g_assert_true (JSON_NODE_HOLDS_NULL (code) || json_node_get_value_type (code) == G_TYPE_STRING);
+      g_assert_cmpstr (json_object_get_string_member (e, "type"), ==, "server_error");
+      g_assert_true (JSON_NODE_HOLDS_NULL (json_object_get_member (e, "param")));
+      seen = TRUE;
+    }
+  g_assert_true (seen);
   home_free (home);
 }
 
@@ -551,8 +389,6 @@ noop (gpointer data)
   return G_SOURCE_REMOVE;
 }
 
-static double wait_counts (Home *home, int running, int waiting, double limit);
-
 static void
 test_lagging_socket (void)
 {
@@ -578,7 +414,7 @@ test_lagging_socket (void)
   /* The first generation's last notifications are over before the flags
    * are reset: the queue is empty, and a call through the home context
    * comes after anything it still had to run. */
-  wait_counts (home, 0, 0, 30);
+  home_wait_counts (home, 0, 0, 30);
   home_call (home, noop, NULL);
   g_atomic_int_set (&home->seen_running, 0);
   g_atomic_int_set (&home->idle_after_run, 0);
@@ -662,23 +498,6 @@ test_lagging_socket (void)
 
 static const char *long_req = "{\"prompt\":\"Hello\",\"max_tokens\":2048,\"unmask\":{\"steps\":2048,\"block_length\":2048}%s}";
 
-/* Waits until the counts are @running and @waiting; the seconds it took. */
-static double
-wait_counts (Home *home, int running, int waiting, double limit)
-{
-  gint64 t0 = g_get_monotonic_time ();
-  for (;;)
-    {
-      int r, w;
-      counts (home, &r, &w);
-      if (r == running && w == waiting)
-        return (g_get_monotonic_time () - t0) / 1e6;
-      if (g_get_monotonic_time () - t0 > (gint64) (limit * G_USEC_PER_SEC))
-        g_error ("waited %g s for %d running and %d waiting (now %d and %d)", limit, running, waiting, r, w);
-      g_usleep (5000);
-    }
-}
-
 static void
 test_disconnect (void)
 {
@@ -690,21 +509,21 @@ test_disconnect (void)
 
   running = client_connect (home, 0);
   client_send (running, "/v1/completions", plain);
-  wait_counts (home, 1, 0, 30);
+  home_wait_counts (home, 1, 0, 30);
   queued = client_connect (home, 0);
   client_send (queued, "/v1/completions", plain);
   queued_stream = client_connect (home, 0);
   client_send (queued_stream, "/v1/completions", streamed);
-  wait_counts (home, 1, 2, 30);
+  home_wait_counts (home, 1, 2, 30);
   /* Queued clients leave: dropped before their turn. */
   g_object_unref (queued);
   g_object_unref (queued_stream);
-  t = wait_counts (home, 1, 0, 5);
+  t = home_wait_counts (home, 1, 0, 5);
   g_assert_cmpfloat (t, <, 2.0);
   /* The running one leaves: the engine stops within a step (the server
    * looks every 100 ms). */
   g_object_unref (running);
-  t = wait_counts (home, 0, 0, 5);
+  t = home_wait_counts (home, 0, 0, 5);
   if (g_test_verbose ())
     g_printerr ("engine free %.3f s after the client left\n", t);
   g_assert_cmpfloat (t, <, 2.0);
@@ -712,10 +531,10 @@ test_disconnect (void)
   /* A streaming client leaving mid-answer, the same. */
   running = client_connect (home, 0);
   client_send (running, "/v1/completions", streamed);
-  wait_counts (home, 1, 0, 30);
+  home_wait_counts (home, 1, 0, 30);
   g_usleep (100000);
   g_object_unref (running);
-  t = wait_counts (home, 0, 0, 5);
+  t = home_wait_counts (home, 0, 0, 5);
   g_assert_cmpfloat (t, <, 2.0);
   home_free (home);
 }
@@ -726,7 +545,7 @@ sleep_then_free (gpointer data)
   Home *home = data;
   /* The home context is busy: the server's admissions wait here. */
   g_usleep (500000);
-  free_in_home (home);
+  home_free_server (home);
   return G_SOURCE_REMOVE;
 }
 
@@ -736,7 +555,7 @@ test_stop_with_admissions_pending (void)
   Home *home = home_new (4);
   g_autofree char *plain = g_strdup_printf (long_req, "");
   GSocket *s[3];
-  Call *c;
+  HomeCall *c;
 
   c = home_call_async (home, sleep_then_free, home);
   for (int i = 0; i < 3; i++)
@@ -763,6 +582,7 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, NULL);
   g_test_add_func ("/server/stream-shape", test_stream_shape);
   g_test_add_func ("/server/stop", test_stop);
+  g_test_add_func ("/server/stream-error", test_stream_error);
   g_test_add_func ("/server/lagging-socket", test_lagging_socket);
   g_test_add_func ("/server/disconnect", test_disconnect);
   g_test_add_func ("/server/stop-with-admissions-pending", test_stop_with_admissions_pending);

@@ -570,8 +570,9 @@ um_settings_new (const char *path)
   self->applying = FALSE;
   if (!ok)
     {
-      /* Keep the broken file for the user and start from defaults, as a
-       * damaged optimizer profile is (um_profile_load). */
+      /* Keep the broken file for the user and start from defaults (the
+       * app alone writes this file, so it is moved aside now; a damaged
+       * optimizer profile waits for a commit, under its lock). */
       g_autofree char *moved = um_config_move_aside (self->path);
       if (moved != NULL)
         self->load_warning = g_strdup_printf (_("Your settings could not be read (%s). They were moved aside to %s "

@@ -567,8 +567,10 @@ set_profile (UmWindow *self, UmProfile *profile, const char *revision)
   g_object_notify_by_pspec (G_OBJECT (self), props[PROP_PROFILE]);
 }
 
-/* Reads the file; a damaged one is moved aside and the notice banner says
- * so, the same at start and whenever it is read again. */
+/* Reads the file; a damaged one, or one a newer Unmask wrote, gives the
+ * defaults and the notice banner says why (the file stays as it is: only
+ * a commit moves a damaged one aside), the same at start and whenever it
+ * is read again. */
 static UmProfile *
 read_profile (UmWindow *self, char **revision, gboolean *damaged)
 {
@@ -1246,7 +1248,8 @@ um_window_new (GtkApplication *app, UmSettings *settings)
   um_settings_get_params (settings, &params);
   um_chat_page_set_params (self->chat_page, &params);
   g_signal_connect_object (settings, "notify", G_CALLBACK (on_settings_changed), self, 0);
-  /* The optimizer profile: a corrupt one is moved aside and the banner says so. */
+  /* The optimizer profile: a damaged or newer one gives the defaults and
+   * the banner says so. */
   um_window_reload_profile (self);
   /* unmask-cli may change it while the app runs. */
   watch_profile (self);

@@ -428,7 +428,8 @@ um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **error)
   c->products = UM_PRODUCTS_EXACT;
   be->ops = &cpu_ops;
   be->ctx = c;
-  um_cpu_set_threads (n_threads);
+  if (n_threads >= 0)
+    um_cpu_set_threads (n_threads);
   return be;
 }
 

@@ -124,7 +124,10 @@ struct _UmBackend {
 };
 
 /* CPU backend. @budget_bytes 0 means no limit beyond the machine;
- * @n_threads 0 means all cores. */
+ * @n_threads sets the process's CPU thread count (um_cpu_set_threads ():
+ * 0 the adaptive default, N a fixed count); below 0 it leaves it as it is
+ * (a second backend beside an engine's, which must not turn its count or
+ * its adaptation off). */
 UmBackend *um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **error);
 /* How products with quantized weights treat the activations on the CPU:
  *  - EXACT (the default of a new CPU backend): f32, the exact product with

@@ -42,7 +42,8 @@ chunk_for (int64_t n, int64_t cost)
 static int cpu_threads = 0;
 
 /* OMP_NUM_THREADS if set (as before the pool, and as users of OpenMP
- * programs expect), else the CPUs this process may run on. */
+ * programs expect), else the CPUs this process may run on: the most the
+ * default count uses, which adapts below it. */
 static int
 default_threads (void)
 {
@@ -54,9 +55,11 @@ default_threads (void)
 void
 um_cpu_set_threads (int n_threads)
 {
-  /* The default adapts to the CPU obtained (um-pool.c); a count the user
-   * chose, here or in OMP_NUM_THREADS, is kept as it is. */
-  gboolean chosen = n_threads > 0 || g_getenv ("OMP_NUM_THREADS") != NULL;
+  /* The default adapts to the CPU obtained (um-pool.c), up to
+   * OMP_NUM_THREADS where it is set (a cap: the test environment and many
+   * shells set it without choosing a count); a count chosen here
+   * (--threads N) is kept as it is. */
+  gboolean chosen = n_threads > 0;
 
   if (n_threads <= 0)
     n_threads = default_threads ();
@@ -556,7 +559,10 @@ um_cpu_attention (const float *q, int64_t nq, const gint32 *q_seq, const gint32 
     .phase_ns = phase_ns,
   };
 
-  um_pool_for ((int64_t) n_heads * a.n_chunks, 1, parallel ? 0 : 1, attn_tasks, &a);
+  /* The count the scratch was sized for, not the default read again
+   * later: another engine may change the process's count in between (the
+   * app serving while it generates), and a larger one would overflow it. */
+  um_pool_for ((int64_t) n_heads * a.n_chunks, 1, threads, attn_tasks, &a);
   if (phase_ns != NULL)
     attn_profile (phase_ns, threads, um_kprof_now () - t_start);
 }

@@ -35,6 +35,7 @@
  * them while the others spin on theirs. */
 typedef struct {
   _Atomic uint32_t go;        /* bumped by the dispatcher: a new loop for this worker */
+  _Atomic uint64_t loop;      /* the loop it was woken for (written before go) */
   _Atomic int      sleeping;  /* the worker is (about to be) in futex_wait on go */
   _Atomic int      kernel_tid; /* for setpriority; 0 until the worker runs */
   int              tid;
@@ -47,7 +48,13 @@ typedef struct {
   void            *ctx;
   int64_t          n, chunk;
   _Atomic int64_t  next __attribute__ ((aligned (64)));  /* next unclaimed item */
-  _Atomic uint32_t pending __attribute__ ((aligned (64))); /* workers still running the loop */
+  /* Workers inside the loop now. A worker joins (counts itself in, then
+   * finds its loop still open) or leaves at once; the dispatcher closes
+   * the loop once every chunk is claimed and waits only for those inside:
+   * a worker that was slow to wake and took no chunk holds up no one. */
+  _Atomic uint32_t inside __attribute__ ((aligned (64)));
+  _Atomic uint64_t open_loop;   /* the loop workers may join, 0: none */
+  uint64_t         loop_seq;
   _Atomic int      caller_sleeping;
   pthread_mutex_t  lock;      /* one dispatcher at a time */
   pthread_mutex_t  grow_lock;
@@ -210,6 +217,8 @@ worker_main (void *data)
   uint32_t seen = 0;
 
   atomic_store (&w->kernel_tid, (int) syscall (SYS_gettid));
+  /* Named, for top -H, perf and the tests. */
+  pthread_setname_np (pthread_self (), "um-pool");
   um_pool_nice_thread ();
   in_task = TRUE;
   for (;;)
@@ -224,11 +233,16 @@ worker_main (void *data)
           atomic_store (&w->sleeping, 0);
         }
       seen = atomic_load_explicit (&w->go, memory_order_acquire);
-      run_chunks (w->tid);
+      /* Dekker with the dispatcher's close: we count ourselves in, then
+       * look whether our loop is still open; it closes, then counts who is
+       * in. Either it waits for us, or we see it closed. */
+      atomic_fetch_add (&pool.inside, 1);
+      if (atomic_load (&pool.open_loop) == atomic_load (&w->loop))
+        run_chunks (w->tid);
       /* Nothing of the loop may be touched after this: the dispatcher
-       * returns, and may start the next loop, once pending is 0. */
-      if (atomic_fetch_sub (&pool.pending, 1) == 1 && atomic_load (&pool.caller_sleeping))
-        futex_wake (&pool.pending, 1);
+       * returns, and may start the next loop, once inside is 0. */
+      if (atomic_fetch_sub (&pool.inside, 1) == 1 && atomic_load (&pool.caller_sleeping))
+        futex_wake (&pool.inside, 1);
     }
   return NULL;
 }
@@ -253,6 +267,7 @@ ensure_workers (int want)
     {
       Worker *w = &pool.workers[have];
       atomic_init (&w->go, 0);
+      atomic_init (&w->loop, 0);
       atomic_init (&w->sleeping, 0);
       atomic_init (&w->kernel_tid, 0);
       w->tid = have + 1;
@@ -398,6 +413,17 @@ um_pool_adapt_observe (int used, double r, double others)
   return next > 0 ? next : um_cpu_get_threads ();
 }
 
+int64_t
+um_pool_adapt_epochs (void)
+{
+  int64_t e;
+
+  pthread_mutex_lock (&adapt.lock);
+  e = adapt.epoch;
+  pthread_mutex_unlock (&adapt.lock);
+  return e;
+}
+
 gboolean
 um_pool_in_task (void)
 {
@@ -414,6 +440,7 @@ void
 um_pool_for (int64_t n, int64_t chunk, int threads, UmPoolFn fn, void *ctx)
 {
   int64_t n_chunks;
+  uint64_t seq;
   int n_workers;
 
   if (n <= 0)
@@ -442,10 +469,12 @@ um_pool_for (int64_t n, int64_t chunk, int threads, UmPoolFn fn, void *ctx)
   pool.chunk = chunk;
   atomic_store_explicit (&pool.next, 0, memory_order_relaxed);
   atomic_store (&pool.caller_sleeping, 0);
-  atomic_store (&pool.pending, (uint32_t) n_workers);
+  seq = ++pool.loop_seq;
+  atomic_store (&pool.open_loop, seq);
   for (int i = 0; i < n_workers; i++)
     {
       Worker *w = &pool.workers[i];
+      atomic_store (&w->loop, seq);
       atomic_fetch_add (&w->go, 1);
       if (atomic_load (&w->sleeping))
         futex_wake (&w->go, 1);
@@ -455,14 +484,16 @@ um_pool_for (int64_t n, int64_t chunk, int threads, UmPoolFn fn, void *ctx)
   run_chunks (0);
   in_task = FALSE;
 
-  /* Wait for the workers still in a chunk: briefly spinning, then asleep,
-   * so that a descheduled worker gets this core back at once. */
-  for (uint32_t p; (p = atomic_load (&pool.pending)) != 0;)
-    if (!spin_until_changed (&pool.pending, p))
+  /* Every chunk is claimed: no one joins from here on. Then wait for the
+   * workers inside (in a chunk, or about to find none): briefly spinning,
+   * then asleep, so that a descheduled worker gets this core back at once. */
+  atomic_store (&pool.open_loop, 0);
+  for (uint32_t p; (p = atomic_load (&pool.inside)) != 0;)
+    if (!spin_until_changed (&pool.inside, p))
       {
         atomic_store (&pool.caller_sleeping, 1);
-        while ((p = atomic_load (&pool.pending)) != 0)
-          futex_wait (&pool.pending, p);
+        while ((p = atomic_load (&pool.inside)) != 0)
+          futex_wait (&pool.inside, p);
       }
   pthread_mutex_unlock (&pool.lock);
 }

@@ -48,6 +48,9 @@ void um_pool_epoch_end (double work);
  * were runnable (negative: unknown).  Returns the count the next pass
  * uses.  Public for tests, which feed it chosen figures. */
 int  um_pool_adapt_observe (int used, double rate, double others);
+/* Passes the adaptive count has measured so far (0 while it is off): for
+ * tests, which check that adaptation runs. */
+int64_t um_pool_adapt_epochs (void);
 
 /* TRUE inside a loop's body. */
 gboolean um_pool_in_task (void);

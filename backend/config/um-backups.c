@@ -381,6 +381,23 @@ id_time (const char *id)
   return dt ? g_date_time_to_unix (dt) : -1;
 }
 
+/* Whether @name in @bdir is a profile a newer Unmask wrote (its backup,
+ * which its own manifest lists): never garbage of ours. */
+static gboolean
+newer_copy (const char *bdir, const char *name)
+{
+  g_autofree char *path = g_build_filename (bdir, name, NULL);
+  g_autofree char *text = NULL;
+  g_autoptr(GError) err = NULL;
+  g_autoptr(UmProfile) p = NULL;
+  gsize len;
+
+  if (!g_file_get_contents (path, &text, &len, NULL))
+    return FALSE;
+  p = um_profile_from_json (text, (gssize) len, &err);
+  return p == NULL && g_error_matches (err, UM_ERROR, UM_ERROR_UNSUPPORTED);
+}
+
 /* An entry for the copy @name in @bdir, if it reads as a profile. */
 static UmBackup *
 recover_entry (const char *bdir, const char *name, const char *why)
@@ -500,6 +517,15 @@ read_manifest (const char *bdir, const char *revision, Manifest *m, char **notic
     }
   else if ((m->entries = manifest_from_json (text, len, &err)) == NULL)
     {
+      if (g_error_matches (err, UM_ERROR, UM_ERROR_UNSUPPORTED))
+        {
+          /* Not ours to rebuild, move or prune. */
+          g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                       "the list of optimizer backups %s was %s: this version changes nothing there", path,
+                       err->message);
+          return FALSE;
+        }
+
       g_autofree char *moved = um_config_move_aside (path);
 
       m->entries = rebuild_entries (bdir);
@@ -538,8 +564,8 @@ read_manifest (const char *bdir, const char *revision, Manifest *m, char **notic
       g_autoptr(GDir) d = g_dir_open (bdir, 0, NULL);
       const char *name;
       while (d != NULL && (name = g_dir_read_name (d)) != NULL)
-        if (is_dated_name (name) && !names_file (m->entries, name) && !g_ptr_array_find_with_equal_func (
-                                                                            m->garbage, name, g_str_equal, NULL))
+        if (is_dated_name (name) && !names_file (m->entries, name)
+            && !g_ptr_array_find_with_equal_func (m->garbage, name, g_str_equal, NULL) && !newer_copy (bdir, name))
           g_ptr_array_add (m->garbage, g_strdup (name));
     }
 
@@ -719,7 +745,7 @@ save_locked (const char *config_dir, const char *reason, char **id_out, GError *
 
   if (id_out != NULL)
     *id_out = NULL;
-  current = um_profile_load_full (config_dir, NULL, &revision, &bytes, error);
+  current = um_profile_load_for_commit (config_dir, NULL, &revision, &bytes, error);
   if (current == NULL || !read_manifest (bdir, revision, &m, NULL, error)
       || !add_backup (bdir, &m, current, bytes, reason, NULL, id_out, error))
     return FALSE;
@@ -873,8 +899,9 @@ commit_locked (const char *config_dir, const UmProfile *p, UmProfileEdit edit, g
   g_autofree char *backup_id = NULL;
 
   stage ("locked");
-  /* A damaged file is moved aside here like anywhere: the caller shows why. */
-  current = um_profile_load_full (config_dir, &out->notice, &revision, &bytes, error);
+  /* A damaged file is moved aside here, and only here: the caller shows
+   * why. A newer Unmask's is refused. */
+  current = um_profile_load_for_commit (config_dir, &out->notice, &revision, &bytes, error);
   if (current == NULL)
     return FALSE;
   if (base_revision != NULL && g_ascii_strcasecmp (base_revision, revision) != 0)

@@ -705,21 +705,54 @@ io_error (GError **error, int err, const char *what, const char *path)
   return FALSE;
 }
 
+/* The file a write to @path lands in: the target of a symlink (followed
+ * through a chain), so that a profile kept elsewhere and linked here stays
+ * linked; @path itself otherwise. */
+static char *
+write_target (const char *path)
+{
+  char *cur = g_strdup (path);
+
+  for (int hops = 0; hops < 40; hops++)
+    {
+      GStatBuf st;
+      g_autofree char *link = NULL;
+      g_autofree char *dir = NULL;
+
+      if (g_lstat (cur, &st) != 0 || !S_ISLNK (st.st_mode))
+        return cur;
+      link = g_file_read_link (cur, NULL);
+      if (link == NULL)
+        return cur;
+      dir = g_path_get_dirname (cur);
+      g_free (cur);
+      cur = g_path_is_absolute (link) ? g_steal_pointer (&link) : g_build_filename (dir, link, NULL);
+    }
+  return cur;
+}
+
 gboolean
 um_atomic_write (const char *path, const char *data, gsize len, GError **error)
 {
-  g_autofree char *dir = g_path_get_dirname (path);
-  g_autofree char *base = g_path_get_basename (path);
+  g_autofree char *target = write_target (path);
+  g_autofree char *dir = g_path_get_dirname (target);
+  g_autofree char *base = g_path_get_basename (target);
   g_autofree char *tmp = g_strdup_printf ("%s/.%s.tmp-XXXXXX", dir, base);
   gsize done = 0;
+  GStatBuf old;
+  gboolean have_old;
   int fd, dfd, err;
 
   if (g_mkdir_with_parents (dir, 0700) != 0)
     return io_error (error, errno, "cannot create the folder", dir);
   remove_stale_temps (dir);
+  have_old = g_stat (target, &old) == 0 && S_ISREG (old.st_mode);
   fd = g_mkstemp_full (tmp, O_RDWR | O_CLOEXEC, 0644);
   if (fd < 0)
     return io_error (error, errno, "cannot create a temporary file in", dir);
+  /* The new file keeps the old one's permissions (a user's chmod 600). */
+  if (have_old && fchmod (fd, old.st_mode & 07777) != 0)
+    goto fail;
   while (done < len)
     {
       ssize_t n = write (fd, data + done, len - done);
@@ -738,15 +771,20 @@ um_atomic_write (const char *path, const char *data, gsize len, GError **error)
       goto fail;
     }
   fd = -1;
-  if (g_rename (tmp, path) != 0)
+  if (g_rename (tmp, target) != 0)
     goto fail;
-  /* ... and the rename itself survives a crash. */
+  /* ... and the rename itself survives a crash: unless the folder is
+   * synced, a crash may bring back the old file, or none. */
   dfd = open (dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0)
+  if (dfd < 0)
+    return io_error (error, errno, "cannot open the folder to sync", dir);
+  if (fsync (dfd) != 0)
     {
-      fsync (dfd);
+      err = errno;
       close (dfd);
+      return io_error (error, err, "cannot sync the folder of", target);
     }
+  close (dfd);
   return TRUE;
 
 fail:
@@ -754,7 +792,7 @@ fail:
   if (fd >= 0)
     close (fd);
   g_unlink (tmp);
-  return io_error (error, err ? err : EIO, "cannot write", path);
+  return io_error (error, err ? err : EIO, "cannot write", target);
 }
 
 char *
@@ -808,8 +846,14 @@ um_profile_current_revision (const char *config_dir, GError **error)
   return um_profile_revision_of (text, len);
 }
 
-UmProfile *
-um_profile_load_full (const char *config_dir, char **notice, char **revision, GBytes **bytes, GError **error)
+/* The profile in @config_dir. A damaged file gives the defaults and a
+ * notice; @for_commit (under um-backups.c's lock) moves it aside first,
+ * which only a commit may do: a reader moving it would race a commit. A
+ * file of a newer Unmask is never changed: a reader gets the defaults and
+ * a notice, a commit an error. */
+static UmProfile *
+load_profile (const char *config_dir, gboolean for_commit, char **notice, char **revision, GBytes **bytes,
+              GError **error)
 {
   g_autofree char *path = um_profile_path (config_dir);
   g_autofree char *text = NULL;
@@ -845,7 +889,42 @@ um_profile_load_full (const char *config_dir, char **notice, char **revision, GB
       return p;
     }
 
-  /* Kept for the user to look at, out of the way of the next write. */
+  if (g_error_matches (err, UM_ERROR, UM_ERROR_UNSUPPORTED))
+    {
+      if (for_commit)
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED,
+                       "the optimizer settings in %s were %s: this version changes nothing there (use that "
+                       "version, or move the file away yourself)", path, err->message);
+          return NULL;
+        }
+      if (notice != NULL)
+        *notice = g_strdup_printf ("The optimizer settings in %s were %s. This version uses its defaults and "
+                                   "leaves the file as it is; changing the settings here is refused.",
+                                   path, err->message);
+      else
+        g_message ("optimizer profile %s: %s; the defaults are used", path, err->message);
+      /* The file's own revision: nothing may be committed over it. */
+      if (revision != NULL)
+        *revision = um_profile_revision_of (text, len);
+      return um_profile_new_default ();
+    }
+
+  if (!for_commit)
+    {
+      if (notice != NULL)
+        *notice = g_strdup_printf ("The optimizer settings in %s could not be read (%s); the defaults are used. "
+                                   "The file stays as it is until the next change, which keeps it aside as "
+                                   "optimizer.json.corrupt-<time>.", path, err->message);
+      else
+        g_message ("optimizer profile %s: %s; the defaults are used", path, err->message);
+      /* What a commit will find once it has moved the file aside. */
+      if (revision != NULL)
+        *revision = defaults_revision ();
+      return um_profile_new_default ();
+    }
+
+  /* Kept for the user to look at, out of the way of the write to come. */
   moved = um_config_move_aside (path);
   if (notice != NULL)
     {
@@ -861,6 +940,18 @@ um_profile_load_full (const char *config_dir, char **notice, char **revision, GB
   if (revision != NULL)
     *revision = defaults_revision ();
   return um_profile_new_default ();
+}
+
+UmProfile *
+um_profile_load_full (const char *config_dir, char **notice, char **revision, GBytes **bytes, GError **error)
+{
+  return load_profile (config_dir, FALSE, notice, revision, bytes, error);
+}
+
+UmProfile *
+um_profile_load_for_commit (const char *config_dir, char **notice, char **revision, GBytes **bytes, GError **error)
+{
+  return load_profile (config_dir, TRUE, notice, revision, bytes, error);
 }
 
 UmProfile *

@@ -6,9 +6,12 @@
  * and who wrote it when. Shared by unmask-cli and the app; no GTK.
  *
  * Reading is strict (invalid JSON, a wrong type, an unknown key, a newer
- * version are errors); um_profile_load() turns such a file into a notice:
- * it is moved aside as optimizer.json.corrupt-<time> and defaults are used.
- * Every write is atomic (um_atomic_write ()).
+ * version are errors); um_profile_load() turns such a file into a notice
+ * and the defaults, and changes no file. Only a commit (um-backups.h,
+ * under its lock) moves a damaged file aside, as
+ * optimizer.json.corrupt-<time>; a file of a newer Unmask is never moved,
+ * pruned or written over: commits refuse it. Every write is atomic
+ * (um_atomic_write ()).
  */
 #pragma once
 
@@ -74,9 +77,10 @@ UmProfile *um_profile_from_json (const char *text, gssize len, GError **error);
 char      *um_profile_dir (const char *config_dir);
 char      *um_profile_path (const char *config_dir);
 
-/* The profile in @config_dir: defaults if there is none; a bad file is
- * moved aside and *@notice (if given) says so, naming the new file name;
- * FALSE/NULL only when the folder cannot be read at all. */
+/* The profile in @config_dir: defaults if there is none; defaults too for
+ * a damaged file or one written by a newer Unmask, which stays as it is
+ * while *@notice (if given) says why; NULL only when the folder cannot be
+ * read at all. */
 UmProfile *um_profile_load (const char *config_dir, char **notice, GError **error);
 /* The profile's revision: the hex SHA-256 of the file's bytes or, with no
  * file, of the defaults' JSON (what a backup of that state would hold).
@@ -87,13 +91,20 @@ char      *um_profile_revision_of (const char *text, gsize len);
  * NULL, the file's bytes (NULL when there was no readable profile). */
 UmProfile *um_profile_load_full (const char *config_dir, char **notice, char **revision, GBytes **bytes,
                                  GError **error);
+/* For a commit, under um-backups.c's lock: um_profile_load_full (), but a
+ * damaged file is moved aside first (*@notice names where), and a file of
+ * a newer Unmask is an UM_ERROR_UNSUPPORTED error. */
+UmProfile *um_profile_load_for_commit (const char *config_dir, char **notice, char **revision, GBytes **bytes,
+                                       GError **error);
 /* The revision of the file as it is now, without parsing or moving it. */
 char      *um_profile_current_revision (const char *config_dir, GError **error);
 /* Writes @p atomically (the caller backs up first: um_backups_save ()). */
 gboolean   um_profile_save (const UmProfile *p, const char *config_dir, GError **error);
 
 /* Temporary file in the same folder, fsync, rename over @path, fsync of
- * the folder: @path is always either the old or the new complete file. */
+ * the folder (a failure of any is an error): @path is always either the
+ * old or the new complete file. The new file keeps the old one's mode; a
+ * symlink at @path stays, and the file it points to is written. */
 gboolean   um_atomic_write (const char *path, const char *data, gsize len, GError **error);
 /* Moves a damaged file aside as PATH.corrupt-<UTC time>; returns the new
  * base name, or NULL if it could not be moved. */

@@ -2,6 +2,8 @@
 
 #include "um-engine.h"
 
+#include "um-cpu-kernels.h"
+
 /* Stage names are marked for translation; the UI translates them. */
 #include <glib/gi18n-lib.h>
 
@@ -253,7 +255,12 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
   UmForwardShape shape;
 
   if (target->cuda)
-    engine->backend = um_backend_cuda_new (options->gpu_index, options->memory_budget, error);
+    {
+      /* The host's share (routed experts, embeddings) runs on the CPU's
+       * threads: the count asked for, or the adaptive default. */
+      um_cpu_set_threads (options->n_threads);
+      engine->backend = um_backend_cuda_new (options->gpu_index, options->memory_budget, error);
+    }
   else
     {
       UmProducts products = options->products;

@@ -218,7 +218,9 @@ um_forward_experts_free (UmForwardExperts *x)
 static UmBackend *
 host_backend_new (UmForwardExperts *x, GError **error)
 {
-  UmBackend *host = um_backend_cpu_new (0, um_cpu_get_threads (), error);
+  /* The process's count as the engine set it: passing one here would fix
+   * it and turn the adaptive default off. */
+  UmBackend *host = um_backend_cpu_new (0, -1, error);
   UmProducts products = UM_PRODUCTS_AUTO;
   UmDType t = UM_DTYPE_F32;
 

@@ -237,8 +237,8 @@ config_template (JsonObject *obj)
   return NULL;
 }
 
-UmChatTemplate *
-um_chat_template_from_dir (const char *dir, UmArch arch, GError **error)
+gboolean
+um_chat_template_text_from_dir (const char *dir, char **out, GError **error)
 {
   g_autofree char *path = g_build_filename (dir, "tokenizer_config.json", NULL);
   g_autofree char *jinja_path = g_build_filename (dir, "chat_template.jinja", NULL);
@@ -247,23 +247,35 @@ um_chat_template_from_dir (const char *dir, UmArch arch, GError **error)
   g_autoptr(JsonNode) root = NULL;
   const char *jinja = NULL;
 
+  *out = NULL;
   root = um_json_parse_file (path, "tokenizer_config.json", NULL, &local);
   if (root == NULL && !um_json_error_is_missing (local))
     {
       g_propagate_error (error, g_steal_pointer (&local));
-      return NULL;
+      return FALSE;
     }
   if (root != NULL)
     {
       JsonObject *obj = um_json_root_object (root, "tokenizer_config.json", error);
       if (obj == NULL)
-        return NULL;
+        return FALSE;
       jinja = config_template (obj);
     }
   /* newer transformers save the template beside the config */
   if (jinja == NULL && g_file_get_contents (jinja_path, &file_text, NULL, NULL)
       && g_utf8_validate (file_text, -1, NULL))
     jinja = file_text;
+  *out = g_strdup (jinja);
+  return TRUE;
+}
+
+UmChatTemplate *
+um_chat_template_from_dir (const char *dir, UmArch arch, GError **error)
+{
+  g_autofree char *jinja = NULL;
+
+  if (!um_chat_template_text_from_dir (dir, &jinja, error))
+    return NULL;
   return um_chat_template_for_arch (arch, jinja);
 }
 

@@ -70,6 +70,11 @@ UmChatTemplate *um_chat_template_detect (const char *jinja);
 UmChatTemplate *um_chat_template_for_arch (UmArch      arch,
                                            const char *jinja);
 
+/* The template text of a Hugging Face folder, as um_chat_template_from_dir
+ * () finds it: *@out is NULL when there is none. FALSE with an error for a
+ * tokenizer_config.json that is not JSON (read through um-json.c). */
+gboolean um_chat_template_text_from_dir (const char *dir, char **out, GError **error);
+
 /* The template of a Hugging Face folder: tokenizer_config.json's
  * chat_template (a string, or a list of {name, template} where "default" is
  * taken), else chat_template.jinja, given to um_chat_template_for_arch().

@@ -1,6 +1,7 @@
 #include "um-quantize.h"
 
-#include <json-glib/json-glib.h>
+#include "um-chat-template.h"
+
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -811,26 +812,6 @@ set_per_layer (UmGgufWriter *w, const char *key, guint cfg_value, const GArray *
   return differs;
 }
 
-/* The chat template of a Hugging Face folder: tokenizer_config.json's
- * "chat_template", when it is one string. */
-static char *
-folder_chat_template (const char *dir)
-{
-  g_autofree char *file = g_build_filename (dir, "tokenizer_config.json", NULL);
-  g_autoptr(JsonParser) parser = json_parser_new ();
-  JsonNode *root, *node;
-
-  if (!json_parser_load_from_file (parser, file, NULL))
-    return NULL;
-  root = json_parser_get_root (parser);
-  if (root == NULL || !JSON_NODE_HOLDS_OBJECT (root))
-    return NULL;
-  node = json_object_get_member (json_node_get_object (root), "chat_template");
-  if (node == NULL || !JSON_NODE_HOLDS_VALUE (node) || json_node_get_value_type (node) != G_TYPE_STRING)
-    return NULL;
-  return g_strdup (json_node_get_string (node));
-}
-
 /* Copies @key from @src if it is there. */
 static void
 copy_key (UmGgufWriter *w, UmGguf *src, const char *key)
@@ -839,8 +820,9 @@ copy_key (UmGgufWriter *w, UmGguf *src, const char *key)
     um_gguf_writer_copy_kv (w, src, key, NULL);
 }
 
+/* @chat_template: the folder's (a safetensors source), or NULL. */
 static void
-write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
+write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p, const char *chat_template)
 {
   const UmModelConfig *c = &model->cfg;
   const UmArchInfo *info = um_arch_info (c->arch);
@@ -855,7 +837,6 @@ write_metadata (UmGgufWriter *w, UmModel *model, const Plan *p)
    * pre-tokenizer's name, the chat template); a folder's come from its
    * files. */
   g_autoptr(UmGguf) src = model->format == UM_MODEL_FORMAT_GGUF ? um_gguf_open (model->path, NULL) : NULL;
-  g_autofree char *chat_template = src == NULL && model->path != NULL ? folder_chat_template (model->path) : NULL;
   guint64 n_src_types = 0;
   gboolean heads_per_layer;
   char key[128];
@@ -1127,12 +1108,18 @@ um_quantize_model_with_metadata (UmModel                 *model,
   uint64_t total = 0, done = 0;
   int prepared = -1;
   gboolean ok = FALSE;
+  g_autofree char *chat_template = NULL;
 
   if (!plan_build (&p, model, opts, TRUE, error))
     return FALSE;
+  /* A Hugging Face folder's template, read through the one JSON entry
+   * point (a GGUF source's is copied from it). */
+  if (model->format != UM_MODEL_FORMAT_GGUF && model->path != NULL
+      && !um_chat_template_text_from_dir (model->path, &chat_template, error))
+    return FALSE;
 
   w = um_gguf_writer_new ();
-  write_metadata (w, model, &p);
+  write_metadata (w, model, &p, chat_template);
   for (guint i = 0; extra_kv != NULL && extra_kv[i] != NULL && extra_kv[i + 1] != NULL; i += 2)
     um_gguf_writer_set_string (w, extra_kv[i], extra_kv[i + 1]);
   for (guint i = 0; i < p.items->len; i++)

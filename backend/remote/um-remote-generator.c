@@ -103,6 +103,10 @@ new_message (const char *method, const char *url, const char *api_key, GBytes *b
       g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "“%s” is not a valid address", url);
       return NULL;
     }
+  /* A redirect is not followed: libsoup would take the key along to
+   * wherever the server points (another host), and a POST would arrive
+   * there as a GET. http_error () names the address instead. */
+  soup_message_add_flags (msg, SOUP_MESSAGE_NO_REDIRECT);
   h = soup_message_get_request_headers (msg);
   if (api_key != NULL && api_key[0] != '\0')
     {
@@ -246,6 +250,15 @@ http_error (Call *call)
   g_autofree char *msg = call->error_body ? um_remote_error_message ((const char *) call->error_body->data,
                                                                      call->error_body->len) : NULL;
 
+  if (SOUP_STATUS_IS_REDIRECTION (status))
+    {
+      const char *to = soup_message_headers_get_one (soup_message_get_response_headers (call->msg), "Location");
+      g_autofree char *shown = to != NULL ? g_utf8_make_valid (to, MIN (strlen (to), 300)) : NULL;
+      return g_error_new (UM_ERROR, UM_ERROR_REMOTE,
+                          "the server answered %u, a redirect to %s: not followed (the API key would go with it); "
+                          "connect to that address if you trust it",
+                          status, shown ? shown : "(nowhere)");
+    }
   return g_error_new (UM_ERROR, status == SOUP_STATUS_SERVICE_UNAVAILABLE ? UM_ERROR_BUSY : UM_ERROR_REMOTE,
                       "the server answered %u %s: %s", status, reason ? reason : "",
                       msg ? msg : "(no message)");

@@ -25,9 +25,16 @@ G_BEGIN_DECLS
  * OpenAI-compatible server): far above any vocabulary, so they never
  * read as a real token, and they never repeat within a generator. */
 #define UM_REMOTE_SYNTHETIC_ID_BASE 0x40000000
-/* Bytes of token pieces cached for token_text (); beyond, new pieces are
- * not cached and read as unknown. */
+/* Bytes of token pieces cached for token_text (), each counted with what
+ * its entry costs beside its text (the table's slots, the allocation's
+ * rounding: UM_REMOTE_PIECE_OVERHEAD); beyond, new pieces are not cached
+ * and read as unknown. A server naming millions of one-byte pieces fills
+ * it with fewer entries, not with gigabytes. */
 #define UM_REMOTE_MAX_PIECE_BYTES ((gsize) 64 << 20)
+#define UM_REMOTE_PIECE_OVERHEAD  64
+/* Positions another server's pieces may fill per token asked for (a
+ * server may split a token's text); beyond, the text grows alone. */
+#define UM_REMOTE_PIECES_PER_TOKEN 4
 
 /* id → piece, shared by a generator's runs. */
 typedef struct {

@@ -12,7 +12,9 @@
  * committed at the next position of the canvas with a synthetic id
  * (UM_REMOTE_SYNTHETIC_ID_BASE + n, never reused within a generator) whose
  * piece is that text, confidence 1; so the diffusion view fills left to
- * right and token_text () reads it back. */
+ * right and token_text () reads it back. The canvas holds at most
+ * UM_REMOTE_PIECES_PER_TOKEN pieces per token asked for; the text of any
+ * further piece is kept, with no position or event of its own. */
 #include "um-remote-private.h"
 
 #include <math.h>
@@ -42,17 +44,22 @@ void
 um_remote_pieces_set (UmRemotePieces *pc, gint32 id, const char *piece)
 {
   const char *old = g_hash_table_lookup (pc->pieces, GINT_TO_POINTER (id));
-  gsize n = strlen (piece);
+  gsize n = strlen (piece), cost = n + 1 + UM_REMOTE_PIECE_OVERHEAD;
 
   if (old != NULL)
     {
       if (strcmp (old, piece) == 0)
         return;
-      pc->bytes -= strlen (old) + 1;
+      pc->bytes -= strlen (old) + 1 + UM_REMOTE_PIECE_OVERHEAD;
     }
-  else if (pc->bytes + n + 1 > UM_REMOTE_MAX_PIECE_BYTES)
-    return;
-  pc->bytes += n + 1;
+  if (pc->bytes + cost > UM_REMOTE_MAX_PIECE_BYTES)
+    {
+      /* A changed piece that no longer fits is forgotten, never kept stale. */
+      if (old != NULL)
+        g_hash_table_remove (pc->pieces, GINT_TO_POINTER (id));
+      return;
+    }
+  pc->bytes += cost;
   g_hash_table_insert (pc->pieces, GINT_TO_POINTER (id), g_strndup (piece, n));
 }
 
@@ -424,9 +431,13 @@ commit_text (UmRemoteStream *s, const char *content, GError **error)
     ensure_canvas (s, s->setup.n_prompt_ids, s->setup.answer_len, NULL);
   if (s->n_filled >= s->canvas_len)
     {
-      /* More pieces than max_tokens (a server that splits tokens): grow. */
-      if (s->prompt_len + s->canvas_len >= UM_REMOTE_MAX_SEQ)
-        return BAD ("the server sent more than %d pieces of text", UM_REMOTE_MAX_SEQ);
+      /* More pieces than max_tokens (a server that splits tokens): grow,
+       * up to UM_REMOTE_PIECES_PER_TOKEN per token asked for. Beyond,
+       * the text grows alone: each event hands the whole canvas on, and
+       * a server sending a piece per byte must not make that quadratic. */
+      if (s->canvas_len >= s->setup.answer_len * UM_REMOTE_PIECES_PER_TOKEN
+          || s->prompt_len + s->canvas_len >= UM_REMOTE_MAX_SEQ)
+        return TRUE;
       g_array_append_val (s->seq, mask);
       s->canvas_len++;
     }

@@ -7,7 +7,9 @@
  *     which keeps working;
  *   - Preferences → Serve this model: the demo model loaded here is served
  *     (/health, a completion), the header bar says where, and switching it
- *     off closes the port.
+ *     off closes the port;
+ *   - against llama.cpp's llama-server (UM_LLAMA_SERVER; skipped without):
+ *     Connect to a Server… and Generate, then the server killed.
  * UNMASK_CLI names the unmask-cli to start (tests/meson.build sets it). */
 #include "config.h"
 
@@ -23,6 +25,7 @@
 #include "um-optimizer-page.h"
 #include "um-preferences.h"
 #include "um-settings.h"
+#include "um-test-llama.h"
 #include "um-test-util.h"
 #include "um-window.h"
 
@@ -369,6 +372,53 @@ test_client (void)
   destroy_window (win);
 }
 
+/* Connect to a Server… against llama.cpp's llama-server (a server nobody
+ * here wrote) on a small random llama GGUF: listed, connected, Generate
+ * fills the view piece by piece, and the text is llama-server's. */
+static void
+test_llama_server (void)
+{
+  UmTestLlamaServer ls;
+  UmWindow *win;
+  UmGeneratePage *page;
+  g_autofree char *base = NULL;
+  Watch w;
+  int steps;
+
+  if (um_test_llama_server_path () == NULL)
+    {
+      g_test_skip (UM_TEST_LLAMA_SERVER_HOWTO);
+      return;
+    }
+  um_test_llama_server_start (&ls, 1024);
+  base = g_strconcat (ls.url, "/v1", NULL);
+  win = make_window ("llama.json");
+  page = UM_GENERATE_PAGE (um_window_get_generate_page (win));
+  connect_window (win, base);
+  g_assert_nonnull (strstr (um_window_get_subtitle (win), "127.0.0.1"));
+  um_generate_page_set_prompt (page, "Once upon a time");
+  set_params (win, 16, 16);
+  w = (Watch) { win, 0, 0, FALSE, FALSE };
+  steps = generate (win, &w, 60);
+  g_test_message ("llama-server: %d pieces, %d view updates", steps, w.notifies);
+  g_assert_null (um_generate_page_get_last_error (page));
+  g_assert_cmpint (steps, >=, 1);
+  g_assert_cmpint (steps, <=, 16 * 4);
+  g_assert_cmpint (w.notifies, >=, 1);
+  save_screenshot (GTK_WIDGET (win), "llama-server-generate.png");
+
+  /* Killed mid-answer: an error in the window, which goes on. */
+  set_params (win, 1000, 1000);
+  um_test_llama_server_kill (&ls);
+  w = (Watch) { win, 0, 0, FALSE, FALSE };
+  generate (win, &w, 30);
+  g_assert_nonnull (um_generate_page_get_last_error (page));
+  g_assert_nonnull (um_window_get_error_message (win));
+  g_assert_true (gtk_widget_get_sensitive (GTK_WIDGET (win)));
+  destroy_window (win);
+  um_test_llama_server_stop (&ls);
+}
+
 /* ---- the app as a server ---- */
 
 static gboolean
@@ -565,6 +615,7 @@ main (int argc, char **argv)
 
   g_test_add_func ("/remote/client", test_client);
   g_test_add_func ("/remote/serve-switch", test_serve_switch);
+  g_test_add_func ("/remote/llama-server", test_llama_server);
   rc = g_test_run ();
   kill_server ();
   g_free (server_url);

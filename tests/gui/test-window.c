@@ -514,8 +514,9 @@ test_chat_screenshot (void)
 
 /* A settings.json and an optimizer.json of 200,000 nested '[' at start
  * (json-glib alone overflowed the stack on either, before any window):
- * both are moved aside, one banner tells of both, no error is shown, and
- * the app loads a model and generates. */
+ * the settings are moved aside, the profile stays until a change commits
+ * over it (only a commit moves it aside), one banner tells of both, no
+ * error is shown, and the app loads a model and generates. */
 static void
 test_hostile_config_files (void)
 {
@@ -548,7 +549,10 @@ test_hostile_config_files (void)
   g_assert_nonnull (strstr (notice, "nested more than 64 levels deep"));
   g_assert_null (um_window_get_error_message (win));
   g_assert_false (g_file_test (settings_path, G_FILE_TEST_EXISTS));
-  g_assert_false (g_file_test (profile_path, G_FILE_TEST_EXISTS));
+  {
+    g_autofree char *text = um_test_read_file (profile_path);
+    g_assert_cmpstr (text, ==, deep);
+  }
   g_assert_cmpint (um_window_get_profile (win)->mem.mode, ==, UM_MEM_STANDARD);
 
   /* The app works. */
@@ -561,6 +565,42 @@ test_hostile_config_files (void)
   wait_for (not_running, page, 60);
   g_assert_null (um_generate_page_get_last_error (page));
   destroy_window (win);
+  g_unsetenv ("UNMASK_CONFIG_DIR");
+}
+
+/* An optimizer.json a newer Unmask wrote: the banner says so, the app
+ * runs on the defaults, and the file stays byte for byte. */
+static void
+test_newer_profile (void)
+{
+  g_autofree char *dir = g_build_filename (tmp_dir, "newer", NULL);
+  g_autofree char *profile_path = NULL;
+  g_autoptr(UmSettings) settings = NULL;
+  g_autofree char *settings_path = g_build_filename (dir, "settings.json", NULL);
+  const char *newer = "{\"version\": 3, \"memory\": {\"mode\": \"warp-drive\"}, \"quantum\": true}\n";
+  UmWindow *win;
+  const char *notice;
+
+  g_assert_cmpint (g_mkdir_with_parents (dir, 0700), ==, 0);
+  g_setenv ("UNMASK_CONFIG_DIR", dir, TRUE);
+  profile_path = um_profile_path (dir);
+  g_assert_true (g_file_set_contents (profile_path, newer, -1, NULL));
+  settings = um_settings_new (settings_path);
+  win = um_window_new (NULL, settings);
+  gtk_window_present (GTK_WINDOW (win));
+  wait_for (mapped, win, 10);
+  notice = um_window_get_notice (win);
+  g_test_message ("notice: %s", notice);
+  g_assert_nonnull (notice);
+  g_assert_nonnull (strstr (notice, "written by a newer Unmask"));
+  g_assert_null (um_window_get_error_message (win));
+  g_assert_cmpint (um_window_get_profile (win)->mem.mode, ==, UM_MEM_STANDARD);
+  destroy_window (win);
+  {
+    g_autofree char *text = um_test_read_file (profile_path);
+    g_assert_cmpstr (text, ==, newer);
+  }
+  g_assert_cmpuint (um_test_count_prefix (dir, "optimizer.json.corrupt-"), ==, 0);
   g_unsetenv ("UNMASK_CONFIG_DIR");
 }
 
@@ -742,6 +782,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gui/stop-within-one-step", test_stop_within_one_step);
   g_test_add_func ("/gui/bad-model", test_bad_model_then_good);
   g_test_add_func ("/gui/hostile-config-files", test_hostile_config_files);
+  g_test_add_func ("/gui/newer-profile", test_newer_profile);
   g_test_add_func ("/gui/view-follows-by-scrolling", test_view_follows_by_scrolling);
   g_test_add_func ("/gui/narrow-window", test_narrow_window);
   g_test_add_func ("/gui/generate-screenshot", test_generate_screenshot);
