@@ -17,6 +17,10 @@
 #   LLAMACPP_AVX2     llama.cpp built with LLAMA_ISA=avx2 (default ../peers/llama.cpp-avx2)
 #   LLAMACPP          llama.cpp native (default ../peers/llama.cpp; its columns say "-" when absent)
 #   THREADS (2), PASSES (10: forwards per unmask run, steps per llama.cpp run), REPS (3: runs per cell)
+#   MEASURE=cpu       cells in CPU time instead (user + sys, from /usr/bin/time): a run of PASSES + 1
+#                     forwards (steps) less a run of 1, over PASSES; with THREADS=1 that is each
+#                     engine's own cost per step, which time slices lost to other processes on a shared
+#                     machine do not change (spinning threads would count, hence one thread)
 # Each cell: milliseconds per step over a 96-token canvas with every row's logits, the median of REPS
 # runs: unmask `bench --canvas 96 --passes PASSES --no-sgemm` (seconds_per_forward, the model loaded
 # once per run), llama-diffusion-cli -ub 96 with PASSES diffusion steps ("time per step": its
@@ -35,13 +39,31 @@ BN=${LLAMACPP:-../peers/llama.cpp}/build/bin
 T=${THREADS:-2}; P=${PASSES:-10}; R=${REPS:-3}
 mkdir -p "$D"
 
+MEASURE=${MEASURE:-wall}
+cpu_s () { # command...: user + sys seconds of it
+  /usr/bin/time -f "%U %S" "$@" 2>&1 >/dev/null | tail -1 | /usr/bin/python3 -c 'import sys; u, s = sys.stdin.read().split()[-2:]; print(float(u) + float(s))' 2>/dev/null || echo err
+}
+cpu_ms () { # seconds-of-(P+1) seconds-of-1
+  /usr/bin/python3 -c 'import sys; a, b = sys.argv[1:]; print("%.1f" % (1000 * (float(a) - float(b)) / '$P'))' "$1" "$2" 2>/dev/null || echo err
+}
 median () { /usr/bin/python3 -c 'import sys, statistics; v = [float(x) for x in sys.argv[1:] if x not in ("", "err")]; print("%.0f" % statistics.median(v) if v else "-")' "$@"; }
 um_ms () { # binary isa model
+  if [ "$MEASURE" = cpu ]; then
+    cpu_ms "$(cpu_s env ${2:+UM_CPU_ISA=$2} "$1" bench -m "$3" --canvas 96 --passes $((P + 1)) --no-sgemm --threads $T)" \
+           "$(cpu_s env ${2:+UM_CPU_ISA=$2} "$1" bench -m "$3" --canvas 96 --passes 1 --no-sgemm --threads $T)"
+    return
+  fi
   env ${2:+UM_CPU_ISA=$2} "$1" bench -m "$3" --canvas 96 --passes $P --no-sgemm --threads $T 2>/dev/null \
     | /usr/bin/python3 -c 'import json,sys; print("%.1f" % (1000 * json.load(sys.stdin)["seconds_per_forward"]))' 2>/dev/null || echo err
 }
 llama_ms () { # bin-folder model
   [ -x "$1/llama-diffusion-cli" ] || { echo ""; return; }
+  if [ "$MEASURE" = cpu ]; then
+    local run=(env LD_LIBRARY_PATH=$1 "$1/llama-diffusion-cli" -m "$2" -p "Hello" -ub 96 -c 96 -n 90 --diffusion-eps 0.001
+               --diffusion-algorithm 4 --top-k 1 -t $T)
+    cpu_ms "$(cpu_s "${run[@]}" --diffusion-steps $((P + 1)))" "$(cpu_s "${run[@]}" --diffusion-steps 1)"
+    return
+  fi
   LD_LIBRARY_PATH=$1 "$1/llama-diffusion-cli" -m "$2" -p "Hello" -ub 96 -c 96 -n 90 --diffusion-steps $P \
     --diffusion-eps 0.001 --diffusion-algorithm 4 --top-k 1 -t $T 2>&1 | grep -ao "time per step: [0-9.]*" \
     | head -1 | grep -o "[0-9.]*$" || echo err
@@ -61,7 +83,7 @@ done
 
 info () { env ${2:+UM_CPU_ISA=$2} "$1" bench -m "$D/llada-q4_0.gguf" --canvas 8 --passes 1 --no-sgemm 2>/dev/null \
   | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print("level %s, products %s, openblas %s" % (d["cpu_isa"], d["matmul_path"], d["openblas"].get("corename", "?")))' 2>/dev/null; }
-echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $T threads each; median of $R runs of $P steps"
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $T threads each; median of $R runs of $P steps; $([ "$MEASURE" = cpu ] && echo "CPU" || echo "wall") ms per step"
 echo "# unmask AVX2: $UA ($(info "$UA" avx2)); native: $U ($(info "$U" ""))"
 echo "# llama.cpp AVX2: $BA; native: $BN$([ -x "$BN/llama-diffusion-cli" ] || echo " (absent)")"
 printf "| model | unmask avx2 | llama.cpp avx2 | ratio |%s unmask native | llama.cpp native | ratio |\n" "${OLD:+ before native |}"
