@@ -184,9 +184,9 @@ um_cli_gen_options_add (GOptionContext *ctx, UmCliGenOptions *o)
     { "device", 0, 0, G_OPTION_ARG_STRING, &o->device, "cpu, cuda or auto (default: a usable GPU, else the CPU)",
       "DEVICE" },
     { "exact", 0, 0, G_OPTION_ARG_NONE, &o->exact,
-      "Keep activations f32 with quantized weights (no 8-bit integer products)", NULL },
+      "Keep activations f32 with quantized weights (no 8-bit integer products; slower)", NULL },
     { "int8", 0, 0, G_OPTION_ARG_NONE, &o->int8,
-      "8-bit integer products with every quantized type, Q8_0 included", NULL },
+      "8-bit integer products with every quantized type (the default where the CPU has AVX2)", NULL },
     { NULL }
   };
   GOptionEntry block_entries[] = {

@@ -1,14 +1,17 @@
-/* test-gemm.c — our AVX-512 f32 weight product (um-gemm-avx512.c) and its
- * exact AVX-512 weight conversion.
+/* test-gemm.c — our f32 weight products (um-gemm-avx512.c, um-gemm-avx2.c)
+ * and the exact AVX-512 weight conversion.  Every product the CPU level
+ * allows is tested (UM_CPU_ISA caps it; the suite runs once per level).
  *
  * `test-gemm --bench [--small|--big] [--m=1,48,...] [--types=f16,q4_k,...]
- * [--reps=N]` times it against OpenBLAS sgemm with f32 weights instead of
- * running the tests (GFLOP/s = 2·m·n·k / best time). */
+ * [--reps=N]` times the level's f32 product against OpenBLAS sgemm with f32
+ * weights, against converted tiles + sgemm, and the level's 8-bit product,
+ * instead of running the tests (GFLOP/s = 2·m·n·k / best time). */
 #include <glib.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cblas.h>
 
@@ -37,6 +40,33 @@ have_avx512 (void)
     return TRUE;
   g_test_skip ("the CPU (or UM_CPU_ISA) is below AVX-512");
   return FALSE;
+}
+
+/* The products under test, each from its CPU level up. */
+typedef struct {
+  const char *name;
+  UmCpuIsa    isa;
+  size_t    (*scratch_bytes) (UmDType, int64_t, int64_t, int64_t);
+  gboolean  (*product) (UmDType, const void *, int64_t, int64_t, const float *, int64_t, float *,
+                        void *, size_t);
+} Impl;
+
+static const Impl impls[] = {
+  { "avx512", UM_ISA_AVX512, um_gemm_f32_scratch_bytes, um_gemm_f32_avx512 },
+  { "avx2", UM_ISA_AVX2, um_gemm_f32_avx2_scratch_bytes, um_gemm_f32_avx2 },
+};
+
+/* The products this level runs; skips the test (with the reason) when none. */
+static guint
+usable_impls (const Impl **out)
+{
+  guint n = 0;
+  for (guint i = 0; i < G_N_ELEMENTS (impls); i++)
+    if (um_cpu_isa () >= impls[i].isa)
+      out[n++] = &impls[i];
+  if (n == 0)
+    g_test_skip ("the CPU (or UM_CPU_ISA) is below AVX2");
+  return n;
 }
 
 static size_t
@@ -297,14 +327,14 @@ check_product (UmDType t, const uint8_t *w, const float *x, int64_t m, int64_t n
 /* One product with fresh random data; also checks that an exactly-sized
  * scratch, a too-small one and none at all give the same bits. */
 static void
-run_product (uint64_t *s, UmDType t, int64_t m, int64_t n, int64_t k)
+run_product (const Impl *im, uint64_t *s, UmDType t, int64_t m, int64_t n, int64_t k)
 {
   const size_t wbytes = type_bytes (t, n * k);
   uint8_t *w = g_malloc (wbytes + 1);
   float *x = g_new (float, m * k + 1);
   float *out = g_new (float, m * n + 1);
   float *out2 = g_new (float, m * n + 1);
-  const size_t sb = um_gemm_f32_scratch_bytes (t, n, k, m);
+  const size_t sb = im->scratch_bytes (t, n, k, m);
   uint8_t *scratch = g_malloc (sb + 1);
 
   /* Weights at an odd address (even F32: w is a void *, and blocks are
@@ -313,17 +343,17 @@ run_product (uint64_t *s, UmDType t, int64_t m, int64_t n, int64_t k)
   for (int64_t i = 0; i < m * k; i++)
     x[i] = next_unit (s);
 
-  g_assert_true (um_gemm_f32_avx512 (t, w + 1, n, k, x, m, out, scratch + 1, sb));
+  g_assert_true (im->product (t, w + 1, n, k, x, m, out, scratch + 1, sb));
   check_product (t, w + 1, x, m, n, k, out);
 
-  g_assert_true (um_gemm_f32_avx512 (t, w + 1, n, k, x, m, out2, NULL, 0));
+  g_assert_true (im->product (t, w + 1, n, k, x, m, out2, NULL, 0));
   /* Bit for bit: the scratch changes where packed data lives, not the
    * kernels or their order. */
   g_assert_cmpmem (out, (size_t) (m * n) * sizeof (float), out2, (size_t) (m * n) * sizeof (float));
   if (sb > 0)
     {
       memset (out2, 0, (size_t) (m * n) * sizeof (float));
-      g_assert_true (um_gemm_f32_avx512 (t, w + 1, n, k, x, m, out2, scratch, sb / 2));
+      g_assert_true (im->product (t, w + 1, n, k, x, m, out2, scratch, sb / 2));
       g_assert_cmpmem (out, (size_t) (m * n) * sizeof (float), out2, (size_t) (m * n) * sizeof (float));
     }
 
@@ -339,12 +369,18 @@ test_product (gconstpointer data)
 {
   const UmDType t = GPOINTER_TO_INT (data);
   const int64_t be = block_elems (t);
-  static const int64_t ms[] = { 1, 5, 16, 17, 48, 96, 130 };
+  /* m: the few-token kernels (1, 3: AVX2's tiles of 2 tokens and 1), one
+   * partial vector (5), panels of 1 and 2 vectors with partial ones (9,
+   * 17) and full ones. */
+  static const int64_t ms[] = { 1, 3, 5, 9, 16, 17, 48, 96, 130 };
   static const int64_t ns[] = { 1, 7, 8, 9, 64, 300 };
-  uint64_t s = 0x9e3779b97f4a7c15ull ^ (uint64_t) t;
+  const Impl *use[G_N_ELEMENTS (impls)];
+  const guint n_use = usable_impls (use);
 
-  if (!have_avx512 ())
-    return;
+  for (guint ii = 0; ii < n_use; ii++)
+  {
+  const Impl *im = use[ii];
+  uint64_t s = 0x9e3779b97f4a7c15ull ^ (uint64_t) t;
 
   /* Every token count × row count at the smallest K (plus an odd K where
    * the type allows one: partial 16-element vectors in packing and
@@ -359,24 +395,25 @@ test_product (gconstpointer data)
       {
         if (ns[ni] == 300 && ms[mi] != 1 && ms[mi] != 5 && ms[mi] != 17)
           continue;
-        run_product (&s, t, ms[mi], ns[ni], MAX (32, be));
+        run_product (im, &s, t, ms[mi], ns[ni], MAX (32, be));
         if (be == 1)
-          run_product (&s, t, ms[mi], ns[ni], 37);
+          run_product (im, &s, t, ms[mi], ns[ni], 37);
       }
   um_cpu_set_threads (saved_threads);
 
   /* Several K blocks, the last one partial, for each kernel: the K block
-   * is 256..1024 for F32 and 256..4096 for converted rows depending on m,
-   * 4096 for the few-token kernel (m <= 8), so K = 1280, 2304 and 4352 end
-   * in a partial block for some of these m. */
+   * is 256..1024 for F32 and 256..4096 (AVX2: 2048) for converted rows
+   * depending on m, 4096 for the few-token kernel (m <= 8; AVX2: 4), so
+   * K = 1280, 2304 and 4352 end in a partial block for some of these m. */
   {
     static const int64_t big[][3] = {
       { 130, 33, 1280 }, { 96, 24, 1280 }, { 17, 9, 768 }, { 17, 300, 512 },
       { 48, 300, 256 }, { 256, 17, 1280 }, { 5, 129, 1280 }, { 256, 9, 2304 },
-      { 130, 9, 4352 }, { 5, 37, 4352 }, { 2, 19, 4352 },
+      { 130, 9, 4352 }, { 5, 37, 4352 }, { 2, 19, 4352 }, { 3, 50, 2304 },
     };
     for (guint i = 0; i < G_N_ELEMENTS (big); i++)
-      run_product (&s, t, big[i][0], big[i][1], big[i][2]);
+      run_product (im, &s, t, big[i][0], big[i][1], big[i][2]);
+  }
   }
 }
 
@@ -387,8 +424,10 @@ static void
 test_values (void)
 {
   guint32 seed;
+  const Impl *use[G_N_ELEMENTS (impls)];
+  const guint n_use = usable_impls (use);
 
-  if (!have_avx512 ())
+  if (n_use == 0)
     return;
   const int saved_threads = um_cpu_get_threads ();
   um_cpu_set_threads (1);
@@ -401,19 +440,24 @@ test_values (void)
         uint64_t s = 0x9e3779b97f4a7c15ull * ((uint64_t) seed + 1) ^ (uint64_t) t;
         uint8_t *buf = g_malloc (type_bytes (t, n) + 1);
 
-        for (int raw = 0; raw < 2; raw++)
-          {
-            random_weights (&s, t, buf + 1, n, raw);
-            check_convert (t, buf + 1, n);
-          }
+        if (um_cpu_isa () >= UM_ISA_AVX512)
+          for (int raw = 0; raw < 2; raw++)
+            {
+              random_weights (&s, t, buf + 1, n, raw);
+              check_convert (t, buf + 1, n);
+            }
         g_free (buf);
-        run_product (&s, t, 3, 9, k);
-        run_product (&s, t, 17, 9, 2 * k);
+        for (guint ii = 0; ii < n_use; ii++)
+          {
+            run_product (use[ii], &s, t, 3, 9, k);
+            run_product (use[ii], &s, t, 17, 9, 2 * k);
+          }
       }
   um_cpu_set_threads (saved_threads);
 }
 
 typedef struct {
+  const Impl *im;
   const uint8_t *w;
   const float *x;
   int64_t m, n, k;
@@ -429,7 +473,7 @@ nested_product (void *ctx, int64_t b, int64_t e, int tid)
   (void) tid;
   for (int64_t i = b; i < e; i++)
     if (i == 1)
-      j->ok = um_gemm_f32_avx512 (UM_DTYPE_Q4_K, j->w, j->n, j->k, j->x, j->m, j->out, NULL, 0);
+      j->ok = j->im->product (UM_DTYPE_Q4_K, j->w, j->n, j->k, j->x, j->m, j->out, NULL, 0);
 }
 
 /* The thread count changes only the tiling, never a sum's order: the same
@@ -439,38 +483,38 @@ test_threads (void)
 {
   const int64_t m = 40, n = 333, k = 512;
   const UmDType t = UM_DTYPE_Q4_K;
+  const Impl *use[G_N_ELEMENTS (impls)];
+  const guint n_use = usable_impls (use);
   uint64_t s = 77;
   uint8_t *w = g_malloc (type_bytes (t, n * k));
   float *x = g_new (float, m * k);
   float *out[4];
   const int saved = um_cpu_get_threads ();
 
-  if (!have_avx512 ())
-    {
-      g_free (x);
-      g_free (w);
-      return;
-    }
   random_weights (&s, t, w, n * k, FALSE);
   for (int64_t i = 0; i < m * k; i++)
     x[i] = next_unit (&s);
   for (int i = 0; i < 4; i++)
     out[i] = g_new0 (float, m * n);
-  for (int i = 0; i < 3; i++)
+  for (guint ii = 0; ii < n_use; ii++)
     {
-      um_cpu_set_threads (i + 1);
-      g_assert_true (um_gemm_f32_avx512 (t, w, n, k, x, m, out[i], NULL, 0));
+      const Impl *im = use[ii];
+      for (int i = 0; i < 3; i++)
+        {
+          um_cpu_set_threads (i + 1);
+          g_assert_true (im->product (t, w, n, k, x, m, out[i], NULL, 0));
+        }
+      um_cpu_set_threads (2);
+      {
+        NestedJob job = { im, w, x, m, n, k, out[3], FALSE };
+        um_pool_for (2, 1, 2, nested_product, &job);
+        g_assert_true (job.ok);
+      }
+      um_cpu_set_threads (saved);
+      check_product (t, w, x, m, n, k, out[0]);
+      for (int i = 1; i < 4; i++)
+        g_assert_cmpmem (out[0], (size_t) (m * n) * sizeof (float), out[i], (size_t) (m * n) * sizeof (float));
     }
-  um_cpu_set_threads (2);
-  {
-    NestedJob job = { w, x, m, n, k, out[3], FALSE };
-    um_pool_for (2, 1, 2, nested_product, &job);
-    g_assert_true (job.ok);
-  }
-  um_cpu_set_threads (saved);
-  check_product (t, w, x, m, n, k, out[0]);
-  for (int i = 1; i < 4; i++)
-    g_assert_cmpmem (out[0], (size_t) (m * n) * sizeof (float), out[i], (size_t) (m * n) * sizeof (float));
   for (int i = 0; i < 4; i++)
     g_free (out[i]);
   g_free (x);
@@ -478,13 +522,11 @@ test_threads (void)
 }
 
 static void
-test_args (void)
+check_args_impl (const Impl *im)
 {
   uint8_t w[64 * 18] = { 0 };
   float x[64 * 4] = { 0 }, out[16], sentinel[16];
 
-  if (!have_avx512 ())
-    return;
   for (int i = 0; i < 16; i++)
     sentinel[i] = out[i] = (float) i + 0.5f;
 
@@ -495,57 +537,88 @@ test_args (void)
   } G_STMT_END
 
   /* t, w, n, k, x, m, out */
-  REFUSED (um_gemm_f32_avx512 (UM_DTYPE_I32, w, 2, 32, x, 2, out, NULL, 0));
-  REFUSED (um_gemm_f32_avx512 (UM_DTYPE_N_TYPES, w, 2, 32, x, 2, out, NULL, 0));
-  REFUSED (um_gemm_f32_avx512 (UM_DTYPE_Q4_0, w, 2, 16, x, 2, out, NULL, 0));   /* partial block */
-  REFUSED (um_gemm_f32_avx512 (UM_DTYPE_Q4_K, w, 1, 32, x, 2, out, NULL, 0));
-  REFUSED (um_gemm_f32_avx512 (UM_DTYPE_Q4_0, w, -1, 32, x, 2, out, NULL, 0));
-  REFUSED (um_gemm_f32_avx512 (UM_DTYPE_Q4_0, w, 2, -32, x, 2, out, NULL, 0));
-  REFUSED (um_gemm_f32_avx512 (UM_DTYPE_Q4_0, w, 2, 32, x, -2, out, NULL, 0));
-  REFUSED (um_gemm_f32_avx512 (UM_DTYPE_F32, w, (int64_t) G_MAXINT + 1, 1, x, 1, out, NULL, 0));
-  REFUSED (um_gemm_f32_avx512 (UM_DTYPE_F32, w, 1, (int64_t) G_MAXINT + 1, x, 1, out, NULL, 0));
-  REFUSED (um_gemm_f32_avx512 (UM_DTYPE_F32, w, 1, 1, x, (int64_t) G_MAXINT + 1, out, NULL, 0));
-  REFUSED (um_gemm_f32_avx512 (UM_DTYPE_Q4_0, NULL, 2, 32, x, 2, out, NULL, 0));
-  REFUSED (um_gemm_f32_avx512 (UM_DTYPE_Q4_0, w, 2, 32, NULL, 2, out, NULL, 0));
-  g_assert_false (um_gemm_f32_avx512 (UM_DTYPE_Q4_0, w, 2, 32, x, 2, NULL, NULL, 0));
-  g_assert_cmpuint (um_gemm_f32_scratch_bytes (UM_DTYPE_Q4_0, 2, 16, 2), ==, 0);
-  g_assert_cmpuint (um_gemm_f32_scratch_bytes (UM_DTYPE_Q4_0, -2, 32, 2), ==, 0);
+  REFUSED (im->product (UM_DTYPE_I32, w, 2, 32, x, 2, out, NULL, 0));
+  REFUSED (im->product (UM_DTYPE_N_TYPES, w, 2, 32, x, 2, out, NULL, 0));
+  REFUSED (im->product (UM_DTYPE_Q4_0, w, 2, 16, x, 2, out, NULL, 0));   /* partial block */
+  REFUSED (im->product (UM_DTYPE_Q4_K, w, 1, 32, x, 2, out, NULL, 0));
+  REFUSED (im->product (UM_DTYPE_Q4_0, w, -1, 32, x, 2, out, NULL, 0));
+  REFUSED (im->product (UM_DTYPE_Q4_0, w, 2, -32, x, 2, out, NULL, 0));
+  REFUSED (im->product (UM_DTYPE_Q4_0, w, 2, 32, x, -2, out, NULL, 0));
+  REFUSED (im->product (UM_DTYPE_F32, w, (int64_t) G_MAXINT + 1, 1, x, 1, out, NULL, 0));
+  REFUSED (im->product (UM_DTYPE_F32, w, 1, (int64_t) G_MAXINT + 1, x, 1, out, NULL, 0));
+  REFUSED (im->product (UM_DTYPE_F32, w, 1, 1, x, (int64_t) G_MAXINT + 1, out, NULL, 0));
+  REFUSED (im->product (UM_DTYPE_Q4_0, NULL, 2, 32, x, 2, out, NULL, 0));
+  REFUSED (im->product (UM_DTYPE_Q4_0, w, 2, 32, NULL, 2, out, NULL, 0));
+  g_assert_false (im->product (UM_DTYPE_Q4_0, w, 2, 32, x, 2, NULL, NULL, 0));
+  g_assert_cmpuint (im->scratch_bytes (UM_DTYPE_Q4_0, 2, 16, 2), ==, 0);
+  g_assert_cmpuint (im->scratch_bytes (UM_DTYPE_Q4_0, -2, 32, 2), ==, 0);
 #undef REFUSED
 
   /* Nothing to do: fine, with or without pointers. */
-  g_assert_true (um_gemm_f32_avx512 (UM_DTYPE_Q4_0, NULL, 0, 32, NULL, 2, NULL, NULL, 0));
-  g_assert_true (um_gemm_f32_avx512 (UM_DTYPE_Q4_0, NULL, 2, 32, NULL, 0, NULL, NULL, 0));
-  g_assert_true (um_gemm_f32_avx512 (UM_DTYPE_Q4_0, w, 2, 32, x, 0, out, NULL, 0));
+  g_assert_true (im->product (UM_DTYPE_Q4_0, NULL, 0, 32, NULL, 2, NULL, NULL, 0));
+  g_assert_true (im->product (UM_DTYPE_Q4_0, NULL, 2, 32, NULL, 0, NULL, NULL, 0));
+  g_assert_true (im->product (UM_DTYPE_Q4_0, w, 2, 32, x, 0, out, NULL, 0));
   g_assert_cmpmem (out, sizeof out, sentinel, sizeof sentinel);
-  g_assert_cmpuint (um_gemm_f32_scratch_bytes (UM_DTYPE_Q4_0, 0, 32, 2), ==, 0);
+  g_assert_cmpuint (im->scratch_bytes (UM_DTYPE_Q4_0, 0, 32, 2), ==, 0);
 
   /* k = 0: empty sums are zeros (w and x are not read). */
-  g_assert_true (um_gemm_f32_avx512 (UM_DTYPE_Q4_K, NULL, 4, 0, NULL, 3, out, NULL, 0));
+  g_assert_true (im->product (UM_DTYPE_Q4_K, NULL, 4, 0, NULL, 3, out, NULL, 0));
   for (int i = 0; i < 12; i++)
     g_assert_cmpfloat (out[i], ==, 0.0f);
   g_assert_cmpfloat (out[12], ==, sentinel[12]);
 }
 
-/* Below AVX-512 (a cap), both entry points refuse and touch nothing. */
+static void
+test_args (void)
+{
+  const Impl *use[G_N_ELEMENTS (impls)];
+  const guint n_use = usable_impls (use);
+
+  for (guint ii = 0; ii < n_use; ii++)
+    check_args_impl (use[ii]);
+}
+
+/* Below each product's level (a cap), it refuses and touches nothing; so
+ * does the AVX-512 conversion. */
 static void
 test_isa_cap (void)
 {
   const UmCpuIsa saved = um_cpu_isa ();
+  const Impl *use[G_N_ELEMENTS (impls)];
+  const guint n_use = usable_impls (use);
   float x[32] = { 0 }, out[1] = { 42.0f }, dst[32];
   uint8_t w[18] = { 0 };
 
-  if (!have_avx512 ())
-    return;
-  um_cpu_isa_set_cap (UM_ISA_AVX2);
-  g_assert_false (um_gemm_f32_avx512 (UM_DTYPE_Q4_0, w, 1, 32, x, 1, out, NULL, 0));
-  g_assert_cmpfloat (out[0], ==, 42.0f);
-  g_assert_false (um_quant_dequantize_row_avx512 (UM_DTYPE_Q4_0, w, dst, 32));
-  um_cpu_isa_set_cap (saved);
-  g_assert_true (um_gemm_f32_avx512 (UM_DTYPE_Q4_0, w, 1, 32, x, 1, out, NULL, 0));
-  g_assert_cmpfloat (out[0], ==, 0.0f);   /* exact: all-zero blocks (d = 0) and x */
+  for (guint ii = 0; ii < n_use; ii++)
+    {
+      out[0] = 42.0f;
+      um_cpu_isa_set_cap ((UmCpuIsa) (use[ii]->isa - 1));
+      g_assert_false (use[ii]->product (UM_DTYPE_Q4_0, w, 1, 32, x, 1, out, NULL, 0));
+      g_assert_cmpfloat (out[0], ==, 42.0f);
+      if (use[ii]->isa == UM_ISA_AVX512)
+        g_assert_false (um_quant_dequantize_row_avx512 (UM_DTYPE_Q4_0, w, dst, 32));
+      um_cpu_isa_set_cap (saved);
+      g_assert_true (use[ii]->product (UM_DTYPE_Q4_0, w, 1, 32, x, 1, out, NULL, 0));
+      g_assert_cmpfloat (out[0], ==, 0.0f);   /* exact: all-zero blocks (d = 0) and x */
+    }
 }
 
 /* ---- benchmark ----------------------------------------------------------- */
+
+/* --cpu-time: the process's CPU time instead of the wall clock, so that
+ * time slices lost to other processes on a shared machine do not count
+ * (meaningful with one thread: OMP_NUM_THREADS=1). */
+static gboolean use_cpu_time = FALSE;
+
+static double
+now_seconds (void)
+{
+  struct timespec ts;
+  if (!use_cpu_time)
+    return (double) g_get_monotonic_time () * 1e-6;
+  clock_gettime (CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double) ts.tv_sec + 1e-9 * (double) ts.tv_nsec;
+}
 
 static double
 best_seconds (int reps, void (*fn) (gpointer), gpointer data)
@@ -555,14 +628,15 @@ best_seconds (int reps, void (*fn) (gpointer), gpointer data)
   fn (data);   /* warm-up: page faults, thread pool */
   for (int r = 0; r < reps; r++)
     {
-      gint64 t0 = g_get_monotonic_time ();
+      double t0 = now_seconds ();
       fn (data);
-      best = MIN (best, (double) (g_get_monotonic_time () - t0) * 1e-6);
+      best = MIN (best, now_seconds () - t0);
     }
   return best;
 }
 
 typedef struct {
+  const Impl  *im;
   UmDType      t;
   const void  *w;
   const float *wf;
@@ -577,8 +651,30 @@ static void
 bench_ours (gpointer data)
 {
   BenchCall *c = data;
-  if (!um_gemm_f32_avx512 (c->t, c->w, c->n, c->k, c->x, c->m, c->out, c->scratch, c->scratch_bytes))
-    g_error ("um_gemm_f32_avx512 failed");
+  if (!c->im->product (c->t, c->w, c->n, c->k, c->x, c->m, c->out, c->scratch, c->scratch_bytes))
+    g_error ("the %s product failed", c->im->name);
+}
+
+/* OpenBLAS as um_cpu_matmul () would use it: weights converted in tiles,
+ * then sgemm. */
+static void
+bench_dq_sgemm (gpointer data)
+{
+  BenchCall *c = data;
+  if (!um_quant_matmul (c->t, c->w, c->n, c->k, c->x, c->m, c->out, c->scratch, c->scratch_bytes))
+    g_error ("um_quant_matmul failed");
+}
+
+/* The 8-bit product of this level. */
+static void
+bench_int8 (gpointer data)
+{
+  BenchCall *c = data;
+  gboolean ok = um_cpu_isa () >= UM_ISA_AVX512_VNNI
+                ? um_qgemm_vnni (c->t, c->w, c->n, c->k, c->x, c->m, c->out, c->scratch, c->scratch_bytes)
+                : um_qgemm_avx2 (c->t, c->w, c->n, c->k, c->x, c->m, c->out, c->scratch, c->scratch_bytes);
+  if (!ok)
+    g_error ("the int8 product failed");
 }
 
 static void
@@ -661,16 +757,22 @@ run_bench (int argc, char **argv)
         }
       else if (g_str_has_prefix (argv[i], "--reps="))
         reps = MAX (1, atoi (argv[i] + 7));
+      else if (g_str_equal (argv[i], "--cpu-time"))
+        use_cpu_time = TRUE;
       else
         {
           fprintf (stderr, "usage: %s --bench [--small|--big|--all|--nk=4096x4096,...] "
-                   "[--m=1,48,96] [--types=f32,f16,q4_k] [--reps=N]\n", argv[0]);
+                   "[--m=1,48,96] [--types=f32,f16,q4_k] [--reps=N] [--cpu-time]\n", argv[0]);
           return 2;
         }
     }
-  if (um_cpu_isa () < UM_ISA_AVX512)
+  const Impl *im = NULL;
+  for (guint i = 0; i < G_N_ELEMENTS (impls) && im == NULL; i++)
+    if (um_cpu_isa () >= impls[i].isa)
+      im = &impls[i];
+  if (im == NULL)
     {
-      fprintf (stderr, "the CPU (or UM_CPU_ISA) is below AVX-512\n");
+      fprintf (stderr, "the CPU (or UM_CPU_ISA) is below AVX2\n");
       return 1;
     }
   if (ms->len == 0)
@@ -688,9 +790,13 @@ run_bench (int argc, char **argv)
         g_array_append_vals (shapes, big, G_N_ELEMENTS (big));
     }
 
-  printf ("# threads %d; GFLOP/s = 2mnk / best of %d; sgemm = OpenBLAS, f32 weights\n",
-          um_cpu_get_threads (), reps);
-  printf ("%-6s %7s %6s %4s %9s %9s %6s\n", "type", "n", "k", "m", "ours", "sgemm", "ratio");
+  printf ("# level %s, threads %d; GFLOP/s = 2mnk / best of %d (%s); ours = our %s f32 product; "
+          "sgemm = OpenBLAS with f32 weights, dq+sgemm = converted tiles then sgemm (the fallback); "
+          "int8 = the 8-bit product of this level (quantized types)\n",
+          um_cpu_isa_name (um_cpu_isa ()), um_cpu_get_threads (), reps,
+          use_cpu_time ? "process CPU time" : "wall clock", im->name);
+  printf ("%-6s %7s %6s %4s %9s %9s %9s %9s %6s %6s\n", "type", "n", "k", "m", "ours", "sgemm", "dq+sgemm",
+          "int8", "ratio", "int8/f");
   {
       for (guint si = 0; si < shapes->len; si++)
         {
@@ -727,14 +833,21 @@ run_bench (int argc, char **argv)
               for (guint mi = 0; mi < ms->len; mi++)
                 {
                   const int64_t m = g_array_index (ms, int64_t, mi);
-                  BenchCall c = { .t = t, .w = w, .n = n, .k = k, .m = m, .x = x, .out = out };
-                  c.scratch_bytes = um_gemm_f32_scratch_bytes (t, n, k, m);
+                  BenchCall c = { .im = im, .t = t, .w = w, .n = n, .k = k, .m = m, .x = x, .out = out };
+                  double sec_dq = 0.0, sec_i8 = 0.0;
+                  c.scratch_bytes = MAX (MAX (im->scratch_bytes (t, n, k, m), um_quant_matmul_scratch_bytes (t, n, k, m)),
+                                         MAX (um_qgemm_scratch_bytes (t, n, k, m), um_qgemm_avx2_scratch_bytes (t, n, k, m)));
                   c.scratch = g_malloc (c.scratch_bytes);
                   const double sec = best_seconds (reps, bench_ours, &c);
                   const double flop = 2.0 * (double) m * (double) n * (double) k;
+                  if (t != UM_DTYPE_F32)
+                    sec_dq = best_seconds (reps, bench_dq_sgemm, &c);
+                  if (um_qgemm_supported_type (t))
+                    sec_i8 = best_seconds (reps, bench_int8, &c);
                   printf ("%-6s %7" G_GINT64_FORMAT " %6" G_GINT64_FORMAT " %4" G_GINT64_FORMAT
-                          " %9.1f %9.1f %6.2f\n", um_dtype_name (t), n, k, m, flop / sec * 1e-9,
-                          flop / sg[mi] * 1e-9, sg[mi] / sec);
+                          " %9.1f %9.1f %9.1f %9.1f %6.2f %6.2f\n", um_dtype_name (t), n, k, m, flop / sec * 1e-9,
+                          flop / sg[mi] * 1e-9, sec_dq > 0 ? flop / sec_dq * 1e-9 : 0.0,
+                          sec_i8 > 0 ? flop / sec_i8 * 1e-9 : 0.0, sg[mi] / sec, sec_i8 > 0 ? sec / sec_i8 : 0.0);
                   fflush (stdout);
                   g_free (c.scratch);
                 }

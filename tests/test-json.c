@@ -376,6 +376,158 @@ test_files (void)
   um_test_rmtree (dir);
 }
 
+
+/* Lifted values: recorded where they are, checked like the rest, a null in
+ * json-glib's tree; the rest of the tree is json-glib's own. */
+static void
+test_lifted (void)
+{
+  static const char text[] =
+    "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\\u0041\": 1, \"a\": 2},\n"
+    " \"merges\": [\"a b\", [\"x\", \"y\\\"z\"], \"\\ud83d\\ude00 c\"]}, \"other\": {\"vocab\": 5}}";
+  UmJsonLifted lifted[] = {
+    { "model.vocab", TRUE, 9, 9, 9 }, { "model.merges", FALSE, 9, 9, 9 }, { "model.absent", FALSE, 9, 9, 9 },
+  };
+  g_autoptr(GError) error = NULL;
+  g_autoptr(JsonNode) root = um_json_parse_lifted (text, -1, "test.json", NULL, lifted, 3, &error);
+  g_autoptr(GString) buf = g_string_new (NULL);
+  JsonObject *model;
+  UmJsonReader r;
+  const char *str;
+  gsize n;
+  gint64 v;
+
+  g_assert_no_error (error);
+  g_assert_nonnull (root);
+  /* The spans are the values' text; the absent one is empty. */
+  {
+    g_autofree char *vocab = g_strndup (text + lifted[0].start, lifted[0].end - lifted[0].start);
+    g_assert_cmpstr (vocab, ==, "{\"a\": 0, \"b\\u0041\": 1, \"a\": 2}");
+  }
+  g_assert_true (g_str_has_prefix (text + lifted[1].start, "[\"a b\""));
+  g_assert_cmpint (text[lifted[1].end - 1], ==, ']');
+  g_assert_cmpint (text[lifted[1].end], ==, '}');
+  g_assert_cmpuint (lifted[0].count, ==, 3);
+  g_assert_cmpuint (lifted[1].count, ==, 3);
+  g_assert_cmpuint (lifted[2].start, ==, 0);
+  g_assert_cmpuint (lifted[2].end, ==, 0);
+  g_assert_cmpuint (lifted[2].count, ==, 0);
+  /* json-glib's tree: nulls in their place, the rest as it was. */
+  model = json_object_get_object_member (json_node_get_object (root), "model");
+  g_assert_true (JSON_NODE_HOLDS_NULL (json_object_get_member (model, "vocab")));
+  g_assert_true (JSON_NODE_HOLDS_NULL (json_object_get_member (model, "merges")));
+  g_assert_cmpstr (json_object_get_string_member (model, "type"), ==, "BPE");
+  g_assert_cmpint (json_object_get_int_member (json_object_get_object_member (json_node_get_object (root), "other"),
+                                               "vocab"), ==, 5);
+
+  /* The reader: keys decoded, the repeated key left to it. */
+  um_json_reader_init (&r, text, lifted[0].start, lifted[0].end);
+  g_assert_true (um_json_reader_accept (&r, '{'));
+  g_assert_true (um_json_reader_string (&r, buf, &str, &n));
+  g_assert_true (str >= text && str < text + sizeof text);   /* no escape: the text itself */
+  g_assert_cmpmem (str, n, "a", 1);
+  g_assert_true (um_json_reader_accept (&r, ':') && um_json_reader_int (&r, &v));
+  g_assert_cmpint (v, ==, 0);
+  g_assert_true (um_json_reader_accept (&r, ','));
+  g_assert_true (um_json_reader_string (&r, buf, &str, &n));
+  g_assert_cmpmem (str, n, "bA", 2);
+  g_assert_true (um_json_reader_accept (&r, ':') && um_json_reader_int (&r, &v));
+  g_assert_cmpint (v, ==, 1);
+  g_assert_true (um_json_reader_accept (&r, ',') && um_json_reader_skip (&r));   /* "a" */
+  g_assert_true (um_json_reader_accept (&r, ':') && um_json_reader_skip (&r));   /* 2 */
+  g_assert_true (um_json_reader_accept (&r, '}'));
+  g_assert_cmpint (um_json_reader_peek (&r), ==, 0);
+
+  um_json_reader_init (&r, text, lifted[1].start, lifted[1].end);
+  g_assert_true (um_json_reader_accept (&r, '['));
+  g_assert_true (um_json_reader_skip (&r) && um_json_reader_accept (&r, ','));
+  g_assert_true (um_json_reader_accept (&r, '['));
+  g_assert_true (um_json_reader_skip (&r) && um_json_reader_accept (&r, ','));
+  g_assert_true (um_json_reader_string (&r, buf, &str, &n));
+  g_assert_cmpmem (str, n, "y\"z", 3);
+  g_assert_true (um_json_reader_accept (&r, ']') && um_json_reader_accept (&r, ','));
+  g_assert_true (um_json_reader_string (&r, buf, &str, &n));
+  g_assert_cmpmem (str, n, "😀 c", strlen ("😀 c"));
+  g_assert_true (um_json_reader_accept (&r, ']'));
+  /* Not what is asked: refused, nothing consumed. */
+  um_json_reader_init (&r, text, lifted[1].start, lifted[1].end);
+  g_assert_false (um_json_reader_accept (&r, '{'));
+  g_assert_false (um_json_reader_int (&r, &v));
+  g_assert_false (um_json_reader_string (&r, buf, &str, &n));
+  g_assert_true (um_json_reader_accept (&r, '['));
+}
+
+/* Where lifting does not apply, or the text is wrong, um_json_parse ()'s
+ * answers stand. */
+static void
+test_lifted_edges (void)
+{
+  static const char *const same[] = {
+    "[{\"model\": {\"vocab\": {}}}]",              /* the root is not an object */
+    "{\"model\": [{\"vocab\": {}}]}",              /* nor is model */
+    "{\"vocab\": {}, \"model\": {\"vocabs\": 1}}", /* no such path */
+  };
+  for (guint i = 0; i < G_N_ELEMENTS (same); i++)
+    {
+      UmJsonLifted l = { "model.vocab", FALSE, 0, 0, 0 };
+      g_autoptr(JsonNode) plain = parse_ok (same[i], -1, NULL);
+      g_autoptr(JsonNode) lifted = um_json_parse_lifted (same[i], -1, "test.json", NULL, &l, 1, NULL);
+      g_assert_nonnull (lifted);
+      g_assert_true (json_node_equal (plain, lifted));
+      g_assert_cmpuint (l.end, ==, 0);
+    }
+  /* A scalar is lifted too (its reader says what it should have been). */
+  {
+    UmJsonLifted l = { "model.vocab", FALSE, 0, 0, 0 };
+    static const char text[] = "{\"model\": {\"vocab\": 12345, \"x\": 1}}";
+    g_autoptr(JsonNode) root = um_json_parse_lifted (text, -1, "test.json", NULL, &l, 1, NULL);
+    UmJsonReader r;
+    gint64 v = 0;
+    g_assert_nonnull (root);
+    g_assert_cmpuint (l.end - l.start, ==, 5);
+    um_json_reader_init (&r, text, l.start, l.end);
+    g_assert_true (um_json_reader_int (&r, &v));
+    g_assert_cmpint (v, ==, 12345);
+  }
+  /* A repeated key inside a lifted value is refused unless its reader
+   * checks keys; errors anywhere read as without lifting. */
+  {
+    static const char *const bad[] = {
+      "{\"model\": {\"vocab\": {\"a\": 1, \"a\": 2}}}",
+      "{\"model\": {\"vocab\": {\"a\": 1,}}}",
+      "{\"model\": {\"vocab\": {\"a\": \"\\x\"}}}",
+      "{\"model\": {\"vocab\": {\"a\": 1}}, \"model\": 2}",
+    };
+    for (guint i = 0; i < G_N_ELEMENTS (bad); i++)
+      {
+        UmJsonLifted l = { "model.vocab", FALSE, 0, 0, 0 };
+        g_autoptr(GError) e1 = NULL;
+        g_autoptr(GError) e2 = NULL;
+        g_assert_null (um_json_parse_lifted (bad[i], -1, "test.json", NULL, &l, 1, &e1));
+        g_assert_null (um_json_parse (bad[i], -1, "test.json", NULL, &e2));
+        g_assert_cmpstr (e1->message, ==, e2->message);
+        g_assert_cmpuint (l.end, ==, 0);
+      }
+  }
+  /* Integers: 18 digits at most, no fraction or exponent. */
+  {
+    static const char text[] = "[-42, 123456789012345678, 1234567890123456789, 1.5, 2e3]";
+    UmJsonReader r;
+    gint64 v;
+    um_json_reader_init (&r, text, 0, sizeof text - 1);
+    g_assert_true (um_json_reader_accept (&r, '['));
+    g_assert_true (um_json_reader_int (&r, &v) && v == -42);
+    g_assert_true (um_json_reader_accept (&r, ','));
+    g_assert_true (um_json_reader_int (&r, &v) && v == G_GINT64_CONSTANT (123456789012345678));
+    g_assert_true (um_json_reader_accept (&r, ','));
+    g_assert_false (um_json_reader_int (&r, &v));
+    g_assert_true (um_json_reader_skip (&r) && um_json_reader_accept (&r, ','));
+    g_assert_false (um_json_reader_int (&r, &v));
+    g_assert_true (um_json_reader_skip (&r) && um_json_reader_accept (&r, ','));
+    g_assert_false (um_json_reader_int (&r, &v));
+  }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -391,5 +543,7 @@ main (int argc, char **argv)
   g_test_add_func ("/json/duplicate-keys", test_duplicate_keys);
   g_test_add_func ("/json/not-json", test_not_json);
   g_test_add_func ("/json/files", test_files);
+  g_test_add_func ("/json/lifted", test_lifted);
+  g_test_add_func ("/json/lifted-edges", test_lifted_edges);
   return g_test_run ();
 }

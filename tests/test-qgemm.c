@@ -1,7 +1,8 @@
 /* test-qgemm.c — the 8-bit integer product with quantized weights
- * (um-qgemm.c): the reference against a double-precision product, the VNNI
- * kernel against the reference, the activation rounding rule, and argument
- * handling.  Every tolerance is a worst-case float32 bound derived beside
+ * (um-qgemm.c, um-qgemm-avx2.c): the reference against a double-precision
+ * product, the AVX-512 VNNI and the AVX2 / AVX-VNNI kernels against the
+ * reference (each where the CPU level allows: the suite runs once per
+ * level), the activation rounding rule, and argument handling.  Every tolerance is a worst-case float32 bound derived beside
  * its check (u = 2^-24), not a tuned number. */
 #include <glib.h>
 #include <float.h>
@@ -40,10 +41,24 @@ row_bytes (UmDType t, int64_t k)
   return (size_t) b;
 }
 
+/* The fast products, each from its CPU level up. */
+typedef struct {
+  const char *name;
+  UmCpuIsa    isa;
+  size_t    (*scratch_bytes) (UmDType, int64_t, int64_t, int64_t);
+  gboolean  (*product) (UmDType, const void *, int64_t, int64_t, const float *, int64_t, float *,
+                        void *, size_t);
+} Impl;
+
+static const Impl impls[] = {
+  { "vnni", UM_ISA_AVX512_VNNI, um_qgemm_scratch_bytes, um_qgemm_vnni },
+  { "avx2", UM_ISA_AVX2, um_qgemm_avx2_scratch_bytes, um_qgemm_avx2 },
+};
+
 static gboolean
-have_vnni (void)
+have (const Impl *im)
 {
-  return um_cpu_isa () >= UM_ISA_AVX512_VNNI;
+  return um_cpu_isa () >= im->isa;
 }
 
 static gboolean
@@ -255,14 +270,14 @@ check_ref (const Case *c)
   g_free (out);
 }
 
-/* ---- VNNI against the reference ---------------------------------------------- */
+/* ---- the fast products against the reference ---------------------------------- */
 
 static void
-check_vnni (const Case *c, guint *n_same, guint *n_total)
+check_fast (const Impl *im, const Case *c, guint *n_same, guint *n_total)
 {
   const int64_t m = c->m, n = c->n, k = c->k;
   const double T = (double) n_terms (c->t, k);
-  const size_t sb = um_qgemm_scratch_bytes (c->t, n, k, m);
+  const size_t sb = im->scratch_bytes (c->t, n, k, m);
   float *ref = g_new (float, (size_t) MAX (m * n, 1));
   float *got = g_new (float, (size_t) MAX (m * n, 1));
   float *got2 = g_new (float, (size_t) MAX (m * n, 1));
@@ -271,13 +286,13 @@ check_vnni (const Case *c, guint *n_same, guint *n_total)
   g_assert_cmpuint (sb, >, 0);
   g_assert_true (um_qgemm_ref (c->t, c->w, n, k, c->x, m, ref));
   /* The caller's scratch, at an odd address. */
-  g_assert_true (um_qgemm_vnni (c->t, c->w, n, k, c->x, m, got, scratch + 3, sb));
+  g_assert_true (im->product (c->t, c->w, n, k, c->x, m, got, scratch + 3, sb));
   /* No scratch, and too little: it allocates its own. */
-  g_assert_true (um_qgemm_vnni (c->t, c->w, n, k, c->x, m, got2, NULL, 0));
+  g_assert_true (im->product (c->t, c->w, n, k, c->x, m, got2, NULL, 0));
   /* Bit for bit: the scratch only holds the same packed data for the same
    * kernels. */
   g_assert_cmpmem (got, (size_t) (m * n) * sizeof (float), got2, (size_t) (m * n) * sizeof (float));
-  g_assert_true (um_qgemm_vnni (c->t, c->w, n, k, c->x, m, got2, scratch, sb / 2));
+  g_assert_true (im->product (c->t, c->w, n, k, c->x, m, got2, scratch, sb / 2));
   g_assert_cmpmem (got, (size_t) (m * n) * sizeof (float), got2, (size_t) (m * n) * sizeof (float));
 
   for (int64_t i = 0; i < m; i++)
@@ -294,8 +309,8 @@ check_vnni (const Case *c, guint *n_same, guint *n_total)
 
         if (!(fabs ((double) a - (double) b) <= tol))
           g_error ("%s m=%" G_GINT64_FORMAT " n=%" G_GINT64_FORMAT " k=%" G_GINT64_FORMAT
-                   " out[%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT "]: vnni %.9g, ref %.9g, "
-                   "|diff| %.3g > bound %.3g", um_dtype_name (c->t), m, n, k, i, j,
+                   " out[%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT "]: %s %.9g, ref %.9g, "
+                   "|diff| %.3g > bound %.3g", um_dtype_name (c->t), m, n, k, i, j, im->name,
                    b, a, fabs ((double) a - b), tol);
         *n_same += memcmp (&a, &b, sizeof a) == 0;
         (*n_total)++;
@@ -348,29 +363,36 @@ test_ref (gconstpointer data)
 }
 
 typedef struct {
+  const Impl *im;
   guint same, total;
 } Counts;
 
 static void
-vnni_case (const Case *c, gpointer data)
+fast_case (const Case *c, gpointer data)
 {
   Counts *n = data;
-  check_vnni (c, &n->same, &n->total);
+  check_fast (n->im, c, &n->same, &n->total);
 }
 
-static void
-test_vnni (gconstpointer data)
-{
-  Counts n = { 0, 0 };
+typedef struct {
+  const Impl *im;
+  UmDType t;
+} FastTest;
 
-  if (!have_vnni ())
+static void
+test_fast (gconstpointer data)
+{
+  const FastTest *ft = data;
+  Counts n = { ft->im, 0, 0 };
+
+  if (!have (ft->im))
     {
-      g_test_skip ("no AVX-512 VNNI (or capped by UM_CPU_ISA)");
+      g_test_skip ("the CPU (or UM_CPU_ISA) is below this product's level");
       return;
     }
-  for_each_shape (GPOINTER_TO_INT (data), vnni_case, &n);
-  g_test_message ("%s: %u of %u outputs bit-identical to the reference",
-                  um_dtype_name (GPOINTER_TO_INT (data)), n.same, n.total);
+  for_each_shape (ft->t, fast_case, &n);
+  g_test_message ("%s (%s at %s): %u of %u outputs bit-identical to the reference",
+                  um_dtype_name (ft->t), ft->im->name, um_cpu_isa_name (um_cpu_isa ()), n.same, n.total);
 }
 
 /* ---- the activation rounding rule ------------------------------------------ */
@@ -399,12 +421,13 @@ test_rounding_rule (void)
       x[1] = cases[c].x;
       g_assert_true (um_qgemm_ref (UM_DTYPE_Q8_0, &blk, 1, 32, x, 1, &out));
       g_assert_cmpfloat (out, ==, cases[c].q);
-      if (have_vnni ())
-        {
-          out = -1.0f;
-          g_assert_true (um_qgemm_vnni (UM_DTYPE_Q8_0, &blk, 1, 32, x, 1, &out, NULL, 0));
-          g_assert_cmpfloat (out, ==, cases[c].q);
-        }
+      for (guint i = 0; i < G_N_ELEMENTS (impls); i++)
+        if (have (&impls[i]))
+          {
+            out = -1.0f;
+            g_assert_true (impls[i].product (UM_DTYPE_Q8_0, &blk, 1, 32, x, 1, &out, NULL, 0));
+            g_assert_cmpfloat (out, ==, cases[c].q);
+          }
     }
 
   /* A block below 127 * FLT_MIN rounds to zero; the next block still counts. */
@@ -422,11 +445,12 @@ test_rounding_rule (void)
      * rounded fma, fl (4064 · fl (1/127)) = 32 (the exact product is
      * 32 − 1.2e-7, within half an ulp of 32), the same on every IEEE CPU. */
     g_assert_cmpfloat (out, ==, 32.0f);
-    if (have_vnni ())
-      {
-        g_assert_true (um_qgemm_vnni (UM_DTYPE_Q8_0, w2, 1, 64, x2, 1, &out, NULL, 0));
-        g_assert_cmpfloat (out, ==, 32.0f);
-      }
+    for (guint i = 0; i < G_N_ELEMENTS (impls); i++)
+      if (have (&impls[i]))
+        {
+          g_assert_true (impls[i].product (UM_DTYPE_Q8_0, w2, 1, 64, x2, 1, &out, NULL, 0));
+          g_assert_cmpfloat (out, ==, 32.0f);
+        }
   }
 }
 
@@ -438,6 +462,12 @@ static gboolean
 vnni_fn (UmDType t, const void *w, int64_t n, int64_t k, const float *x, int64_t m, float *out)
 {
   return um_qgemm_vnni (t, w, n, k, x, m, out, NULL, 0);
+}
+
+static gboolean
+avx2_fn (UmDType t, const void *w, int64_t n, int64_t k, const float *x, int64_t m, float *out)
+{
+  return um_qgemm_avx2 (t, w, n, k, x, m, out, NULL, 0);
 }
 
 static void
@@ -490,7 +520,7 @@ check_args_fn (ProductFn fn, gboolean works)
 
       if (!works)
         {
-          /* Without VNNI everything is refused, out untouched. */
+          /* Below the product's level everything is refused, out untouched. */
           REFUSED (fn (t, w, 2, bk, x, 2, out));
           REFUSED (fn (t, w, 2, 0, x, 2, out));
           continue;
@@ -524,7 +554,8 @@ static void
 test_args (void)
 {
   check_args_fn (um_qgemm_ref, TRUE);
-  check_args_fn (vnni_fn, have_vnni ());
+  check_args_fn (vnni_fn, have (&impls[0]));
+  check_args_fn (avx2_fn, have (&impls[1]));
 
   for (guint i = 0; i < G_N_ELEMENTS (types); i++)
     g_assert_true (um_qgemm_supported_type (types[i]));
@@ -543,7 +574,7 @@ static void
 test_values (void)
 {
   guint32 seed;
-  Counts n = { 0, 0 };
+  Counts n = { NULL, 0, 0 };
 
   for (guint it = 0; um_test_seed_next (&it, &seed);)
     for (guint i = 0; i < G_N_ELEMENTS (types); i++)
@@ -553,8 +584,9 @@ test_values (void)
 
         case_init (&cs, types[i], 5, 9, kq ? 512 : 96, seed);
         check_ref (&cs);
-        if (have_vnni ())
-          check_vnni (&cs, &n.same, &n.total);
+        for (guint j = 0; j < G_N_ELEMENTS (impls); j++)
+          if (have (&impls[j]))
+            check_fast (&impls[j], &cs, &n.same, &n.total);
         case_clear (&cs);
       }
 }
@@ -567,14 +599,19 @@ main (int argc, char **argv)
   g_test_add_func ("/qgemm/args", test_args);
   g_test_add_func ("/qgemm/rounding-rule", test_rounding_rule);
   g_test_add_func ("/qgemm/values", test_values);
+  static FastTest fast[G_N_ELEMENTS (impls)][G_N_ELEMENTS (types)];
   for (guint i = 0; i < G_N_ELEMENTS (types); i++)
     {
       char *p = g_strdup_printf ("/qgemm/ref/%s", um_dtype_name (types[i]));
       g_test_add_data_func (p, GINT_TO_POINTER (types[i]), test_ref);
       g_free (p);
-      p = g_strdup_printf ("/qgemm/vnni/%s", um_dtype_name (types[i]));
-      g_test_add_data_func (p, GINT_TO_POINTER (types[i]), test_vnni);
-      g_free (p);
+      for (guint j = 0; j < G_N_ELEMENTS (impls); j++)
+        {
+          fast[j][i] = (FastTest) { &impls[j], types[i] };
+          p = g_strdup_printf ("/qgemm/%s/%s", impls[j].name, um_dtype_name (types[i]));
+          g_test_add_data_func (p, &fast[j][i], test_fast);
+          g_free (p);
+        }
     }
   return g_test_run ();
 }

@@ -122,7 +122,8 @@ test_good_file (void)
   g_autofree char *path = g_build_filename (dir, "settings.json", NULL);
   const char *text = "{\"steps\": 64, \"gen-length\": 256, \"temperature\": 1, \"cfg-scale\": 0.5,"
                      " \"seed\": 123456789012345678, \"chat-template\": false, \"remasking\": \"random\","
-                     " \"block-length\": 99999, \"threads\": null, \"from-the-future\": [1, {\"a\": 2}],"
+                     " \"block-length\": 99999, \"threads\": null, \"exact-products\": true,"
+                     " \"from-the-future\": [1, {\"a\": 2}],"
                      " \"recent-models\": [\"/models/b\", \"/models/a\"]}";
   g_autoptr(UmSettings) settings = NULL;
   const char * const *recent;
@@ -148,6 +149,7 @@ test_good_file (void)
   g_assert_cmpstr (recent[1], ==, "/models/a");
   g_assert_null (recent[2]);
   g_assert_cmpint (um_settings_get_threads (settings), ==, 0);
+  g_assert_true (um_settings_get_exact_products (settings));
   um_test_rmtree (dir);
 }
 

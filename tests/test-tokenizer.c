@@ -850,6 +850,87 @@ expect_load_error (const char *json, gint code, const char *needle)
   g_rmdir (dir);
 }
 
+
+/* The fixture's tokenizer.json with every non-ASCII character written as a
+ * \u escape (surrogate pairs past U+FFFF), as Python's json.dumps writes
+ * it by default: outside strings JSON has no such characters, so the
+ * whole text can be rewritten. */
+static char *
+escape_non_ascii (const char *text)
+{
+  GString *out = g_string_new (NULL);
+
+  for (const char *p = text; *p; p = g_utf8_next_char (p))
+    {
+      gunichar c = g_utf8_get_char (p);
+      if (c < 0x80)
+        g_string_append_c (out, (char) c);
+      else if (c < 0x10000)
+        g_string_append_printf (out, "\\u%04x", c);
+      else
+        g_string_append_printf (out, "\\u%04x\\u%04x", 0xD800 + ((c - 0x10000) >> 10), 0xDC00 + ((c - 0x10000) & 0x3FF));
+    }
+  return g_string_free (out, FALSE);
+}
+
+/* model.vocab and model.merges are read without json-glib (um-json.h's
+ * lifted values): escaped keys and merges must read as json-glib reads
+ * them, and the reader's own checks must hold. */
+static void
+test_lifted_vocab (void)
+{
+  g_autofree char *path = data_path ("tiny-llada/tokenizer.json");
+  g_autofree char *text = NULL;
+  g_autofree char *escaped = NULL;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmTokenizer) tok = NULL;
+
+  g_assert_true (g_file_get_contents (path, &text, NULL, NULL));
+  escaped = escape_non_ascii (text);
+  g_assert_cmpstr (escaped, !=, text);   /* the fixture has non-ASCII tokens */
+  tok = um_tokenizer_new_from_data (escaped, -1, "tokenizer.json", &error);
+  g_assert_no_error (error);
+  check_cases (tok, "tiny-llada.expected.json", 7);
+  check_cases (tok, "tokenizer-extra.json", 100);
+
+  /* A token twice, once escaped; merges null, malformed, or with an
+   * escape; ids that are not integers. */
+  expect_load_error ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"\\u0061\": 1}, \"merges\": []}}",
+                     UM_ERROR_FORMAT, "“a” appears twice");
+  expect_load_error ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": null}}",
+                     UM_ERROR_FORMAT, "model.merges is missing");
+  expect_load_error ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": {}}}",
+                     UM_ERROR_FORMAT, "model.merges is not an array");
+  expect_load_error ("{\"model\": {\"type\": \"BPE\", \"vocab\": null, \"merges\": []}}",
+                     UM_ERROR_FORMAT, "model.vocab is not an object");
+  expect_load_error ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1.0}, \"merges\": []}}",
+                     UM_ERROR_FORMAT, "model.vocab[“a”] is not an integer id");
+  expect_load_error ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1e2}, \"merges\": []}}",
+                     UM_ERROR_FORMAT, "model.vocab[“a”] is not an integer id");
+  expect_load_error ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2},"
+                     " \"merges\": [\"a b c\"]}}", UM_ERROR_FORMAT, "model.merges[0] (“a b c”) is not two tokens");
+  expect_load_error ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2},"
+                     " \"merges\": [\"a b\", [\"a\", \"b\", \"c\"]]}}", UM_ERROR_FORMAT,
+                     "model.merges[1] is not a pair of strings");
+  expect_load_error ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2},"
+                     " \"merges\": [[\"a\", 2]]}}", UM_ERROR_FORMAT, "model.merges[0] is not a pair of strings");
+  {
+    g_autoptr(UmTokenizer) t2 = NULL;
+    g_autoptr(GArray) ids = g_array_new (FALSE, FALSE, sizeof (gint32));
+    /* "\u0061" is "a", "\"" a quote, and merges name tokens as decoded. */
+    static const char json[] =
+      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u0061\": 0, \"\\\"\": 1, \"a\\\"\": 2},"
+      " \"merges\": [\"a \\\"\"]}}";
+    t2 = um_tokenizer_new_from_data (json, -1, "tokenizer.json", &error);
+    g_assert_no_error (error);
+    g_assert_cmpuint (um_tokenizer_vocab_size (t2), ==, 3);
+    g_assert_true (um_tokenizer_encode (t2, "a\"", -1, ids, &error));
+    g_assert_no_error (error);
+    g_assert_cmpuint (ids->len, ==, 1);
+    g_assert_cmpint (g_array_index (ids, gint32, 0), ==, 2);
+  }
+}
+
 static void
 test_load_errors (void)
 {
@@ -1009,6 +1090,7 @@ main (int argc, char **argv)
   g_test_add_func ("/tokenizer/split-behaviors", test_split_behaviors);
   g_test_add_func ("/tokenizer/long-inputs", test_long_inputs);
   g_test_add_func ("/tokenizer/load-errors", test_load_errors);
+  g_test_add_func ("/tokenizer/lifted-vocab", test_lifted_vocab);
   g_test_add_func ("/tokenizer/hostile-json", test_hostile_json);
   g_test_add_func ("/tokenizer/encode-decode-errors", test_encode_decode_errors);
   g_test_add_func ("/chat-template/render", test_chat_template);

@@ -32,6 +32,10 @@ double      um_test_rel_error (const float *got, const double *want, size_t n);
 double      um_test_f32_tolerance (const UmModel *model, const gint32 *ids, int L,
                                    const double *want, const char *what);
 /* The same for a block-causal forward of blocks of @block (0: none). */
+/* The tolerance for logits computed with 8-bit activations (the integer
+ * products) against @want, the exact float64 logits. */
+double      um_test_int8_tolerance_blocks (const UmModel *model, const gint32 *ids, int L, int block,
+                                           const double *want, const char *what);
 double      um_test_f32_tolerance_blocks (const UmModel *model, const gint32 *ids, int L, int block,
                                           const double *want, const char *what);
 void        um_test_rmtree (const char *path);

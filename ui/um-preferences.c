@@ -9,6 +9,7 @@
 struct _UmPreferences {
   AdwPreferencesWindow parent_instance;
   GtkSpinButton *threads_spin, *seed_spin;
+  GtkSwitch     *exact_switch;
   GtkSwitch     *eos_switch, *eot_switch;
   GtkWidget     *eos_row, *eot_row;
   /* Serve this model */
@@ -127,6 +128,7 @@ um_preferences_class_init (UmPreferencesClass *klass)
   gtk_widget_class_set_template_from_resource (widget_class, "/io/github/unmask/Unmask/ui/um-preferences.ui");
   gtk_widget_class_bind_template_child (widget_class, UmPreferences, threads_spin);
   gtk_widget_class_bind_template_child (widget_class, UmPreferences, seed_spin);
+  gtk_widget_class_bind_template_child (widget_class, UmPreferences, exact_switch);
   gtk_widget_class_bind_template_child (widget_class, UmPreferences, eos_switch);
   gtk_widget_class_bind_template_child (widget_class, UmPreferences, eot_switch);
   gtk_widget_class_bind_template_child (widget_class, UmPreferences, eos_row);
@@ -154,6 +156,7 @@ um_preferences_new (UmSettings *settings)
 
   self->settings = g_object_ref (settings);
   g_object_bind_property (settings, "threads", self->threads_spin, "value", f);
+  g_object_bind_property (settings, "exact-products", self->exact_switch, "active", f);
   g_object_bind_property_full (settings, "seed", self->seed_spin, "value", f,
                                int64_to_double, double_to_int64, NULL, NULL);
   g_object_bind_property (settings, "logits-eos-inf", self->eos_switch, "active", f);

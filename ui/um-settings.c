@@ -18,6 +18,7 @@ struct _UmSettings {
   guint    save_id;
 
   int      threads;
+  gboolean exact_products; /* f32 activations with quantized weights */
   int      gen_length;
   int      steps;
   int      block_length;
@@ -66,7 +67,7 @@ G_DEFINE_FINAL_TYPE (UmSettings, um_settings, G_TYPE_OBJECT)
 
 enum {
   PROP_0,
-  PROP_THREADS, PROP_GEN_LENGTH, PROP_STEPS, PROP_BLOCK_LENGTH, PROP_TEMPERATURE, PROP_CFG_SCALE,
+  PROP_THREADS, PROP_EXACT_PRODUCTS, PROP_GEN_LENGTH, PROP_STEPS, PROP_BLOCK_LENGTH, PROP_TEMPERATURE, PROP_CFG_SCALE,
   PROP_REMASKING, PROP_CHAT_TEMPLATE, PROP_LOGITS_EOS_INF, PROP_CONFIDENCE_EOS_EOT_INF, PROP_SEED,
   PROP_FAST_DECODING, PROP_CACHE, PROP_FAST_RULE, PROP_THRESHOLD, PROP_FACTOR,
   PROP_ALG, PROP_ALG_TEMP, PROP_EPS, PROP_TOP_P, PROP_TOP_K, PROP_GREEDY,
@@ -138,6 +139,7 @@ um_settings_get_property (GObject *object, guint id, GValue *value, GParamSpec *
   switch (id)
     {
     case PROP_THREADS: g_value_set_int (value, self->threads); break;
+    case PROP_EXACT_PRODUCTS: g_value_set_boolean (value, self->exact_products); break;
     case PROP_GEN_LENGTH: g_value_set_int (value, self->gen_length); break;
     case PROP_STEPS: g_value_set_int (value, self->steps); break;
     case PROP_BLOCK_LENGTH: g_value_set_int (value, self->block_length); break;
@@ -176,6 +178,7 @@ um_settings_set_property (GObject *object, guint id, const GValue *value, GParam
   switch (id)
     {
     case PROP_THREADS: self->threads = g_value_get_int (value); break;
+    case PROP_EXACT_PRODUCTS: self->exact_products = g_value_get_boolean (value); break;
     case PROP_GEN_LENGTH: self->gen_length = g_value_get_int (value); break;
     case PROP_STEPS: self->steps = g_value_get_int (value); break;
     case PROP_BLOCK_LENGTH: self->block_length = g_value_get_int (value); break;
@@ -294,6 +297,8 @@ um_settings_class_init (UmSettingsClass *klass)
 
   /* Ranges are the reference's: lengths up to LLaDA's 4096-token context. */
   props[PROP_THREADS] = g_param_spec_int ("threads", NULL, NULL, 0, 256, 0, f);
+  /* Off: 8-bit activations with quantized weights, the engine's default. */
+  props[PROP_EXACT_PRODUCTS] = g_param_spec_boolean ("exact-products", NULL, NULL, FALSE, f);
   props[PROP_GEN_LENGTH] = g_param_spec_int ("gen-length", NULL, NULL, 1, 4096, 128, f);
   props[PROP_STEPS] = g_param_spec_int ("steps", NULL, NULL, 1, 4096, 128, f);
   props[PROP_BLOCK_LENGTH] = g_param_spec_int ("block-length", NULL, NULL, 1, 4096, 32, f);
@@ -1106,6 +1111,13 @@ um_settings_describe_source (UmSettings *self, UmGenKey key, const char *mode_na
     default:
       return NULL;
     }
+}
+
+gboolean
+um_settings_get_exact_products (UmSettings *self)
+{
+  g_return_val_if_fail (UM_IS_SETTINGS (self), FALSE);
+  return self->exact_products;
 }
 
 int

@@ -23,6 +23,9 @@ const char  *um_settings_get_load_warning (UmSettings *self);
 
 void         um_settings_get_params (UmSettings *self, UmGenParams *params);
 int          um_settings_get_threads (UmSettings *self);
+/* Quantized weights multiply f32 activations (as unmask-cli's --exact),
+ * not 8-bit ones: slower, without the 8-bit rounding. */
+gboolean     um_settings_get_exact_products (UmSettings *self);
 
 /* The generation parameters the model may recommend (UmGenKey: length,
  * steps, block length, temperature, guidance, remasking, and Dream's and

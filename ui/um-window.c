@@ -484,6 +484,10 @@ build_engine_options (UmWindow *self, const char *path, UmEngineOptions *options
     options->device = env_device;
   if (options->n_threads == 0)
     options->n_threads = um_settings_get_threads (self->settings);
+  /* Preferences: f32 activations with quantized weights (else the
+   * default, which UNMASK_PRODUCTS may set). */
+  if (um_settings_get_exact_products (self->settings))
+    options->products = UM_PRODUCTS_EXACT;
   /* Planned for the parameters the run will have: the new model's
    * recommendation counts (a small file, or the GGUF's header). */
   {

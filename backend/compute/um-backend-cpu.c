@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "um-cpu-kernels.h"
+#include "um-gemm.h"
 #include "um-error.h"
 #include "um-kprof.h"
 #include "um-quant.h"
@@ -456,18 +457,9 @@ um_products_from_string (const char *s, UmProducts *out)
 gboolean
 um_products_auto_int8 (UmDType t)
 {
-  switch (t)
-    {
-    case UM_DTYPE_Q4_0:
-    case UM_DTYPE_Q4_1:
-    case UM_DTYPE_Q5_0:
-    case UM_DTYPE_Q5_1:
-    case UM_DTYPE_Q4_K:
-    case UM_DTYPE_Q5_K:
-      return TRUE;
-    default:
-      return FALSE;
-    }
+  /* Every already-lossy quantized type, Q8_0 included, as llama.cpp does:
+   * see um-backend.h and docs/cpu-avx2.md for what it costs. */
+  return um_qgemm_supported_type (t);
 }
 
 void

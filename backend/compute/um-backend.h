@@ -133,16 +133,16 @@ UmBackend *um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **er
  *  - EXACT (the default of a new CPU backend): f32, the exact product with
  *    the dequantized weights, for every weight type;
  *  - AUTO: rounded to 8 bits per block of 32 for integer dot products where
- *    the CPU has them, for weights of 5 bits or fewer (Q4_0, Q4_1, Q5_0,
- *    Q5_1, Q4_K, Q5_K), where that was measured to cost under a tenth of the
- *    weights' own quantization error (mean KL of the output distributions,
- *    on the trained demo model and a random 119M one); not for Q6_K (about a
- *    fifth on the demo model) or Q8_0 (about twice);
- *  - INT8: 8-bit activations with every quantized type.
- * F32/F16/BF16 weights always multiply f32 activations.  The engine resolves
- * AUTO per model, by the type of most of its weights, so a Q4_K_M file
- * (mostly Q4_K, some Q6_K) runs INT8 throughout: measured as a whole, that
- * costs 5 % of the file's own quantization error. */
+ *    the CPU has them (AVX2 and up), for every quantized type (Q8_0, Q6_K
+ *    and the 4- and 5-bit ones), as llama.cpp computes them.  Measured with
+ *    unmask-cli compare on the demo model (docs/cpu-avx2.md): 4-5e-5 mean
+ *    KL for every type, a tenth to a hundredth of the 4- to 6-bit weights'
+ *    own quantization cost and about twice Q8_0's (still under 1e-4, 99.4 %
+ *    arg-max agreement);
+ *  - INT8: the same, by name.
+ * F32/F16/BF16 weights always multiply f32 activations; below AVX2 there
+ * are no integer products and every product is exact.  The engine resolves
+ * AUTO per model, by the type of its first layer's weights. */
 typedef enum {
   UM_PRODUCTS_EXACT,
   UM_PRODUCTS_AUTO,

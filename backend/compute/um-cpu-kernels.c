@@ -101,10 +101,17 @@ um_cpu_matmul_path (UmDType t, UmProducts products)
   /* The AUTO rule: see um-backend.h for the measurements behind it. */
   gboolean int8 = products == UM_PRODUCTS_INT8 || (products == UM_PRODUCTS_AUTO && um_products_auto_int8 (t));
 
-  if (int8 && isa >= UM_ISA_AVX512_VNNI && um_qgemm_supported_type (t))
-    return UM_CPU_MATMUL_INT8;
+  if (int8 && um_qgemm_supported_type (t))
+    {
+      if (isa >= UM_ISA_AVX512_VNNI)
+        return UM_CPU_MATMUL_INT8;
+      if (isa >= UM_ISA_AVX2)
+        return UM_CPU_MATMUL_INT8_AVX2;
+    }
   if (isa >= UM_ISA_AVX512)
     return UM_CPU_MATMUL_GEMM_AVX512;
+  if (isa >= UM_ISA_AVX2)
+    return UM_CPU_MATMUL_GEMM_AVX2;
   return UM_CPU_MATMUL_SGEMM;
 }
 
@@ -114,7 +121,10 @@ um_cpu_matmul_path_name (UmCpuMatmulPath path)
   switch (path)
     {
     case UM_CPU_MATMUL_INT8: return "int8 (avx512-vnni)";
+    case UM_CPU_MATMUL_INT8_AVX2: return um_cpu_has_avx_vnni () ? "int8 (avx-vnni)" : "int8 (avx2)";
     case UM_CPU_MATMUL_GEMM_AVX512: return "f32 gemm (avx512)";
+    case UM_CPU_MATMUL_GEMM_AVX2: return "f32 gemm (avx2)";
+    case UM_CPU_MATMUL_SGEMM:
     default: return um_cpu_isa () >= UM_ISA_AVX2 ? "f32 tiles (avx2) + openblas sgemm"
                                                  : "f32 tiles (portable) + openblas sgemm";
     }
@@ -145,7 +155,10 @@ um_cpu_matmul_scratch_bytes (UmDType t, int64_t n, int64_t k, int64_t m, UmProdu
   switch (um_cpu_matmul_path (t, products))
     {
     case UM_CPU_MATMUL_INT8: return um_qgemm_scratch_bytes (t, n, k, m);
+    case UM_CPU_MATMUL_INT8_AVX2: return um_qgemm_avx2_scratch_bytes (t, n, k, m);
     case UM_CPU_MATMUL_GEMM_AVX512: return um_gemm_f32_scratch_bytes (t, n, k, m);
+    case UM_CPU_MATMUL_GEMM_AVX2: return um_gemm_f32_avx2_scratch_bytes (t, n, k, m);
+    case UM_CPU_MATMUL_SGEMM:
     default: return t == UM_DTYPE_F32 ? 0 : um_quant_matmul_scratch_bytes (t, n, k, m);
     }
 }
@@ -162,7 +175,8 @@ um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out,
   path = um_cpu_matmul_path (w->dtype, products);
   /* The weight is never expanded whole: each path converts it piece by
    * piece into the scratch.  A fast path that cannot run (it returns FALSE
-   * on an allocation failure) falls back to the next one. */
+   * on an allocation failure) falls back to the next one: the int8 paths
+   * to the f32 product of their level, that one to sgemm. */
   if (path == UM_CPU_MATMUL_INT8)
     {
       if (!grow_scratch (scratch, um_qgemm_scratch_bytes (w->dtype, w->rows, w->cols, m), error))
@@ -171,11 +185,25 @@ um_cpu_matmul (const float *x, int64_t m, const UmWeight *w, float *out,
       if (!ok)
         path = UM_CPU_MATMUL_GEMM_AVX512;
     }
+  if (!ok && path == UM_CPU_MATMUL_INT8_AVX2)
+    {
+      if (!grow_scratch (scratch, um_qgemm_avx2_scratch_bytes (w->dtype, w->rows, w->cols, m), error))
+        return FALSE;
+      ok = um_qgemm_avx2 (w->dtype, w->data, w->rows, w->cols, x, m, out, scratch->data, scratch->bytes);
+      if (!ok)
+        path = um_cpu_isa () >= UM_ISA_AVX512 ? UM_CPU_MATMUL_GEMM_AVX512 : UM_CPU_MATMUL_GEMM_AVX2;
+    }
   if (!ok && path == UM_CPU_MATMUL_GEMM_AVX512)
     {
       if (!grow_scratch (scratch, um_gemm_f32_scratch_bytes (w->dtype, w->rows, w->cols, m), error))
         return FALSE;
       ok = um_gemm_f32_avx512 (w->dtype, w->data, w->rows, w->cols, x, m, out, scratch->data, scratch->bytes);
+    }
+  if (!ok && path == UM_CPU_MATMUL_GEMM_AVX2)
+    {
+      if (!grow_scratch (scratch, um_gemm_f32_avx2_scratch_bytes (w->dtype, w->rows, w->cols, m), error))
+        return FALSE;
+      ok = um_gemm_f32_avx2 (w->dtype, w->data, w->rows, w->cols, x, m, out, scratch->data, scratch->bytes);
     }
   if (!ok)
     {

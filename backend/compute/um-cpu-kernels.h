@@ -30,14 +30,18 @@ size_t um_cpu_matmul_scratch_bytes (UmDType t, int64_t n, int64_t k, int64_t m, 
  *  - INT8: quantized weights times activations rounded to 8 bits per block
  *    of 32, integer dot products (AVX-512 VNNI); only for already-lossy
  *    quantized weights and only when not asked for the exact path;
+ *  - INT8_AVX2: the same arithmetic with AVX-VNNI or AVX2;
  *  - GEMM_AVX512: weights converted exactly to f32 in cache-sized pieces and
  *    multiplied by our AVX-512 kernel;
- *  - SGEMM: weights converted exactly to f32 tiles (AVX2 or portable C) and
- *    multiplied by OpenBLAS sgemm. */
+ *  - GEMM_AVX2: the same with our AVX2 + FMA kernel;
+ *  - SGEMM: weights converted exactly to f32 tiles (portable C) and
+ *    multiplied by OpenBLAS sgemm, below AVX2. */
 typedef enum {
   UM_CPU_MATMUL_SGEMM,
   UM_CPU_MATMUL_GEMM_AVX512,
   UM_CPU_MATMUL_INT8,
+  UM_CPU_MATMUL_GEMM_AVX2,
+  UM_CPU_MATMUL_INT8_AVX2,
 } UmCpuMatmulPath;
 
 UmCpuMatmulPath um_cpu_matmul_path (UmDType t, UmProducts products);

@@ -62,6 +62,7 @@
 #include "um-pool.h"
 #include "um-half.h"
 #include "um-quant.h"
+#include "um-qgemm-private.h"
 
 #include <float.h>
 #include <math.h>
@@ -74,85 +75,11 @@
 #include <immintrin.h>
 #endif
 
-typedef enum {
-  MODE_SYM32,   /* w = a (c - o), units of 32: Q8_0, Q4_0, Q5_0 */
-  MODE_SYM16,   /* the same with units of 16: Q6_K */
-  MODE_MIN32,   /* w = a c + b, units of 32: Q4_1, Q5_1, Q4_K, Q5_K */
-} Mode;
-
-typedef struct {
-  Mode   mode;
-  int    off;          /* o of the symmetric types */
-  int    block;        /* elements per stored block (32 or 256) */
-  size_t block_bytes;
-} QType;
-
-#define QK 32          /* activation block */
-
-static gboolean
-qtype_get (UmDType t, QType *q)
-{
-  switch (t)
-    {
-    case UM_DTYPE_Q8_0: *q = (QType) { MODE_SYM32, 128, 32, sizeof (UmBlockQ8_0) }; return TRUE;
-    case UM_DTYPE_Q4_0: *q = (QType) { MODE_SYM32, 8, 32, sizeof (UmBlockQ4_0) }; return TRUE;
-    case UM_DTYPE_Q5_0: *q = (QType) { MODE_SYM32, 16, 32, sizeof (UmBlockQ5_0) }; return TRUE;
-    case UM_DTYPE_Q6_K: *q = (QType) { MODE_SYM16, 32, 256, sizeof (UmBlockQ6_K) }; return TRUE;
-    case UM_DTYPE_Q4_1: *q = (QType) { MODE_MIN32, 0, 32, sizeof (UmBlockQ4_1) }; return TRUE;
-    case UM_DTYPE_Q5_1: *q = (QType) { MODE_MIN32, 0, 32, sizeof (UmBlockQ5_1) }; return TRUE;
-    case UM_DTYPE_Q4_K: *q = (QType) { MODE_MIN32, 0, 256, sizeof (UmBlockQ4_K) }; return TRUE;
-    case UM_DTYPE_Q5_K: *q = (QType) { MODE_MIN32, 0, 256, sizeof (UmBlockQ5_K) }; return TRUE;
-    case UM_DTYPE_F32:
-    case UM_DTYPE_F16:
-    case UM_DTYPE_BF16:
-    case UM_DTYPE_I32:
-    case UM_DTYPE_N_TYPES:
-    default:
-      return FALSE;
-    }
-}
-
 gboolean
 um_qgemm_supported_type (UmDType t)
 {
   QType q;
   return qtype_get (t, &q);
-}
-
-static inline int
-units_per_block32 (Mode mode)
-{
-  return mode == MODE_SYM16 ? 2 : 1;
-}
-
-static gboolean
-check_args (UmDType t, const void *w, int64_t n, int64_t k, const float *x,
-            int64_t m, const float *out, QType *qt)
-{
-  if (!qtype_get (t, qt) || n < 0 || k < 0 || m < 0)
-    return FALSE;
-  if (n > G_MAXINT || k > G_MAXINT || m > G_MAXINT || k % qt->block != 0)
-    return FALSE;
-  if (m > 0 && n > 0 && (out == NULL || (k > 0 && (w == NULL || x == NULL))))
-    return FALSE;
-  return TRUE;
-}
-
-static void
-zero_out (float *out, int64_t m, int64_t n)
-{
-  for (int64_t i = 0; i < m; i++)
-    memset (out + i * n, 0, (size_t) n * sizeof (float));
-}
-
-/* ---- shared scalar pieces ------------------------------------------------- */
-
-static inline uint32_t
-load_u32 (const void *p)
-{
-  uint32_t v;
-  memcpy (&v, p, sizeof v);
-  return v;
 }
 
 /* Scales of one stored block: a[] per unit (1, 8 or 16 of them), b[] per
@@ -442,12 +369,6 @@ typedef struct {
   size_t per_thread;
   int    n_threads;
 } Layout;
-
-static inline size_t
-align64 (size_t v)
-{
-  return (v + 63) & ~(size_t) 63;
-}
 
 static gboolean
 layout_get (const QType *qt, int64_t n, int64_t k, int64_t m, Layout *l)

@@ -5,9 +5,13 @@
  * given model).  Expects REAL, FN (), R_SQRT and R_EXP. */
 
 void
-FN (matmul) (const REAL *x, int64_t m, const UmWeight *w, REAL *out)
+FN (matmul) (const REAL *x_in, int64_t m, const UmWeight *w, REAL *out)
 {
   g_autofree REAL *row = g_new (REAL, w->cols);
+  g_autofree REAL *rounded = NULL;
+  /* The activations as the product sees them (rounded to 8 bits where the
+   * instance asks for it). */
+  const REAL *x = FN (activations) (x_in, m, w, &rounded);
 
   for (uint64_t j = 0; j < w->rows; j++)
     {

@@ -1,5 +1,6 @@
 #include "um-ref-kernels.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -49,6 +50,64 @@ um_ref32_weight_row (const UmWeight *w, uint64_t r, float *out)
   um_quant_dequantize_row_ref (w->dtype, (const guint8 *) w->data + r * w->row_bytes, out, w->cols);
 }
 
+/* Set by um_ref_forward_int8_blocks () for the pass it runs. */
+static _Thread_local gboolean int8_activations;
+
+/* The weight types whose products take 8-bit activations (um-gemm.h's
+ * um_qgemm_supported_type (), written out here so the reference stays
+ * independent of the code it checks). */
+static gboolean
+takes_int8 (UmDType t)
+{
+  switch (t)
+    {
+    case UM_DTYPE_Q8_0: case UM_DTYPE_Q4_0: case UM_DTYPE_Q4_1: case UM_DTYPE_Q5_0: case UM_DTYPE_Q5_1:
+    case UM_DTYPE_Q4_K: case UM_DTYPE_Q5_K: case UM_DTYPE_Q6_K:
+      return TRUE;
+    default:
+      return FALSE;
+    }
+}
+
+/* The activations x[m, w->cols] a product with @w multiplies: x itself, or
+ * in an 8-bit pass with a quantized @w, x rounded by the documented rule of
+ * um-qgemm.c: per block of 32 values (as float32) dx = max |x| / 127,
+ * q = x · (1 / dx) rounded half to even, the value dx · q (exact in double);
+ * blocks with dx below FLT_MIN are zeros. */
+static const double *
+um_ref_activations (const double *x, int64_t m, const UmWeight *w, double **rounded)
+{
+  const int64_t k = (int64_t) w->cols;
+
+  if (!int8_activations || !takes_int8 (w->dtype) || k % 32 != 0)
+    return x;
+  *rounded = g_new (double, (size_t) (m * k));
+  for (int64_t i = 0; i < m * k; i += 32)
+    {
+      float xf[32], amax = 0.0f, d, id;
+      for (int e = 0; e < 32; e++)
+        {
+          xf[e] = (float) x[i + e];
+          amax = fmaxf (amax, fabsf (xf[e]));
+        }
+      d = amax / 127.0f;
+      id = d >= FLT_MIN ? 1.0f / d : 0.0f;
+      for (int e = 0; e < 32; e++)
+        (*rounded)[i + e] = d >= FLT_MIN ? (double) d * (double) nearbyintf (xf[e] * id) : 0.0;
+    }
+  return *rounded;
+}
+
+/* The float32 instance never rounds activations. */
+static const float *
+um_ref32_activations (const float *x, int64_t m, const UmWeight *w, float **rounded)
+{
+  (void) m;
+  (void) w;
+  (void) rounded;
+  return x;
+}
+
 #define REAL double
 #define FN(name) um_ref_##name
 #define R_SQRT sqrt
@@ -75,3 +134,15 @@ void um_ref32_swiglu (const float *gate, const float *up, size_t n, float *out);
 void um_ref32_moe_route (const UmModelConfig *cfg, guint n_experts, const float *z, const float *bias,
                          guint *chosen, float *weights);
 #include "um-ref-kernels-impl.h"
+
+gboolean
+um_ref_forward_int8_blocks (const UmModel *model, const gint32 *ids, int seq_len, int block_len, double *logits,
+                            GError **error)
+{
+  gboolean ok;
+
+  int8_activations = TRUE;
+  ok = um_ref_forward_blocks (model, ids, seq_len, block_len, logits, error);
+  int8_activations = FALSE;
+  return ok;
+}

@@ -42,6 +42,16 @@ gboolean um_ref_forward (const UmModel *model, const gint32 *ids, int seq_len, d
 gboolean um_ref_forward_blocks (const UmModel *model, const gint32 *ids, int seq_len, int block_len,
                                 double *logits, GError **error);
 
+/* The reference forward with the 8-bit activations of the integer products
+ * (um-qgemm.c's rule, written independently): before every product with a
+ * quantized weight (Q8_0, Q4_0/1, Q5_0/1, Q4_K, Q5_K, Q6_K), each row is
+ * rounded per block of 32 to dx · q, dx = max |x| / 127, q an integer.
+ * Everything else as um_ref_forward_blocks (), in double: how far this
+ * lands from it is what 8-bit activations cost on the model, from which
+ * tests derive their tolerance for the CPU's integer products. */
+gboolean um_ref_forward_int8_blocks (const UmModel *model, const gint32 *ids, int seq_len, int block_len,
+                                     double *logits, GError **error);
+
 /* The same forward pass computed naively in float32 (every value stored as
  * float, every sum accumulated left to right in float, no FMA contraction
  * since the project builds in ISO C mode).  Tests measure how far this lands

@@ -29,7 +29,13 @@ typedef struct {
   gsize       open_at;  /* the offset of its bracket, for "never closed" */
   gboolean    object;
   GHashTable *keys;     /* an object's keys so far, decoded; made on the first */
+  char       *key;      /* the member being read (decoded), while lifting */
+  int         lifted;   /* the lifted value this container is, or -1 */
+  gboolean    dup_ok;   /* its reader checks repeated keys itself */
 } Frame;
+
+/* Paths are at most this many keys deep. */
+#define LIFT_MAX_DEPTH 4
 
 typedef enum {
   WANT_VALUE,          /* at the start, after ':' and after an array's ',' */
@@ -47,7 +53,59 @@ typedef struct {
   const char *what;
   GError    **error;
   GString    *key;      /* the key being read, decoded */
+  UmJsonLifted *lifted; /* values to record, not to hand to json-glib */
+  guint       n_lifted;
+  char      **parts[8]; /* each lifted path's keys (n_lifted <= 8) */
+  guint       n_parts[8];
 } Scan;
+
+/* The lifted value (an index) whose path the frames 0 .. depth-1 spell,
+ * all objects, or -1. */
+static int
+lifted_at (const Scan *s, const Frame *stack, guint depth)
+{
+  for (guint l = 0; l < s->n_lifted; l++)
+    {
+      guint d = 0;
+      if (s->n_parts[l] != depth)
+        continue;
+      for (; d < depth; d++)
+        if (!stack[d].object || stack[d].key == NULL || strcmp (stack[d].key, s->parts[l][d]) != 0)
+          break;
+      if (d == depth)
+        return (int) l;
+    }
+  return -1;
+}
+
+/* g_utf8_validate_len () with a fast path for ASCII, which most of a
+ * tokenizer.json is: the same answer and the same first bad byte (a
+ * character's bytes are all >= 0x80, so none spans an ASCII byte). */
+static gboolean
+utf8_validate (const char *text, gsize len, const char **bad)
+{
+  gsize i = 0;
+
+  while (i < len)
+    {
+      gsize j;
+      for (; i + 8 <= len; i += 8)
+        {
+          guint64 w;
+          memcpy (&w, text + i, sizeof w);
+          if (w & G_GUINT64_CONSTANT (0x8080808080808080))
+            break;
+        }
+      while (i < len && (guchar) text[i] < 0x80)
+        i++;
+      for (j = i; j < len && (guchar) text[j] >= 0x80; j++)
+        ;
+      if (j > i && !g_utf8_validate_len (text + i, j - i, bad))
+        return FALSE;
+      i = j;
+    }
+  return TRUE;
+}
 
 static void
 position (const Scan *s, gsize at, int *line, int *col)
@@ -248,6 +306,10 @@ scan_number (const Scan *s, gsize i, gsize *end)
         j++;
     }
   *end = j;
+  /* An integer of at most 18 digits fits 64 bits: no need to convert it
+   * (a vocabulary has a hundred thousand). */
+  if (integer && j - i - (t[i] == '-') <= 18)
+    return TRUE;
   if (j - i > MAX_NUMBER_CHARS)
     return fail_at (s, i, "a number %" G_GSIZE_FORMAT " characters long", j - i);
   memcpy (buf, t + i, j - i);
@@ -285,7 +347,18 @@ static void
 pop (Frame *stack, guint *depth)
 {
   g_clear_pointer (&stack[*depth - 1].keys, g_hash_table_unref);
+  g_clear_pointer (&stack[*depth - 1].key, g_free);
   (*depth)--;
+}
+
+/* Closes the container on top at @i (its closing bracket): a lifted one
+ * records where it ends. */
+static void
+close_top (Scan *s, Frame *stack, guint *depth, gsize i)
+{
+  if (stack[*depth - 1].lifted >= 0)
+    s->lifted[stack[*depth - 1].lifted].end = i + 1;
+  pop (stack, depth);
 }
 
 static gboolean
@@ -303,13 +376,14 @@ check_key (Scan *s, Frame *top, gsize at)
   return TRUE;
 }
 
-gboolean
-um_json_check (const char *text, gssize len_in, const char *what, const UmJsonLimits *limits, GError **error)
+static gboolean
+check (const char *text, gssize len_in, const char *what, const UmJsonLimits *limits,
+       UmJsonLifted *lifted, guint n_lifted, GError **error)
 {
   gsize max_bytes = limits && limits->max_bytes ? limits->max_bytes : UM_JSON_MAX_BYTES_DEFAULT;
   guint max_depth = limits && limits->max_depth ? limits->max_depth : UM_JSON_MAX_DEPTH_DEFAULT;
   gboolean dup_ok = limits && limits->allow_duplicate_keys;
-  Scan s = { text, 0, what ? what : "JSON", error, NULL };
+  Scan s = { text, 0, what ? what : "JSON", error, NULL, lifted, MIN (n_lifted, 8u), { NULL }, { 0 } };
   State state = WANT_VALUE;
   Frame *stack;
   guint depth = 0;
@@ -338,10 +412,17 @@ um_json_check (const char *text, gssize len_in, const char *what, const UmJsonLi
     if (nul != NULL)
       return fail_at (&s, (gsize) (nul - text), "a NUL byte at offset %" G_GSIZE_FORMAT, (gsize) (nul - text));
   }
-  if (!g_utf8_validate_len (text, s.len, &bad_utf8))
+  if (!utf8_validate (text, s.len, &bad_utf8))
     return fail_at (&s, (gsize) (bad_utf8 - text), "invalid UTF-8 at offset %" G_GSIZE_FORMAT,
                     (gsize) (bad_utf8 - text));
 
+  for (guint l = 0; l < s.n_lifted; l++)
+    {
+      s.parts[l] = g_strsplit (lifted[l].path, ".", LIFT_MAX_DEPTH + 1);
+      s.n_parts[l] = g_strv_length (s.parts[l]);
+      lifted[l].start = lifted[l].end = 0;
+      lifted[l].count = 0;
+    }
   s.key = g_string_new (NULL);
   stack = g_new0 (Frame, max_depth);
   while (ok)
@@ -361,13 +442,22 @@ um_json_check (const char *text, gssize len_in, const char *what, const UmJsonLi
         case WANT_VALUE_OR_CLOSE:
           if (c == ']')
             {
-              pop (stack, &depth);
+              close_top (&s, stack, &depth, i);
               state = depth > 0 ? WANT_COMMA_OR_CLOSE : WANT_END;
               i++;
               break;
             }
           G_GNUC_FALLTHROUGH;
         case WANT_VALUE:
+          {
+            /* A lifted value: its start, and (below) its end. */
+            const int lift = s.n_lifted > 0 && depth > 0 && depth <= LIFT_MAX_DEPTH
+                             ? lifted_at (&s, stack, depth) : -1;
+            if (lift >= 0)
+              lifted[lift].start = i;
+            /* A member or element of a lifted value: counted. */
+            if (depth > 0 && stack[depth - 1].lifted >= 0)
+              lifted[stack[depth - 1].lifted].count++;
           if (c == '[' || c == '{')
             {
               if (depth == max_depth)
@@ -378,6 +468,9 @@ um_json_check (const char *text, gssize len_in, const char *what, const UmJsonLi
               stack[depth].open_at = i;
               stack[depth].object = c == '{';
               stack[depth].keys = NULL;
+              stack[depth].key = NULL;
+              stack[depth].lifted = lift;
+              stack[depth].dup_ok = lift >= 0 && lifted[lift].reader_checks_keys;
               depth++;
               state = c == '{' ? WANT_KEY_OR_CLOSE : WANT_VALUE_OR_CLOSE;
               i++;
@@ -394,21 +487,30 @@ um_json_check (const char *text, gssize len_in, const char *what, const UmJsonLi
             }
           if (ok)
             {
+              if (lift >= 0)
+                lifted[lift].end = end;
               i = end;
               state = depth > 0 ? WANT_COMMA_OR_CLOSE : WANT_END;
             }
+          }
           break;
         case WANT_KEY_OR_CLOSE:
         case WANT_KEY:
           if (c == '}' && state == WANT_KEY_OR_CLOSE)
             {
-              pop (stack, &depth);
+              close_top (&s, stack, &depth, i);
               state = depth > 0 ? WANT_COMMA_OR_CLOSE : WANT_END;
               i++;
             }
           else if (c == '"')
             {
-              ok = scan_string (&s, i, TRUE, &end) && (dup_ok || check_key (&s, top, i));
+              ok = scan_string (&s, i, TRUE, &end) && (dup_ok || top->dup_ok || check_key (&s, top, i));
+              /* The path to lifted values: only shallow keys matter. */
+              if (ok && s.n_lifted > 0 && depth <= LIFT_MAX_DEPTH)
+                {
+                  g_free (top->key);
+                  top->key = g_strndup (s.key->str, s.key->len);
+                }
               i = end;
               state = WANT_COLON;
             }
@@ -438,7 +540,7 @@ um_json_check (const char *text, gssize len_in, const char *what, const UmJsonLi
             }
           else if (c == (top->object ? '}' : ']'))
             {
-              pop (stack, &depth);
+              close_top (&s, stack, &depth, i);
               state = depth > 0 ? WANT_COMMA_OR_CLOSE : WANT_END;
               i++;
             }
@@ -470,18 +572,30 @@ um_json_check (const char *text, gssize len_in, const char *what, const UmJsonLi
     pop (stack, &depth);
   g_free (stack);
   g_string_free (s.key, TRUE);
+  for (guint l = 0; l < s.n_lifted; l++)
+    {
+      g_strfreev (s.parts[l]);
+      /* A lifted value is all or nothing. */
+      if (!ok || lifted[l].end <= lifted[l].start)
+        lifted[l].start = lifted[l].end = lifted[l].count = 0;
+    }
   return ok;
 }
 
-JsonNode *
-um_json_parse (const char *text, gssize len, const char *what, const UmJsonLimits *limits, GError **error)
+gboolean
+um_json_check (const char *text, gssize len, const char *what, const UmJsonLimits *limits, GError **error)
+{
+  return check (text, len, what, limits, NULL, 0, error);
+}
+
+/* json-glib on text the check has passed. */
+static JsonNode *
+parse_checked (const char *text, gssize len, const char *what, GError **error)
 {
   g_autoptr(JsonParser) parser = NULL;
   g_autoptr(GError) perr = NULL;
   JsonNode *root;
 
-  if (!um_json_check (text, len, what, limits, error))
-    return NULL;
   parser = json_parser_new_immutable ();
   /* Not expected to fail on text the check passed; kept for safety. */
   if (!json_parser_load_from_data (parser, text, len, &perr))
@@ -499,8 +613,62 @@ um_json_parse (const char *text, gssize len, const char *what, const UmJsonLimit
 }
 
 JsonNode *
+um_json_parse (const char *text, gssize len, const char *what, const UmJsonLimits *limits, GError **error)
+{
+  return um_json_parse_lifted (text, len, what, limits, NULL, 0, error);
+}
+
+JsonNode *
+um_json_parse_lifted (const char *text, gssize len, const char *what, const UmJsonLimits *limits,
+                      UmJsonLifted *lifted, guint n_lifted, GError **error)
+{
+  g_autoptr(GString) rest = NULL;
+  gsize at = 0;
+  guint order[8];
+  guint n = 0;
+
+  g_return_val_if_fail (n_lifted <= 8, NULL);
+  if (!check (text, len, what, limits, lifted, n_lifted, error))
+    return NULL;
+  if (len < 0)
+    len = (gssize) strlen (text);
+  for (guint l = 0; l < n_lifted; l++)
+    if (lifted[l].end > lifted[l].start)
+      order[n++] = l;
+  if (n == 0)
+    return parse_checked (text, len, what, error);
+  /* In text order (values at distinct paths never overlap). */
+  for (guint a = 1; a < n; a++)
+    for (guint b = a; b > 0 && lifted[order[b]].start < lifted[order[b - 1]].start; b--)
+      {
+        guint t = order[b];
+        order[b] = order[b - 1];
+        order[b - 1] = t;
+      }
+  /* json-glib gets the rest, each lifted value a null in its place. */
+  rest = g_string_sized_new ((gsize) len);
+  for (guint k = 0; k < n; k++)
+    {
+      const UmJsonLifted *v = &lifted[order[k]];
+      g_string_append_len (rest, text + at, (gssize) (v->start - at));
+      g_string_append (rest, "null");
+      at = v->end;
+    }
+  g_string_append_len (rest, text + at, (gssize) ((gsize) len - at));
+  return parse_checked (rest->str, (gssize) rest->len, what, error);
+}
+
+JsonNode *
 um_json_parse_file (const char *path, const char *what, const UmJsonLimits *limits, GError **error)
 {
+  return um_json_parse_file_lifted (path, what, limits, NULL, NULL, 0, error);
+}
+
+JsonNode *
+um_json_parse_file_lifted (const char *path, const char *what, const UmJsonLimits *limits,
+                           GMappedFile **mapped, UmJsonLifted *lifted, guint n_lifted, GError **error)
+{
+  JsonNode *root;
   gsize max_bytes = limits && limits->max_bytes ? limits->max_bytes : UM_JSON_MAX_BYTES_DEFAULT;
   g_autoptr(GError) err = NULL;
   g_autoptr(GMappedFile) map = NULL;
@@ -536,8 +704,11 @@ um_json_parse_file (const char *path, const char *what, const UmJsonLimits *limi
       return NULL;
     }
   /* An empty file maps to NULL contents. */
-  return um_json_parse (g_mapped_file_get_contents (map) ? g_mapped_file_get_contents (map) : "",
-                        (gssize) g_mapped_file_get_length (map), what, limits, error);
+  root = um_json_parse_lifted (g_mapped_file_get_contents (map) ? g_mapped_file_get_contents (map) : "",
+                               (gssize) g_mapped_file_get_length (map), what, limits, lifted, n_lifted, error);
+  if (root != NULL && mapped != NULL)
+    *mapped = g_steal_pointer (&map);
+  return root;
 }
 
 gboolean
@@ -592,4 +763,195 @@ um_json_add_bool (JsonBuilder *b, const char *name, gboolean value)
 {
   json_builder_set_member_name (b, name);
   json_builder_add_boolean_value (b, value);
+}
+
+/* ---- reading lifted values ------------------------------------------------- */
+
+void
+um_json_reader_init (UmJsonReader *r, const char *text, gsize start, gsize end)
+{
+  r->p = text + start;
+  r->end = text + end;
+}
+
+static void
+reader_ws (UmJsonReader *r)
+{
+  while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
+    r->p++;
+}
+
+char
+um_json_reader_peek (UmJsonReader *r)
+{
+  reader_ws (r);
+  return r->p < r->end ? *r->p : 0;
+}
+
+gboolean
+um_json_reader_accept (UmJsonReader *r, char c)
+{
+  if (um_json_reader_peek (r) != c)
+    return FALSE;
+  r->p++;
+  return TRUE;
+}
+
+static gboolean
+reader_hex4 (const char *p, const char *end, gunichar *u)
+{
+  *u = 0;
+  if (end - p < 4)
+    return FALSE;
+  for (int k = 0; k < 4; k++)
+    {
+      int d = g_ascii_xdigit_value (p[k]);
+      if (d < 0)
+        return FALSE;
+      *u = *u << 4 | (gunichar) d;
+    }
+  return TRUE;
+}
+
+gboolean
+um_json_reader_string (UmJsonReader *r, GString *buf, const char **s, gsize *n)
+{
+  const char *p, *run;
+
+  if (!um_json_reader_accept (r, '"'))
+    return FALSE;
+  p = r->p;
+  /* Most strings have no escape: the text itself. */
+  while (p < r->end && *p != '"' && *p != '\\')
+    p++;
+  if (p < r->end && *p == '"')
+    {
+      *s = r->p;
+      *n = (gsize) (p - r->p);
+      r->p = p + 1;
+      return TRUE;
+    }
+  g_string_truncate (buf, 0);
+  run = r->p;
+  while (p < r->end && *p != '"')
+    {
+      gunichar u;
+      char plain = 0;
+
+      if (*p != '\\')
+        {
+          p++;
+          continue;
+        }
+      g_string_append_len (buf, run, p - run);
+      if (r->end - p < 2)
+        return FALSE;
+      switch (p[1])
+        {
+        case '"': plain = '"'; break;
+        case '\\': plain = '\\'; break;
+        case '/': plain = '/'; break;
+        case 'b': plain = '\b'; break;
+        case 'f': plain = '\f'; break;
+        case 'n': plain = '\n'; break;
+        case 'r': plain = '\r'; break;
+        case 't': plain = '\t'; break;
+        case 'u': break;
+        default: return FALSE;
+        }
+      if (plain != 0)
+        {
+          g_string_append_c (buf, plain);
+          p += 2;
+        }
+      else
+        {
+          if (!reader_hex4 (p + 2, r->end, &u))
+            return FALSE;
+          p += 6;
+          if (u >= 0xD800 && u <= 0xDBFF)
+            {
+              gunichar low;
+              if (r->end - p < 6 || p[0] != '\\' || p[1] != 'u' || !reader_hex4 (p + 2, r->end, &low)
+                  || low < 0xDC00 || low > 0xDFFF)
+                return FALSE;
+              u = 0x10000 + ((u - 0xD800) << 10) + (low - 0xDC00);
+              p += 6;
+            }
+          g_string_append_unichar (buf, u);
+        }
+      run = p;
+    }
+  if (p >= r->end)
+    return FALSE;
+  g_string_append_len (buf, run, p - run);
+  r->p = p + 1;
+  *s = buf->str;
+  *n = buf->len;
+  return TRUE;
+}
+
+gboolean
+um_json_reader_int (UmJsonReader *r, gint64 *v)
+{
+  const char *p;
+  gboolean neg;
+  guint64 u = 0;
+  int digits = 0;
+  char c = um_json_reader_peek (r);
+
+  if (c != '-' && !g_ascii_isdigit (c))
+    return FALSE;
+  neg = c == '-';
+  p = r->p + neg;
+  for (; p < r->end && g_ascii_isdigit (*p); p++, digits++)
+    u = u * 10 + (guint64) (*p - '0');
+  /* 18 digits cannot overflow; the check passed no integer beyond 64
+   * bits, but keep the arithmetic defined for anything longer. */
+  if (digits == 0 || digits > 18 || (p < r->end && (*p == '.' || *p == 'e' || *p == 'E')))
+    return FALSE;
+  *v = neg ? -(gint64) u : (gint64) u;
+  r->p = p;
+  return TRUE;
+}
+
+gboolean
+um_json_reader_skip (UmJsonReader *r)
+{
+  guint depth = 0;
+
+  do
+    {
+      char c = um_json_reader_peek (r);
+      if (c == '"')
+        {
+          r->p++;
+          while (r->p < r->end && *r->p != '"')
+            r->p += *r->p == '\\' ? 2 : 1;
+          if (r->p >= r->end)
+            return FALSE;
+          r->p++;
+        }
+      else if (c == '[' || c == '{')
+        {
+          depth++;
+          r->p++;
+        }
+      else if (c == ']' || c == '}')
+        {
+          if (depth == 0)
+            return FALSE;
+          depth--;
+          r->p++;
+        }
+      else if (c == ',' || c == ':')
+        r->p++;
+      else if (c == 0)
+        return FALSE;
+      else
+        while (r->p < r->end && (g_ascii_isalnum (*r->p) || *r->p == '-' || *r->p == '+' || *r->p == '.'))
+          r->p++;
+    }
+  while (depth > 0);
+  return TRUE;
 }

@@ -56,6 +56,49 @@ JsonNode *um_json_parse (const char *text, gssize len, const char *what, const U
 JsonNode *um_json_parse_file (const char *path, const char *what, const UmJsonLimits *limits, GError **error);
 gboolean  um_json_error_is_missing (const GError *error);
 
+/* Big values read without json-glib.  A tokenizer.json is mostly two
+ * values (model.vocab: ~128k members; model.merges: ~280k strings), and
+ * json-glib's tree of them costs several times the rest of the loading:
+ * the check records where each such value is (its text, checked like the
+ * rest), json-glib gets the text with a null in its place, and the caller
+ * reads it with um_json_reader (below). */
+typedef struct {
+  const char *path;               /* in: keys from the root object, "model.vocab" */
+  gboolean    reader_checks_keys; /* in: the value's own members are not checked for
+                                   * repeated keys (its reader must) */
+  gsize       start, end;         /* out: its text, [start, end); 0, 0 when absent */
+  gsize       count;              /* out: its members or elements (a container) */
+} UmJsonLifted;
+
+/* um_json_parse () lifting up to 8 values out of the tree. */
+JsonNode *um_json_parse_lifted (const char *text, gssize len, const char *what, const UmJsonLimits *limits,
+                                UmJsonLifted *lifted, guint n_lifted, GError **error);
+/* um_json_parse_file () lifting values; *@mapped (unref it) holds the text
+ * their offsets point into. */
+JsonNode *um_json_parse_file_lifted (const char *path, const char *what, const UmJsonLimits *limits,
+                                     GMappedFile **mapped, UmJsonLifted *lifted, guint n_lifted,
+                                     GError **error);
+
+/* Reading a lifted value: text the check has passed (strict JSON, valid
+ * UTF-8, no NUL), so these only fail (FALSE) where the value is not what
+ * the caller asks for. */
+typedef struct {
+  const char *p, *end;
+} UmJsonReader;
+
+void     um_json_reader_init (UmJsonReader *r, const char *text, gsize start, gsize end);
+/* The next character that is not white space (0 at the end), not consumed. */
+char     um_json_reader_peek (UmJsonReader *r);
+/* Consumes @c, the next character that is not white space, if it is. */
+gboolean um_json_reader_accept (UmJsonReader *r, char c);
+/* A string: *@s, *@n its decoded bytes, pointing into the text where it has
+ * no escape, else into @buf. */
+gboolean um_json_reader_string (UmJsonReader *r, GString *buf, const char **s, gsize *n);
+/* A number without fraction or exponent of at most 18 digits. */
+gboolean um_json_reader_int (UmJsonReader *r, gint64 *v);
+/* Any value, skipped. */
+gboolean um_json_reader_skip (UmJsonReader *r);
+
 /* The root as an object, or NULL and an error "WHAT: not a JSON object". */
 JsonObject *um_json_root_object (JsonNode *root, const char *what, GError **error);
 

@@ -321,8 +321,165 @@ parse_decoder (UmTokenizer *tok, JsonNode *node, const char *path, GError **erro
   return FALSE;
 }
 
+/* The two big values of tokenizer.json, read without json-glib (see
+ * um_json_parse_lifted ()): the paths, and what loading lifts. */
+enum { LIFT_VOCAB, LIFT_MERGES, N_LIFTED };
+
+typedef struct {
+  const char  *text;              /* NULL: nothing lifted, all in the tree */
+  UmJsonLifted v[N_LIFTED];
+} Lifted;
+
+static void
+lifted_init (Lifted *l)
+{
+  l->text = NULL;
+  l->v[LIFT_VOCAB] = (UmJsonLifted) { "model.vocab", TRUE, 0, 0, 0 };
+  l->v[LIFT_MERGES] = (UmJsonLifted) { "model.merges", FALSE, 0, 0, 0 };
+}
+
 static gboolean
-parse_model (UmTokenizer *tok, JsonObject *root, GError **error)
+has_lifted (const Lifted *l, int which)
+{
+  return l != NULL && l->text != NULL && l->v[which].end > l->v[which].start;
+}
+
+/* model.vocab from its text: as the tree's code below, and a repeated
+ * token (which the check leaves to this reader) is an error here. */
+static gboolean
+read_vocab (UmTokenizer *tok, const Lifted *l, gint32 *max_id, GError **error)
+{
+  const char *src = tok->source;
+  g_autoptr(GString) buf = g_string_new (NULL);
+  UmJsonReader r;
+
+  um_json_reader_init (&r, l->text, l->v[LIFT_VOCAB].start, l->v[LIFT_VOCAB].end);
+  if (!um_json_reader_accept (&r, '{'))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: model.vocab is not an object", src);
+      return FALSE;
+    }
+  g_free (tok->vocab.e);
+  /* (the check counted the members; the table grows anyway) */
+  um_tok_vocab_table_init (&tok->vocab, (guint) MIN (l->v[LIFT_VOCAB].count, (gsize) MAX_TOKEN_ID));
+  if (um_json_reader_accept (&r, '}'))
+    return TRUE;
+  for (;;)
+    {
+      const char *name;
+      gsize n;
+      gint64 id;
+
+      if (!um_json_reader_string (&r, buf, &name, &n) || !um_json_reader_accept (&r, ':'))
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: model.vocab cannot be read", src);
+          return FALSE;
+        }
+      if (!um_json_reader_int (&r, &id) || id < 0 || id >= MAX_TOKEN_ID)
+        {
+          g_autofree char *shown = g_strndup (name, n);
+          g_set_error (error, UM_ERROR, UM_ERROR_FORMAT,
+                       "%s: model.vocab[“%s”] is not an integer id in [0, %d)", src, shown, MAX_TOKEN_ID);
+          return FALSE;
+        }
+      if (um_tok_vocab_get (tok, name, n) >= 0)
+        {
+          /* json-glib would have kept the last id. */
+          g_autofree char *shown = g_strndup (name, MIN (n, (gsize) 60));
+          g_set_error (error, UM_ERROR, UM_ERROR_FORMAT,
+                       "%s: model.vocab: the token “%s%s” appears twice", src, shown, n > 60 ? "…" : "");
+          return FALSE;
+        }
+      um_tok_vocab_insert (tok, name, n, (gint32) id);
+      *max_id = MAX (*max_id, (gint32) id);
+      if (um_json_reader_accept (&r, ','))
+        continue;
+      if (um_json_reader_accept (&r, '}'))
+        return TRUE;
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: model.vocab cannot be read", src);
+      return FALSE;
+    }
+}
+
+/* model.merges from its text: strings "a b" or pairs ["a", "b"], as the
+ * tree's code below. */
+static gboolean
+read_merges (UmTokenizer *tok, const Lifted *l, GError **error)
+{
+  const char *src = tok->source;
+  g_autoptr(GString) buf_a = g_string_new (NULL);
+  g_autoptr(GString) buf_b = g_string_new (NULL);
+  UmJsonReader r;
+  guint i = 0;
+
+  um_json_reader_init (&r, l->text, l->v[LIFT_MERGES].start, l->v[LIFT_MERGES].end);
+  if (um_json_reader_peek (&r) == 'n')
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: model.merges is missing", src);
+      return FALSE;
+    }
+  if (!um_json_reader_accept (&r, '['))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: model.merges is not an array", src);
+      return FALSE;
+    }
+  um_tok_merge_table_init (&tok->merges, (guint) MIN (l->v[LIFT_MERGES].count, (gsize) G_MAXINT32));
+  if (um_json_reader_accept (&r, ']'))
+    return TRUE;
+  for (;; i++)
+    {
+      const char *a, *b;
+      gsize la, lb;
+      const char c = um_json_reader_peek (&r);
+
+      if (c == '"')
+        {
+          const char *sp;
+          if (!um_json_reader_string (&r, buf_a, &a, &la))
+            break;
+          sp = memchr (a, ' ', la);
+          if (sp == NULL || memchr (sp + 1, ' ', la - (gsize) (sp + 1 - a)) != NULL)
+            {
+              g_autofree char *shown = g_strndup (a, la);
+              g_set_error (error, UM_ERROR, UM_ERROR_FORMAT,
+                           "%s: model.merges[%u] (“%s”) is not two tokens separated by one space", src, i, shown);
+              return FALSE;
+            }
+          b = sp + 1;
+          lb = la - (gsize) (b - a);
+          la = (gsize) (sp - a);
+        }
+      else if (c == '[')
+        {
+          if (!um_json_reader_accept (&r, '[') || um_json_reader_peek (&r) != '"'
+              || !um_json_reader_string (&r, buf_a, &a, &la) || !um_json_reader_accept (&r, ',')
+              || um_json_reader_peek (&r) != '"' || !um_json_reader_string (&r, buf_b, &b, &lb)
+              || !um_json_reader_accept (&r, ']'))
+            {
+              g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: model.merges[%u] is not a pair of strings",
+                           src, i);
+              return FALSE;
+            }
+        }
+      else
+        {
+          g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: model.merges[%u] is not a string", src, i);
+          return FALSE;
+        }
+      if (!um_tok_add_merge (tok, a, la, b, lb, i, src, "model.merges", i, error))
+        return FALSE;
+      if (um_json_reader_accept (&r, ','))
+        continue;
+      if (um_json_reader_accept (&r, ']'))
+        return TRUE;
+      break;
+    }
+  g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: model.merges cannot be read", src);
+  return FALSE;
+}
+
+static gboolean
+parse_model (UmTokenizer *tok, JsonObject *root, const Lifted *lifted, GError **error)
 {
   const char *src = tok->source;
   JsonObject *model, *vocab;
@@ -345,16 +502,23 @@ parse_model (UmTokenizer *tok, JsonObject *root, GError **error)
     }
 
   n = json_object_get_member (model, "vocab");
-  if (n == NULL)
+  if (has_lifted (lifted, LIFT_VOCAB))
+    {
+      if (!read_vocab (tok, lifted, &max_id, error))
+        return FALSE;
+    }
+  else if (n == NULL)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: model.vocab is missing", src);
       return FALSE;
     }
-  if (!JSON_NODE_HOLDS_OBJECT (n))
+  else if (!JSON_NODE_HOLDS_OBJECT (n))
     {
       g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "%s: model.vocab is not an object", src);
       return FALSE;
     }
+  else
+  {
   vocab = json_node_get_object (n);
   g_free (tok->vocab.e);
   um_tok_vocab_table_init (&tok->vocab, json_object_get_size (vocab));
@@ -373,6 +537,7 @@ parse_model (UmTokenizer *tok, JsonObject *root, GError **error)
       um_tok_vocab_insert (tok, name, strlen (name), (gint32) id);
       max_id = MAX (max_id, (gint32) id);
     }
+  }
 
   /* Options of the BPE model. Those that change results and are not
    * implemented are refused rather than ignored. */
@@ -424,6 +589,13 @@ parse_model (UmTokenizer *tok, JsonObject *root, GError **error)
         }
     }
 
+  if (has_lifted (lifted, LIFT_MERGES))
+    {
+      if (!read_merges (tok, lifted, error))
+        return FALSE;
+      tok->n_ids = (guint) (max_id + 1);
+      return TRUE;
+    }
   merges_node = json_object_get_member (model, "merges");
   if (merges_node == NULL || JSON_NODE_HOLDS_NULL (merges_node))
     {
@@ -604,7 +776,7 @@ parse_added_tokens (UmTokenizer *tok, JsonObject *root, GError **error)
 }
 
 static UmTokenizer *
-tokenizer_from_json (JsonNode *root_node, const char *src, GError **error)
+tokenizer_from_json (JsonNode *root_node, const Lifted *lifted, const char *src, GError **error)
 {
   g_autoptr(UmTokenizer) tok = um_tok_alloc (src);
   JsonObject *root;
@@ -619,7 +791,7 @@ tokenizer_from_json (JsonNode *root_node, const char *src, GError **error)
   /* before the added tokens: normalized ones are matched in NFC form */
   if (!parse_normalizer (tok, json_object_get_member (root, "normalizer"), "normalizer", error))
     return NULL;
-  if (!parse_model (tok, root, error))
+  if (!parse_model (tok, root, lifted, error))
     return NULL;
   if (!parse_added_tokens (tok, root, error))
     return NULL;
@@ -639,11 +811,15 @@ um_tokenizer_new_from_data (const char *data,
                             GError    **error)
 {
   const char *src = source_name ? source_name : "tokenizer.json";
-  g_autoptr(JsonNode) root = um_json_parse (data, len, src, &um_json_limits_model_file, error);
+  g_autoptr(JsonNode) root = NULL;
+  Lifted lifted;
 
+  lifted_init (&lifted);
+  root = um_json_parse_lifted (data, len, src, &um_json_limits_model_file, lifted.v, N_LIFTED, error);
   if (root == NULL)
     return NULL;
-  return tokenizer_from_json (root, src, error);
+  lifted.text = data;
+  return tokenizer_from_json (root, &lifted, src, error);
 }
 
 UmTokenizer *
@@ -652,10 +828,14 @@ um_tokenizer_new_from_file (const char *tokenizer_json_path,
 {
   g_autoptr(JsonNode) root = NULL;
   g_autoptr(GError) local = NULL;
+  g_autoptr(GMappedFile) map = NULL;
+  Lifted lifted;
 
   g_return_val_if_fail (tokenizer_json_path != NULL, NULL);
 
-  root = um_json_parse_file (tokenizer_json_path, tokenizer_json_path, &um_json_limits_model_file, &local);
+  lifted_init (&lifted);
+  root = um_json_parse_file_lifted (tokenizer_json_path, tokenizer_json_path, &um_json_limits_model_file, &map,
+                                    lifted.v, N_LIFTED, &local);
   if (root == NULL)
     {
       /* Callers take a missing tokenizer for an I/O failure, as before. */
@@ -665,5 +845,6 @@ um_tokenizer_new_from_file (const char *tokenizer_json_path,
         g_propagate_error (error, g_steal_pointer (&local));
       return NULL;
     }
-  return tokenizer_from_json (root, tokenizer_json_path, error);
+  lifted.text = g_mapped_file_get_contents (map);
+  return tokenizer_from_json (root, &lifted, tokenizer_json_path, error);
 }

@@ -163,13 +163,40 @@ merge_table_clear (MergeTable *t)
   memset (t, 0, sizeof *t);
 }
 
+/* Doubles the table (a caller's expected count may be an estimate). */
+static void
+merge_table_grow (MergeTable *t)
+{
+  MergeSlot *old = t->slots;
+  const guint32 old_cap = t->mask + 1;
+
+  t->slots = g_new (MergeSlot, (gsize) old_cap * 2);
+  t->mask = old_cap * 2 - 1;
+  for (guint32 i = 0; i <= t->mask; i++)
+    t->slots[i].key = EMPTY_KEY;
+  for (guint32 i = 0; i < old_cap; i++)
+    if (old[i].key != EMPTY_KEY)
+      {
+        guint32 j = um_tok_merge_slot (old[i].key, t->mask);
+        while (t->slots[j].key != EMPTY_KEY)
+          j = (j + 1) & t->mask;
+        t->slots[j] = old[i];
+      }
+  g_free (old);
+}
+
 /* A later merge of the same pair replaces the earlier one, like the HashMap
  * that tokenizers collects the merges into. */
 static void
 merge_table_put (MergeTable *t, gint32 a, gint32 b, guint32 rank, gint32 new_id)
 {
   guint64 key = ((guint64) (guint32) a << 32) | (guint32) b;
-  guint32 i = um_tok_merge_slot (key, t->mask);
+  guint32 i;
+
+  /* Load factor at most 2/3, as um_tok_merge_table_init () sizes it. */
+  if ((guint64) (t->n + 1) * 3 > (guint64) (t->mask + 1) * 2)
+    merge_table_grow (t);
+  i = um_tok_merge_slot (key, t->mask);
 
   while (t->slots[i].key != EMPTY_KEY && t->slots[i].key != key)
     i = (i + 1) & t->mask;

@@ -130,6 +130,29 @@ save_screenshot (GtkWidget *widget, const char *name)
   save_screenshot_full (widget, name, TRUE);
 }
 
+/* Preferences' Exact Products: quantized weights meet f32 activations in
+ * the next model loaded; off, the engine's default (8-bit activations for
+ * every quantized type) holds. */
+static void
+test_exact_products (void)
+{
+  g_autofree char *model = um_test_data_path ("tiny-llada-q8_0.gguf");
+  UmWindow *win = make_window ();
+  UmSettings *settings = um_window_get_settings (win);
+
+  load (win, model);
+  g_assert_nonnull (um_window_get_engine (win));
+  g_assert_cmpint (um_backend_cpu_get_products (um_engine_get_backend (um_window_get_engine (win))), ==,
+                   UM_PRODUCTS_INT8);
+  g_object_set (settings, "exact-products", TRUE, NULL);
+  g_assert_true (um_settings_get_exact_products (settings));
+  load (win, model);
+  g_assert_cmpint (um_backend_cpu_get_products (um_engine_get_backend (um_window_get_engine (win))), ==,
+                   UM_PRODUCTS_EXACT);
+  g_object_set (settings, "exact-products", FALSE, NULL);
+  destroy_window (win);
+}
+
 static void
 test_open_close (void)
 {
@@ -778,6 +801,7 @@ main (int argc, char **argv)
   }
 
   g_test_add_func ("/gui/open-close", test_open_close);
+  g_test_add_func ("/gui/exact-products", test_exact_products);
   g_test_add_func ("/gui/generate-live-and-replay", test_generate_live_and_replay);
   g_test_add_func ("/gui/stop-within-one-step", test_stop_within_one_step);
   g_test_add_func ("/gui/bad-model", test_bad_model_then_good);
