@@ -104,6 +104,11 @@ um_cuda_scratch_ensure (CudaCtx *c, Scratch *s, size_t bytes, GError **error)
   void *p = NULL;
   if (s->bytes >= bytes)
     return TRUE;
+  /* No allocation while recording a graph: the recording stops here (the
+   * segment is run again), and recorded graphs that read the old buffer
+   * are recorded again (um-cuda-graph.c). */
+  um_cuda_segment_abort (c, "a scratch buffer grows");
+  c->scratch_epoch++;
   /* The streams may still use the old buffer. */
   if (!um_cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error)
       || (c->dequant_stream != NULL
@@ -116,36 +121,6 @@ um_cuda_scratch_ensure (CudaCtx *c, Scratch *s, size_t bytes, GError **error)
   s->bytes = bytes;
   c->scratch_bytes += bytes;
   return TRUE;
-}
-
-/* Copies a small host index array to the device, in stream order. */
-const int32_t *
-um_cuda_upload_index (CudaCtx *c, const gint32 *host, int n, GError **error)
-{
-  if (!um_cuda_scratch_ensure (c, &c->index, MAX ((size_t) n, 1) * sizeof (int32_t), error)
-      || !um_cuda_ok (cudaMemcpyAsync (c->index.ptr, host, (size_t) n * sizeof (int32_t), cudaMemcpyHostToDevice,
-                                    c->stream), "copying indices", error))
-    return NULL;
-  return c->index.ptr;
-}
-
-/* um_cuda_upload_index of @n indices and @n 4-byte values beside them (floats,
- * more indices; NULL: none) in the index scratch: [indices | values]; the
- * values are at the result + n. */
-const int32_t *
-um_cuda_upload_index_values (CudaCtx *c, const gint32 *host, const void *values, int n, GError **error)
-{
-  const size_t bytes = (size_t) MAX (n, 0) * sizeof (int32_t);
-  G_STATIC_ASSERT (sizeof (float) == sizeof (int32_t));
-
-  if (!um_cuda_scratch_ensure (c, &c->index, MAX (2 * bytes, 1), error)
-      || !um_cuda_ok (cudaMemcpyAsync (c->index.ptr, host, bytes, cudaMemcpyHostToDevice, c->stream),
-                   "copying indices", error)
-      || (values != NULL
-          && !um_cuda_ok (cudaMemcpyAsync ((char *) c->index.ptr + bytes, values, bytes, cudaMemcpyHostToDevice,
-                                        c->stream), "copying indices", error)))
-    return NULL;
-  return c->index.ptr;
 }
 
 /* Host blocks still registered here when the backend goes are the owner's
@@ -184,6 +159,14 @@ cuda_destroy (UmBackend *be)
     cudaFree (c->range_flag);
   if (c->range_flag_host)
     cudaFreeHost (c->range_flag_host);
+  if (c->flags)
+    cudaFree (c->flags);
+  if (c->flags_host)
+    cudaFreeHost (c->flags_host);
+  g_clear_pointer (&c->flagged, g_array_unref);
+  g_clear_pointer (&c->fp32_weights, g_hash_table_unref);
+  um_cuda_graphs_free (c);
+  um_cuda_experts_free (c);
   for (guint i = 0; c->timers != NULL && i < c->timers->len; i++)
     {
       cudaEventDestroy (g_array_index (c->timers, Timer, i).start);
@@ -354,6 +337,12 @@ cuda_sync (UmBackend *be, GError **error)
     return FALSE;
   um_cuda_timers_collect (c);
   return TRUE;
+}
+
+gboolean
+um_backend_is_cuda (UmBackend *be)
+{
+  return be->ops == &cuda_ops;
 }
 
 gboolean
@@ -645,202 +634,9 @@ cuda_weight_free (UmBackend *be, UmDevWeight *w)
       cudaStreamSynchronize (c->dequant_stream);
       um_cuda_dev_free (c, w->dev, w->bytes);
       c->weight_bytes -= w->bytes;
+      g_hash_table_remove (c->fp32_weights, w->dev);
     }
   g_free (w);
-}
-
-static gboolean
-cuda_embed (UmBackend *be, const UmDevWeight *table, const gint32 *ids, int n, UmBuf *out, GError **error)
-{
-  CudaCtx *c = CTX (be);
-  const int32_t *d_ids;
-
-  for (int i = 0; i < n; i++)
-    if (ids[i] < 0 || (uint64_t) ids[i] >= table->w.rows)
-      {
-        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                     "token id %d is outside the vocabulary (%" G_GUINT64_FORMAT ")", ids[i], table->w.rows);
-        return FALSE;
-      }
-  d_ids = um_cuda_upload_index (c, ids, n, error);
-  return d_ids != NULL
-         && um_cuda_ok (um_cuda_embed (table->w.dtype, table->dev, table->w.row_bytes, table->w.cols, d_ids, n,
-                                    out->ptr, c->stream), "embedding", error);
-}
-
-static gboolean
-cuda_get_rows (UmBackend *be, UmBuf *src, int dim, const gint32 *rows, int n, UmBuf *out, GError **error)
-{
-  CudaCtx *c = CTX (be);
-  const int32_t *d_rows = um_cuda_upload_index (c, rows, n, error);
-  return d_rows != NULL
-         && um_cuda_ok (um_cuda_get_rows (src->ptr, dim, d_rows, n, out->ptr, c->stream), "gathering rows", error);
-}
-
-static gboolean
-cuda_rms_norm (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *w, float eps, UmBuf *out,
-               GError **error)
-{
-  /* The kernel reads floats: a norm weight stored otherwise (or short) would
-   * be read as garbage, or past its end. */
-  if (w->w.dtype != UM_DTYPE_F32 || w->w.rows * w->w.cols < (guint64) MAX (dim, 0))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cuda: norm weight “%s” is not %d F32 values",
-                   w->w.name, dim);
-      return FALSE;
-    }
-  return um_cuda_ok (um_cuda_rms_norm (x->ptr, rows, dim, w->dev, eps, out->ptr, CTX (be)->stream), "RMSNorm", error);
-}
-
-static gboolean
-cuda_rope (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int head_dim, int rope_dim,
-           double theta, gboolean interleaved, GError **error)
-{
-  CudaCtx *c = CTX (be);
-  const int32_t *d_pos;
-
-  if (!um_backend_check_rope_dim ("cuda", head_dim, rope_dim, error))
-    return FALSE;
-  d_pos = um_cuda_upload_index (c, pos, rows, error);
-  return d_pos != NULL
-         && um_cuda_ok (um_cuda_rope (x->ptr, rows, d_pos, n_heads, head_dim, rope_dim, theta, interleaved, c->stream),
-                     "RoPE", error);
-}
-
-static gboolean
-cuda_attention (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, const gint32 *q_kv_len, UmBuf *k, UmBuf *v,
-                int seq_len, int n_heads, int n_kv_heads, int head_dim, UmBuf *out, GError **error)
-{
-  CudaCtx *c = CTX (be);
-  UmCudaAttnBlas ab = { um_cuda_blas.set_stream, um_cuda_blas.gemm_strided_batched_ex, um_cuda_blas.status_string };
-  const int32_t *d_idx, *d_kv_len = NULL;
-  size_t bytes;
-
-  if (!um_backend_check_kv_len ("cuda", q_kv_len, nq, seq_len, error))
-    return FALSE;
-  if (c->exact_attention)
-    {
-      d_idx = um_cuda_upload_index_values (c, q_seq, q_kv_len, nq, error);
-      return d_idx != NULL
-             && um_cuda_ok (um_cuda_attention (q->ptr, nq, d_idx, q_kv_len != NULL ? d_idx + nq : NULL, k->ptr, v->ptr,
-                                            seq_len, n_heads, n_kv_heads, head_dim, out->ptr, c->stream),
-                         "attention", error);
-    }
-  /* The mask's copy on the device, for the softmax between the products. */
-  if (q_kv_len != NULL && (d_kv_len = um_cuda_upload_index (c, q_kv_len, nq, error)) == NULL)
-    return FALSE;
-  /* Tensor cores: TF32 products over tiles of queries with our softmax
-   * between (gpu/um-cuda-attention-tc.c); the score buffer is bounded
-   * (64 MiB) whatever the canvas. */
-  bytes = um_cuda_attention_tc_scratch_bytes (nq, seq_len, n_heads, n_kv_heads, head_dim);
-  if (!um_cuda_scratch_ensure (c, &c->att_scores, bytes, error))
-    return FALSE;
-  return um_cuda_attention_tc (&ab, c->handle, c->stream, q->ptr, nq, q_seq, q_kv_len, d_kv_len, k->ptr, v->ptr,
-                               seq_len, n_heads, n_kv_heads, head_dim, out->ptr, c->att_scores.ptr, bytes, error);
-}
-
-static gboolean
-cuda_swiglu (UmBackend *be, UmBuf *gate, UmBuf *up, size_t n, UmBuf *out, GError **error)
-{
-  return um_cuda_ok (um_cuda_swiglu (gate->ptr, up->ptr, n, out->ptr, CTX (be)->stream), "SwiGLU", error);
-}
-
-static gboolean
-cuda_add (UmBackend *be, UmBuf *x, UmBuf *y, size_t n, GError **error)
-{
-  return um_cuda_ok (um_cuda_add (x->ptr, y->ptr, n, CTX (be)->stream), "add", error);
-}
-
-/* Whether @buf holds @rows rows of @dim floats; an error naming @what if not
- * (a kernel would write past the buffer's end). */
-static gboolean
-check_rows (UmBuf *buf, int64_t rows, int dim, const char *what, GError **error)
-{
-  if ((guint64) rows * (guint64) dim > buf->bytes / sizeof (float))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                   "cuda: %s: %" G_GINT64_FORMAT " rows of %d floats do not fit a buffer of %zu bytes", what, rows,
-                   dim, buf->bytes);
-      return FALSE;
-    }
-  return TRUE;
-}
-
-static gboolean
-cuda_add_bias (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *bias, GError **error)
-{
-  if (rows <= 0 || dim <= 0)
-    return TRUE;
-  /* As for the norms: the kernel reads @dim floats. */
-  if (bias->w.dtype != UM_DTYPE_F32 || bias->w.rows * bias->w.cols < (guint64) dim)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cuda: bias “%s” is not %d F32 values", bias->w.name, dim);
-      return FALSE;
-    }
-  return check_rows (x, rows, dim, "adding a bias", error)
-         && um_cuda_ok (um_cuda_add_bias (x->ptr, rows, dim, bias->dev, CTX (be)->stream), "adding a bias", error);
-}
-
-static gboolean
-cuda_add_rows_scaled (UmBackend *be, UmBuf *dst, int dim, const gint32 *rows, const float *scale, int n,
-                      UmBuf *src, GError **error)
-{
-  CudaCtx *c;
-  const int32_t *d_rows;
-  int64_t dst_rows;
-
-  if (n <= 0 || dim <= 0)
-    return TRUE;
-  if (!check_rows (src, n, dim, "adding rows", error))
-    return FALSE;
-  /* Checked here, not on the device: a row past dst would be a write into
-   * another buffer. */
-  dst_rows = (int64_t) (dst->bytes / sizeof (float) / (size_t) dim);
-  for (int i = 0; i < n; i++)
-    if (rows[i] < 0 || rows[i] >= dst_rows)
-      {
-        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                     "cuda: adding rows: row %d is outside a buffer of %" G_GINT64_FORMAT " rows", rows[i], dst_rows);
-        return FALSE;
-      }
-  c = CTX (be);
-  d_rows = um_cuda_upload_index_values (c, rows, scale, n, error);
-  return d_rows != NULL
-         && um_cuda_ok (um_cuda_add_rows_scaled (dst->ptr, dim, d_rows, (const float *) (d_rows + n), n, src->ptr,
-                                              c->stream), "adding rows", error);
-}
-
-/* The device sampler (gpu/um-cuda-sample.cu): only an id and a confidence
- * per row cross the bus, not the row's logits. The positions in and the ids
- * and confidences out share the index scratch: [positions | ids |
- * confidences, 8-byte aligned]. */
-#include "um-cuda-sample.h"
-
-static gboolean
-cuda_choose (UmBackend *be, UmBuf *logits, int rows, int vocab, const UmChooseRule *rule, const gint32 *positions,
-             gint32 *out_ids, double *out_conf, GError **error)
-{
-  CudaCtx *c = CTX (be);
-  const size_t ids_bytes = (size_t) MAX (rows, 0) * sizeof (int32_t);
-  const size_t conf_at = (2 * ids_bytes + 7) / 8 * 8;
-  const size_t in_rows = (size_t) MAX (rows, 0) * (rule->cfg_scale > 0.0 ? 2 : 1);
-  char *d;
-
-  if (rows <= 0)
-    return TRUE;
-  if (!um_backend_check_copy ("cuda", logits->bytes, 0, in_rows * vocab * sizeof (float), error)
-      || !um_cuda_scratch_ensure (c, &c->index, conf_at + (size_t) rows * sizeof (double), error)
-      || !um_cuda_ok (cudaMemcpyAsync (c->index.ptr, positions, ids_bytes, cudaMemcpyHostToDevice, c->stream),
-                   "copying positions", error))
-    return FALSE;
-  d = c->index.ptr;
-  return um_cuda_ok (um_cuda_choose (logits->ptr, rows, vocab, rule, (const int32_t *) d, (int32_t *) (d + ids_bytes),
-                                  (double *) (d + conf_at), c->stream), "choosing tokens", error)
-         && um_cuda_ok (cudaMemcpyAsync (out_ids, d + ids_bytes, ids_bytes, cudaMemcpyDeviceToHost, c->stream),
-                     "downloading tokens", error)
-         && um_cuda_ok (cudaMemcpyAsync (out_conf, d + conf_at, (size_t) rows * sizeof (double), cudaMemcpyDeviceToHost,
-                                      c->stream), "downloading confidences", error)
-         && um_cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error);
 }
 
 static const UmBackendOps cuda_ops = {
@@ -860,17 +656,23 @@ static const UmBackendOps cuda_ops = {
   .host_free = cuda_host_free,
   .copy_upload = cuda_copy_upload,
   .sync = cuda_sync,
-  .embed = cuda_embed,
-  .get_rows = cuda_get_rows,
-  .rms_norm = cuda_rms_norm,
+  .embed = um_cuda_op_embed,
+  .get_rows = um_cuda_op_get_rows,
+  .rms_norm = um_cuda_op_rms_norm,
   .matmul = um_cuda_op_matmul,
-  .rope = cuda_rope,
-  .attention = cuda_attention,
-  .swiglu = cuda_swiglu,
-  .add = cuda_add,
-  .add_bias = cuda_add_bias,
-  .add_rows_scaled = cuda_add_rows_scaled,
-  .choose = cuda_choose,
+  .rope = um_cuda_op_rope,
+  .attention = um_cuda_op_attention,
+  .swiglu = um_cuda_op_swiglu,
+  .add = um_cuda_op_add,
+  .add_bias = um_cuda_op_add_bias,
+  .add_rows_scaled = um_cuda_op_add_rows_scaled,
+  .choose = um_cuda_op_choose,
+  .moe = um_cuda_op_moe,
+  .expert_ffn = um_cuda_op_expert_ffn,
+  .pass_begin = um_cuda_pass_begin,
+  .pass_end = um_cuda_pass_end,
+  .segment_begin = um_cuda_segment_begin,
+  .segment_end = um_cuda_segment_end,
 };
 
 /* The device memory a context sets aside by its limits: a stack for every
@@ -951,6 +753,10 @@ um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
   g_mutex_init (&c->stage_lock);
   c->pinned = g_hash_table_new (NULL, NULL);
   c->timers = g_array_new (FALSE, FALSE, sizeof (Timer));
+  c->flagged = g_array_new (FALSE, FALSE, sizeof (UmCudaFlagged));
+  c->fp32_weights = g_hash_table_new (NULL, NULL);
+  um_cuda_graphs_init (c);
+  um_cuda_experts_init (c);
   c->spare_events = g_array_new (FALSE, FALSE, sizeof (cudaEvent_t));
   /* cuBLAS's recommended workspace: 32 MiB from Hopper on, 4 MiB before. */
   c->workspace_bytes = um_cuda_blas.set_workspace != NULL ? (prop.major >= 9 ? 32u << 20 : 4u << 20) : 0;
@@ -969,6 +775,10 @@ um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
       || !um_cuda_ok (cudaEventCreateWithFlags (&c->stage_done[0], cudaEventDisableTiming), "creating an event", error)
       || !um_cuda_ok (cudaEventCreateWithFlags (&c->stage_done[1], cudaEventDisableTiming), "creating an event", error)
       || !um_cuda_ok (cudaMalloc ((void **) &c->range_flag, sizeof (int)), "allocating the range flag", error)
+      || !um_cuda_ok (cudaMalloc ((void **) &c->flags, UM_CUDA_FLAG_SLOTS * sizeof (int)), "allocating the range flags",
+                      error)
+      || !um_cuda_ok (cudaHostAlloc ((void **) &c->flags_host, UM_CUDA_FLAG_SLOTS * sizeof (int),
+                                     cudaHostAllocDefault), "allocating the range flags", error)
       || !um_cuda_ok (cudaHostAlloc ((void **) &c->range_flag_host, sizeof (int), cudaHostAllocDefault),
                    "allocating the range flag", error)
       || !um_cuda_blas_ok (um_cuda_blas.create (&c->handle), "creating a handle", error)

@@ -101,7 +101,7 @@ activations_to_f16 (CudaCtx *c, const float *x, size_t n, gboolean *fits, GError
 {
   const gint serial = g_atomic_int_get (&c->op_serial);
 
-  if (c->act_valid && c->act_src == x && c->act_n == n && serial == c->act_serial + 1)
+  if (c->act_valid && !c->act_deferred && c->act_src == x && c->act_n == n && serial == c->act_serial + 1)
     {
       c->act_serial = serial;
       *fits = c->act_fits;
@@ -119,10 +119,53 @@ activations_to_f16 (CudaCtx *c, const float *x, size_t n, gboolean *fits, GError
     return FALSE;
   *fits = *(volatile int *) c->range_flag_host == 0;
   c->act_valid = TRUE;
+  c->act_deferred = FALSE;
   c->act_src = x;
   c->act_n = n;
   c->act_serial = serial;
   c->act_fits = *fits;
+  return TRUE;
+}
+
+/* In a pass (pass_begin … pass_end), nothing waits: the conversion's range
+ * check sets the product's flag slot on the device, read once at pass_end
+ * (um_cuda_pass_end), which then sends the flagged weights to fp32 products
+ * and has the pass run again. A product right after another on the same
+ * input reuses its conversion and its slot. FALSE with no error: no slot
+ * left, check as outside a pass. */
+static gboolean
+activations_to_f16_deferred (CudaCtx *c, const UmDevWeight *dw, const float *x, size_t n, gboolean *queued,
+                             GError **error)
+{
+  const gint serial = g_atomic_int_get (&c->op_serial);
+  UmCudaFlagged f = { 0, dw->dev };
+
+  *queued = FALSE;
+  if (c->act_valid && c->act_deferred && c->act_src == x && c->act_n == n && serial == c->act_serial + 1)
+    {
+      c->act_serial = serial;
+      f.slot = c->act_slot;
+      g_array_append_val (c->flagged, f);
+      *queued = TRUE;
+      return TRUE;
+    }
+  if (c->n_flag_slots >= UM_CUDA_FLAG_SLOTS)
+    return TRUE;
+  c->act_valid = FALSE;
+  f.slot = c->n_flag_slots++;
+  if (!um_cuda_scratch_ensure (c, &c->act_half, n * 2, error)
+      || !um_cuda_ok (um_cuda_convert_f32_checked (x, n, c->act_half.ptr, UM_CUDA_OUT_F16, c->flags + f.slot,
+                                                   c->stream), "converting activations", error))
+    return FALSE;
+  g_array_append_val (c->flagged, f);
+  c->act_valid = TRUE;
+  c->act_deferred = TRUE;
+  c->act_slot = f.slot;
+  c->act_src = x;
+  c->act_n = n;
+  c->act_serial = serial;
+  c->act_fits = TRUE;
+  *queued = TRUE;
   return TRUE;
 }
 
@@ -134,33 +177,40 @@ activations_to_f16 (CudaCtx *c, const float *x, size_t n, gboolean *fits, GError
  * the product is done with fp32 activations and the weight dequantized to
  * f32 instead, like the CPU, rather than giving inf or NaN rows; BF16
  * weights not exact in f16 always take that path (bf16 activations would
- * round 8× coarser than f16). */
+ * round 8× coarser than f16). Inside a pass that is known only at its end
+ * (activations_to_f16_deferred); a weight found so takes fp32 products from
+ * then on (c->fp32_weights). */
 static gboolean
 matmul_product (CudaCtx *c, const float *x, int rows, const UmDevWeight *dw, float *out, GError **error)
 {
   const UmWeight *w = &dw->w;
   const int n = w->rows, k = w->cols;
   const gboolean quantized = w->dtype != UM_DTYPE_F16 && w->dtype != UM_DTYPE_BF16;
-  gboolean fits = FALSE;
+  gboolean fits = FALSE, queued = FALSE;
   Tiles t;
 
   if (w->dtype == UM_DTYPE_F32)
     return um_cuda_gemm (c, dw->dev, CUDA_R_32F, n, k, x, CUDA_R_32F, rows, out, n, error);
   /* UNMASK_CUDA_EXACT_PRODUCTS: the CPU's exact products (the weight
    * dequantized to f32, fp32 activations), e.g. to check against it. */
-  if (w->dtype == UM_DTYPE_BF16 || c->exact_products)
+  if (w->dtype == UM_DTYPE_BF16 || c->exact_products || g_hash_table_contains (c->fp32_weights, dw->dev))
     return matmul_f32_tiles (c, dw, x, rows, out, error);
   if (quantized
       && (!tiles_begin (c, dw, UM_CUDA_OUT_F16, &t, error) || !tiles_dequant (c, &t, 0, error)
           || !tiles_dequant (c, &t, 1, error)))
     return FALSE;
-  if (!activations_to_f16 (c, x, (size_t) rows * k, &fits, error))
+  if (c->in_pass && !activations_to_f16_deferred (c, dw, x, (size_t) rows * k, &queued, error))
     return FALSE;
-  if (!fits)
+  if (!queued)
     {
-      /* The tiles queued above are overwritten in stream order. */
-      g_debug ("cuda: “%s”: an activation does not fit f16; product in fp32", w->name);
-      return matmul_f32_tiles (c, dw, x, rows, out, error);
+      if (!activations_to_f16 (c, x, (size_t) rows * k, &fits, error))
+        return FALSE;
+      if (!fits)
+        {
+          /* The tiles queued above are overwritten in stream order. */
+          g_debug ("cuda: “%s”: an activation does not fit f16; product in fp32", w->name);
+          return matmul_f32_tiles (c, dw, x, rows, out, error);
+        }
     }
   if (!quantized)
     return um_cuda_gemm (c, dw->dev, CUDA_R_16F, n, k, c->act_half.ptr, CUDA_R_16F, rows, out, n, error);
@@ -171,8 +221,9 @@ gboolean
 um_cuda_op_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *dw, UmBuf *out, GError **error)
 {
   CudaCtx *c = CTX (be);
+  const gboolean fp32 = g_hash_table_contains (c->fp32_weights, dw->dev);
   Timer t;
-  gboolean ok;
+  gboolean ok, timed;
 
   if (rows == 0)
     return TRUE;
@@ -182,13 +233,69 @@ um_cuda_op_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *dw, UmB
                    dw->w.name);
       return FALSE;
     }
-  if (!um_cuda_timer_start (c, &t, error))
+  /* The flag slot the product will use (a recorded graph writes the one it
+   * was recorded with) and its path are part of what it does. */
+  if (!UM_CUDA_ISSUE (c, UM_CUDA_OP_MATMUL, UM_CUDA_P (x->ptr), rows, UM_CUDA_P (dw->dev), dw->w.dtype, dw->w.rows,
+                      dw->w.cols, UM_CUDA_P (out->ptr), fp32, c->in_pass, c->n_flag_slots))
+    {
+      /* Replayed: the conversion it would reuse is the graph's. */
+      c->act_valid = FALSE;
+      return TRUE;
+    }
+  timed = um_cuda_timing_allowed (c);
+  if (timed && !um_cuda_timer_start (c, &t, error))
     return FALSE;
   ok = matmul_product (c, x->ptr, rows, dw, out->ptr, error);
-  um_cuda_timer_end (c, &t, ok);
+  if (timed)
+    um_cuda_timer_end (c, &t, ok);
   /* An output over the converted input makes its conversion stale. */
   if (!ok || ((const char *) out->ptr < (const char *) x->ptr + x->bytes
               && (const char *) x->ptr < (const char *) out->ptr + out->bytes))
     c->act_valid = FALSE;
   return ok;
+}
+
+gboolean
+um_cuda_pass_begin (UmBackend *be, GError **error)
+{
+  CudaCtx *c = CTX (be);
+
+  c->in_pass = TRUE;
+  c->n_flag_slots = 0;
+  g_array_set_size (c->flagged, 0);
+  c->act_valid = FALSE;
+  return um_cuda_ok (cudaMemsetAsync (c->flags, 0, UM_CUDA_FLAG_SLOTS * sizeof (int), c->stream),
+                     "starting a pass", error);
+}
+
+gboolean
+um_cuda_pass_end (UmBackend *be, gboolean *redo, GError **error)
+{
+  CudaCtx *c = CTX (be);
+  const int n = c->n_flag_slots;
+
+  *redo = FALSE;
+  c->in_pass = FALSE;
+  c->act_valid = FALSE;
+  if (n > 0
+      && !um_cuda_ok (cudaMemcpyAsync (c->flags_host, c->flags, (size_t) n * sizeof (int), cudaMemcpyDeviceToHost,
+                                       c->stream), "reading the range checks", error))
+    return FALSE;
+  if (!um_cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error)
+      || !um_cuda_ok (cudaStreamSynchronize (c->dequant_stream), "waiting for the GPU", error))
+    return FALSE;
+  um_cuda_timers_collect (c);
+  for (guint i = 0; i < c->flagged->len; i++)
+    {
+      const UmCudaFlagged *f = &g_array_index (c->flagged, UmCudaFlagged, i);
+      if (((volatile int *) c->flags_host)[f->slot] != 0)
+        {
+          g_debug ("cuda: an activation did not fit f16: that weight's products go fp32, the pass again");
+          g_hash_table_add (c->fp32_weights, f->dev);
+          *redo = TRUE;
+        }
+    }
+  g_array_set_size (c->flagged, 0);
+  c->n_flag_slots = 0;
+  return TRUE;
 }

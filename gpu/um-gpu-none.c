@@ -25,3 +25,9 @@ um_backend_cuda_matmul_seconds (UmBackend *be, double *seconds)
 {
   return FALSE;
 }
+
+gboolean
+um_backend_cuda_graph_stats (UmBackend *be, UmCudaGraphStats *stats)
+{
+  return FALSE;
+}

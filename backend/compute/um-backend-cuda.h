@@ -55,6 +55,17 @@ UmBackend   *um_backend_cuda_new (int device, guint64 budget_bytes, GError **err
  * waits for the queued work. FALSE when @be is not a CUDA backend. */
 gboolean     um_backend_cuda_matmul_seconds (UmBackend *be, double *seconds);
 
+/* Fixed-shape segments of forward passes as CUDA graphs, since @be was
+ * made: recorded, replayed, and run again as usual (a recording that could
+ * not be made or replayed). FALSE when @be is not a CUDA backend. */
+typedef struct {
+  guint64 recorded;
+  guint64 replayed;
+  guint64 redone;
+} UmCudaGraphStats;
+
+gboolean     um_backend_cuda_graph_stats (UmBackend *be, UmCudaGraphStats *stats);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmGpuReport, um_gpu_report_free)
 
 G_END_DECLS

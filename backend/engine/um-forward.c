@@ -10,6 +10,7 @@
 #include "um-kprof.h"
 #include "um-layer-store.h"
 #include "um-moe.h"
+#include "um-moe-work.h"
 #include "um-prefetch.h"
 #include "um-quant.h"
 
@@ -19,6 +20,7 @@ typedef enum {
   SLOT_ROUTER,   /* MoE: the router's logits of a chunk of rows */
   SLOT_EX,       /* MoE: an expert's group of input rows */
   SLOT_EY,       /* MoE: an expert's output rows */
+  SLOT_MOE,      /* MoE routed on the backend: its work (um-moe-work.h) */
   N_SLOTS
 } Slot;
 
@@ -419,8 +421,11 @@ chunk_rows (int rows, int row_chunk)
   return row_chunk > 0 ? MIN (rows, row_chunk) : rows;
 }
 
+/* @device_moe: the backend routes mixtures of experts itself (its moe
+ * op), in work memory of the arena's. */
 static void
-arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_chunk, ArenaLayout *a)
+arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_chunk, gboolean device_moe,
+              ArenaLayout *a)
 {
   const UmModelConfig *c = &model->cfg;
   const size_t T = (size_t) n_seq * seq_len;
@@ -448,11 +453,16 @@ arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_
     [SLOT_EY] = moe ? chunk * D : 0,
   };
 
+  const size_t moe_bytes = moe && device_moe
+                             ? um_moe_work_layout ((int) chunk, (int) c->n_experts, (int) c->n_experts_used,
+                                                   (int) D, (int) c->expert_ffn, NULL, NULL)
+                             : 0;
+
   a->total = 0;
   for (int s = 0; s < N_SLOTS; s++)
     {
       a->offset[s] = a->total;
-      a->bytes[s] = floats[s] * sizeof (float);
+      a->bytes[s] = s == SLOT_MOE ? moe_bytes : floats[s] * sizeof (float);
       a->total += (a->bytes[s] + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
     }
 }
@@ -542,7 +552,7 @@ um_forward_bytes (const UmModel          *model,
   /* A cached step runs at most the whole canvas (m ≤ T rows) with the same
    * requested rows, and the layout grows with both: the full pass is the
    * largest. */
-  arena_layout (model, shape->n_seq, shape->seq_len, n, o.row_chunk, &a);
+  arena_layout (model, shape->n_seq, shape->seq_len, n, o.row_chunk, shape->backend_moe, &a);
   out->arena = a.total;
   if (shape->kv_cache)
     out->kv_cache = kv_cache_bytes (model, T);
@@ -791,10 +801,11 @@ host_router (UmForward *fw, size_t floats, GError **error)
 }
 
 /* The mixture of experts on @c normalized rows @hc, added into the
- * residual rows @xc: the router's logits come to the host, which groups
- * the rows by expert (um-moe.h); each expert then runs once over its
- * group — gather, gate and up products, SwiGLU, down product — and its
- * output is added into the group's residual rows, weighted. */
+ * residual rows @xc: on a backend with the moe op, routed and computed
+ * there; otherwise the router's logits come to the host, which groups the
+ * rows by expert (um-moe.h), and each expert then runs once over its group
+ * — gather, gate and up products, SwiGLU, down product — and its output is
+ * added into the group's residual rows, weighted. */
 static gboolean
 moe_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xc, UmBuf *hc, int c, UmBuf **b,
           GError **error)
@@ -805,6 +816,15 @@ moe_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xc, 
   const int D = cfg->d_model, F = W->ffn, E = W->n_experts;
   UmMoeRouting *r = &fw->routing;
 
+  /* On a backend that routes (the GPU): the logits never leave it. */
+  if (ops->moe != NULL)
+    {
+      const double flops = 2.0 * c * cfg->n_experts_used * 3.0 * D * (double) F;
+      fw->stats.flops += flops;
+      fw->stats.flops_matmul += flops;
+      return matmul (fw, hc, c, L->router, &W->router, b[SLOT_ROUTER], error)
+             && ops->moe (be, xc, hc, c, b[SLOT_ROUTER], L->router_bias, cfg, E, F, L->experts, b[SLOT_MOE], error);
+    }
   if (!host_router (fw, (size_t) c * E, error)
       || !matmul (fw, hc, c, L->router, &W->router, b[SLOT_ROUTER], error)
       || !ops->buf_download (be, b[SLOT_ROUTER], 0, fw->host_router, (size_t) c * E * sizeof (float), error))
@@ -902,7 +922,7 @@ moe_layer_off_device (UmForward *fw, const DevLayer *L, const UmLayerWeights *W,
       um_moe_route (cfg, fw->host_router, W->router_bias.data, c, &fw->routes[q]);
     }
   if (!um_forward_experts_run (fw->experts, (guint) (W - fw->model->layers), fw->routes, chunk, xr, h, m, b[SLOT_EX],
-                               b[SLOT_GATE], b[SLOT_UP], b[SLOT_EY], &fw->stats, error))
+                               b[SLOT_GATE], b[SLOT_UP], b[SLOT_EY], b[SLOT_MOE], &fw->stats, error))
     return FALSE;
   for (int q = 0; q < n_chunks && W->shared_ffn > 0; q++)
     {
@@ -1077,20 +1097,163 @@ kv_lengths (const UmForward *fw, const gint32 *pos, int n, int seq_len)
   return len;
 }
 
+/* Work the backend may record once and replay (um-backend.h's segments):
+ * @fn's ops, under @key (0: never recorded). A recording that could not be
+ * made or replayed runs @fn again, as usual; the stats count it once. */
+typedef gboolean (*SegmentFn) (UmForward *fw, gpointer data, GError **error);
+
+static gboolean
+in_segment (UmForward *fw, guint64 key, SegmentFn fn, gpointer data, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+  gboolean redo = TRUE;
+
+  if (key == 0 || ops->segment_begin == NULL)
+    return fn (fw, data, error);
+  while (redo)
+    {
+      const UmForwardStats snap = fw->stats;
+      g_autoptr(GError) end_error = NULL;
+      gboolean ok;
+
+      if (!ops->segment_begin (fw->be, key, error))
+        return FALSE;
+      ok = fn (fw, data, error);
+      if (!ops->segment_end (fw->be, !ok, &redo, &end_error))
+        {
+          if (ok)
+            g_propagate_error (error, g_steal_pointer (&end_error));
+          return FALSE;
+        }
+      if (!ok)
+        return FALSE;
+      if (redo)
+        fw->stats = snap;
+    }
+  return TRUE;
+}
+
+/* Whether a pass's fixed-shape part may be recorded: not while layers or
+ * experts come from the host, or the token rows are decoded there (those
+ * wait on copies between ops). */
+static gboolean
+recordable (const UmForward *fw)
+{
+  return !streaming (fw) && fw->experts == NULL && !fw->opts.embed_on_host
+         && (fw->model->cfg.n_experts == 0 || fw->be->ops->moe != NULL);
+}
+
+/* A key for a pass's recorded part: the forward, the pass's kind and
+ * shape; the backend checks the rest (every op's buffers and sizes). */
+static guint64
+segment_key (const UmForward *fw, int kind, int n_seq, int seq_len, int start, int end, int n_layers,
+             gboolean keep_kv)
+{
+  const gint64 v[] = { (gint64) (uintptr_t) fw, kind, n_seq, seq_len, start, end, n_layers, keep_kv, fw->attn_block };
+  guint64 h = 1469598103934665603ull;
+
+  if (!recordable (fw))
+    return 0;
+  for (gsize i = 0; i < sizeof v; i++)
+    h = (h ^ ((const guint8 *) v)[i]) * 1099511628211ull;
+  return h | 1;   /* never 0 */
+}
+
+/* A full pass's layers and what they need. */
+typedef struct {
+  UmBuf        **b;
+  const gint32  *ids;
+  int            n_seq, seq_len, T;
+  const gint32  *rows;      /* requested rows (NULL: all) */
+  int            n;
+  gboolean       keep_kv;
+  const gint32  *pos, *seq, *sel_pos, *sel_seq, *kv_all, *kv_sel;
+  GCancellable  *cancellable;
+  guint          l0, l1;    /* the layers to run */
+  gboolean       embed;     /* the token rows first */
+} FullPass;
+
+static gboolean
+full_layers (UmForward *fw, gpointer data, GError **error)
+{
+  FullPass *a = data;
+  const UmModelConfig *c = &fw->model->cfg;
+  const UmBackendOps *ops = fw->be->ops;
+  UmBackend *be = fw->be;
+  UmBuf **b = a->b;
+  const int T = a->T, n = a->n, seq_len = a->seq_len;
+  const int D = c->d_model, hd = c->head_dim;
+  const float eps = (float) c->rms_eps;
+  const gboolean subset = a->rows != NULL;
+
+  if (a->embed && (fw->opts.embed_on_host ? !embed_host (fw, a->ids, T, b[SLOT_X], error)
+                                          : !ops->embed (be, fw->tok_embd, a->ids, T, b[SLOT_X], error)))
+    return FALSE;
+
+  for (guint l = a->l0; l < a->l1; l++)
+    {
+      const UmLayerWeights *W = &fw->model->layers[l];
+      const int H = W->n_heads, Hkv = W->n_kv_heads;
+      /* In the last layer only the requested rows feed the output: keys and
+       * values still need every row, queries, attention output and MLP only
+       * the requested ones. */
+      const gboolean last = subset && l + 1 == c->n_layers;
+      const int m = last ? n : T;
+      UmBuf *xr = last ? b[SLOT_XS] : b[SLOT_X];
+      DevLayer streamed;
+      const DevLayer *L = &fw->layers[l];
+      /* A refreshing pass writes K and V straight into the cache. */
+      UmBuf *kb = a->keep_kv ? fw->kv_views[2 * l] : b[SLOT_K];
+      UmBuf *vb = a->keep_kv ? fw->kv_views[2 * l + 1] : b[SLOT_V];
+
+      if (g_cancellable_set_error_if_cancelled (a->cancellable, error))
+        return FALSE;
+      if (streaming (fw))
+        {
+          if (!stream_layer (fw, l, &streamed, error))
+            return FALSE;
+          L = &streamed;
+        }
+
+      if (!ops->rms_norm (be, b[SLOT_X], T, D, L->attn_norm, eps, b[SLOT_H], error)
+          || !kv_proj (fw, L, W, b[SLOT_H], T, a->pos, kb, vb, error))
+        return FALSE;
+      if (last)
+        {
+          /* h is free once k and v exist: reuse it for the selected rows. */
+          if (!ops->get_rows (be, b[SLOT_H], D, a->rows, n, b[SLOT_ATT], error)
+              || !q_proj (fw, L, W, b[SLOT_ATT], n, a->sel_pos, b[SLOT_Q], error)
+              || !ops->get_rows (be, b[SLOT_X], D, a->rows, n, b[SLOT_XS], error))
+            return FALSE;
+        }
+      else if (!q_proj (fw, L, W, b[SLOT_H], T, a->pos, b[SLOT_Q], error))
+        return FALSE;
+      if (!ops->attention (be, b[SLOT_Q], m, last ? a->sel_seq : a->seq, last ? a->kv_sel : a->kv_all, kb, vb,
+                           seq_len, H, Hkv, hd, b[SLOT_ATT], error))
+        return FALSE;
+      fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
+      if (!matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
+          || !ops->add (be, xr, b[SLOT_H], (size_t) m * D, error)
+          || !mlp_rows (fw, L, W, xr, b[SLOT_H], b, m, error))
+        return FALSE;
+    }
+  return TRUE;
+}
+
 static gboolean
 forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, const gint32 *rows,
               int n, gboolean keep_kv, const HeadOut *dst, GCancellable *cancellable, GError **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
-  const UmBackendOps *ops = fw->be->ops;
-  UmBackend *be = fw->be;
   const int T = n_seq * seq_len;
-  const int D = c->d_model, hd = c->head_dim;
-  const float eps = (float) c->rms_eps;
   const gboolean subset = rows != NULL;
   g_autofree gint32 *index = g_new (gint32, pass_index_count (T, subset ? n : 0));
   gint32 *pos = index, *seq = index + T, *sel_pos = NULL, *sel_seq = NULL;
   g_autofree gint32 *kv_all = NULL, *kv_sel = NULL;
+  FullPass a;
+  /* The layers before the last one with requested rows have the canvas's
+   * shape whatever the rows: recorded once, replayed every step. */
+  const guint fixed = subset ? c->n_layers - 1 : c->n_layers;
 
   for (int t = 0; t < T; t++)
     {
@@ -1110,61 +1273,85 @@ forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_le
     }
   kv_all = kv_lengths (fw, pos, T, seq_len);
 
-  if (fw->opts.embed_on_host ? !embed_host (fw, ids, T, b[SLOT_X], error)
-                             : !ops->embed (be, fw->tok_embd, ids, T, b[SLOT_X], error))
+  a = (FullPass) { b, ids, n_seq, seq_len, T, rows, n, keep_kv, pos, seq, sel_pos, sel_seq, kv_all, kv_sel,
+                   cancellable, 0, fixed, TRUE };
+  if (!in_segment (fw, segment_key (fw, 1, n_seq, seq_len, 0, seq_len, (int) fixed, keep_kv), full_layers, &a,
+                   error))
     return FALSE;
-
-  for (guint l = 0; l < c->n_layers; l++)
-    {
-      const UmLayerWeights *W = &fw->model->layers[l];
-      const int H = W->n_heads, Hkv = W->n_kv_heads;
-      /* In the last layer only the requested rows feed the output: keys and
-       * values still need every row, queries, attention output and MLP only
-       * the requested ones. */
-      const gboolean last = subset && l + 1 == c->n_layers;
-      const int m = last ? n : T;
-      UmBuf *xr = last ? b[SLOT_XS] : b[SLOT_X];
-      DevLayer streamed;
-      const DevLayer *L = &fw->layers[l];
-      /* A refreshing pass writes K and V straight into the cache. */
-      UmBuf *kb = keep_kv ? fw->kv_views[2 * l] : b[SLOT_K];
-      UmBuf *vb = keep_kv ? fw->kv_views[2 * l + 1] : b[SLOT_V];
-
-      if (g_cancellable_set_error_if_cancelled (cancellable, error))
-        return FALSE;
-      if (streaming (fw))
-        {
-          if (!stream_layer (fw, l, &streamed, error))
-            return FALSE;
-          L = &streamed;
-        }
-
-      if (!ops->rms_norm (be, b[SLOT_X], T, D, L->attn_norm, eps, b[SLOT_H], error)
-          || !kv_proj (fw, L, W, b[SLOT_H], T, pos, kb, vb, error))
-        return FALSE;
-      if (last)
-        {
-          /* h is free once k and v exist: reuse it for the selected rows. */
-          if (!ops->get_rows (be, b[SLOT_H], D, rows, n, b[SLOT_ATT], error)
-              || !q_proj (fw, L, W, b[SLOT_ATT], n, sel_pos, b[SLOT_Q], error)
-              || !ops->get_rows (be, b[SLOT_X], D, rows, n, b[SLOT_XS], error))
-            return FALSE;
-        }
-      else if (!q_proj (fw, L, W, b[SLOT_H], T, pos, b[SLOT_Q], error))
-        return FALSE;
-      if (!ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, last ? kv_sel : kv_all, kb, vb, seq_len, H,
-                           Hkv, hd, b[SLOT_ATT], error))
-        return FALSE;
-      fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
-      if (!matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
-          || !ops->add (be, xr, b[SLOT_H], (size_t) m * D, error)
-          || !mlp_rows (fw, L, W, xr, b[SLOT_H], b, m, error))
-        return FALSE;
-    }
+  a.l0 = fixed;
+  a.l1 = c->n_layers;
+  a.embed = FALSE;
+  if (!full_layers (fw, &a, error))
+    return FALSE;
 
   if (g_cancellable_set_error_if_cancelled (cancellable, error))
     return FALSE;
   return head_rows (fw, subset ? b[SLOT_XS] : b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
+}
+
+/* Runs @fn (a pass) between the backend's pass bounds, again as long as
+ * the backend says its results are not to be used (um-backend.h). */
+typedef gboolean (*PassFn) (UmForward *fw, gpointer data, GError **error);
+
+static gboolean
+bounded_pass (UmForward *fw, PassFn fn, gpointer data, GError **error)
+{
+  const UmBackendOps *ops = fw->be->ops;
+  gboolean redo = TRUE;
+
+  if (ops->pass_begin == NULL)
+    return fn (fw, data, error);
+  while (redo)
+    {
+      const UmForwardStats snap = fw->stats;
+      g_autoptr(GError) end_error = NULL;
+      gboolean ok;
+
+      if (!ops->pass_begin (fw->be, error))
+        return FALSE;
+      ok = fn (fw, data, error);
+      if (!ops->pass_end (fw->be, &redo, &end_error))
+        {
+          if (ok)
+            g_propagate_error (error, g_steal_pointer (&end_error));
+          return FALSE;
+        }
+      if (!ok)
+        return FALSE;
+      if (redo)
+        fw->stats = snap;
+    }
+  return TRUE;
+}
+
+static gboolean cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, int start,
+                             int end, const gint32 *rows, int n, const HeadOut *dst, GCancellable *cancellable,
+                             GError **error);
+
+/* A pass's arguments, for bounded_pass. */
+typedef struct {
+  UmBuf        **views;
+  const gint32  *ids;
+  int            n_seq, seq_len;
+  int            start, end;    /* cached: the rows computed */
+  gboolean       cached;
+  const gint32  *rows;
+  int            n;
+  gboolean       keep_kv;
+  const HeadOut *dst;
+  GCancellable  *cancellable;
+} PassArgs;
+
+static gboolean
+pass_fn (UmForward *fw, gpointer data, GError **error)
+{
+  const PassArgs *p = data;
+
+  if (p->cached)
+    return cached_pass (fw, p->views, p->ids, p->n_seq, p->seq_len, p->start, p->end, p->rows, p->n, p->dst,
+                        p->cancellable, error);
+  return forward_pass (fw, p->views, p->ids, p->n_seq, p->seq_len, p->rows, p->n, p->keep_kv, p->dst,
+                       p->cancellable, error);
 }
 
 /* A finished pass in the stats: @n_rows rows of logits, started at @t_start. */
@@ -1227,9 +1414,10 @@ logits_pass (UmForward     *fw,
   if (subset && n == T)
     rows = NULL;
 
-  arena_layout (fw->model, n_seq, seq_len, n, fw->opts.row_chunk, &a);
+  arena_layout (fw->model, n_seq, seq_len, n, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
   ok = carve (fw, &a, views, error)
-       && forward_pass (fw, views, ids, n_seq, seq_len, rows, n, FALSE, dst, cancellable, error);
+       && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, n_seq, seq_len, 0, 0, FALSE, rows, n, FALSE, dst,
+                                                   cancellable }, error);
   free_views (fw, views, N_SLOTS);
   return ok && count_pass (fw, n, t_start);
 }
@@ -1322,24 +1510,90 @@ um_forward_reserve (UmForward *fw, const UmForwardShape *shape, GError **error)
   return TRUE;
 }
 
+/* A cached step's layers and what they need. */
+typedef struct {
+  UmBuf        **b;
+  const gint32  *sub_ids, *pos, *seq, *kv_len;
+  int            n_seq, seq_len, start, len, m;
+  GCancellable  *cancellable;
+} CachedPass;
+
+static gboolean
+cached_layers (UmForward *fw, gpointer data, GError **error)
+{
+  CachedPass *a = data;
+  const UmModelConfig *c = &fw->model->cfg;
+  const UmBackendOps *ops = fw->be->ops;
+  UmBackend *be = fw->be;
+  UmBuf **b = a->b;
+  const int len = a->len, m = a->m, seq_len = a->seq_len, start = a->start;
+  const int D = c->d_model, hd = c->head_dim;
+  const size_t kvd_bytes = (size_t) c->n_kv_heads * hd * sizeof (float);
+  const float eps = (float) c->rms_eps;
+  gboolean ok = TRUE;
+
+  if (fw->opts.embed_on_host ? !embed_host (fw, a->sub_ids, m, b[SLOT_X], error)
+                             : !ops->embed (be, fw->tok_embd, a->sub_ids, m, b[SLOT_X], error))
+    return FALSE;
+
+  for (guint l = 0; l < c->n_layers && ok; l++)
+    {
+      const UmLayerWeights *W = &fw->model->layers[l];
+      const int H = W->n_heads, Hkv = W->n_kv_heads;
+      DevLayer streamed;
+      const DevLayer *L = &fw->layers[l];
+
+      if (g_cancellable_set_error_if_cancelled (a->cancellable, error))
+        return FALSE;
+      if (streaming (fw))
+        {
+          if (!stream_layer (fw, l, &streamed, error))
+            return FALSE;
+          L = &streamed;
+        }
+      if (!ops->rms_norm (be, b[SLOT_X], m, D, L->attn_norm, eps, b[SLOT_H], error)
+          || !q_proj (fw, L, W, b[SLOT_H], m, a->pos, b[SLOT_Q], error))
+        return FALSE;
+      /* Each sequence's rows are contiguous in the cache: their fresh K and
+       * V are computed straight into it. */
+      for (int s = 0; s < a->n_seq && ok; s++)
+        {
+          UmBuf *v[4] = { NULL, NULL, NULL, NULL };
+          size_t off = ((size_t) s * seq_len + start) * kvd_bytes;
+          v[0] = ops->buf_view (be, b[SLOT_H], (size_t) s * len * D * sizeof (float), (size_t) len * D * sizeof (float),
+                                error);
+          v[1] = v[0] ? ops->buf_view (be, fw->kv_views[2 * l], off, len * kvd_bytes, error) : NULL;
+          v[2] = v[1] ? ops->buf_view (be, fw->kv_views[2 * l + 1], off, len * kvd_bytes, error) : NULL;
+          ok = v[2] != NULL && kv_proj (fw, L, W, v[0], len, a->pos + s * len, v[1], v[2], error);
+          free_views (fw, v, 4);
+        }
+      ok = ok
+           && ops->attention (be, b[SLOT_Q], m, a->seq, a->kv_len, fw->kv_views[2 * l], fw->kv_views[2 * l + 1],
+                              seq_len, H, Hkv, hd, b[SLOT_ATT], error)
+           && matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
+           && ops->add (be, b[SLOT_X], b[SLOT_H], (size_t) m * D, error)
+           && mlp_rows (fw, L, W, b[SLOT_X], b[SLOT_H], b, m, error);
+      fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
+    }
+  return ok;
+}
+
 /* A step inside a block with the cache: only the rows [start, end) of each
  * sequence run through the layers; their K and V replace the cached ones,
- * and attention reads the whole cached canvas. */
+ * and attention reads the whole cached canvas. The layers have the same
+ * shape every step of every block: recorded once, replayed after. */
 static gboolean
 cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, int start, int end,
              const gint32 *rows, int n, const HeadOut *dst, GCancellable *cancellable, GError **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
   const UmBackendOps *ops = fw->be->ops;
-  UmBackend *be = fw->be;
   const int len = end - start, m = n_seq * len;
-  const int D = c->d_model, hd = c->head_dim;
-  const size_t kvd_bytes = (size_t) c->n_kv_heads * hd * sizeof (float);
-  const float eps = (float) c->rms_eps;
+  const int D = c->d_model;
   g_autofree gint32 *index = g_new (gint32, cached_index_count (m, n));
   gint32 *sub_ids = index, *pos = index + m, *seq = index + 2 * m, *sel = index + 3 * m;
   g_autofree gint32 *kv_len = NULL;
-  gboolean ok = TRUE;
+  CachedPass a;
 
   for (int i = 0; i < m; i++)
     {
@@ -1362,54 +1616,14 @@ cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len
     }
   kv_len = kv_lengths (fw, pos, m, seq_len);
 
-  if (fw->opts.embed_on_host ? !embed_host (fw, sub_ids, m, b[SLOT_X], error)
-                             : !ops->embed (be, fw->tok_embd, sub_ids, m, b[SLOT_X], error))
-    return FALSE;
-
-  for (guint l = 0; l < c->n_layers && ok; l++)
-    {
-      const UmLayerWeights *W = &fw->model->layers[l];
-      const int H = W->n_heads, Hkv = W->n_kv_heads;
-      DevLayer streamed;
-      const DevLayer *L = &fw->layers[l];
-
-      if (g_cancellable_set_error_if_cancelled (cancellable, error))
-        return FALSE;
-      if (streaming (fw))
-        {
-          if (!stream_layer (fw, l, &streamed, error))
-            return FALSE;
-          L = &streamed;
-        }
-      if (!ops->rms_norm (be, b[SLOT_X], m, D, L->attn_norm, eps, b[SLOT_H], error)
-          || !q_proj (fw, L, W, b[SLOT_H], m, pos, b[SLOT_Q], error))
-        return FALSE;
-      /* Each sequence's rows are contiguous in the cache: their fresh K and
-       * V are computed straight into it. */
-      for (int s = 0; s < n_seq && ok; s++)
-        {
-          UmBuf *v[4] = { NULL, NULL, NULL, NULL };
-          size_t off = ((size_t) s * seq_len + start) * kvd_bytes;
-          v[0] = ops->buf_view (be, b[SLOT_H], (size_t) s * len * D * sizeof (float), (size_t) len * D * sizeof (float),
-                                error);
-          v[1] = v[0] ? ops->buf_view (be, fw->kv_views[2 * l], off, len * kvd_bytes, error) : NULL;
-          v[2] = v[1] ? ops->buf_view (be, fw->kv_views[2 * l + 1], off, len * kvd_bytes, error) : NULL;
-          ok = v[2] != NULL && kv_proj (fw, L, W, v[0], len, pos + s * len, v[1], v[2], error);
-          free_views (fw, v, 4);
-        }
-      ok = ok
-           && ops->attention (be, b[SLOT_Q], m, seq, kv_len, fw->kv_views[2 * l], fw->kv_views[2 * l + 1], seq_len,
-                              H, Hkv, hd, b[SLOT_ATT], error)
-           && matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
-           && ops->add (be, b[SLOT_X], b[SLOT_H], (size_t) m * D, error)
-           && mlp_rows (fw, L, W, b[SLOT_X], b[SLOT_H], b, m, error);
-      fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
-    }
-  if (!ok || g_cancellable_set_error_if_cancelled (cancellable, error))
+  a = (CachedPass) { b, sub_ids, pos, seq, kv_len, n_seq, seq_len, start, len, m, cancellable };
+  if (!in_segment (fw, segment_key (fw, 2, n_seq, seq_len, start, end, (int) c->n_layers, FALSE), cached_layers, &a,
+                   error)
+      || g_cancellable_set_error_if_cancelled (cancellable, error))
     return FALSE;
   if (n == m)
     return head_rows (fw, b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
-  return ops->get_rows (be, b[SLOT_X], D, sel, n, b[SLOT_XS], error)
+  return ops->get_rows (fw->be, b[SLOT_X], D, sel, n, b[SLOT_XS], error)
          && head_rows (fw, b[SLOT_XS], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
 }
 
@@ -1460,19 +1674,20 @@ logits_pass_cached (UmForward     *fw,
     {
       if (!ensure_kv (fw, T, error))
         return FALSE;
-      arena_layout (fw->model, n_seq, seq_len, n_rows, fw->opts.row_chunk, &a);
+      arena_layout (fw->model, n_seq, seq_len, n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
       ok = carve (fw, &a, views, error)
-           && forward_pass (fw, views, ids, n_seq, seq_len, n_rows == T ? NULL : rows, n_rows, TRUE, dst,
-                            cancellable, error);
+           && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, n_seq, seq_len, 0, 0, FALSE,
+                                                       n_rows == T ? NULL : rows, n_rows, TRUE, dst, cancellable },
+                            error);
     }
   else
     {
       end = dual ? block_end : seq_len;
       m = n_seq * (end - block_start);
-      arena_layout (fw->model, 1, m, n_rows, fw->opts.row_chunk, &a);
+      arena_layout (fw->model, 1, m, n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
       ok = carve (fw, &a, views, error)
-           && cached_pass (fw, views, ids, n_seq, seq_len, block_start, end, rows, n_rows, dst, cancellable,
-                           error);
+           && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, n_seq, seq_len, block_start, end, TRUE, rows,
+                                                       n_rows, FALSE, dst, cancellable }, error);
     }
   free_views (fw, views, N_SLOTS);
   return ok && count_pass (fw, n_rows, t_start);
@@ -1648,16 +1863,18 @@ logits_pass_window (UmForward     *fw,
     }
   if (start == 0)
     {
-      arena_layout (fw->model, 1, window, n_rows, fw->opts.row_chunk, &a);
+      arena_layout (fw->model, 1, window, n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
       ok = carve (fw, &a, views, error)
-           && forward_pass (fw, views, ids, 1, window, n_rows == window ? NULL : rows, n_rows, TRUE, dst,
-                            cancellable, error);
+           && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, 1, window, 0, 0, FALSE,
+                                                       n_rows == window ? NULL : rows, n_rows, TRUE, dst, cancellable },
+                            error);
     }
   else
     {
-      arena_layout (fw->model, 1, window - start, n_rows, fw->opts.row_chunk, &a);
+      arena_layout (fw->model, 1, window - start, n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
       ok = carve (fw, &a, views, error)
-           && cached_pass (fw, views, ids, 1, window, start, window, rows, n_rows, dst, cancellable, error);
+           && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, 1, window, start, window, TRUE, rows, n_rows, FALSE,
+                                                       dst, cancellable }, error);
     }
   free_views (fw, views, N_SLOTS);
   return ok && count_pass (fw, n_rows, t_start);
