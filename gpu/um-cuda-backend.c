@@ -58,6 +58,7 @@ um_cuda_dev_alloc (CudaCtx *c, size_t bytes, const char *what, GError **error)
   void *p = NULL;
   cudaError_t e;
 
+  um_cuda_segment_abort (c, "an allocation");
   if (bytes > c->budget || c->in_use > c->budget - bytes)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
@@ -82,6 +83,7 @@ um_cuda_dev_free (CudaCtx *c, void *p, size_t bytes)
 {
   if (p == NULL)
     return;
+  um_cuda_segment_abort (c, "a release");
   cudaFree (p);
   c->in_use -= bytes;
 }
@@ -243,6 +245,7 @@ cuda_buf_free (UmBackend *be, UmBuf *buf)
   if (!buf->view)
     {
       c = CTX (be);
+      um_cuda_segment_abort (c, "a release");
       /* The dequant stream too: after a failed product it may still read
        * a weight in this buffer (a streaming slot). */
       cudaStreamSynchronize (c->stream);
@@ -289,6 +292,9 @@ cuda_buf_upload (UmBackend *be, UmBuf *dst, size_t offset, const void *src, size
     return FALSE;
   if (bytes == 0)
     return TRUE;
+  /* From host memory the caller may reuse at once: not recordable. */
+  if (!um_cuda_host_sync_allowed (c, "an upload"))
+    return TRUE;
   return um_cuda_ok (cudaMemcpyAsync ((char *) dst->ptr + offset, src, bytes, cudaMemcpyHostToDevice, c->stream),
                   "uploading", error)
          && (!copy_is_async (src) || um_cuda_ok (cudaStreamSynchronize (c->stream), "uploading", error));
@@ -302,6 +308,11 @@ cuda_buf_download (UmBackend *be, UmBuf *src, size_t offset, void *dst, size_t b
     return FALSE;
   if (bytes == 0)
     return TRUE;
+  if (!um_cuda_host_sync_allowed (c, "a download"))
+    {
+      memset (dst, 0, bytes);
+      return TRUE;
+    }
   if (!um_cuda_ok (cudaMemcpyAsync (dst, (char *) src->ptr + offset, bytes, cudaMemcpyDeviceToHost, c->stream),
                 "downloading", error)
       || !um_cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error))
@@ -332,6 +343,8 @@ static gboolean
 cuda_sync (UmBackend *be, GError **error)
 {
   CudaCtx *c = CTX (be);
+  if (!um_cuda_host_sync_allowed (c, "a sync"))
+    return TRUE;
   if (!um_cuda_ok (cudaStreamSynchronize (c->stream), "waiting for the GPU", error)
       || !um_cuda_ok (cudaStreamSynchronize (c->dequant_stream), "waiting for the GPU", error))
     return FALSE;
@@ -630,6 +643,7 @@ cuda_weight_free (UmBackend *be, UmDevWeight *w)
   if (!w->view)
     {
       c = CTX (be);
+      um_cuda_segment_abort (c, "a release");
       cudaStreamSynchronize (c->stream);
       cudaStreamSynchronize (c->dequant_stream);
       um_cuda_dev_free (c, w->dev, w->bytes);

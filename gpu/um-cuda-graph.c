@@ -42,6 +42,11 @@ struct _UmCudaSegment {
   size_t          capacity;
   cudaEvent_t     done;          /* after the last launch: staging may be rewritten */
   gboolean        launched;
+  /* The products' range-check slots the recording writes (um-cuda-matmul.c):
+   * from flag_base, flag_slots of them, and which weight used which. */
+  int             flag_base;
+  int             flag_slots;
+  GArray         *flagged;       /* UmCudaFlagged */
 };
 
 static void
@@ -72,6 +77,8 @@ segment_free (gpointer data)
     cudaFree (s->dev);
   if (s->log != NULL)
     g_array_unref (s->log);
+  if (s->flagged != NULL)
+    g_array_unref (s->flagged);
   (void) cudaGetLastError ();
   g_free (s);
 }
@@ -163,6 +170,7 @@ um_cuda_issue (CudaCtx *c, const guint64 *sig, gsize n)
           c->seg_pos++;
           return FALSE;
         }
+      g_debug ("cuda: op %d (%u of %u) differs from the recording", (int) sig[0], c->seg_pos, c->seg->log->len);
       um_cuda_segment_abort (c, "an op differs from the recording");
       return FALSE;
     case UM_CUDA_SEG_SKIP:
@@ -275,6 +283,7 @@ um_cuda_segment_begin (UmBackend *be, guint64 key, GError **error)
       s = g_new0 (UmCudaSegment, 1);
       s->key = key;
       s->log = g_array_new (FALSE, FALSE, sizeof (guint64));
+      s->flagged = g_array_new (FALSE, FALSE, sizeof (UmCudaFlagged));
       g_hash_table_insert (c->segments, &s->key, s);
     }
   c->seg = s;
@@ -284,8 +293,10 @@ um_cuda_segment_begin (UmBackend *be, guint64 key, GError **error)
       c->seg = NULL;
       return TRUE;
     }
-  /* A scratch buffer a recording reads has moved since: record again. */
-  if (s->exec != NULL && s->epoch != c->scratch_epoch)
+  /* A scratch buffer a recording reads has moved since, or its products'
+   * range checks would land in other slots: record again. */
+  if (s->exec != NULL && (s->epoch != c->scratch_epoch || s->flag_base != c->n_flag_slots
+                          || s->flag_base + s->flag_slots > UM_CUDA_FLAG_SLOTS))
     segment_drop_graph (s);
   c->seg_pos = 0;
   c->seg_off = 0;
@@ -315,6 +326,8 @@ um_cuda_segment_begin (UmBackend *be, guint64 key, GError **error)
   g_array_set_size (s->log, 0);
   c->act_valid = FALSE;
   c->seg_mode = UM_CUDA_SEG_CAPTURE;
+  s->flag_base = c->n_flag_slots;
+  c->seg_flagged_at = c->flagged->len;
   return TRUE;
 }
 
@@ -359,6 +372,10 @@ um_cuda_segment_end (UmBackend *be, gboolean failed, gboolean *redo, GError **er
         }
       s->graph = g;
       s->epoch = c->scratch_epoch;
+      s->flag_slots = c->n_flag_slots - s->flag_base;
+      g_array_set_size (s->flagged, 0);
+      g_array_append_vals (s->flagged, &g_array_index (c->flagged, UmCudaFlagged, c->seg_flagged_at),
+                           c->flagged->len - c->seg_flagged_at);
       c->graph_stats.recorded++;
       /* Recording ran nothing: the first launch does the work. */
       if (!um_cuda_ok (cudaGraphLaunch (s->exec, c->stream), "launching a graph", error)
@@ -380,6 +397,10 @@ um_cuda_segment_end (UmBackend *be, gboolean failed, gboolean *redo, GError **er
         return FALSE;
       s->launched = TRUE;
       c->graph_stats.replayed++;
+      /* Its products' range checks, as if they had run one by one. */
+      c->n_flag_slots += s->flag_slots;
+      if (c->in_pass)
+        g_array_append_vals (c->flagged, s->flagged->data, s->flagged->len);
       return TRUE;
     case UM_CUDA_SEG_SKIP:
       segment_drop_graph (s);

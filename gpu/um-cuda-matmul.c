@@ -233,10 +233,10 @@ um_cuda_op_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *dw, UmB
                    dw->w.name);
       return FALSE;
     }
-  /* The flag slot the product will use (a recorded graph writes the one it
-   * was recorded with) and its path are part of what it does. */
+  /* Its path is part of what it does (the flag slots it uses, the
+   * segment's: um-cuda-graph.c). */
   if (!UM_CUDA_ISSUE (c, UM_CUDA_OP_MATMUL, UM_CUDA_P (x->ptr), rows, UM_CUDA_P (dw->dev), dw->w.dtype, dw->w.rows,
-                      dw->w.cols, UM_CUDA_P (out->ptr), fp32, c->in_pass, c->n_flag_slots))
+                      dw->w.cols, UM_CUDA_P (out->ptr), fp32, c->in_pass))
     {
       /* Replayed: the conversion it would reuse is the graph's. */
       c->act_valid = FALSE;

@@ -175,6 +175,7 @@ typedef struct {
   UmCudaSegment *seg;
   guint          seg_pos;
   size_t         seg_off;
+  guint          seg_flagged_at;  /* flagged's length when the recording began */
   guint64        scratch_epoch;
   UmCudaGraphStats graph_stats;
 

@@ -16,11 +16,14 @@
 
 /* The work buffers of a pass, carved from one device arena. */
 typedef enum {
-  SLOT_X, SLOT_H, SLOT_Q, SLOT_K, SLOT_V, SLOT_ATT, SLOT_GATE, SLOT_UP, SLOT_XS, SLOT_LOGITS,
+  SLOT_X, SLOT_H, SLOT_Q, SLOT_K, SLOT_V, SLOT_ATT, SLOT_GATE, SLOT_UP,
   SLOT_ROUTER,   /* MoE: the router's logits of a chunk of rows */
   SLOT_EX,       /* MoE: an expert's group of input rows */
   SLOT_EY,       /* MoE: an expert's output rows */
   SLOT_MOE,      /* MoE routed on the backend: its work (um-moe-work.h) */
+  /* Last, sized by the requested rows: the buffers before them stay where
+   * they are from step to step (a recorded pass reads them there). */
+  SLOT_XS, SLOT_LOGITS,
   N_SLOTS
 } Slot;
 

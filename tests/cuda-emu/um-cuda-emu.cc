@@ -571,11 +571,14 @@ cudaEventRecord (cudaEvent_t e, cudaStream_t s)
   std::lock_guard<std::recursive_mutex> g (cap_lock);
   if (s != NULL && s->cap != NULL)
     {
+      cudaError_t r;
       e->cap_id = s->cap->id;
       e->stream = s;
-      e->seq = s->n_nodes;
       e->recorded = false;
-      return um_emu_enqueue (s, [e] () { e->t = now_ms (); e->recorded = true; });
+      r = um_emu_enqueue (s, [e] () { e->t = now_ms (); e->recorded = true; });
+      /* The record itself is the last work the event covers. */
+      e->seq = s->n_nodes;
+      return r;
     }
   e->cap_id = 0;
   e->stream = s;
