@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include "um-backend-cuda.h"
+#include "um-choose.h"
 #include "um-cli.h"
 #include "um-cpu-isa.h"
 #include "um-cpu-kernels.h"
@@ -99,31 +100,55 @@ device_matmul_seconds (UmBackend *be)
   return um_backend_cuda_matmul_seconds (be, &s) ? s : -1;
 }
 
+/* One pass over the whole canvas: every row's logits downloaded, or (@choose)
+ * every row's token and confidence chosen where the logits are (on a GPU,
+ * only those come back, as in a generation step). */
 static gboolean
-bench_canvas (UmForward *fw, int canvas, int passes, double *warm_s, double *dev_matmul0, GError **error)
+canvas_pass (UmForward *fw, const gint32 *ids, int canvas, gboolean choose, float *logits, const gint32 *positions,
+             gint32 *out_ids, double *out_conf, GError **error)
+{
+  UmChooseRule rule = { 0 };
+
+  if (!choose)
+    return um_forward_logits (fw, ids, 1, canvas, NULL, 0, logits, NULL, error);
+  rule.eos_id = rule.eot_id = -1;
+  return um_forward_choose (fw, ids, 1, canvas, NULL, canvas, &rule, positions, out_ids, out_conf, NULL, error);
+}
+
+static gboolean
+bench_canvas (UmForward *fw, int canvas, int passes, gboolean choose, double *warm_s, double *dev_matmul0,
+              GError **error)
 {
   const UmModelConfig *c = &um_forward_get_model (fw)->cfg;
-  g_autofree gint32 *ids = g_new (gint32, canvas);
-  g_autofree float *logits = g_try_malloc ((size_t) canvas * c->vocab_size * sizeof (float));
+  g_autofree gint32 *ids = g_new (gint32, canvas), *out_ids = g_new (gint32, canvas), *pos = g_new (gint32, canvas);
+  g_autofree double *out_conf = g_new (double, canvas);
+  g_autofree float *logits = choose ? NULL : g_try_malloc ((size_t) canvas * c->vocab_size * sizeof (float));
   gint64 t0;
 
-  if (logits == NULL)
+  if (!choose && logits == NULL)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of memory for %d × %u logits", canvas, c->vocab_size);
       return FALSE;
     }
   /* Half prompt, half masks, like a diffusion step. */
   for (int i = 0; i < canvas; i++)
-    ids[i] = i < canvas / 2 ? (gint32) ((i * 2654435761u + 12345u) % MIN (c->vocab_size, 100000u)) : c->mask_id;
+    {
+      ids[i] = i < canvas / 2 ? (gint32) ((i * 2654435761u + 12345u) % MIN (c->vocab_size, 100000u)) : c->mask_id;
+      pos[i] = i;
+    }
+  /* Warm-up: the first pass pages the weights in; on a GPU the second
+   * records the pass's graph (the first measures it). */
   t0 = g_get_monotonic_time ();
-  if (!um_forward_logits (fw, ids, 1, canvas, NULL, 0, logits, NULL, error))
+  if (!canvas_pass (fw, ids, canvas, choose, logits, pos, out_ids, out_conf, error))
     return FALSE;
   *warm_s = (g_get_monotonic_time () - t0) / 1e6;
+  if (!canvas_pass (fw, ids, canvas, choose, logits, pos, out_ids, out_conf, error))
+    return FALSE;
   um_forward_reset_stats (fw);
   um_kprof_reset ();
   *dev_matmul0 = device_matmul_seconds (um_forward_get_backend (fw));
   for (int p = 0; p < passes; p++)
-    if (!um_forward_logits (fw, ids, 1, canvas, NULL, 0, logits, NULL, error))
+    if (!canvas_pass (fw, ids, canvas, choose, logits, pos, out_ids, out_conf, error))
       return FALSE;
   return TRUE;
 }
@@ -172,7 +197,8 @@ um_cli_bench (int argc, char **argv)
   g_autofree char *model_path = NULL;
   int prompt_length = 64, canvas = 0, passes = 5, background = 0;
   GArray *busy = NULL;
-  gboolean no_sgemm = FALSE, profile = FALSE;
+  gboolean no_sgemm = FALSE, profile = FALSE, choose = FALSE;
+  g_autofree char *head = NULL;
   g_auto(UmCliGenOptions) go = { 0 };
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model_path, "Model folder or .gguf file", "PATH" },
@@ -183,8 +209,11 @@ um_cli_bench (int argc, char **argv)
       "position (the work llama.cpp's diffusion example does per step)", "N" },
     { "passes", 0, 0, G_OPTION_ARG_INT, &passes, "Forward passes with --canvas (default 5)", "N" },
     { "profile", 0, 0, G_OPTION_ARG_NONE, &profile,
-      "Time each kernel family of the CPU backend (share of the forward's time, in the JSON and on stderr)",
-      NULL },
+      "Time each kernel family (share of the forward's time, in the JSON and on stderr; on a GPU with events "
+      "around every op, which turns its graphs off)", NULL },
+    { "head", 0, 0, G_OPTION_ARG_STRING, &head,
+      "With --canvas: logits (every row's logits downloaded, the default) or choose (every row's token and "
+      "confidence chosen where the logits are: on a GPU only those come back)", "logits|choose" },
     { "background", 0, 0, G_OPTION_ARG_INT, &background,
       "Keep N other processes busy (one core each) while measuring, as a loaded desktop would", "N" },
     { NULL }
@@ -216,6 +245,12 @@ um_cli_bench (int argc, char **argv)
     return 2;
   if (!um_cli_gen_options_to_params (&go, &params, &error))
     return um_cli_fail (error);
+  if (head != NULL && !g_str_equal (head, "logits") && !g_str_equal (head, "choose"))
+    {
+      g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--head takes logits or choose, not “%s”", head);
+      return um_cli_fail (error);
+    }
+  choose = head != NULL && g_str_equal (head, "choose");
   if (prompt_length < 1 || canvas < 0 || passes < 1 || background < 0 || background > 256)
     {
       g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM,
@@ -253,7 +288,7 @@ um_cli_bench (int argc, char **argv)
     return um_cli_fail (error);
   if (canvas > 0)
     {
-      if (!bench_canvas (fw, canvas, passes, &warm_s, &dev_matmul0, &error))
+      if (!bench_canvas (fw, canvas, passes, choose, &warm_s, &dev_matmul0, &error))
         return um_cli_fail (error);
     }
   else
@@ -364,6 +399,7 @@ um_cli_bench (int argc, char **argv)
     {
       MEMBER_STR ("mode", "canvas");
       MEMBER_INT ("canvas", canvas);
+      MEMBER_STR ("head", choose ? "choose" : "logits");
     }
   else
     {
@@ -407,12 +443,19 @@ um_cli_bench (int argc, char **argv)
     }
   um_cli_memory_json (b, engine);
   if (profile)
-    {
-      if (g_str_equal (um_backend_name (um_engine_get_backend (engine)), "cpu"))
-        profile_report (b, &st);
-      else
-        g_printerr ("bench: --profile times the CPU backend's kernels only\n");
-    }
+    profile_report (b, &st);
+  {
+    UmCudaGraphStats gs;
+    if (um_backend_cuda_graph_stats (um_engine_get_backend (engine), &gs))
+      {
+        json_builder_set_member_name (b, "cuda_graphs");
+        json_builder_begin_object (b);
+        MEMBER_INT ("recorded", gs.recorded);
+        MEMBER_INT ("replayed", gs.replayed);
+        MEMBER_INT ("redone", gs.redone);
+        json_builder_end_object (b);
+      }
+  }
   if (!no_sgemm)
     {
       int L = canvas > 0 ? canvas : prompt_length + params.gen_length;
