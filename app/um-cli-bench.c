@@ -190,6 +190,39 @@ profile_report (JsonBuilder *b, const UmForwardStats *st)
   g_printerr ("%s; total %.4f s\n", line->str, total);
 }
 
+/* One canvas of several: its timings (and profile) as an object of the
+ * "canvases" array. */
+static void
+canvas_report (JsonBuilder *b, UmBackend *be, int canvas, const UmForwardStats *stats, double warm_s,
+               double dev_matmul0, gboolean profile)
+{
+  UmForwardStats st = *stats;
+  double dev = dev_matmul0 >= 0 ? device_matmul_seconds (be) : -1;
+
+  if (dev >= 0)
+    st.seconds_matmul = dev - dev_matmul0;
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "canvas");
+  json_builder_add_int_value (b, canvas);
+  json_builder_set_member_name (b, "warmup_seconds");
+  json_builder_add_double_value (b, warm_s);
+  json_builder_set_member_name (b, "forward_passes");
+  json_builder_add_int_value (b, st.n_passes);
+  json_builder_set_member_name (b, "seconds_per_forward");
+  json_builder_add_double_value (b, st.n_passes ? st.seconds / st.n_passes : 0);
+  json_builder_set_member_name (b, "gflop_per_forward");
+  json_builder_add_double_value (b, st.n_passes ? st.flops / st.n_passes / 1e9 : 0);
+  json_builder_set_member_name (b, "gflops");
+  json_builder_add_double_value (b, st.seconds > 0 ? st.flops / st.seconds / 1e9 : 0);
+  json_builder_set_member_name (b, "matmul_gflops");
+  json_builder_add_double_value (b, st.seconds_matmul > 0 ? st.flops_matmul / st.seconds_matmul / 1e9 : 0);
+  json_builder_set_member_name (b, "matmul_share");
+  json_builder_add_double_value (b, st.seconds > 0 ? st.seconds_matmul / st.seconds : 0);
+  if (profile)
+    profile_report (b, &st);
+  json_builder_end_object (b);
+}
+
 int
 um_cli_bench (int argc, char **argv)
 {
@@ -198,15 +231,18 @@ um_cli_bench (int argc, char **argv)
   int prompt_length = 64, canvas = 0, passes = 5, background = 0;
   GArray *busy = NULL;
   gboolean no_sgemm = FALSE, profile = FALSE, choose = FALSE;
-  g_autofree char *head = NULL;
+  g_autofree char *head = NULL, *canvas_list = NULL;
+  g_autoptr(GArray) canvases = g_array_new (FALSE, FALSE, sizeof (int));
+  g_autoptr(JsonBuilder) per_canvas = json_builder_new ();
   g_auto(UmCliGenOptions) go = { 0 };
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model_path, "Model folder or .gguf file", "PATH" },
     { "prompt-length", 0, 0, G_OPTION_ARG_INT, &prompt_length, "Random prompt tokens (default 64)", "N" },
     { "no-sgemm", 0, 0, G_OPTION_ARG_NONE, &no_sgemm, "Skip the OpenBLAS sgemm baseline", NULL },
-    { "canvas", 0, 0, G_OPTION_ARG_INT, &canvas,
+    { "canvas", 0, 0, G_OPTION_ARG_STRING, &canvas_list,
       "Instead of generating, time forward passes over a canvas of N tokens with the logits of every "
-      "position (the work llama.cpp's diffusion example does per step)", "N" },
+      "position (the work llama.cpp's diffusion example does per step); N,N,… times each in turn with one "
+      "load, each in \"canvases\", the last also at the top level", "N[,N…]" },
     { "passes", 0, 0, G_OPTION_ARG_INT, &passes, "Forward passes with --canvas (default 5)", "N" },
     { "profile", 0, 0, G_OPTION_ARG_NONE, &profile,
       "Time each kernel family (share of the forward's time, in the JSON and on stderr; on a GPU with events "
@@ -251,6 +287,22 @@ um_cli_bench (int argc, char **argv)
       return um_cli_fail (error);
     }
   choose = head != NULL && g_str_equal (head, "choose");
+  if (canvas_list != NULL)
+    {
+      g_auto(GStrv) parts = g_strsplit (canvas_list, ",", -1);
+      for (guint i = 0; parts[i] != NULL; i++)
+        {
+          gint64 v = 0;
+          if (!g_ascii_string_to_signed (g_strstrip (parts[i]), 10, 1, G_MAXINT / 2, &v, NULL))
+            {
+              g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--canvas takes positive numbers, not “%s”",
+                           parts[i]);
+              return um_cli_fail (error);
+            }
+          g_array_append_val (canvases, v);
+          canvas = MAX (canvas, (int) v);
+        }
+    }
   if (prompt_length < 1 || canvas < 0 || passes < 1 || background < 0 || background > 256)
     {
       g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM,
@@ -266,7 +318,7 @@ um_cli_bench (int argc, char **argv)
       {
         if (canvas > 0)
           {
-            /* The plan for a pass over the whole canvas with every row's logits. */
+            /* The plan for a pass over the (largest) canvas with every row's logits. */
             opts.shape.prompt_length = 0;
             opts.shape.gen_length = canvas;
             opts.shape.block_length = canvas;
@@ -288,8 +340,18 @@ um_cli_bench (int argc, char **argv)
     return um_cli_fail (error);
   if (canvas > 0)
     {
-      if (!bench_canvas (fw, canvas, passes, choose, &warm_s, &dev_matmul0, &error))
-        return um_cli_fail (error);
+      json_builder_begin_array (per_canvas);
+      for (guint i = 0; i < canvases->len; i++)
+        {
+          const int cv = g_array_index (canvases, int, i);
+          if (!bench_canvas (fw, cv, passes, choose, &warm_s, &dev_matmul0, &error))
+            return um_cli_fail (error);
+          canvas = cv;
+          if (canvases->len > 1)
+            canvas_report (per_canvas, um_engine_get_backend (engine), cv, um_forward_get_stats (fw), warm_s,
+                           dev_matmul0, profile);
+        }
+      json_builder_end_array (per_canvas);
     }
   else
     {
@@ -399,6 +461,11 @@ um_cli_bench (int argc, char **argv)
     {
       MEMBER_STR ("mode", "canvas");
       MEMBER_INT ("canvas", canvas);
+      if (canvases->len > 1)
+        {
+          json_builder_set_member_name (b, "canvases");
+          json_builder_add_value (b, json_builder_get_root (per_canvas));
+        }
       MEMBER_STR ("head", choose ? "choose" : "logits");
     }
   else
@@ -428,6 +495,18 @@ um_cli_bench (int argc, char **argv)
     {
       MEMBER_DBL ("generate_seconds", gen_s);
       MEMBER_DBL ("tokens_per_second", gen_s > 0 ? params.gen_length / gen_s : 0);
+      /* The prompt and what was generated, for comparing with a peer
+       * given the same prompt. */
+      json_builder_set_member_name (b, "prompt_ids");
+      json_builder_begin_array (b);
+      for (int i = 0; i < prompt_length; i++)
+        json_builder_add_int_value (b, prompt[i]);
+      json_builder_end_array (b);
+      json_builder_set_member_name (b, "ids");
+      json_builder_begin_array (b);
+      for (guint i = 0; i < out_ids->len; i++)
+        json_builder_add_int_value (b, g_array_index (out_ids, gint32, i));
+      json_builder_end_array (b);
     }
   MEMBER_INT ("peak_rss_bytes", rss);
   MEMBER_INT ("backend_peak_bytes", mem.peak);
