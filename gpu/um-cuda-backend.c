@@ -673,6 +673,7 @@ static const UmBackendOps cuda_ops = {
   .embed = um_cuda_op_embed,
   .get_rows = um_cuda_op_get_rows,
   .rms_norm = um_cuda_op_rms_norm,
+  .add_rms_norm = um_cuda_op_add_rms_norm,
   .matmul = um_cuda_op_matmul,
   .rope = um_cuda_op_rope,
   .attention = um_cuda_op_attention,

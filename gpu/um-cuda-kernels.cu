@@ -315,12 +315,9 @@ block_sum (float v, float *scratch)
 /* One block per row.  The whole row is read for the sum before the barrier
  * in block_sum (), and afterwards each element is read and written by the
  * same thread, so out may alias x. */
-static __global__ void __launch_bounds__ (RMS_THREADS)
-rms_norm_kernel (const float *x, int dim, const float *w, float eps, float *out)
+static __device__ __forceinline__ void
+rms_norm_row (const float *xr, int dim, const float *w, float eps, float *o, float *scratch)
 {
-  __shared__ float scratch[32];
-  const float *xr = x + (int64_t) blockIdx.x * dim;
-  float *o = out + (int64_t) blockIdx.x * dim;
   float sum = 0.0f;
 
   for (int i = threadIdx.x; i < dim; i += blockDim.x)
@@ -332,6 +329,43 @@ rms_norm_kernel (const float *x, int dim, const float *w, float eps, float *out)
   const float scale = 1.0f / sqrtf (sum / (float) dim + eps);
   for (int i = threadIdx.x; i < dim; i += blockDim.x)
     o[i] = __fmul_rn (__fmul_rn (xr[i], scale), w[i]);
+}
+
+static __global__ void __launch_bounds__ (RMS_THREADS)
+rms_norm_kernel (const float *x, int dim, const float *w, float eps, float *out)
+{
+  __shared__ float scratch[32];
+
+  rms_norm_row (x + (int64_t) blockIdx.x * dim, dim, w, eps, out + (int64_t) blockIdx.x * dim, scratch);
+}
+
+/* x += y, then RMSNorm of the sum: um_cuda_add's then um_cuda_rms_norm's
+ * arithmetic in one launch (the same bits: each thread adds the elements
+ * it then reads for the norm, the norm is the same function). y may be
+ * out: every y element is read before the barrier in the norm's sum, and
+ * out written only after it. */
+static __global__ void __launch_bounds__ (RMS_THREADS)
+add_rms_norm_kernel (float *x, const float *y, int dim, const float *w, float eps, float *out)
+{
+  __shared__ float scratch[32];
+  float *xr = x + (int64_t) blockIdx.x * dim;
+  const float *yr = y + (int64_t) blockIdx.x * dim;
+
+  for (int i = threadIdx.x; i < dim; i += blockDim.x)
+    xr[i] += yr[i];
+  rms_norm_row (xr, dim, w, eps, out + (int64_t) blockIdx.x * dim, scratch);
+}
+
+extern "C" cudaError_t
+um_cuda_add_rms_norm (float *x, const float *y, int rows, int dim, const float *w, float eps, float *out,
+                      cudaStream_t stream)
+{
+  if (rows <= 0 || dim <= 0)
+    return cudaSuccess;
+  if (x == NULL || y == NULL || w == NULL || out == NULL)
+    return cudaErrorInvalidValue;
+  UM_LAUNCH ((add_rms_norm_kernel), rows, RMS_THREADS, 0, stream, x, y, dim, w, eps, out);
+  return launch_status ();
 }
 
 extern "C" cudaError_t

@@ -83,6 +83,35 @@ um_cuda_op_rms_norm (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeig
 }
 
 gboolean
+um_cuda_op_add_rms_norm (UmBackend *be, UmBuf *x, UmBuf *y, int rows, int dim, const UmDevWeight *w, float eps,
+                         UmBuf *out, GError **error)
+{
+  CudaCtx *c = CTX (be);
+  gboolean ok;
+
+  if (w->w.dtype != UM_DTYPE_F32 || w->w.rows * w->w.cols < (guint64) MAX (dim, 0))
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cuda: norm weight “%s” is not %d F32 values",
+                   w->w.name, dim);
+      return FALSE;
+    }
+  if (!um_cuda_check_rows (x, rows, dim, "adding and normalising", error)
+      || !um_cuda_check_rows (y, rows, dim, "adding and normalising", error)
+      || !um_cuda_check_rows (out, rows, dim, "adding and normalising", error))
+    return FALSE;
+  if (!UM_CUDA_ISSUE (c, UM_CUDA_OP_ADD_RMS_NORM, UM_CUDA_P (x->ptr), UM_CUDA_P (y->ptr), rows, dim,
+                      UM_CUDA_P (w->dev), UM_CUDA_F (eps), UM_CUDA_P (out->ptr)))
+    return TRUE;
+  {
+    UM_CUDA_PROF_BEGIN (c);
+    ok = um_cuda_ok (um_cuda_add_rms_norm (x->ptr, y->ptr, rows, dim, w->dev, eps, out->ptr, c->stream),
+                     "adding and normalising", error);
+    UM_CUDA_PROF_END (c, UM_KPROF_RMSNORM, ok);
+  }
+  return ok;
+}
+
+gboolean
 um_cuda_op_rope (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int head_dim, int rope_dim,
                  double theta, gboolean interleaved, GError **error)
 {

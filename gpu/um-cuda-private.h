@@ -259,6 +259,8 @@ gboolean um_cuda_op_get_rows (UmBackend *be, UmBuf *src, int dim, const gint32 *
                               GError **error);
 gboolean um_cuda_op_rms_norm (UmBackend *be, UmBuf *x, int rows, int dim, const UmDevWeight *w, float eps,
                               UmBuf *out, GError **error);
+gboolean um_cuda_op_add_rms_norm (UmBackend *be, UmBuf *x, UmBuf *y, int rows, int dim, const UmDevWeight *w,
+                                  float eps, UmBuf *out, GError **error);
 gboolean um_cuda_op_rope (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int head_dim,
                           int rope_dim, double theta, gboolean interleaved, GError **error);
 gboolean um_cuda_op_attention (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, const gint32 *q_kv_len,

@@ -117,6 +117,11 @@ typedef struct {
   gboolean (*choose)    (UmBackend *be, UmBuf *logits, int rows, int vocab, const UmChooseRule *rule,
                          const gint32 *positions, gint32 *out_ids, double *out_conf, GError **error);
 
+  /* Optional (NULL: add then rms_norm). x += y, then out = rms_norm (x) ·
+   * w: the bits of the two ops, in one (a launch on a GPU). @out may be @y,
+   * not @x. */
+  gboolean (*add_rms_norm) (UmBackend *be, UmBuf *x, UmBuf *y, int rows, int dim, const UmDevWeight *w, float eps,
+                            UmBuf *out, GError **error);
   /* Optional (NULL: the forward routes on the host and runs each expert
    * with the ops above). A mixture-of-experts layer's routed experts on
    * @n normalised rows @h, added into the residual rows @x: the router's

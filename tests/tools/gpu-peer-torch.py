@@ -17,6 +17,7 @@ prompt ids our bench used and compares the ids.
 Usage:
   gpu-peer-torch.py forward  --model DIR --canvas 96,256,1088 [--passes 5] [--device cuda]
   gpu-peer-torch.py generate --model DIR --ours BENCH.json [--device cuda]
+  gpu-peer-torch.py logits   --model DIR --ids 1,2,3 [--dtype f32]   (to check this forward against ours)
 Prints one JSON object.
 """
 import argparse
@@ -205,7 +206,9 @@ def generate(model, prompt, gen_length, block_length, steps, device):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["forward", "generate"])
+    ap.add_argument("what", choices=["forward", "generate", "logits"])
+    ap.add_argument("--dtype", choices=["bf16", "f32"], default="bf16")
+    ap.add_argument("--ids", default="")
     ap.add_argument("--model", required=True)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--canvas", default="96,256,1088")
@@ -218,19 +221,22 @@ def main():
     a = ap.parse_args()
 
     t0 = time.perf_counter()
-    model = Llada(a.model, a.device)
+    model = Llada(a.model, a.device, torch.bfloat16 if a.dtype == "bf16" else torch.float32)
     sync(a.device)
     out = {
         "peer": "pytorch",
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0) if a.device.startswith("cuda") else "cpu",
-        "dtype": "bf16",
+        "dtype": a.dtype,
         "attention": "scaled_dot_product_attention" if model.sdpa else "softmax(q·kᵀ)·v (no SDPA in this torch)",
         "load_seconds": time.perf_counter() - t0,
         "n_layers": model.n_layers,
         "d_model": model.d,
     }
-    if a.what == "forward":
+    if a.what == "logits":
+        ids = torch.tensor([[int(v) for v in a.ids.split(",")]], device=a.device)
+        out["logits"] = model.forward(ids)[0].float().cpu().tolist()
+    elif a.what == "forward":
         rows = []
         V = model.w["model.transformer.ff_out.weight"].shape[0]
         for c in [int(v) for v in a.canvas.split(",") if v]:
