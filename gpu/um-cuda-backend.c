@@ -51,19 +51,28 @@ um_cuda_ok (cudaError_t e, const char *what, GError **error)
 
 
 
+/* What a hard cap (um_backend_cuda_new_capped) counts besides in_use: the
+ * context, cuBLAS's handle and workspace, the scratch; 0 otherwise. */
+static guint64
+capped_overhead (const CudaCtx *c)
+{
+  return c->hard_cap ? c->fixed_overhead + c->scratch_bytes : 0;
+}
+
 /* Buffers and weights: under the budget and counted in in_use and peak. */
 void *
 um_cuda_dev_alloc (CudaCtx *c, size_t bytes, const char *what, GError **error)
 {
   void *p = NULL;
   cudaError_t e;
+  const guint64 used = c->in_use + capped_overhead (c);
 
   um_cuda_segment_abort (c, "an allocation");
-  if (bytes > c->budget || c->in_use > c->budget - bytes)
+  if (bytes > c->budget || used > c->budget - bytes)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
                    "cuda: %s of %.1f MiB would exceed the GPU memory budget (%.1f of %.1f MiB in use)",
-                   what, bytes / 1048576.0, c->in_use / 1048576.0, c->budget / 1048576.0);
+                   what, bytes / 1048576.0, used / 1048576.0, c->budget / 1048576.0);
       return NULL;
     }
   e = cudaMalloc (&p, MAX (bytes, 1));
@@ -99,13 +108,22 @@ um_cuda_scratch_release (CudaCtx *c, Scratch *s)
 }
 
 /* Scratch is overhead, like the CPU backend's product scratch: outside the
- * budget, which covers buffers and weights (DEFAULT_MARGIN leaves room). */
+ * budget, which covers buffers and weights (DEFAULT_MARGIN leaves room);
+ * under a hard cap, inside it. */
 gboolean
 um_cuda_scratch_ensure (CudaCtx *c, Scratch *s, size_t bytes, GError **error)
 {
   void *p = NULL;
   if (s->bytes >= bytes)
     return TRUE;
+  if (c->hard_cap && c->in_use + capped_overhead (c) - s->bytes + bytes > c->budget)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "cuda: work memory of %.1f MiB would exceed the GPU memory budget (%.1f of %.1f MiB in use, the "
+                   "CUDA context and cuBLAS included)", bytes / 1048576.0,
+                   (c->in_use + capped_overhead (c)) / 1048576.0, c->budget / 1048576.0);
+      return FALSE;
+    }
   /* No allocation while recording a graph: the recording stops here (the
    * segment is run again), and recorded graphs that read the old buffer
    * are recorded again (um-cuda-graph.c). */
@@ -707,8 +725,22 @@ context_estimate (const struct cudaDeviceProp *prop)
          + heap + fifo;
 }
 
+static UmBackend *backend_new (int device, guint64 budget_bytes, gboolean hard_cap, GError **error);
+
 UmBackend *
 um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
+{
+  return backend_new (device, budget_bytes, FALSE, error);
+}
+
+UmBackend *
+um_backend_cuda_new_capped (int device, guint64 cap_bytes, GError **error)
+{
+  return backend_new (device, cap_bytes, cap_bytes > 0, error);
+}
+
+static UmBackend *
+backend_new (int device, guint64 budget_bytes, gboolean hard_cap, GError **error)
 {
   g_autofree char *why = NULL;
   struct cudaDeviceProp prop;
@@ -827,6 +859,15 @@ um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
   ctx_est = MIN (context_estimate (&prop), ctx_upper);
   c->fixed_overhead = own + ctx_est;
   c->budget = budget_bytes ? budget_bytes : (free_init > DEFAULT_MARGIN ? free_init - DEFAULT_MARGIN : 0);
+  c->hard_cap = hard_cap;
+  if (hard_cap && c->fixed_overhead >= c->budget)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "cuda: a GPU memory budget of %.1f MiB does not even hold the CUDA context and cuBLAS "
+                   "(%.1f MiB)", c->budget / 1048576.0, c->fixed_overhead / 1048576.0);
+      cuda_destroy (be);
+      return NULL;
+    }
   g_debug ("cuda: device %d: context ≈ %.1f MiB (at most %.1f MiB), cuBLAS handle and workspace %.1f MiB, "
            "budget %.1f MiB", device, ctx_est / 1048576.0, ctx_upper / 1048576.0, own / 1048576.0,
            c->budget / 1048576.0);

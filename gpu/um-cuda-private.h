@@ -110,6 +110,7 @@ typedef struct {
   void          *workspace;     /* cuBLAS's, allocated here so that its size is known */
   size_t         workspace_bytes;
   guint64        budget;
+  gboolean       hard_cap;      /* the budget covers the overhead too (um_backend_cuda_new_capped) */
   guint64        in_use;
   guint64        peak;
   guint64        total;

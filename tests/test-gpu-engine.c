@@ -420,16 +420,18 @@ test_graph_mismatch (void)
 
 /* ---- the kernel profile -------------------------------------------------- */
 
+/* One pass of @file with the profile on: its families' seconds into
+ * @sec; the ops' sum within the pass's wall time; the results unchanged. */
 static void
-test_profile (void)
+profile_pass (const char *file, double sec[UM_KPROF_N])
 {
-  g_autofree char *path = um_test_data_path ("tiny-llada-moe-f32.gguf");
+  g_autofree char *path = um_test_data_path (file);
   g_autoptr(GError) error = NULL;
   g_autoptr(UmModel) model = um_model_load (path, NULL, &error);
   g_autoptr(UmForward) fw = NULL;
   const int L = 16;
   gint32 ids[16], rows[4] = { 3, 7, 11, 15 }, out_ids[4], plain_ids[4];
-  double conf[4], plain_conf[4], sec[UM_KPROF_N], sum = 0;
+  double conf[4], plain_conf[4], sum = 0;
   UmChooseRule rule = { 0 };
   const UmForwardStats *st;
 
@@ -452,16 +454,107 @@ test_profile (void)
   st = um_forward_get_stats (fw);
   for (int f = 0; f < UM_KPROF_N; f++)
     {
-      g_test_message ("%s %.6f s", um_kprof_family_name ((UmKprofFamily) f), sec[f]);
-      /* Every family this pass has (an MoE model, attention on tensor
-       * cores, tokens chosen on the device) was timed. */
-      g_assert_cmpfloat (sec[f], >, 0);
+      g_test_message ("%s: %s %.6f s", file, um_kprof_family_name ((UmKprofFamily) f), sec[f]);
+      g_assert_cmpfloat (sec[f], >=, 0);
       sum += sec[f];
     }
   /* The ops' device time fits in the pass's wall time: the remainder is
-   * what bench reports as "outside" (launch gaps, the host's work). */
-  g_test_message ("ops %.6f s of the pass's %.6f s", sum, st->seconds);
+   * what bench reports as "outside" (launch gaps, the host's work), so
+   * the shares and "outside" add up to the pass. */
+  g_test_message ("%s: ops %.6f s of the pass's %.6f s", file, sum, st->seconds);
   g_assert_cmpfloat (sum, <=, st->seconds);
+}
+
+static void
+test_profile (void)
+{
+  double dense[UM_KPROF_N], moe[UM_KPROF_N];
+
+  profile_pass ("tiny-llada-f32.gguf", dense);
+  profile_pass ("tiny-llada-moe-f32.gguf", moe);
+  /* Every family is timed where a pass has it: the dense model's MLP
+   * (SwiGLU, its residual add), the MoE model's routing; both have the
+   * rest (attention on tensor cores, the head, tokens chosen on the
+   * device). */
+  for (int f = 0; f < UM_KPROF_N; f++)
+    g_assert_cmpfloat (MAX (dense[f], moe[f]), >, 0);
+  g_assert_cmpfloat (dense[UM_KPROF_ELEMENTWISE], >, 0);
+  g_assert_cmpfloat (dense[UM_KPROF_MOE], ==, 0);   /* nothing added: exactly 0 */
+  g_assert_cmpfloat (moe[UM_KPROF_MOE], >, 0);
+}
+
+/* ---- the budget as a hard cap ---------------------------------------------- */
+
+/* Under um_backend_cuda_new_capped the budget covers what the backend holds
+ * besides buffers and weights (the context's estimate, cuBLAS's handle and
+ * workspace, its work memory): everything stays within it, and what would
+ * pass it fails with an out-of-memory error, a product's work memory too. */
+static void
+test_hard_cap (void)
+{
+  const guint64 cap = 600ull << 20;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmBackend) be = um_backend_cuda_new_capped (0, cap, &error);
+  UmBackendMemInfo m;
+  UmBuf *a, *b;
+  guint64 room;
+
+  g_assert_no_error (error);
+  be->ops->mem_info (be, &m);
+  g_test_message ("cap %.1f MiB: overhead %.1f MiB at creation", cap / 1048576.0, m.overhead / 1048576.0);
+  g_assert_cmpuint (m.budget, ==, cap);
+  g_assert_cmpuint (m.overhead, >, 0);
+  g_assert_cmpuint (m.overhead, <, cap);
+  room = cap - m.overhead;
+  /* All that is left, less 1 KiB: fits; then 2 KiB more: refused. */
+  a = be->ops->buf_alloc (be, room - 1024, &error);
+  g_assert_no_error (error);
+  b = be->ops->buf_alloc (be, 2048, &error);
+  g_assert_null (b);
+  g_assert_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY);
+  g_clear_error (&error);
+  be->ops->mem_info (be, &m);
+  g_assert_cmpuint (m.in_use + m.overhead, <=, cap);
+  /* A product whose work memory (the f16 activations) does not fit what is
+   * left: refused, not a crash, and nothing grew. */
+  {
+    const int rows = 64, k = 256, n = 32;
+    g_autofree guint16 *wd = g_new0 (guint16, (size_t) n * k);
+    g_autofree float *x = g_new (float, (size_t) rows * k);
+    UmWeight w = { "w", UM_DTYPE_F16, n, k, (guint64) k * 2, wd };
+    UmDevWeight *dw;
+    UmBuf *bx, *bo;
+
+    be->ops->buf_free (be, a);
+    fill (x, (size_t) rows * k, 1.0);
+    dw = be->ops->weight_load (be, &w, &error);
+    g_assert_no_error (error);
+    bx = upload (be, x, (size_t) rows * k * sizeof (float));
+    bo = be->ops->buf_alloc (be, (size_t) rows * n * sizeof (float), &error);
+    g_assert_no_error (error);
+    be->ops->mem_info (be, &m);
+    /* Leave less than the conversion's rows·k halves. */
+    a = be->ops->buf_alloc (be, cap - m.overhead - m.in_use - 1024, &error);
+    g_assert_no_error (error);
+    g_assert_false (be->ops->matmul (be, bx, rows, dw, bo, &error));
+    g_assert_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY);
+    g_clear_error (&error);
+    be->ops->mem_info (be, &m);
+    g_assert_cmpuint (m.in_use + m.overhead, <=, cap);
+    /* With room again, the same product runs. */
+    be->ops->buf_free (be, a);
+    g_assert_true (be->ops->matmul (be, bx, rows, dw, bo, &error));
+    g_assert_no_error (error);
+    be->ops->buf_free (be, bx);
+    be->ops->buf_free (be, bo);
+    be->ops->weight_free (be, dw);
+  }
+  /* A cap that does not hold the context and cuBLAS: refused at creation. */
+  {
+    g_autoptr(UmBackend) none = um_backend_cuda_new_capped (0, 4 << 20, &error);
+    g_assert_null (none);
+    g_assert_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY);
+  }
 }
 
 int
@@ -494,6 +587,7 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu-engine/graph-replay", test_graph_replay);
   g_test_add_func ("/gpu-engine/graph-mismatch", test_graph_mismatch);
   g_test_add_func ("/gpu-engine/profile", test_profile);
+  g_test_add_func ("/gpu-engine/hard-cap", test_hard_cap);
   rc = g_test_run ();
   g_rand_free (rng);
   um_backend_free (gpu_plain);

@@ -253,7 +253,9 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
   UmForwardShape shape;
 
   if (target->cuda)
-    engine->backend = um_backend_cuda_new (options->gpu_index, options->memory_budget, error);
+    /* --budget is a hard cap on all the process holds on the GPU, its
+     * context and cuBLAS included (the plan counts them too). */
+    engine->backend = um_backend_cuda_new_capped (options->gpu_index, options->memory_budget, error);
   else
     {
       UmProducts products = options->products;

@@ -165,11 +165,38 @@ else
   passes=10
   quant=Q8_0,Q4_K_M
 fi
+# In order of what matters most if time runs short: the forward and the
+# generation against PyTorch, then parity, then profiles and the rest.
 models=$work/models
 mkdir -p "$models"
-
-# ---- 3. parity on the GPU: the kernels, every op, every family ----
 export UM_TEST_DATA=$here/tests/data OMP_NUM_THREADS=$(nproc)
+bench=(bench --device cuda --no-sgemm --head choose --passes "$passes")
+gbench=(bench --device cuda --no-sgemm "${gen[@]}")
+peer=(env PYTHONUNBUFFERED=1 "$py" "$here/tests/tools/gpu-peer-torch.py")
+pdev=cuda
+[ "$rehearse" = 1 ] && pdev=cpu
+
+# ---- 3. the small models (the launch-bound goals), made here ----
+step make_small 60 run um-make-model --out "$models/dream" "${small_dream[@]}" --gguf Q8_0 --gguf-only \
+  && step ours_dream 40 run unmask-cli "${bench[@]}" --model "$models/dream-Q8_0.gguf" --canvas "$small_canvas" \
+       --passes $((passes * 10))
+step make_small_moe 60 run um-make-model --out "$models/moe" "${small_moe[@]}" --gguf Q8_0 --gguf-only \
+  && step ours_moe 40 run unmask-cli "${bench[@]}" --model "$models/moe-Q8_0.gguf" --canvas "$small_canvas" \
+       --passes $((passes * 10))
+
+# ---- 4. the big shape (16 GB of bf16 does not travel): ours, then PyTorch
+#         on the same GPU and folder, per forward and end to end ----
+if step make_big 240 run um-make-model --out "$models/big" "${big[@]}" --dtype bf16; then
+  step ours_forward 90 run unmask-cli "${bench[@]}" --model "$models/big" --canvas "$canvases"
+  step torch_forward 90 "${peer[@]}" forward --model "$models/big" --device "$pdev" --canvas "$canvases" \
+    --passes "$passes"
+  step ours_generate 120 run unmask-cli "${gbench[@]}" --model "$models/big"
+  [ -s "$work/ours_generate.json" ] && step torch_generate 120 "${peer[@]}" generate --model "$models/big" \
+    --device "$pdev" --ours "$work/ours_generate.json"
+  step ours_generate_dual 90 run unmask-cli "${gbench[@]}" --model "$models/big" --cache dual --threshold 0.9
+fi
+
+# ---- 5. parity on the GPU: the kernels, every op, every family ----
 if [ "$rehearse" = 1 ]; then
   step selftest 5 run cuda-emu-kernels
   step engine_tests 60 run test-gpu-engine-emu
@@ -183,45 +210,24 @@ else
   step engine_tests 60 run test-gpu-engine
 fi
 
-# ---- 4. the models, made here (16 GB of bf16 does not travel) ----
-step make_small 60 run um-make-model --out "$models/dream" "${small_dream[@]}" --gguf Q8_0 --gguf-only
-step make_small_moe 60 run um-make-model --out "$models/moe" "${small_moe[@]}" --gguf Q8_0 --gguf-only
-step make_big 240 run um-make-model --out "$models/big" "${big[@]}" --dtype bf16
+# The host→device bus, as the streaming modes see it (issue 30).
+step bandwidth 30 "${peer[@]}" bandwidth --device "$pdev" --mib $([ "$rehearse" = 1 ] && echo 64 || echo 2048)
 
-# ---- 5. per forward: ours (graphs on), the profile, the small models ----
-bench=(bench --device cuda --no-sgemm --head choose --passes "$passes")
-[ -d "$models/big" ] && step ours_forward 90 run unmask-cli "${bench[@]}" --model "$models/big" --canvas "$canvases"
+# ---- 6. where the time goes: the kernel profile (graphs off) ----
 [ -d "$models/big" ] && step ours_profile 90 run unmask-cli "${bench[@]}" --model "$models/big" \
   --canvas "${canvases##*,}" --profile
-[ -f "$models/dream-Q8_0.gguf" ] && step ours_dream 40 run unmask-cli "${bench[@]}" --model "$models/dream-Q8_0.gguf" \
-  --canvas "$small_canvas" --passes $((passes * 10))
 [ -f "$models/dream-Q8_0.gguf" ] && step ours_dream_profile 40 run unmask-cli "${bench[@]}" \
   --model "$models/dream-Q8_0.gguf" --canvas "$small_canvas" --profile
-[ -f "$models/moe-Q8_0.gguf" ] && step ours_moe 40 run unmask-cli "${bench[@]}" --model "$models/moe-Q8_0.gguf" \
-  --canvas "$small_canvas" --passes $((passes * 10))
 [ -f "$models/moe-Q8_0.gguf" ] && step ours_moe_profile 40 run unmask-cli "${bench[@]}" \
   --model "$models/moe-Q8_0.gguf" --canvas "$small_canvas" --profile
 
-# ---- 6. PyTorch on the same GPU, the same folder ----
-peer=(env PYTHONUNBUFFERED=1 "$py" "$here/tests/tools/gpu-peer-torch.py")
-pdev=cuda
-[ "$rehearse" = 1 ] && pdev=cpu
-[ -d "$models/big" ] && step torch_forward 90 "${peer[@]}" forward --model "$models/big" --device "$pdev" \
-  --canvas "$canvases" --passes "$passes"
-
-# The peer checked against us: a tiny f32 LLaDA, both forwards in fp32.
+# ---- 7. the peer checked against us: a tiny f32 LLaDA, both in fp32 (our
+#         exact paths: fp32 products and attention) ----
 check_ids=3,17,99,508,508,508,42,7,508,250
 step make_check 30 run um-make-model --out "$models/check" --shape tiny --family llada --dtype f32 \
-  && step ours_check 30 run unmask-cli logits --model "$models/check" --ids "$check_ids" --device cuda \
+  && step ours_check 30 env UNMASK_CUDA_EXACT_PRODUCTS=1 UNMASK_CUDA_EXACT_ATTENTION=1 "$run" unmask-cli logits \
+       --model "$models/check" --ids "$check_ids" --device cuda \
   && step torch_check 60 "${peer[@]}" logits --model "$models/check" --device "$pdev" --dtype f32 --ids "$check_ids"
-
-# ---- 7. generation end to end: exact, then dual cache with threshold 0.9 ----
-gbench=(bench --device cuda --no-sgemm "${gen[@]}")
-[ -d "$models/big" ] && step ours_generate 120 run unmask-cli "${gbench[@]}" --model "$models/big"
-[ -d "$models/big" ] && step ours_generate_dual 90 run unmask-cli "${gbench[@]}" --model "$models/big" \
-  --cache dual --threshold 0.9
-[ -s "$work/ours_generate.json" ] && step torch_generate 120 "${peer[@]}" generate --model "$models/big" \
-  --device "$pdev" --ours "$work/ours_generate.json"
 
 # ---- 8. the quantized files of the big shape, if time is left ----
 for q in ${quant//,/ }; do
@@ -293,6 +299,8 @@ tf = res.get("torch_forward")
 if tf:
     theirs = {r["canvas"]: r for r in tf.get("forward", [])}
 lines = []
+of = res.get("ours_forward") or {}
+big = "LLaDA %sL d%s" % (of.get("n_layers", "?"), of.get("d_model", "?"))
 g = (res.get("gpu") or [{}])[0]
 lines.append("device: %s, driver %s%s" % (g.get("name", "?"), g.get(" driver_version", g.get("driver_version", "?")),
                                           " (REHEARSAL on the host emulation: no figure here is a GPU's)" if rehearse else ""))
@@ -301,15 +309,16 @@ for c in sorted(set(ours) | set(theirs)):
     o = ours.get(c, {}).get("seconds_per_forward")
     t = theirs.get(c, {}).get("seconds_per_forward")
     ratio = "%.2f" % (t / o) if o and t else "-"
-    lines.append("%-34s %12s %12s %8s" % ("LLaDA-8B-shaped bf16, %d" % c, "%.5f" % o if o else "-",
+    lines.append("%-34s %12s %12s %8s" % ("%s bf16, %d" % (big, c), "%.5f" % o if o else "-",
                                           "%.5f" % t if t else "-", ratio))
 for q in ("Q8_0", "Q4_K_M"):
     for c, d in sorted(canv(res.get("ours_forward_" + q)).items()):
-        lines.append("%-34s %12.5f %12s %8s" % ("LLaDA-8B-shaped %s, %d" % (q, c), d["seconds_per_forward"], "-", "-"))
-for name, label in (("ours_dream", "Dream-100M-shaped Q8_0"), ("ours_moe", "LLaDA-MoE-100M-shaped Q8_0")):
+        lines.append("%-34s %12.5f %12s %8s" % ("%s %s, %d" % (big, q, c), d["seconds_per_forward"], "-", "-"))
+for name, label in (("ours_dream", "Dream"), ("ours_moe", "LLaDA-MoE")):
     d = res.get(name)
     if d:
-        lines.append("%-34s %12.5f %12s %8s" % ("%s, %d" % (label, d["canvas"]), d["seconds_per_forward"], "-", "-"))
+        lines.append("%-34s %12.5f %12s %8s" % ("%s %.0fM Q8_0, %d" % (label, d.get("parameters", 0) / 1e6, d["canvas"]),
+                                                d["seconds_per_forward"], "-", "-"))
 og, tg, od = res.get("ours_generate"), res.get("torch_generate"), res.get("ours_generate_dual")
 if og or tg:
     lines.append("%-34s %12s %12s %8s" % ("generation (tokens/s)", "ours", "PyTorch", "ratio"))
@@ -332,6 +341,10 @@ for name in ("ours_profile", "ours_dream_profile", "ours_moe_profile"):
         lines.append("profile %s (canvas %s): " % (name[5:], d.get("canvas")) + ", ".join(
             "%s %.1f%%" % (k, 100 * v["share"]) for k, v in sorted(fam.items(), key=lambda kv: -kv[1]["share"])
             if v["share"] >= 0.005))
+bw = res.get("bandwidth")
+if bw and "pinned_gb_per_s" in bw:
+    lines.append("host to device: %.1f GB/s pinned, %.1f GB/s pageable (%d MiB copies)" %
+                 (bw["pinned_gb_per_s"], bw["pageable_gb_per_s"], bw["bytes"] >> 20))
 if "peer_check" in res:
     lines.append("PyTorch peer against ours, tiny LLaDA in fp32: max relative error %.2g" %
                  res["peer_check"]["max_rel_error"])

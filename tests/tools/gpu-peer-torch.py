@@ -18,6 +18,7 @@ Usage:
   gpu-peer-torch.py forward  --model DIR --canvas 96,256,1088 [--passes 5] [--device cuda]
   gpu-peer-torch.py generate --model DIR --ours BENCH.json [--device cuda]
   gpu-peer-torch.py logits   --model DIR --ids 1,2,3 [--dtype f32]   (to check this forward against ours)
+  gpu-peer-torch.py bandwidth [--mib 1024]   (host to device copies, pinned and pageable)
 Prints one JSON object.
 """
 import argparse
@@ -204,12 +205,34 @@ def generate(model, prompt, gen_length, block_length, steps, device):
     return x[0, P:].tolist()
 
 
+def bandwidth(mib, device):
+    """Host to device: large copies from pinned and from pageable memory,
+    the median of 5 after one warm-up; GB/s of 10^9 bytes."""
+    n = mib << 20
+    out = {"bytes": n, "device": device}
+    dst = torch.empty(n, dtype=torch.uint8, device=device)
+    for kind in ("pinned", "pageable"):
+        src = torch.empty(n, dtype=torch.uint8, pin_memory=(kind == "pinned" and device.startswith("cuda")))
+        src.fill_(1)
+        times = []
+        for r in range(6):
+            sync(device)
+            t0 = time.perf_counter()
+            dst.copy_(src, non_blocking=True)
+            sync(device)
+            if r > 0:
+                times.append(time.perf_counter() - t0)
+        out[kind + "_gb_per_s"] = n / statistics.median(times) / 1e9
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["forward", "generate", "logits"])
+    ap.add_argument("what", choices=["forward", "generate", "logits", "bandwidth"])
+    ap.add_argument("--mib", type=int, default=1024)
     ap.add_argument("--dtype", choices=["bf16", "f32"], default="bf16")
     ap.add_argument("--ids", default="")
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--canvas", default="96,256,1088")
     ap.add_argument("--passes", type=int, default=5)
@@ -220,6 +243,10 @@ def main():
     ap.add_argument("--steps", type=int, default=0)
     a = ap.parse_args()
 
+    if a.what == "bandwidth":
+        json.dump(bandwidth(a.mib, a.device), sys.stdout, indent=1)
+        print()
+        return
     t0 = time.perf_counter()
     model = Llada(a.model, a.device, torch.bfloat16 if a.dtype == "bf16" else torch.float32)
     sync(a.device)
