@@ -118,7 +118,7 @@ um_cuda_attention_tc (const UmCudaAttnBlas *blas, cublasHandle_t handle, cudaStr
 
   if (nq <= 0)
     return TRUE;
-  if (blas == NULL || blas->set_stream == NULL || blas->gemm_strided_batched_ex == NULL || handle == NULL
+  if (blas == NULL || blas->gemm_strided_batched_ex == NULL || handle == NULL
       || q == NULL || q_seq_host == NULL || k == NULL || v == NULL || out == NULL || scratch == NULL
       || (q_kv_len_host != NULL && q_kv_len_dev == NULL)
       || seq_len <= 0 || head_dim <= 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
@@ -150,7 +150,7 @@ um_cuda_attention_tc (const UmCudaAttnBlas *blas, cublasHandle_t handle, cudaStr
                    um_attention_plan_score_floats (1, seq_len, n_heads) * sizeof (float));
       return FALSE;
     }
-  bs = blas->set_stream (handle, stream);
+  bs = blas->set_stream != NULL ? blas->set_stream (handle, stream) : CUBLAS_STATUS_SUCCESS;
   if (bs != CUBLAS_STATUS_SUCCESS)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_FAILED, "cublas: attention: setting the stream: %s",

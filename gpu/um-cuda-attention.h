@@ -48,7 +48,10 @@ typedef cublasStatus_t (*UmCublasGemmStridedBatchedExFn) (cublasHandle_t, cublas
 typedef const char *(*UmCublasGetStatusStringFn) (cublasStatus_t);
 
 typedef struct {
-  UmCublasSetStreamFn set_stream;                         /* "cublasSetStream_v2" */
+  /* "cublasSetStream_v2"; NULL: the handle is already on the stream (a
+   * call resets cuBLAS's workspace to its own pool, which a recorded graph
+   * must not allocate from). */
+  UmCublasSetStreamFn set_stream;
   UmCublasGemmStridedBatchedExFn gemm_strided_batched_ex; /* "cublasGemmStridedBatchedEx" */
   UmCublasGetStatusStringFn status_string;                /* "cublasGetStatusString", may be NULL */
 } UmCudaAttnBlas;

@@ -164,7 +164,10 @@ um_cuda_op_attention (UmBackend *be, UmBuf *q, int nq, const gint32 *q_seq, cons
                       UmBuf *v, int seq_len, int n_heads, int n_kv_heads, int head_dim, UmBuf *out, GError **error)
 {
   CudaCtx *c = CTX (be);
-  UmCudaAttnBlas ab = { um_cuda_blas.set_stream, um_cuda_blas.gemm_strided_batched_ex, um_cuda_blas.status_string };
+  /* The handle is on the compute stream since its creation: setting it
+   * again would drop the workspace given to cuBLAS then (cuBLAS resets it
+   * on every cublasSetStream), and a recorded graph must not allocate. */
+  UmCudaAttnBlas ab = { NULL, um_cuda_blas.gemm_strided_batched_ex, um_cuda_blas.status_string };
   AttnProf prof = { c, { 0 }, FALSE };
   UmCudaAttnHooks hooks = { attn_step_begin, attn_step_end, &prof };
   const int32_t *d_idx, *d_kv_len = NULL;
