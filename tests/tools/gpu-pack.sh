@@ -74,6 +74,13 @@ done | sort -u | while read -r soname path; do
 done
 loader=$(ldd "$stage/bin/unmask-cli" | awk '/ld-linux/ { print $1 }')
 cp -L "$loader" "$stage/lib/$(basename "$loader")"
+# The rest of our glibc: the device's libcuda and cuBLAS ask for libdl,
+# libpthread and librt by name, which must be our glibc's too (this loader
+# and this libc), not the device's.
+libc_dir=$(dirname "$(ldd "$stage/bin/unmask-cli" | awk '$1 == "libc.so.6" { print $3 }')")
+for l in libdl.so.2 libpthread.so.0 librt.so.1 libutil.so.1 libanl.so.1 libnss_files.so.2 libnss_dns.so.2; do
+  [ -e "$libc_dir/$l" ] && [ ! -e "$stage/lib/$l" ] && cp -L "$libc_dir/$l" "$stage/lib/$l"
+done
 {
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
   echo "build: $build ($(meson introspect "$build" --buildoptions 2>/dev/null | python3 -c 'import json,sys; o={x["name"]:x["value"] for x in json.load(sys.stdin)}; print("cuda=%s native=%s buildtype=%s" % (o.get("cuda"), o.get("native"), o.get("buildtype")))' 2>/dev/null || echo '?'))"
