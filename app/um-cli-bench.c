@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 
 #include "um-backend-cuda.h"
+#include "um-choose.h"
 #include "um-cli.h"
 #include "um-cpu-isa.h"
 #include "um-cpu-kernels.h"
@@ -95,31 +96,55 @@ device_matmul_seconds (UmBackend *be)
   return um_backend_cuda_matmul_seconds (be, &s) ? s : -1;
 }
 
+/* One pass over the whole canvas: every row's logits downloaded, or (@choose)
+ * every row's token and confidence chosen where the logits are (on a GPU,
+ * only those come back, as in a generation step). */
 static gboolean
-bench_canvas (UmForward *fw, int canvas, int passes, double *warm_s, double *dev_matmul0, GError **error)
+canvas_pass (UmForward *fw, const gint32 *ids, int canvas, gboolean choose, float *logits, const gint32 *positions,
+             gint32 *out_ids, double *out_conf, GError **error)
+{
+  UmChooseRule rule = { 0 };
+
+  if (!choose)
+    return um_forward_logits (fw, ids, 1, canvas, NULL, 0, logits, NULL, error);
+  rule.eos_id = rule.eot_id = -1;
+  return um_forward_choose (fw, ids, 1, canvas, NULL, canvas, &rule, positions, out_ids, out_conf, NULL, error);
+}
+
+static gboolean
+bench_canvas (UmForward *fw, int canvas, int passes, gboolean choose, double *warm_s, double *dev_matmul0,
+              GError **error)
 {
   const UmModelConfig *c = &um_forward_get_model (fw)->cfg;
-  g_autofree gint32 *ids = g_new (gint32, canvas);
-  g_autofree float *logits = g_try_malloc ((size_t) canvas * c->vocab_size * sizeof (float));
+  g_autofree gint32 *ids = g_new (gint32, canvas), *out_ids = g_new (gint32, canvas), *pos = g_new (gint32, canvas);
+  g_autofree double *out_conf = g_new (double, canvas);
+  g_autofree float *logits = choose ? NULL : g_try_malloc ((size_t) canvas * c->vocab_size * sizeof (float));
   gint64 t0;
 
-  if (logits == NULL)
+  if (!choose && logits == NULL)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of memory for %d × %u logits", canvas, c->vocab_size);
       return FALSE;
     }
   /* Half prompt, half masks, like a diffusion step. */
   for (int i = 0; i < canvas; i++)
-    ids[i] = i < canvas / 2 ? (gint32) ((i * 2654435761u + 12345u) % MIN (c->vocab_size, 100000u)) : c->mask_id;
+    {
+      ids[i] = i < canvas / 2 ? (gint32) ((i * 2654435761u + 12345u) % MIN (c->vocab_size, 100000u)) : c->mask_id;
+      pos[i] = i;
+    }
+  /* Warm-up: the first pass pages the weights in; on a GPU the second
+   * records the pass's graph (the first measures it). */
   t0 = g_get_monotonic_time ();
-  if (!um_forward_logits (fw, ids, 1, canvas, NULL, 0, logits, NULL, error))
+  if (!canvas_pass (fw, ids, canvas, choose, logits, pos, out_ids, out_conf, error))
     return FALSE;
   *warm_s = (g_get_monotonic_time () - t0) / 1e6;
+  if (!canvas_pass (fw, ids, canvas, choose, logits, pos, out_ids, out_conf, error))
+    return FALSE;
   um_forward_reset_stats (fw);
   um_kprof_reset ();
   *dev_matmul0 = device_matmul_seconds (um_forward_get_backend (fw));
   for (int p = 0; p < passes; p++)
-    if (!um_forward_logits (fw, ids, 1, canvas, NULL, 0, logits, NULL, error))
+    if (!canvas_pass (fw, ids, canvas, choose, logits, pos, out_ids, out_conf, error))
       return FALSE;
   return TRUE;
 }
@@ -158,6 +183,39 @@ profile_report (JsonBuilder *b, const UmForwardStats *st)
   g_printerr ("%s; total %.4f s\n", line->str, total);
 }
 
+/* One canvas of several: its timings (and profile) as an object of the
+ * "canvases" array. */
+static void
+canvas_report (JsonBuilder *b, UmBackend *be, int canvas, const UmForwardStats *stats, double warm_s,
+               double dev_matmul0, gboolean profile)
+{
+  UmForwardStats st = *stats;
+  double dev = dev_matmul0 >= 0 ? device_matmul_seconds (be) : -1;
+
+  if (dev >= 0)
+    st.seconds_matmul = dev - dev_matmul0;
+  json_builder_begin_object (b);
+  json_builder_set_member_name (b, "canvas");
+  json_builder_add_int_value (b, canvas);
+  json_builder_set_member_name (b, "warmup_seconds");
+  json_builder_add_double_value (b, warm_s);
+  json_builder_set_member_name (b, "forward_passes");
+  json_builder_add_int_value (b, st.n_passes);
+  json_builder_set_member_name (b, "seconds_per_forward");
+  json_builder_add_double_value (b, st.n_passes ? st.seconds / st.n_passes : 0);
+  json_builder_set_member_name (b, "gflop_per_forward");
+  json_builder_add_double_value (b, st.n_passes ? st.flops / st.n_passes / 1e9 : 0);
+  json_builder_set_member_name (b, "gflops");
+  json_builder_add_double_value (b, st.seconds > 0 ? st.flops / st.seconds / 1e9 : 0);
+  json_builder_set_member_name (b, "matmul_gflops");
+  json_builder_add_double_value (b, st.seconds_matmul > 0 ? st.flops_matmul / st.seconds_matmul / 1e9 : 0);
+  json_builder_set_member_name (b, "matmul_share");
+  json_builder_add_double_value (b, st.seconds > 0 ? st.seconds_matmul / st.seconds : 0);
+  if (profile)
+    profile_report (b, &st);
+  json_builder_end_object (b);
+}
+
 int
 um_cli_bench (int argc, char **argv)
 {
@@ -165,19 +223,26 @@ um_cli_bench (int argc, char **argv)
   g_autofree char *model_path = NULL;
   int prompt_length = 64, canvas = 0, passes = 5, background = 0;
   GArray *busy = NULL;
-  gboolean no_sgemm = FALSE, profile = FALSE;
+  gboolean no_sgemm = FALSE, profile = FALSE, choose = FALSE;
+  g_autofree char *head = NULL, *canvas_list = NULL;
+  g_autoptr(GArray) canvases = g_array_new (FALSE, FALSE, sizeof (int));
+  g_autoptr(JsonBuilder) per_canvas = json_builder_new ();
   g_auto(UmCliGenOptions) go = { 0 };
   GOptionEntry entries[] = {
     { "model", 'm', 0, G_OPTION_ARG_FILENAME, &model_path, "Model folder or .gguf file", "PATH" },
     { "prompt-length", 0, 0, G_OPTION_ARG_INT, &prompt_length, "Random prompt tokens (default 64)", "N" },
     { "no-sgemm", 0, 0, G_OPTION_ARG_NONE, &no_sgemm, "Skip the OpenBLAS sgemm baseline", NULL },
-    { "canvas", 0, 0, G_OPTION_ARG_INT, &canvas,
+    { "canvas", 0, 0, G_OPTION_ARG_STRING, &canvas_list,
       "Instead of generating, time forward passes over a canvas of N tokens with the logits of every "
-      "position (the work llama.cpp's diffusion example does per step)", "N" },
+      "position (the work llama.cpp's diffusion example does per step); N,N,… times each in turn with one "
+      "load, each in \"canvases\", the last also at the top level", "N[,N…]" },
     { "passes", 0, 0, G_OPTION_ARG_INT, &passes, "Forward passes with --canvas (default 5)", "N" },
     { "profile", 0, 0, G_OPTION_ARG_NONE, &profile,
-      "Time each kernel family of the CPU backend (share of the forward's time, in the JSON and on stderr)",
-      NULL },
+      "Time each kernel family (share of the forward's time, in the JSON and on stderr; on a GPU with events "
+      "around every op, which turns its graphs off)", NULL },
+    { "head", 0, 0, G_OPTION_ARG_STRING, &head,
+      "With --canvas: logits (every row's logits downloaded, the default) or choose (every row's token and "
+      "confidence chosen where the logits are: on a GPU only those come back)", "logits|choose" },
     { "background", 0, 0, G_OPTION_ARG_INT, &background,
       "Keep N other processes busy (one core each) while measuring, as a loaded desktop would", "N" },
     { NULL }
@@ -209,6 +274,28 @@ um_cli_bench (int argc, char **argv)
     return 2;
   if (!um_cli_gen_options_to_params (&go, &params, &error))
     return um_cli_fail (error);
+  if (head != NULL && !g_str_equal (head, "logits") && !g_str_equal (head, "choose"))
+    {
+      g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--head takes logits or choose, not “%s”", head);
+      return um_cli_fail (error);
+    }
+  choose = head != NULL && g_str_equal (head, "choose");
+  if (canvas_list != NULL)
+    {
+      g_auto(GStrv) parts = g_strsplit (canvas_list, ",", -1);
+      for (guint i = 0; parts[i] != NULL; i++)
+        {
+          gint64 v = 0;
+          if (!g_ascii_string_to_signed (g_strstrip (parts[i]), 10, 1, G_MAXINT / 2, &v, NULL))
+            {
+              g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM, "--canvas takes positive numbers, not “%s”",
+                           parts[i]);
+              return um_cli_fail (error);
+            }
+          g_array_append_val (canvases, v);
+          canvas = MAX (canvas, (int) v);
+        }
+    }
   if (prompt_length < 1 || canvas < 0 || passes < 1 || background < 0 || background > 256)
     {
       g_set_error (&error, UM_ERROR, UM_ERROR_INVALID_PARAM,
@@ -224,7 +311,7 @@ um_cli_bench (int argc, char **argv)
       {
         if (canvas > 0)
           {
-            /* The plan for a pass over the whole canvas with every row's logits. */
+            /* The plan for a pass over the (largest) canvas with every row's logits. */
             opts.shape.prompt_length = 0;
             opts.shape.gen_length = canvas;
             opts.shape.block_length = canvas;
@@ -246,8 +333,18 @@ um_cli_bench (int argc, char **argv)
     return um_cli_fail (error);
   if (canvas > 0)
     {
-      if (!bench_canvas (fw, canvas, passes, &warm_s, &dev_matmul0, &error))
-        return um_cli_fail (error);
+      json_builder_begin_array (per_canvas);
+      for (guint i = 0; i < canvases->len; i++)
+        {
+          const int cv = g_array_index (canvases, int, i);
+          if (!bench_canvas (fw, cv, passes, choose, &warm_s, &dev_matmul0, &error))
+            return um_cli_fail (error);
+          canvas = cv;
+          if (canvases->len > 1)
+            canvas_report (per_canvas, um_engine_get_backend (engine), cv, um_forward_get_stats (fw), warm_s,
+                           dev_matmul0, profile);
+        }
+      json_builder_end_array (per_canvas);
     }
   else
     {
@@ -353,6 +450,12 @@ um_cli_bench (int argc, char **argv)
     {
       um_json_add_string (b, "mode", "canvas");
       um_json_add_int (b, "canvas", canvas);
+      if (canvases->len > 1)
+        {
+          json_builder_set_member_name (b, "canvases");
+          json_builder_add_value (b, json_builder_get_root (per_canvas));
+        }
+      um_json_add_string (b, "head", choose ? "choose" : "logits");
     }
   else
     {
@@ -381,6 +484,18 @@ um_cli_bench (int argc, char **argv)
     {
       um_json_add_double (b, "generate_seconds", gen_s);
       um_json_add_double (b, "tokens_per_second", gen_s > 0 ? params.gen_length / gen_s : 0);
+      /* The prompt and what was generated, for comparing with a peer
+       * given the same prompt. */
+      json_builder_set_member_name (b, "prompt_ids");
+      json_builder_begin_array (b);
+      for (int i = 0; i < prompt_length; i++)
+        json_builder_add_int_value (b, prompt[i]);
+      json_builder_end_array (b);
+      json_builder_set_member_name (b, "ids");
+      json_builder_begin_array (b);
+      for (guint i = 0; i < out_ids->len; i++)
+        json_builder_add_int_value (b, g_array_index (out_ids, gint32, i));
+      json_builder_end_array (b);
     }
   um_json_add_int (b, "peak_rss_bytes", rss);
   um_json_add_int (b, "backend_peak_bytes", mem.peak);
@@ -399,12 +514,19 @@ um_cli_bench (int argc, char **argv)
     }
   um_cli_memory_json (b, engine);
   if (profile)
-    {
-      if (g_str_equal (um_backend_name (um_engine_get_backend (engine)), "cpu"))
-        profile_report (b, &st);
-      else
-        g_printerr ("bench: --profile times the CPU backend's kernels only\n");
-    }
+    profile_report (b, &st);
+  {
+    UmCudaGraphStats gs;
+    if (um_backend_cuda_graph_stats (um_engine_get_backend (engine), &gs))
+      {
+        json_builder_set_member_name (b, "cuda_graphs");
+        json_builder_begin_object (b);
+        um_json_add_int (b, "recorded", gs.recorded);
+        um_json_add_int (b, "replayed", gs.replayed);
+        um_json_add_int (b, "redone", gs.redone);
+        json_builder_end_object (b);
+      }
+  }
   if (!no_sgemm)
     {
       int L = canvas > 0 ? canvas : prompt_length + params.gen_length;

@@ -28,6 +28,7 @@ typedef struct {
   const float *q, *k, *v;
   float *s, *out;
   const int32_t *kv_len;     /* device; NULL without a mask */
+  const UmCudaAttnHooks *hooks;
   GError **error;
 } Run;
 
@@ -50,10 +51,27 @@ operand (const Run *r, const UmAttnOperand *o)
     }
 }
 
+static gboolean run_step_inner (const UmAttnStep *st, Run *r);
+
 static gboolean
 run_step (const UmAttnStep *st, gpointer user_data)
 {
   Run *r = user_data;
+  gboolean ok;
+
+  if (r->hooks != NULL)
+    r->hooks->begin (r->hooks->data);
+  ok = run_step_inner (st, r);
+  if (r->hooks != NULL)
+    r->hooks->end (r->hooks->data,
+                   st->kind == UM_ATTN_STEP_SOFTMAX ? UM_CUDA_ATTN_SOFTMAX
+                   : st->c.buf == UM_ATTN_BUF_S ? UM_CUDA_ATTN_SCORES : UM_CUDA_ATTN_VALUES, ok);
+  return ok;
+}
+
+static gboolean
+run_step_inner (const UmAttnStep *st, Run *r)
+{
   const float zero = 0.0f;
   cublasStatus_t bs;
 
@@ -92,15 +110,15 @@ um_cuda_attention_tc (const UmCudaAttnBlas *blas, cublasHandle_t handle, cudaStr
                       const float *q, int nq, const gint32 *q_seq_host, const gint32 *q_kv_len_host,
                       const int32_t *q_kv_len_dev, const float *k, const float *v, int seq_len, int n_heads,
                       int n_kv_heads, int head_dim, float *out, float *scratch, size_t scratch_bytes,
-                      GError **error)
+                      const UmCudaAttnHooks *hooks, GError **error)
 {
-  Run r = { blas, handle, stream, q, k, v, scratch, out, q_kv_len_dev, error };
+  Run r = { blas, handle, stream, q, k, v, scratch, out, q_kv_len_dev, hooks, error };
   cublasStatus_t bs;
   int tile;
 
   if (nq <= 0)
     return TRUE;
-  if (blas == NULL || blas->set_stream == NULL || blas->gemm_strided_batched_ex == NULL || handle == NULL
+  if (blas == NULL || blas->gemm_strided_batched_ex == NULL || handle == NULL
       || q == NULL || q_seq_host == NULL || k == NULL || v == NULL || out == NULL || scratch == NULL
       || (q_kv_len_host != NULL && q_kv_len_dev == NULL)
       || seq_len <= 0 || head_dim <= 0 || n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
@@ -132,7 +150,7 @@ um_cuda_attention_tc (const UmCudaAttnBlas *blas, cublasHandle_t handle, cudaStr
                    um_attention_plan_score_floats (1, seq_len, n_heads) * sizeof (float));
       return FALSE;
     }
-  bs = blas->set_stream (handle, stream);
+  bs = blas->set_stream != NULL ? blas->set_stream (handle, stream) : CUBLAS_STATUS_SUCCESS;
   if (bs != CUBLAS_STATUS_SUCCESS)
     {
       g_set_error (error, UM_ERROR, UM_ERROR_FAILED, "cublas: attention: setting the stream: %s",

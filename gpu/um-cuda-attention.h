@@ -48,10 +48,22 @@ typedef cublasStatus_t (*UmCublasGemmStridedBatchedExFn) (cublasHandle_t, cublas
 typedef const char *(*UmCublasGetStatusStringFn) (cublasStatus_t);
 
 typedef struct {
-  UmCublasSetStreamFn set_stream;                         /* "cublasSetStream_v2" */
+  /* "cublasSetStream_v2"; NULL: the handle is already on the stream (a
+   * call resets cuBLAS's workspace to its own pool, which a recorded graph
+   * must not allocate from). */
+  UmCublasSetStreamFn set_stream;
   UmCublasGemmStridedBatchedExFn gemm_strided_batched_ex; /* "cublasGemmStridedBatchedEx" */
   UmCublasGetStatusStringFn status_string;                /* "cublasGetStatusString", may be NULL */
 } UmCudaAttnBlas;
+
+/* Hooks around each step (a product or the softmax), for the kernel
+ * profile; NULL for none. */
+typedef enum { UM_CUDA_ATTN_SCORES, UM_CUDA_ATTN_SOFTMAX, UM_CUDA_ATTN_VALUES } UmCudaAttnStepKind;
+typedef struct {
+  void    (*begin) (gpointer data);
+  void    (*end)   (gpointer data, UmCudaAttnStepKind kind, gboolean ok);
+  gpointer data;
+} UmCudaAttnHooks;
 
 /* The score buffer attention needs for whole-sized tiles: tiles of up to
  * UM_CUDA_ATTENTION_SCORE_BYTES / (seq_len·n_heads·4) query rows (at least
@@ -69,7 +81,7 @@ gboolean um_cuda_attention_tc (const UmCudaAttnBlas *blas, cublasHandle_t handle
                                const float *q, int nq, const gint32 *q_seq_host, const gint32 *q_kv_len_host,
                                const int32_t *q_kv_len_dev, const float *k, const float *v, int seq_len,
                                int n_heads, int n_kv_heads, int head_dim, float *out, float *scratch,
-                               size_t scratch_bytes, GError **error);
+                               size_t scratch_bytes, const UmCudaAttnHooks *hooks, GError **error);
 
 G_END_DECLS
 #endif

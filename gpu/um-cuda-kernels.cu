@@ -61,150 +61,7 @@ launch_status (void)
   return cudaGetLastError ();
 }
 
-/* ---- element decoding ---------------------------------------------------- */
-
-/* Block layouts of um-quant.h, read with byte loads: blocks in a GGUF file
- * are only 2-byte aligned (Q8_0 blocks are 34 bytes), and rows may be
- * uploaded at any offset, so no wider load is ever assumed. */
-static_assert (offsetof (UmBlockQ8_0, qs) == 2, "Q8_0 layout");
-static_assert (offsetof (UmBlockQ4_0, qs) == 2, "Q4_0 layout");
-static_assert (offsetof (UmBlockQ4_1, m) == 2 && offsetof (UmBlockQ4_1, qs) == 4, "Q4_1 layout");
-static_assert (offsetof (UmBlockQ5_0, qh) == 2 && offsetof (UmBlockQ5_0, qs) == 6, "Q5_0 layout");
-static_assert (offsetof (UmBlockQ5_1, m) == 2 && offsetof (UmBlockQ5_1, qh) == 4 &&
-               offsetof (UmBlockQ5_1, qs) == 8, "Q5_1 layout");
-static_assert (offsetof (UmBlockQ4_K, dmin) == 2 && offsetof (UmBlockQ4_K, scales) == 4 &&
-               offsetof (UmBlockQ4_K, qs) == 16, "Q4_K layout");
-static_assert (offsetof (UmBlockQ5_K, dmin) == 2 && offsetof (UmBlockQ5_K, scales) == 4 &&
-               offsetof (UmBlockQ5_K, qh) == 16 && offsetof (UmBlockQ5_K, qs) == 48, "Q5_K layout");
-static_assert (offsetof (UmBlockQ6_K, qh) == 128 && offsetof (UmBlockQ6_K, scales) == 192 &&
-               offsetof (UmBlockQ6_K, d) == 208, "Q6_K layout");
-
-static __device__ __forceinline__ uint32_t
-load_u16 (const uint8_t *p)
-{
-  return (uint32_t) p[0] | ((uint32_t) p[1] << 8);
-}
-
-static __device__ __forceinline__ uint32_t
-load_u32 (const uint8_t *p)
-{
-  return (uint32_t) p[0] | ((uint32_t) p[1] << 8) | ((uint32_t) p[2] << 16) | ((uint32_t) p[3] << 24);
-}
-
-/* f16 → f32 is exact, so this equals um_f16_to_f32 () for every non-NaN. */
-static __device__ __forceinline__ float
-load_half (const uint8_t *p)
-{
-  return __half2float (__ushort_as_half ((unsigned short) load_u16 (p)));
-}
-
-static __device__ __forceinline__ float
-bf16_bits_to_float (uint32_t h)
-{
-  return __uint_as_float (h << 16);
-}
-
-/* Element e (0 ≤ e < cols) of a row of type T starting at @row.  ALIGNED
- * (plain types only) says that the row is aligned to its element size, so a
- * single load may be used. */
-template <int T, bool ALIGNED>
-static __device__ __forceinline__ float
-decode_elem (const uint8_t *row, int64_t e)
-{
-  if (T == UM_DTYPE_F32)
-    {
-      if (ALIGNED)
-        return ((const float *) row)[e];
-      return __uint_as_float (load_u32 (row + 4 * e));
-    }
-  else if (T == UM_DTYPE_F16)
-    {
-      if (ALIGNED)
-        return __half2float (((const __half *) row)[e]);
-      return load_half (row + 2 * e);
-    }
-  else if (T == UM_DTYPE_BF16)
-    {
-      if (ALIGNED)
-        return bf16_bits_to_float (((const uint16_t *) row)[e]);
-      return bf16_bits_to_float (load_u16 (row + 2 * e));
-    }
-  else if (T == UM_DTYPE_Q8_0)
-    {
-      const uint8_t *b = row + (e / UM_QK8_0) * (int64_t) sizeof (UmBlockQ8_0);
-      const int j = (int) (e % UM_QK8_0);
-      return __fmul_rn ((float) (int8_t) b[2 + j], load_half (b));
-    }
-  else if (T == UM_DTYPE_Q4_0)
-    {
-      const uint8_t *b = row + (e / UM_QK4_0) * (int64_t) sizeof (UmBlockQ4_0);
-      const int j = (int) (e % UM_QK4_0);
-      const int q = j < 16 ? (b[2 + j] & 0x0f) : (b[2 + j - 16] >> 4);
-      return __fmul_rn ((float) (q - 8), load_half (b));
-    }
-  else if (T == UM_DTYPE_Q4_1)
-    {
-      const uint8_t *b = row + (e / UM_QK4_1) * (int64_t) sizeof (UmBlockQ4_1);
-      const int j = (int) (e % UM_QK4_1);
-      const int q = j < 16 ? (b[4 + j] & 0x0f) : (b[4 + j - 16] >> 4);
-      return __fadd_rn (__fmul_rn ((float) q, load_half (b)), load_half (b + 2));
-    }
-  else if (T == UM_DTYPE_Q5_0)
-    {
-      const uint8_t *b = row + (e / UM_QK5_0) * (int64_t) sizeof (UmBlockQ5_0);
-      const int j = (int) (e % UM_QK5_0);
-      const uint32_t qh = load_u32 (b + 2);
-      /* Bit j of qh is the 5th bit of element j, for both nibbles. */
-      const int lo = j < 16 ? (b[6 + j] & 0x0f) : (b[6 + j - 16] >> 4);
-      const int q = lo | (int) (((qh >> j) & 1u) << 4);
-      return __fmul_rn ((float) (q - 16), load_half (b));
-    }
-  else if (T == UM_DTYPE_Q5_1)
-    {
-      const uint8_t *b = row + (e / UM_QK5_1) * (int64_t) sizeof (UmBlockQ5_1);
-      const int j = (int) (e % UM_QK5_1);
-      const uint32_t qh = load_u32 (b + 4);
-      const int lo = j < 16 ? (b[8 + j] & 0x0f) : (b[8 + j - 16] >> 4);
-      const int q = lo | (int) (((qh >> j) & 1u) << 4);
-      return __fadd_rn (__fmul_rn ((float) q, load_half (b)), load_half (b + 2));
-    }
-  else if (T == UM_DTYPE_Q4_K || T == UM_DTYPE_Q5_K)
-    {
-      const int bytes = T == UM_DTYPE_Q4_K ? (int) sizeof (UmBlockQ4_K) : (int) sizeof (UmBlockQ5_K);
-      const uint8_t *b = row + (e / UM_QK_K) * (int64_t) bytes;
-      const int j = (int) (e % UM_QK_K);
-      const int g = j / 64, l = j % 64;
-      const int hi = l >= 32, ll = l % 32;
-      const int sub = 2 * g + hi;
-      const uint8_t *qs = b + (T == UM_DTYPE_Q4_K ? 16 : 48) + 32 * g;
-      uint8_t sc, m;
-      int q;
-
-      um_quant_get_scale_min_k4 (sub, b + 4, &sc, &m);
-      q = hi ? (qs[ll] >> 4) : (qs[ll] & 0x0f);
-      if (T == UM_DTYPE_Q5_K)
-        q |= ((b[16 + ll] >> sub) & 1) << 4;   /* bit 2g (+1 for high) of qh[l] */
-      const float d1 = __fmul_rn (load_half (b), (float) sc);
-      const float m1 = __fmul_rn (load_half (b + 2), (float) m);
-      return __fsub_rn (__fmul_rn (d1, (float) q), m1);
-    }
-  else if (T == UM_DTYPE_Q6_K)
-    {
-      const uint8_t *b = row + (e / UM_QK_K) * (int64_t) sizeof (UmBlockQ6_K);
-      const int j = (int) (e % UM_QK_K);
-      const int h = j / 128, r = j % 128;
-      const int quarter = r / 32, l = r % 32;
-      /* Quarters 0..3 = low nibble of ql[l], low of ql[l+32], high of ql[l],
-       * high of ql[l+32]; bits 2·quarter of qh[l]; scale is + 2·quarter. */
-      const uint8_t ql = b[64 * h + l + 32 * (quarter & 1)];
-      const uint8_t qh = b[128 + 32 * h + l];
-      const int lo = quarter >= 2 ? (ql >> 4) : (ql & 0x0f);
-      const int q = (lo | (((qh >> (2 * quarter)) & 3) << 4)) - 32;
-      const int8_t sc = (int8_t) b[192 + 8 * h + l / 16 + 2 * quarter];
-      return __fmul_rn (__fmul_rn (load_half (b + 208), (float) sc), (float) q);
-    }
-  return 0.0f;
-}
+#include "um-cuda-decode.h"
 
 template <typename OutT>
 static __device__ __forceinline__ void
@@ -458,12 +315,9 @@ block_sum (float v, float *scratch)
 /* One block per row.  The whole row is read for the sum before the barrier
  * in block_sum (), and afterwards each element is read and written by the
  * same thread, so out may alias x. */
-static __global__ void __launch_bounds__ (RMS_THREADS)
-rms_norm_kernel (const float *x, int dim, const float *w, float eps, float *out)
+static __device__ __forceinline__ void
+rms_norm_row (const float *xr, int dim, const float *w, float eps, float *o, float *scratch)
 {
-  __shared__ float scratch[32];
-  const float *xr = x + (int64_t) blockIdx.x * dim;
-  float *o = out + (int64_t) blockIdx.x * dim;
   float sum = 0.0f;
 
   for (int i = threadIdx.x; i < dim; i += blockDim.x)
@@ -475,6 +329,43 @@ rms_norm_kernel (const float *x, int dim, const float *w, float eps, float *out)
   const float scale = 1.0f / sqrtf (sum / (float) dim + eps);
   for (int i = threadIdx.x; i < dim; i += blockDim.x)
     o[i] = __fmul_rn (__fmul_rn (xr[i], scale), w[i]);
+}
+
+static __global__ void __launch_bounds__ (RMS_THREADS)
+rms_norm_kernel (const float *x, int dim, const float *w, float eps, float *out)
+{
+  __shared__ float scratch[32];
+
+  rms_norm_row (x + (int64_t) blockIdx.x * dim, dim, w, eps, out + (int64_t) blockIdx.x * dim, scratch);
+}
+
+/* x += y, then RMSNorm of the sum: um_cuda_add's then um_cuda_rms_norm's
+ * arithmetic in one launch (the same bits: each thread adds the elements
+ * it then reads for the norm, the norm is the same function). y may be
+ * out: every y element is read before the barrier in the norm's sum, and
+ * out written only after it. */
+static __global__ void __launch_bounds__ (RMS_THREADS)
+add_rms_norm_kernel (float *x, const float *y, int dim, const float *w, float eps, float *out)
+{
+  __shared__ float scratch[32];
+  float *xr = x + (int64_t) blockIdx.x * dim;
+  const float *yr = y + (int64_t) blockIdx.x * dim;
+
+  for (int i = threadIdx.x; i < dim; i += blockDim.x)
+    xr[i] += yr[i];
+  rms_norm_row (xr, dim, w, eps, out + (int64_t) blockIdx.x * dim, scratch);
+}
+
+extern "C" cudaError_t
+um_cuda_add_rms_norm (float *x, const float *y, int rows, int dim, const float *w, float eps, float *out,
+                      cudaStream_t stream)
+{
+  if (rows <= 0 || dim <= 0)
+    return cudaSuccess;
+  if (x == NULL || y == NULL || w == NULL || out == NULL)
+    return cudaErrorInvalidValue;
+  UM_LAUNCH ((add_rms_norm_kernel), rows, RMS_THREADS, 0, stream, x, y, dim, w, eps, out);
+  return launch_status ();
 }
 
 extern "C" cudaError_t

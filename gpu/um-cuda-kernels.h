@@ -45,6 +45,11 @@ cudaError_t um_cuda_get_rows (const float *src, int dim, const int32_t *rows, in
 cudaError_t um_cuda_rms_norm (const float *x, int rows, int dim, const float *w, float eps, float *out,
                               cudaStream_t stream);
 
+/* x += y, then out = RMSNorm (x) · w: um_cuda_add then um_cuda_rms_norm in
+ * one launch, the same bits; out may be y (not x). */
+cudaError_t um_cuda_add_rms_norm (float *x, const float *y, int rows, int dim, const float *w, float eps,
+                                  float *out, cudaStream_t stream);
+
 /* In place on x[rows, n_heads·head_dim]; row i at position pos[i] (device).
  * Only the first @rope_dim (even, ≤ head_dim) values of each head turn.
  * Angles pos·theta^(-2i/rope_dim) in double, rotation in float; pairs

@@ -476,9 +476,61 @@ test_rms_norm_case (int rows, int dim, float eps)
   CHECK_CUDA (cudaFree (d_out));
 }
 
+/* The residual add and the next norm in one launch: against the double
+ * reference (the same tolerance as the norm alone: the sum x + y is one
+ * float rounding, 2⁻²⁴ relative, inside it), and bit for bit against the
+ * add and the norm launched apart; out over y, as the forward uses it. */
+static void
+test_add_rms_norm_case (int rows, int dim, float eps)
+{
+  char what[96];
+  std::vector<float> x ((size_t) rows * dim), y (x.size ()), w ((size_t) dim);
+
+  for (auto &v : x)
+    v = rng_float (-2, 2);
+  for (auto &v : y)
+    v = rng_float (-2, 2);
+  for (auto &v : w)
+    v = rng_float (0.5f, 1.5f);
+  float *d_x = to_device (x), *d_y = to_device (y), *d_w = to_device (w);
+  float *d_x2 = to_device (x), *d_y2 = to_device (y);
+
+  expect (um_cuda_add_rms_norm (d_x, d_y, rows, dim, d_w, eps, d_y, 0) == cudaSuccess, "add_rms_norm launch");
+  expect (um_cuda_add (d_x2, d_y2, x.size (), 0) == cudaSuccess
+          && um_cuda_rms_norm (d_x2, rows, dim, d_w, eps, d_y2, 0) == cudaSuccess, "add and rms_norm launches");
+  std::vector<float> sum = from_device (d_x, x.size ()), got = from_device (d_y, x.size ());
+  std::vector<float> sum2 = from_device (d_x2, x.size ()), got2 = from_device (d_y2, x.size ());
+  bool ok = true;
+  for (int r = 0; r < rows; r++)
+    {
+      double ss = 0;
+      for (int i = 0; i < dim; i++)
+        {
+          const double v = (double) x[r * dim + i] + y[r * dim + i];
+          ok = ok && close_to (sum[r * dim + i], v, 1e-6, 1e-7);
+          ss += v * v;
+        }
+      const double scale = 1.0 / sqrt (ss / dim + eps);
+      for (int i = 0; i < dim; i++)
+        ok = ok && close_to (got[r * dim + i], ((double) x[r * dim + i] + y[r * dim + i]) * scale * w[i], 1e-5, 1e-6);
+    }
+  snprintf (what, sizeof what, "add_rms_norm values, %d rows of %d", rows, dim);
+  expect (ok, what);
+  snprintf (what, sizeof what, "add_rms_norm = add then rms_norm, bit for bit, %d rows of %d", rows, dim);
+  expect (memcmp (sum.data (), sum2.data (), x.size () * 4) == 0 && memcmp (got.data (), got2.data (), x.size () * 4) == 0,
+          what);
+  CHECK_CUDA (cudaFree (d_x));
+  CHECK_CUDA (cudaFree (d_y));
+  CHECK_CUDA (cudaFree (d_w));
+  CHECK_CUDA (cudaFree (d_x2));
+  CHECK_CUDA (cudaFree (d_y2));
+}
+
 static void
 test_rms_norm (void)
 {
+  test_add_rms_norm_case (5, 4096 + 3, 1e-5f);
+  test_add_rms_norm_case (33, 64, 1e-6f);
   test_rms_norm_case (5, 4096 + 3, 1e-5f);
   /* Per-head QK-norm: T·H rows of head_dim 16, far fewer values per row
    * than threads in the block. */

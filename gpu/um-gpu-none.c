@@ -20,8 +20,20 @@ um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
   return NULL;
 }
 
+UmBackend *
+um_backend_cuda_new_capped (int device, guint64 cap_bytes, GError **error)
+{
+  return um_backend_cuda_new (device, cap_bytes, error);
+}
+
 gboolean
 um_backend_cuda_matmul_seconds (UmBackend *be, double *seconds)
+{
+  return FALSE;
+}
+
+gboolean
+um_backend_cuda_graph_stats (UmBackend *be, UmCudaGraphStats *stats)
 {
   return FALSE;
 }

@@ -608,6 +608,144 @@ test_moe_combine (void)
   cudaFree (d_gather);
 }
 
+/* ---- stream capture and graphs ---- */
+
+static __global__ void
+k_scale_add (float *x, const float *y, float s, int n)
+{
+  const int i = (int) (blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n)
+    x[i] = x[i] * s + y[i];
+}
+
+/* Work on a capturing stream is recorded, not run; a launch of the graph
+ * runs it in order, as often as launched; what CUDA refuses during a
+ * capture is refused and invalidates it. */
+static void
+test_graphs (void)
+{
+  const int n = 300;
+  std::vector<float> hx (n), hy (n);
+  float *pinned = NULL, *pageable = (float *) malloc (n * sizeof (float));
+  cudaStream_t s, s2;
+  cudaEvent_t fork, join;
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t exec = NULL;
+  cublasHandle_t h;
+  const float one = 1.0f, zero = 0.0f;
+  UmEmuGraphCounts c;
+
+  for (int i = 0; i < n; i++)
+    {
+      hx[i] = (float) (i % 7);
+      hy[i] = (float) (i % 5);
+    }
+  float *dx = to_device (hx), *dy = to_device (hy), *dz = to_device (hy);
+  cudaHostAlloc ((void **) &pinned, n * sizeof (float), 0);
+  cudaStreamCreate (&s);
+  cudaStreamCreate (&s2);
+  cudaEventCreate (&fork);
+  cudaEventCreate (&join);
+  cublasCreate_v2 (&h);
+  cublasSetStream_v2 (h, s);
+  um_emu_graph_reset_counts ();
+
+  /* Recorded: an upload from pinned memory, a kernel, a cuBLAS product
+   * (dz = dx · [1], k = 1), and a joined stream's memset. */
+  std::vector<float> h_one (1, 1.0f);
+  float *d_one = to_device (h_one);
+  for (int i = 0; i < n; i++)
+    pinned[i] = 1.0f;
+  expect (cudaStreamBeginCapture (s, cudaStreamCaptureModeThreadLocal) == cudaSuccess, "capture begins");
+  expect (cudaMemcpyAsync (dy, pinned, n * sizeof (float), cudaMemcpyHostToDevice, s) == cudaSuccess,
+          "a pinned upload is recorded");
+  UM_LAUNCH ((k_scale_add), 2, 256, 0, s, dx, (const float *) dy, 2.0f, n);
+  expect (cudaGetLastError () == cudaSuccess, "a launch is recorded");
+  expect (cublasGemmEx (h, CUBLAS_OP_N, CUBLAS_OP_N, n, 1, 1, &one, dx, CUDA_R_32F, n, d_one, CUDA_R_32F, 1, &zero,
+                        dz, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS,
+          "a cuBLAS product is recorded");
+  cudaEventRecord (fork, s);
+  expect (cudaStreamWaitEvent (s2, fork, 0) == cudaSuccess, "a second stream joins");
+  expect (cudaMemsetAsync (dz, 0, 4 * sizeof (float), s2) == cudaSuccess, "its memset is recorded");
+  cudaEventRecord (join, s2);
+  expect (cudaStreamWaitEvent (s, join, 0) == cudaSuccess, "and joins back");
+  /* Read straight from the emulated device memory (a cudaMemcpy here would
+   * be refused, and end the capture). */
+  expect (dx[10] == (float) (10 % 7) && dy[3] == (float) (3 % 5), "nothing ran while recording");
+  {
+    cudaError_t e = cudaStreamEndCapture (s, &g);
+    if (e != cudaSuccess)
+      fprintf (stderr, "ending the capture: %s\n", cudaGetErrorString (e));
+    expect (e == cudaSuccess && g != NULL, "capture ends into a graph");
+  }
+  expect (cudaGraphInstantiate (&exec, g, 0) == cudaSuccess, "instantiated");
+  for (int r = 0; r < 2; r++)
+    {
+      pinned[3] = 10.0f * (r + 1);   /* read when the graph runs */
+      expect (cudaGraphLaunch (exec, s) == cudaSuccess, "launched");
+    }
+  {
+    std::vector<float> x = from_device (dx, n), z = from_device (dz, n);
+    /* x = (x·2 + 1)·2 + 1 elsewhere; at 3 the upload's value of each launch. */
+    expect (x[10] == ((float) (10 % 7) * 2 + 1) * 2 + 1, "replayed twice, in order");
+    expect (x[3] == ((float) (3 % 7) * 2 + 10) * 2 + 20, "the staged upload read at each launch");
+    expect (z[0] == 0.0f && z[5] == x[5], "cuBLAS's product and the joined stream's work ran, in order");
+  }
+  um_emu_graph_counts (&c);
+  expect (c.captured == 1 && c.launches == 2 && c.replayed_nodes > 0 && c.invalidated == 0, "counted");
+  cudaGraphExecDestroy (exec);
+  cudaGraphDestroy (g);
+
+  /* Refused during a capture, each invalidating it. */
+  struct { const char *what; int which; } refused[] = {
+    { "a synchronous copy", 0 }, { "an allocation", 1 }, { "syncing the capturing stream", 2 },
+    { "a pageable async copy", 3 }, { "waiting on a captured event", 4 }, { "a device sync", 5 },
+  };
+  for (unsigned i = 0; i < sizeof refused / sizeof refused[0]; i++)
+    {
+      void *p = NULL;
+      cudaError_t e = cudaSuccess;
+      expect (cudaStreamBeginCapture (s, cudaStreamCaptureModeThreadLocal) == cudaSuccess, "capture begins");
+      cudaEventRecord (fork, s);
+      switch (refused[i].which)
+        {
+        case 0: e = cudaMemcpy (dx, hx.data (), n * sizeof (float), cudaMemcpyHostToDevice); break;
+        case 1: e = cudaMalloc (&p, 64); break;
+        case 2: e = cudaStreamSynchronize (s); break;
+        case 3: e = cudaMemcpyAsync (pageable, dx, n * sizeof (float), cudaMemcpyDeviceToHost, s); break;
+        case 4: e = cudaEventSynchronize (fork); break;
+        default: e = cudaDeviceSynchronize (); break;
+        }
+      (void) cudaGetLastError ();
+      expect (e != cudaSuccess, refused[i].what);
+      expect (cudaStreamEndCapture (s, &g) == cudaErrorStreamCaptureInvalidated && g == NULL,
+              "the capture is invalidated");
+      (void) cudaGetLastError ();
+    }
+  /* Unjoined work on a forked stream. */
+  expect (cudaStreamBeginCapture (s, cudaStreamCaptureModeThreadLocal) == cudaSuccess, "capture begins");
+  cudaEventRecord (fork, s);
+  cudaStreamWaitEvent (s2, fork, 0);
+  cudaMemsetAsync (dz, 0, 4, s2);
+  expect (cudaStreamEndCapture (s, &g) == cudaErrorStreamCaptureUnjoined, "unjoined work is refused");
+  (void) cudaGetLastError ();
+  /* After all that, the streams run work at once again. */
+  cudaMemsetAsync (dz, 0, n * sizeof (float), s2);
+  expect (from_device (dz, n)[n - 1] == 0.0f, "streams are free after a refused capture");
+
+  cublasDestroy_v2 (h);
+  cudaEventDestroy (fork);
+  cudaEventDestroy (join);
+  cudaStreamDestroy (s);
+  cudaStreamDestroy (s2);
+  cudaFreeHost (pinned);
+  free (pageable);
+  cudaFree (dx);
+  cudaFree (dy);
+  cudaFree (dz);
+  cudaFree (d_one);
+}
+
 int
 main (void)
 {
@@ -619,6 +757,7 @@ main (void)
   test_embed_all_types ();
   test_attention_gqa ();
   test_moe_combine ();
+  test_graphs ();
   printf ("%d of %d checks passed\n", n_checks - n_fail, n_checks);
   return n_fail == 0 ? 0 : 1;
 }

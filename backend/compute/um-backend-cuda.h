@@ -49,11 +49,29 @@ um_gpu_report_free (UmGpuReport *report)
  * free memory less a safety margin. Fails with a GError (no driver, no
  * device, no cuBLAS, out of memory), never aborts. */
 UmBackend   *um_backend_cuda_new (int device, guint64 budget_bytes, GError **error);
+/* um_backend_cuda_new () with @cap_bytes (> 0) a hard cap on everything the
+ * backend holds on the device: buffers and weights, and also the CUDA
+ * context (estimated from its limits), cuBLAS's handle and workspace and the
+ * backend's work memory, which the plain budget leaves outside. A cap that
+ * does not hold the context and cuBLAS fails here; any allocation past it
+ * fails with UM_ERROR_OUT_OF_MEMORY. What --budget means (the engine). */
+UmBackend   *um_backend_cuda_new_capped (int device, guint64 cap_bytes, GError **error);
 
 /* The device time of @be's matrix products so far, measured on the GPU
  * with events (the host's clock around the calls sees only their queueing);
  * waits for the queued work. FALSE when @be is not a CUDA backend. */
 gboolean     um_backend_cuda_matmul_seconds (UmBackend *be, double *seconds);
+
+/* Fixed-shape segments of forward passes as CUDA graphs, since @be was
+ * made: recorded, replayed, and run again as usual (a recording that could
+ * not be made or replayed). FALSE when @be is not a CUDA backend. */
+typedef struct {
+  guint64 recorded;
+  guint64 replayed;
+  guint64 redone;
+} UmCudaGraphStats;
+
+gboolean     um_backend_cuda_graph_stats (UmBackend *be, UmCudaGraphStats *stats);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmGpuReport, um_gpu_report_free)
 

@@ -116,6 +116,51 @@ typedef struct {
    * @rows. Returns once they are written. */
   gboolean (*choose)    (UmBackend *be, UmBuf *logits, int rows, int vocab, const UmChooseRule *rule,
                          const gint32 *positions, gint32 *out_ids, double *out_conf, GError **error);
+
+  /* Optional (NULL: add then rms_norm). x += y, then out = rms_norm (x) ·
+   * w: the bits of the two ops, in one (a launch on a GPU). @out may be @y,
+   * not @x. */
+  gboolean (*add_rms_norm) (UmBackend *be, UmBuf *x, UmBuf *y, int rows, int dim, const UmDevWeight *w, float eps,
+                            UmBuf *out, GError **error);
+  /* Optional (NULL: the forward routes on the host and runs each expert
+   * with the ops above). A mixture-of-experts layer's routed experts on
+   * @n normalised rows @h, added into the residual rows @x: the router's
+   * logits @logits [n, E] are routed by @cfg's rule (engine/um-moe.h; @bias
+   * the selection bias, NULL for none), the rows grouped per expert and
+   * each group multiplied, all on the backend: nothing is read back.
+   * @experts: gate, up and down of each of the E experts (ffn @F) in turn;
+   * @work: um_moe_work_layout (n, E, k, D, F) bytes (um-moe-work.h). */
+  gboolean (*moe)        (UmBackend *be, UmBuf *x, UmBuf *h, int n, UmBuf *logits, const UmDevWeight *bias,
+                          const UmModelConfig *cfg, int E, int F, UmDevWeight *const *experts, UmBuf *work,
+                          GError **error);
+  /* Optional (with moe). One expert (@w: its gate, up and down, ffn @F)
+   * over the @n rows of @h at @rows (host, distinct), into @out [n, D]:
+   * the same arithmetic per row as moe's, so experts run one at a time
+   * (fetched into slots) give its bits. @work: as moe's for n rows, E 1,
+   * k 1. */
+  gboolean (*expert_ffn) (UmBackend *be, UmBuf *h, const gint32 *rows, int n, UmDevWeight *const *w, int F,
+                          UmBuf *work, UmBuf *out, GError **error);
+
+  /* Optional (NULL: none). The bounds of a forward pass. pass_end waits for
+   * the pass's work; *@redo TRUE says its results are not to be used and
+   * the pass must run again (a GPU's products took half-precision
+   * activations that turned out not to fit, and take fp32 ones from now
+   * on): a backend that defers such checks to the end of the pass never
+   * waits inside it. */
+  gboolean (*pass_begin)    (UmBackend *be, GError **error);
+  gboolean (*pass_end)      (UmBackend *be, gboolean *redo, GError **error);
+  /* Optional. Work of a fixed shape that the backend may record once and
+   * replay (CUDA graphs, so a small model is not bound by launches): the
+   * ops between segment_begin and segment_end are issued as usual, and the
+   * same @key promises the same ops with the same arguments (buffers,
+   * sizes), the contents of host arrays aside, which may differ. Inside, no
+   * op may read results back to the host (download, sync, choose).
+   * segment_end with @failed (an op failed) drops the segment's work;
+   * otherwise *@redo TRUE says the ops were neither run nor recorded (a
+   * recording could not be made or did not match) and must be issued
+   * again, as they then run as usual. */
+  gboolean (*segment_begin) (UmBackend *be, guint64 key, GError **error);
+  gboolean (*segment_end)   (UmBackend *be, gboolean failed, gboolean *redo, GError **error);
 } UmBackendOps;
 
 struct _UmBackend {

@@ -8,6 +8,7 @@ static gboolean in_head = FALSE;
 
 static const char *const names[UM_KPROF_N] = {
   "matmul", "attn_qk", "softmax", "attn_pv", "rope", "rmsnorm", "elementwise", "copies", "logits_head",
+  "moe_routing", "choose",
 };
 
 void

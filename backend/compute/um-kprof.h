@@ -1,9 +1,11 @@
-/* um-kprof.h — where a CPU forward pass spends its time, per kernel family.
+/* um-kprof.h — where a forward pass spends its time, per kernel family.
  *
  * Off by default: then every op pays one load of a global flag.  On, the
  * CPU backend reads the monotonic clock around each op (and attention
  * around each of its tasks' phases) and adds the nanoseconds to its
- * family.  Nothing computed changes either way.
+ * family; the CUDA backend records events around each op on its stream
+ * and adds their device time at its next sync.  Nothing computed changes
+ * either way.
  *
  * The ops run on one thread at a time (the forward's), so the totals are
  * plain sums; turn profiling on or off and reset only between passes. */
@@ -25,6 +27,8 @@ typedef enum {
   UM_KPROF_ELEMENTWISE, /* SwiGLU, residual adds, biases */
   UM_KPROF_COPIES,    /* embedding rows, row gathers, uploads and downloads */
   UM_KPROF_HEAD,      /* the LM head's product */
+  UM_KPROF_MOE,       /* mixture of experts: routing, grouping, combining (on a GPU) */
+  UM_KPROF_CHOOSE,    /* choosing tokens from the logits (on a GPU) */
   UM_KPROF_N
 } UmKprofFamily;
 

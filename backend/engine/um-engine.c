@@ -257,9 +257,11 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
   if (target->cuda)
     {
       /* The host's share (routed experts, embeddings) runs on the CPU's
-       * threads: the count asked for, or the adaptive default. */
+       * threads: the count asked for, or the adaptive default. --budget is
+       * a hard cap on all the process holds on the GPU, its context and
+       * cuBLAS included (the plan counts them too). */
       um_cpu_set_threads (options->n_threads);
-      engine->backend = um_backend_cuda_new (options->gpu_index, options->memory_budget, error);
+      engine->backend = um_backend_cuda_new_capped (options->gpu_index, options->memory_budget, error);
     }
   else
     {

@@ -467,6 +467,7 @@ um_forward_experts_run (UmForwardExperts   *x,
                         UmBuf              *gate,
                         UmBuf              *up,
                         UmBuf              *ey,
+                        UmBuf              *work,
                         UmForwardStats     *st,
                         GError            **error)
 {
@@ -547,11 +548,21 @@ um_forward_experts_run (UmForwardExperts   *x,
           /* The chunk's rows among the layer's. */
           for (int i = 0; i < n; i++)
             x->rows[i] = r->rows[r->offset[e] + i] + q * chunk;
-          if (!ops->get_rows (be, in, D, x->rows, n, X, error)
-              || !product (be, X, n, w[0], &slices->w_gate, G, st, error)
-              || !product (be, X, n, w[1], &slices->w_up, U, st, error)
-              || !ops->swiglu (be, G, U, (size_t) n * F, G, error)
-              || !product (be, G, n, w[2], &slices->w_down, Y, st, error))
+          /* FETCH on a backend that routes: its expert kernel, whose bits
+           * are its moe op's (what the resident layer would give). */
+          if (!on_host && ops->expert_ffn != NULL && work != NULL)
+            {
+              const double flops = 2.0 * n * 3.0 * D * (double) F;
+              st->flops += flops;
+              st->flops_matmul += flops;
+              if (!ops->expert_ffn (be, in, x->rows, n, (UmDevWeight *const *) w, F, work, Y, error))
+                return FALSE;
+            }
+          else if (!ops->get_rows (be, in, D, x->rows, n, X, error)
+                   || !product (be, X, n, w[0], &slices->w_gate, G, st, error)
+                   || !product (be, X, n, w[1], &slices->w_up, U, st, error)
+                   || !ops->swiglu (be, G, U, (size_t) n * F, G, error)
+                   || !product (be, G, n, w[2], &slices->w_down, Y, st, error))
             return FALSE;
           /* HOST: the group's outputs go up, into the device's work buffer. */
           if (on_host

@@ -43,7 +43,9 @@ gboolean          um_forward_experts_reserve (UmForwardExperts *x, int rows, int
  * expert is fetched once for the layer and then runs chunk by chunk, so
  * each row gets its experts' outputs in the order the resident forward
  * adds them (by expert, per chunk) from the same products. @ex, @gate,
- * @up, @ey: the forward's work buffers for one expert's group of a chunk. */
+ * @up, @ey: the forward's work buffers for one expert's group of a chunk;
+ * @work: the backend's experts' work (NULL: none), for FETCH on a backend
+ * with the expert_ffn op, whose products are then its moe op's. */
 gboolean          um_forward_experts_run (UmForwardExperts   *x,
                                           guint               layer,
                                           const UmMoeRouting *routes,
@@ -55,6 +57,7 @@ gboolean          um_forward_experts_run (UmForwardExperts   *x,
                                           UmBuf              *gate,
                                           UmBuf              *up,
                                           UmBuf              *ey,
+                                          UmBuf              *work,
                                           UmForwardStats     *stats,
                                           GError            **error);
 

@@ -1,4 +1,4 @@
-#include "um-forward.h"
+#include "um-forward-private.h"
 
 #include <string.h>
 
@@ -10,83 +10,9 @@
 #include "um-kprof.h"
 #include "um-layer-store.h"
 #include "um-moe.h"
+#include "um-moe-work.h"
 #include "um-prefetch.h"
 #include "um-quant.h"
-
-/* The work buffers of a pass, carved from one device arena. */
-typedef enum {
-  SLOT_X, SLOT_H, SLOT_Q, SLOT_K, SLOT_V, SLOT_ATT, SLOT_GATE, SLOT_UP, SLOT_XS, SLOT_LOGITS,
-  SLOT_ROUTER,   /* MoE: the router's logits of a chunk of rows */
-  SLOT_EX,       /* MoE: an expert's group of input rows */
-  SLOT_EY,       /* MoE: an expert's output rows */
-  N_SLOTS
-} Slot;
-
-#define ARENA_ALIGN 256
-
-typedef struct {
-  UmDevWeight *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
-  /* NULL where the family or layer has none */
-  UmDevWeight *bq, *bk, *bv, *q_norm, *k_norm, *router, *router_bias;
-  UmDevWeight *sh_gate, *sh_up, *sh_down;   /* the shared expert (LLaDA 2.x) */
-  /* MoE layers: expert e's gate, up and down at [3e], [3e+1], [3e+2]
-   * (slices of the stacked w_gate, w_up, w_down, which are then NULL). */
-  UmDevWeight **experts;
-} DevLayer;
-
-/* A layer-streaming slot: device memory for one layer's matrices and views
- * of them, rebuilt only when a layer of other shapes (pruning) arrives. */
-typedef struct {
-  UmBuf       *buf;
-  UmDevWeight *mats[UM_LAYER_N_MATS];
-  UmDevWeight **experts;      /* views of the experts' slices (MoE layers), 3 per expert */
-  guint        n_experts;
-  int          shaped_for;    /* layer whose shapes the views have, -1 none */
-  int          requested;     /* layer last asked of the prefetcher, -1 none */
-} StreamSlot;
-
-struct _UmForward {
-  /* while loading */
-  UmForwardProgress progress_cb;
-  gpointer        progress_data;
-  GCancellable   *cancellable;
-  uint64_t        loaded_bytes, total_bytes;
-
-  UmModel        *model;
-  UmBackend      *be;
-  UmForwardOptions opts;
-  UmDevWeight    *tok_embd, *out_norm, *output;
-  DevLayer       *layers;
-  GPtrArray      *dev_weights;
-  UmBuf          *arena;
-  size_t          arena_bytes;
-  float          *host_rows;      /* embedding rows decoded on the host */
-  float          *host_logits;    /* um_forward_choose without the backend's choose op */
-  size_t          host_logits_floats;
-  size_t          host_rows_floats;
-  StreamSlot     *stream;         /* opts.stream_slots of them */
-  UmPrefetcher   *prefetcher;
-  guint64         stream_seq;     /* layers streamed so far: picks the slot */
-  /* Block KV cache: every layer's K and V of the whole canvas, kept by a
-   * refreshing pass (um_forward_logits_cached). */
-  UmBuf          *kv;
-  size_t          kv_bytes;
-  UmBuf         **kv_views;       /* 2 per layer: K, V */
-  int             kv_rows;        /* canvas rows the cache holds (n_seq·seq_len) */
-  UmForwardStats  stats;
-  double          pass_flops0;   /* stats.flops at the start of the pass */
-  UmMoeRouting    routing;        /* MoE: the current chunk's routing */
-  UmMoeRouting   *routes;         /* experts off the device: each chunk's routing of a layer */
-  int             n_routes;
-  float          *host_router;    /* MoE: the router's logits of a chunk, downloaded */
-  size_t          host_router_floats;
-  float          *host_bias;      /* MoE: a layer's selection bias, downloaded once per pass */
-  /* Block-causal attention (cfg.block_causal): the generation's block
-   * length; 0 bidirectional. */
-  int             attn_block;
-  /* The routed experts when they are off the device (HOST, FETCH). */
-  UmForwardExperts *experts;
-};
 
 void
 um_forward_options_init (UmForwardOptions *options)
@@ -94,8 +20,8 @@ um_forward_options_init (UmForwardOptions *options)
   memset (options, 0, sizeof *options);
 }
 
-static gboolean
-streaming (const UmForward *fw)
+gboolean
+um_forward_streaming (const UmForward *fw)
 {
   return fw->opts.stream_slots > 0;
 }
@@ -373,7 +299,7 @@ um_forward_new_with (UmModel                *model,
   for (guint i = 0; i < n_refs; i++)
     fw->total_bytes += weight_bytes (refs[i].src);
 
-  if (streaming (fw) && !setup_streaming (fw, error))
+  if (um_forward_streaming (fw) && !setup_streaming (fw, error))
     return NULL;
   /* The experts first: their copy releases the file's pages it read. */
   if (um_forward_experts_off_device (model, &fw->opts))
@@ -413,14 +339,17 @@ typedef struct {
   size_t total;
 } ArenaLayout;
 
-static int
-chunk_rows (int rows, int row_chunk)
+int
+um_forward_chunk_rows (int rows, int row_chunk)
 {
   return row_chunk > 0 ? MIN (rows, row_chunk) : rows;
 }
 
+/* @device_moe: the backend routes mixtures of experts itself (its moe
+ * op), in work memory of the arena's. */
 static void
-arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_chunk, ArenaLayout *a)
+arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_chunk, gboolean device_moe,
+              ArenaLayout *a)
 {
   const UmModelConfig *c = &model->cfg;
   const size_t T = (size_t) n_seq * seq_len;
@@ -431,7 +360,7 @@ arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_
   /* The FFN buffers hold a chunk of dense rows or one expert's group (at
    * most the chunk). */
   const size_t F = MAX (c->mlp_hidden, moe ? MAX (c->expert_ffn, c->shared_ffn) : 0);
-  const size_t chunk = chunk_rows ((int) T, row_chunk);
+  const size_t chunk = um_forward_chunk_rows ((int) T, row_chunk);
   const size_t floats[N_SLOTS] = {
     [SLOT_X] = T * D,
     [SLOT_H] = T * MAX (D, QD),
@@ -439,20 +368,25 @@ arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_
     [SLOT_K] = T * KVD,
     [SLOT_V] = T * KVD,
     [SLOT_ATT] = T * QD,
-    [SLOT_GATE] = chunk_rows ((int) T, row_chunk) * F,
-    [SLOT_UP] = chunk_rows ((int) T, row_chunk) * F,
+    [SLOT_GATE] = um_forward_chunk_rows ((int) T, row_chunk) * F,
+    [SLOT_UP] = um_forward_chunk_rows ((int) T, row_chunk) * F,
     [SLOT_XS] = subset ? (size_t) n_rows * D : 0,
-    [SLOT_LOGITS] = chunk_rows (n_rows, row_chunk) * V,
+    [SLOT_LOGITS] = um_forward_chunk_rows (n_rows, row_chunk) * V,
     [SLOT_ROUTER] = moe ? chunk * c->n_experts : 0,
     [SLOT_EX] = moe ? chunk * D : 0,
     [SLOT_EY] = moe ? chunk * D : 0,
   };
 
+  const size_t moe_bytes = moe && device_moe
+                             ? um_moe_work_layout ((int) chunk, (int) c->n_experts, (int) c->n_experts_used,
+                                                   (int) D, (int) c->expert_ffn, NULL, NULL)
+                             : 0;
+
   a->total = 0;
   for (int s = 0; s < N_SLOTS; s++)
     {
       a->offset[s] = a->total;
-      a->bytes[s] = floats[s] * sizeof (float);
+      a->bytes[s] = s == SLOT_MOE ? moe_bytes : floats[s] * sizeof (float);
       a->total += (a->bytes[s] + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
     }
 }
@@ -478,14 +412,14 @@ static size_t
 host_logit_floats (const UmModel *model, const UmForwardOptions *o, gboolean backend_chooses, gboolean guided,
                    int n_rows)
 {
-  if (backend_chooses && (!guided || chunk_rows (n_rows, o->row_chunk) == n_rows))
+  if (backend_chooses && (!guided || um_forward_chunk_rows (n_rows, o->row_chunk) == n_rows))
     return 0;
   return (size_t) n_rows * model->cfg.vocab_size;
 }
 
 /* Host bytes of the decoded embedding rows of @n tokens, then one stored row. */
-static size_t
-host_rows_bytes (const UmModel *model, int n)
+size_t
+um_forward_host_rows_bytes (const UmModel *model, int n)
 {
   return (size_t) n * model->tok_embd.cols * sizeof (float) + model->tok_embd.row_bytes;
 }
@@ -494,14 +428,14 @@ host_rows_bytes (const UmModel *model, int n)
  * position and a sequence per row and per requested row (@n); a cached
  * step over @m rows the token, position and sequence of each and the
  * index of each requested row. */
-static size_t
-pass_index_count (int T, int n)
+size_t
+um_forward_pass_index_count (int T, int n)
 {
   return (size_t) 2 * T + 2 * n;
 }
 
-static size_t
-cached_index_count (int m, int n)
+size_t
+um_forward_cached_index_count (int m, int n)
 {
   return (size_t) 3 * m + n;
 }
@@ -542,20 +476,20 @@ um_forward_bytes (const UmModel          *model,
   /* A cached step runs at most the whole canvas (m ≤ T rows) with the same
    * requested rows, and the layout grows with both: the full pass is the
    * largest. */
-  arena_layout (model, shape->n_seq, shape->seq_len, n, o.row_chunk, &a);
+  arena_layout (model, shape->n_seq, shape->seq_len, n, o.row_chunk, shape->backend_moe, &a);
   out->arena = a.total;
   if (shape->kv_cache)
     out->kv_cache = kv_cache_bytes (model, T);
   if (o.embed_on_host)
-    out->host_embedding = host_rows_bytes (model, T);
+    out->host_embedding = um_forward_host_rows_bytes (model, T);
   out->host_logits = host_logit_floats (model, &o, shape->backend_chooses, shape->guided, n) * sizeof (float);
-  out->host_index = MAX (pass_index_count (T, n < T ? n : 0), shape->kv_cache ? cached_index_count (T, n) : 0)
+  out->host_index = MAX (um_forward_pass_index_count (T, n < T ? n : 0), shape->kv_cache ? um_forward_cached_index_count (T, n) : 0)
                     * sizeof (gint32);
   /* MoE: a chunk's router logits and its routing (a row, scale, choice and
    * weight per token and expert used), and a selection bias. */
   if (model->cfg.n_experts > 0)
     {
-      const size_t chunk = chunk_rows (T, o.row_chunk), E = model->cfg.n_experts, k = model->cfg.n_experts_used;
+      const size_t chunk = um_forward_chunk_rows (T, o.row_chunk), E = model->cfg.n_experts, k = model->cfg.n_experts_used;
       out->host_index += chunk * E * sizeof (float) + chunk * k * (2 * sizeof (gint32) + sizeof (float) + sizeof (double))
                          + (E + 1) * sizeof (int) + 3 * E * sizeof (double);
       /* Off the device, every chunk of a layer is routed before its
@@ -604,567 +538,73 @@ carve (UmForward *fw, const ArenaLayout *a, UmBuf **views, GError **error)
   return TRUE;
 }
 
-static void
-free_views (UmForward *fw, UmBuf **views, int n)
+void
+um_forward_free_views (UmForward *fw, UmBuf **views, int n)
 {
   for (int i = 0; i < n; i++)
     if (views[i] != NULL)
       fw->be->ops->buf_free (fw->be, views[i]);
 }
 
-static gboolean
-matmul (UmForward *fw, UmBuf *x, int rows, const UmDevWeight *w, const UmWeight *hw, UmBuf *out,
-        GError **error)
-{
-  gint64 t0 = g_get_monotonic_time ();
-  gboolean ok = fw->be->ops->matmul (fw->be, x, rows, w, out, error);
-  fw->stats.seconds_matmul += (g_get_monotonic_time () - t0) / 1e6;
-  fw->stats.flops += 2.0 * rows * (double) hw->rows * (double) hw->cols;
-  fw->stats.flops_matmul += 2.0 * rows * (double) hw->rows * (double) hw->cols;
-  return ok;
-}
-
-/* The token rows, decoded on the host and uploaded (table not on the device). */
-static gboolean
-embed_host (UmForward *fw, const gint32 *ids, int n, UmBuf *x, GError **error)
-{
-  const UmWeight *w = &fw->model->tok_embd;
-  size_t floats = (size_t) n * w->cols;
-
-  for (int i = 0; i < n; i++)
-    if (ids[i] < 0 || (uint64_t) ids[i] >= w->rows)
-      {
-        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                     "token id %d is outside the vocabulary (%" G_GUINT64_FORMAT ")", ids[i], w->rows);
-        return FALSE;
-      }
-  if (fw->host_rows_floats < floats)
-    {
-      g_free (fw->host_rows);
-      /* The decoded rows, then one stored row. */
-      fw->host_rows = g_try_malloc (host_rows_bytes (fw->model, n));
-      fw->host_rows_floats = fw->host_rows ? floats : 0;
-      if (fw->host_rows == NULL)
-        {
-          g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of host memory for %d embedding rows", n);
-          return FALSE;
-        }
-    }
-  /* Rows are read from the file rather than through the mapping, whose
-   * pages the kernel maps a large folio (up to 2 MiB) at a time: a canvas
-   * of distinct tokens would otherwise hold much of the table. */
-  for (int i = 0; i < n; i++)
-    {
-      guint8 *stored = (guint8 *) (fw->host_rows + floats);
-      um_tensor_data_read ((const guint8 *) w->data + (uint64_t) ids[i] * w->row_bytes, w->row_bytes, stored);
-      if (!um_quant_dequantize_row (w->dtype, stored, fw->host_rows + (size_t) i * w->cols, w->cols))
-        {
-          g_set_error (error, UM_ERROR, UM_ERROR_UNSUPPORTED, "cannot decode embedding rows stored as %s",
-                       um_dtype_name (w->dtype));
-          return FALSE;
-        }
-    }
-  return fw->be->ops->buf_upload (fw->be, x, 0, fw->host_rows, floats * sizeof (float), error);
-}
+/* Runs @fn (a pass) between the backend's pass bounds, again as long as
+ * the backend says its results are not to be used (um-backend.h). */
+typedef gboolean (*PassFn) (UmForward *fw, gpointer data, GError **error);
 
 static gboolean
-same_layout (const UmLayerWeights *a, const UmLayerWeights *b)
-{
-  for (int i = 0; i < UM_LAYER_N_MATS; i++)
-    {
-      const UmWeight *x = um_layer_mat (a, i), *y = um_layer_mat (b, i);
-      if (x->dtype != y->dtype || x->rows != y->rows || x->cols != y->cols || x->row_bytes != y->row_bytes)
-        return FALSE;
-    }
-  return TRUE;
-}
-
-/* Layer @l's matrices in a slot: waits for its copy, then asks the copy
- * thread for the next layer (into the next slot) while this one computes.
- * Slots are used round-robin across passes, so the next slot is never the
- * one computing. */
-static gboolean
-stream_layer (UmForward *fw, guint l, DevLayer *out, GError **error)
+bounded_pass (UmForward *fw, PassFn fn, gpointer data, GError **error)
 {
   const UmBackendOps *ops = fw->be->ops;
-  const guint k = fw->opts.stream_slots, n_layers = fw->model->cfg.n_layers;
-  const guint s = fw->stream_seq % k, ns = (fw->stream_seq + 1) % k;
-  const guint nl = (l + 1) % n_layers;
-  StreamSlot *slot = &fw->stream[s];
-  const UmLayerWeights *W = &fw->model->layers[l];
-  gint64 t0 = g_get_monotonic_time ();
-  UmDevWeight **m = slot->mats;
+  gboolean redo = TRUE;
 
-  if (slot->requested != (int) l)
+  if (ops->pass_begin == NULL)
+    return fn (fw, data, error);
+  while (redo)
     {
-      um_prefetcher_request (fw->prefetcher, s, slot->buf, l);
-      slot->requested = l;
-    }
-  if (!um_prefetcher_wait (fw->prefetcher, s, l, error))
-    {
-      slot->requested = -1;
-      return FALSE;
-    }
-  fw->stats.seconds_stream_wait += (g_get_monotonic_time () - t0) / 1e6;
-  fw->stats.layers_streamed++;
-
-  /* Views are rebuilt only for a layer of other types or shapes (the
-   * _M mixes give some layers 6-bit matrices; pruning, other counts). */
-  if (slot->shaped_for < 0 || !same_layout (&fw->model->layers[slot->shaped_for], W))
-    {
-      UmLayerLayout layout;
-      um_layer_layout (W, &layout);
-      for (int i = 0; i < UM_LAYER_N_MATS; i++)
-        {
-          if (m[i] != NULL)
-            ops->weight_free (fw->be, m[i]);
-          m[i] = ops->weight_view (fw->be, slot->buf, layout.offset[i], um_layer_mat (W, i), error);
-          if (m[i] == NULL)
-            {
-              slot->shaped_for = -1;
-              return FALSE;
-            }
-        }
-      /* MoE: a view per expert slice of the stacked gate, up and down. */
-      for (guint i = 0; i < 3 * slot->n_experts; i++)
-        if (slot->experts[i] != NULL)
-          ops->weight_free (fw->be, slot->experts[i]);
-      g_free (slot->experts);
-      slot->experts = NULL;
-      slot->n_experts = W->n_experts;
-      if (W->n_experts > 0)
-        slot->experts = g_new0 (UmDevWeight *, 3 * W->n_experts);
-      for (guint e = 0; e < W->n_experts; e++)
-        for (int i = 0; i < 3; i++)
-          {
-            const UmWeight *stacked = um_layer_mat (W, 4 + i);
-            UmWeight slice = um_weight_expert (stacked, W->n_experts, e);
-            size_t off = layout.offset[4 + i] + (size_t) e * slice.rows * slice.row_bytes;
-            slot->experts[3 * e + i] = ops->weight_view (fw->be, slot->buf, off, &slice, error);
-            if (slot->experts[3 * e + i] == NULL)
-              {
-                slot->shaped_for = -1;
-                return FALSE;
-              }
-          }
-      slot->shaped_for = l;
-    }
-  /* The small tensors stay resident; the matrices are the slot's. */
-  *out = fw->layers[l];
-  out->experts = slot->experts;
-  out->wq = m[0];
-  out->wk = m[1];
-  out->wv = m[2];
-  out->wo = m[3];
-  out->w_gate = m[4];
-  out->w_up = m[5];
-  out->w_down = m[6];
-  out->sh_gate = W->shared_ffn > 0 ? m[7] : NULL;
-  out->sh_up = W->shared_ffn > 0 ? m[8] : NULL;
-  out->sh_down = W->shared_ffn > 0 ? m[9] : NULL;
-
-  /* The next slot last held a layer whose ops (on a GPU, queued) must be
-   * done before the copy overwrites it. */
-  if (!ops->sync (fw->be, error))
-    return FALSE;
-  um_prefetcher_request (fw->prefetcher, ns, fw->stream[ns].buf, nl);
-  fw->stream[ns].requested = nl;
-  fw->stream_seq++;
-  return TRUE;
-}
-
-/* Host room for @floats router logits. */
-static gboolean
-host_router (UmForward *fw, size_t floats, GError **error)
-{
-  if (floats <= fw->host_router_floats)
-    return TRUE;
-  g_free (fw->host_router);
-  fw->host_router = g_try_new (float, floats);
-  fw->host_router_floats = fw->host_router != NULL ? floats : 0;
-  if (fw->host_router == NULL)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY, "out of host memory for the router's logits");
-      return FALSE;
-    }
-  return TRUE;
-}
-
-/* The mixture of experts on @c normalized rows @hc, added into the
- * residual rows @xc: the router's logits come to the host, which groups
- * the rows by expert (um-moe.h); each expert then runs once over its
- * group — gather, gate and up products, SwiGLU, down product — and its
- * output is added into the group's residual rows, weighted. */
-static gboolean
-moe_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xc, UmBuf *hc, int c, UmBuf **b,
-          GError **error)
-{
-  const UmBackendOps *ops = fw->be->ops;
-  UmBackend *be = fw->be;
-  const UmModelConfig *cfg = &fw->model->cfg;
-  const int D = cfg->d_model, F = W->ffn, E = W->n_experts;
-  UmMoeRouting *r = &fw->routing;
-
-  if (!host_router (fw, (size_t) c * E, error)
-      || !matmul (fw, hc, c, L->router, &W->router, b[SLOT_ROUTER], error)
-      || !ops->buf_download (be, b[SLOT_ROUTER], 0, fw->host_router, (size_t) c * E * sizeof (float), error))
-    return FALSE;
-  um_moe_route (cfg, fw->host_router, W->router_bias.data, c, r);
-  for (int e = 0; e < E; e++)
-    {
-      const int n = r->offset[e + 1] - r->offset[e];
-      const gint32 *rows = r->rows + r->offset[e];
-      UmDevWeight *const *X = L->experts + 3 * e;
-      UmWeight hw[3];
-
-      if (n == 0)
-        continue;
-      hw[0] = um_weight_expert (&W->w_gate, E, e);
-      hw[1] = um_weight_expert (&W->w_up, E, e);
-      hw[2] = um_weight_expert (&W->w_down, E, e);
-      if (!ops->get_rows (be, hc, D, rows, n, b[SLOT_EX], error)
-          || !matmul (fw, b[SLOT_EX], n, X[0], &hw[0], b[SLOT_GATE], error)
-          || !matmul (fw, b[SLOT_EX], n, X[1], &hw[1], b[SLOT_UP], error)
-          || !ops->swiglu (be, b[SLOT_GATE], b[SLOT_UP], (size_t) n * F, b[SLOT_GATE], error)
-          || !matmul (fw, b[SLOT_GATE], n, X[2], &hw[2], b[SLOT_EY], error)
-          || !ops->add_rows_scaled (be, xc, D, rows, r->scale + r->offset[e], n, b[SLOT_EY], error))
-        return FALSE;
-    }
-  return TRUE;
-}
-
-/* The shared expert (LLaDA 2.x): a SwiGLU FFN every token goes through,
- * added unweighted beside the routed experts. */
-static gboolean
-shared_expert_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xc, UmBuf *hc, int c,
-                    UmBuf **b, GError **error)
-{
-  const UmBackendOps *ops = fw->be->ops;
-
-  return matmul (fw, hc, c, L->sh_gate, &W->sh_gate, b[SLOT_GATE], error)
-         && matmul (fw, hc, c, L->sh_up, &W->sh_up, b[SLOT_UP], error)
-         && ops->swiglu (fw->be, b[SLOT_GATE], b[SLOT_UP], (size_t) c * W->shared_ffn, b[SLOT_GATE], error)
-         && matmul (fw, b[SLOT_GATE], c, L->sh_down, &W->sh_down, b[SLOT_EY], error)
-         && ops->add (fw->be, xc, b[SLOT_EY], (size_t) c * fw->model->cfg.d_model, error);
-}
-
-/* Chunk @r0's rows of @x (@c of them, @D floats each), as a view unless
- * they are all of it (then *@v stays NULL). */
-static gboolean
-chunk_view (UmForward *fw, UmBuf *x, int r0, int c, int m, UmBuf **v, UmBuf **out, GError **error)
-{
-  const size_t row = (size_t) fw->model->cfg.d_model * sizeof (float);
-
-  *v = NULL;
-  *out = x;
-  if (c == m)
-    return TRUE;
-  *v = fw->be->ops->buf_view (fw->be, x, r0 * row, c * row, error);
-  *out = *v;
-  return *v != NULL;
-}
-
-/* A MoE layer whose routed experts are off the device: every chunk is
- * normalized and routed first, then the experts run (each fetched once for
- * the layer, um-forward-experts.c), then the shared expert chunk by chunk.
- * Each row sees the resident forward's ops in its order: its norm, its
- * experts' outputs added by expert, then the shared expert's. */
-static gboolean
-moe_layer_off_device (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, UmBuf *h, UmBuf **b,
-                      int m, GError **error)
-{
-  const UmBackendOps *ops = fw->be->ops;
-  const UmModelConfig *cfg = &fw->model->cfg;
-  const int D = cfg->d_model, E = W->n_experts;
-  const int chunk = chunk_rows (m, fw->opts.row_chunk), n_chunks = (m + chunk - 1) / chunk;
-
-  if (n_chunks > fw->n_routes)
-    {
-      fw->routes = g_renew (UmMoeRouting, fw->routes, n_chunks);
-      for (int i = fw->n_routes; i < n_chunks; i++)
-        um_moe_routing_init (&fw->routes[i]);
-      fw->n_routes = n_chunks;
-    }
-  for (int q = 0; q < n_chunks; q++)
-    {
-      const int r0 = q * chunk, c = MIN (chunk, m - r0);
-      UmBuf *v[2] = { NULL, NULL }, *xc, *hc;
-      gboolean ok = chunk_view (fw, xr, r0, c, m, &v[0], &xc, error)
-                    && chunk_view (fw, h, r0, c, m, &v[1], &hc, error)
-                    && ops->rms_norm (fw->be, xc, c, D, L->ffn_norm, (float) cfg->rms_eps, hc, error)
-                    && host_router (fw, (size_t) c * E, error)
-                    && matmul (fw, hc, c, L->router, &W->router, b[SLOT_ROUTER], error)
-                    && ops->buf_download (fw->be, b[SLOT_ROUTER], 0, fw->host_router, (size_t) c * E * sizeof (float),
-                                          error);
-      free_views (fw, v, 2);
-      if (!ok)
-        return FALSE;
-      um_moe_route (cfg, fw->host_router, W->router_bias.data, c, &fw->routes[q]);
-    }
-  if (!um_forward_experts_run (fw->experts, (guint) (W - fw->model->layers), fw->routes, chunk, xr, h, m, b[SLOT_EX],
-                               b[SLOT_GATE], b[SLOT_UP], b[SLOT_EY], &fw->stats, error))
-    return FALSE;
-  for (int q = 0; q < n_chunks && W->shared_ffn > 0; q++)
-    {
-      const int r0 = q * chunk, c = MIN (chunk, m - r0);
-      UmBuf *v[2] = { NULL, NULL }, *xc, *hc;
-      gboolean ok = chunk_view (fw, xr, r0, c, m, &v[0], &xc, error)
-                    && chunk_view (fw, h, r0, c, m, &v[1], &hc, error)
-                    && shared_expert_rows (fw, L, W, xc, hc, c, b, error);
-      free_views (fw, v, 2);
-      if (!ok)
-        return FALSE;
-    }
-  return TRUE;
-}
-
-/* RMSNorm, the FFN (dense SwiGLU or mixture of experts) and the residual on
- * @m rows of @xr, @chunk rows at a time. */
-static gboolean
-mlp_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, UmBuf *h, UmBuf **b, int m,
-          GError **error)
-{
-  const UmBackendOps *ops = fw->be->ops;
-  UmBackend *be = fw->be;
-  const int D = fw->model->cfg.d_model, F = W->ffn;
-  const float eps = (float) fw->model->cfg.rms_eps;
-  const int chunk = chunk_rows (m, fw->opts.row_chunk);
-  UmBuf *gate = b[SLOT_GATE], *up = b[SLOT_UP];
-
-  if (W->n_experts > 0 && fw->experts != NULL)
-    return moe_layer_off_device (fw, L, W, xr, h, b, m, error);
-  for (int r0 = 0; r0 < m; r0 += chunk)
-    {
-      const int c = MIN (chunk, m - r0);
-      const gboolean whole = c == m;
-      UmBuf *v[2] = { NULL, NULL };
+      const UmForwardStats snap = fw->stats;
+      g_autoptr(GError) end_error = NULL;
       gboolean ok;
 
-      if (!whole)
+      if (!ops->pass_begin (fw->be, error))
+        return FALSE;
+      ok = fn (fw, data, error);
+      if (!ops->pass_end (fw->be, &redo, &end_error))
         {
-          v[0] = ops->buf_view (be, xr, (size_t) r0 * D * sizeof (float), (size_t) c * D * sizeof (float), error);
-          v[1] = v[0] ? ops->buf_view (be, h, (size_t) r0 * D * sizeof (float), (size_t) c * D * sizeof (float),
-                                       error) : NULL;
-          if (v[1] == NULL)
-            {
-              free_views (fw, v, 2);
-              return FALSE;
-            }
+          if (ok)
+            g_propagate_error (error, g_steal_pointer (&end_error));
+          return FALSE;
         }
-      {
-        UmBuf *xc = whole ? xr : v[0], *hc = whole ? h : v[1];
-        ok = ops->rms_norm (be, xc, c, D, L->ffn_norm, eps, hc, error);
-        if (ok && W->n_experts > 0)
-          ok = moe_rows (fw, L, W, xc, hc, c, b, error)
-               && (W->shared_ffn == 0 || shared_expert_rows (fw, L, W, xc, hc, c, b, error));
-        else if (ok)
-          ok = matmul (fw, hc, c, L->w_gate, &W->w_gate, gate, error)
-               && matmul (fw, hc, c, L->w_up, &W->w_up, up, error)
-               && ops->swiglu (be, gate, up, (size_t) c * F, gate, error)
-               && matmul (fw, gate, c, L->w_down, &W->w_down, hc, error)
-               && ops->add (be, xc, hc, (size_t) c * D, error);
-      }
-      free_views (fw, v, 2);
       if (!ok)
         return FALSE;
+      if (redo)
+        fw->stats = snap;
     }
   return TRUE;
 }
 
-/* Where the LM head's rows go: downloaded into @logits, or chosen on the
- * backend (its choose op) with only ids and confidences downloaded. */
+/* A pass's arguments, for bounded_pass. */
 typedef struct {
-  float              *logits;
-  const UmChooseRule *rule;
-  const gint32       *positions;
-  gint32             *ids;
-  double             *conf;
-} HeadOut;
-
-/* Final norm and LM head on @n rows of @xf, @chunk rows at a time, each
- * chunk's logits downloaded or chosen from as @dst says. Guided choice
- * needs a row's two halves in one chunk: the caller sees to it. */
-static gboolean
-head_rows (UmForward *fw, UmBuf *xf, UmBuf *h, UmBuf *out, int n, const HeadOut *dst, GError **error)
-{
-  const UmBackendOps *ops = fw->be->ops;
-  UmBackend *be = fw->be;
-  const int D = fw->model->cfg.d_model, V = fw->model->cfg.vocab_size;
-  const int chunk = chunk_rows (n, fw->opts.row_chunk);
-
-  if (!ops->rms_norm (be, xf, n, D, fw->out_norm, (float) fw->model->cfg.rms_eps, h, error))
-    return FALSE;
-  for (int r0 = 0; r0 < n; r0 += chunk)
-    {
-      const int c = MIN (chunk, n - r0);
-      UmBuf *hv = NULL;
-      gboolean ok;
-
-      if (c < n && (hv = ops->buf_view (be, h, (size_t) r0 * D * sizeof (float), (size_t) c * D * sizeof (float),
-                                        error)) == NULL)
-        return FALSE;
-      /* Filed apart from the layers' products by the kernel profile. */
-      um_kprof_set_head (TRUE);
-      ok = matmul (fw, hv ? hv : h, c, fw->output, &fw->model->output, out, error);
-      um_kprof_set_head (FALSE);
-      if (ok && dst->logits != NULL)
-        ok = ops->buf_download (be, out, 0, dst->logits + (size_t) r0 * V, (size_t) c * V * sizeof (float), error);
-      else if (ok)
-        {
-          const int guided = dst->rule->cfg_scale > 0.0;
-          ok = ops->choose (be, out, guided ? c / 2 : c, V, dst->rule, dst->positions + r0, dst->ids + r0,
-                            dst->conf + r0, error);
-        }
-      free_views (fw, &hv, 1);
-      if (!ok)
-        return FALSE;
-    }
-  return TRUE;
-}
-
-/* What follows a projection to q or k: the bias (Dream), the per-head
- * RMSNorm (QK-norm) and RoPE, on @rows rows of @n_heads heads. */
-static gboolean
-finish_qk (UmForward *fw, UmBuf *x, int rows, const gint32 *pos, int n_heads, const UmDevWeight *bias,
-           const UmDevWeight *norm, GError **error)
-{
-  const UmBackendOps *ops = fw->be->ops;
-  const UmModelConfig *c = &fw->model->cfg;
-  const int hd = c->head_dim;
-
-  return (bias == NULL || ops->add_bias (fw->be, x, rows, n_heads * hd, bias, error))
-         && (norm == NULL || ops->rms_norm (fw->be, x, rows * n_heads, hd, norm, (float) c->rms_eps, x, error))
-         && ops->rope (fw->be, x, rows, pos, n_heads, hd, c->rope_dim > 0 ? (int) c->rope_dim : hd, c->rope_theta,
-                       c->rope_interleaved, error);
-}
-
-/* q of @rows normalized rows @h, ready for attention. */
-static gboolean
-q_proj (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *h, int rows, const gint32 *pos,
-        UmBuf *q, GError **error)
-{
-  return matmul (fw, h, rows, L->wq, &W->wq, q, error)
-         && finish_qk (fw, q, rows, pos, W->n_heads, L->bq, L->q_norm, error);
-}
-
-/* k and v of @rows normalized rows @h. */
-static gboolean
-kv_proj (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *h, int rows, const gint32 *pos,
-         UmBuf *k, UmBuf *v, GError **error)
-{
-  const int kvd = W->n_kv_heads * fw->model->cfg.head_dim;
-
-  return matmul (fw, h, rows, L->wk, &W->wk, k, error)
-         && matmul (fw, h, rows, L->wv, &W->wv, v, error)
-         && (L->bv == NULL || fw->be->ops->add_bias (fw->be, v, rows, kvd, L->bv, error))
-         && finish_qk (fw, k, rows, pos, W->n_kv_heads, L->bk, L->k_norm, error);
-}
-
-/* Block-causal attention: how many keys (from position 0) each of @n query
- * rows at positions @pos sees in a window of @seq_len: its block's end.
- * NULL (every key) when the model or the generation has no blocks. */
-static gint32 *
-kv_lengths (const UmForward *fw, const gint32 *pos, int n, int seq_len)
-{
-  const int B = fw->attn_block;
-  gint32 *len;
-
-  if (!fw->model->cfg.block_causal || B <= 0)
-    return NULL;
-  len = g_new (gint32, MAX (n, 1));
-  for (int i = 0; i < n; i++)
-    len[i] = (gint32) MIN ((gint64) seq_len, ((gint64) pos[i] / B + 1) * B);
-  return len;
-}
+  UmBuf        **views;
+  const gint32  *ids;
+  int            n_seq, seq_len;
+  int            start, end;    /* cached: the rows computed */
+  gboolean       cached;
+  const gint32  *rows;
+  int            n;
+  gboolean       keep_kv;
+  const HeadOut *dst;
+  GCancellable  *cancellable;
+} PassArgs;
 
 static gboolean
-forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, const gint32 *rows,
-              int n, gboolean keep_kv, const HeadOut *dst, GCancellable *cancellable, GError **error)
+pass_fn (UmForward *fw, gpointer data, GError **error)
 {
-  const UmModelConfig *c = &fw->model->cfg;
-  const UmBackendOps *ops = fw->be->ops;
-  UmBackend *be = fw->be;
-  const int T = n_seq * seq_len;
-  const int D = c->d_model, hd = c->head_dim;
-  const float eps = (float) c->rms_eps;
-  const gboolean subset = rows != NULL;
-  g_autofree gint32 *index = g_new (gint32, pass_index_count (T, subset ? n : 0));
-  gint32 *pos = index, *seq = index + T, *sel_pos = NULL, *sel_seq = NULL;
-  g_autofree gint32 *kv_all = NULL, *kv_sel = NULL;
+  const PassArgs *p = data;
 
-  for (int t = 0; t < T; t++)
-    {
-      pos[t] = t % seq_len;
-      seq[t] = t / seq_len;
-    }
-  if (subset)
-    {
-      sel_pos = seq + T;
-      sel_seq = sel_pos + n;
-      for (int i = 0; i < n; i++)
-        {
-          sel_pos[i] = pos[rows[i]];
-          sel_seq[i] = seq[rows[i]];
-        }
-      kv_sel = kv_lengths (fw, sel_pos, n, seq_len);
-    }
-  kv_all = kv_lengths (fw, pos, T, seq_len);
-
-  if (fw->opts.embed_on_host ? !embed_host (fw, ids, T, b[SLOT_X], error)
-                             : !ops->embed (be, fw->tok_embd, ids, T, b[SLOT_X], error))
-    return FALSE;
-
-  for (guint l = 0; l < c->n_layers; l++)
-    {
-      const UmLayerWeights *W = &fw->model->layers[l];
-      const int H = W->n_heads, Hkv = W->n_kv_heads;
-      /* In the last layer only the requested rows feed the output: keys and
-       * values still need every row, queries, attention output and MLP only
-       * the requested ones. */
-      const gboolean last = subset && l + 1 == c->n_layers;
-      const int m = last ? n : T;
-      UmBuf *xr = last ? b[SLOT_XS] : b[SLOT_X];
-      DevLayer streamed;
-      const DevLayer *L = &fw->layers[l];
-      /* A refreshing pass writes K and V straight into the cache. */
-      UmBuf *kb = keep_kv ? fw->kv_views[2 * l] : b[SLOT_K];
-      UmBuf *vb = keep_kv ? fw->kv_views[2 * l + 1] : b[SLOT_V];
-
-      if (g_cancellable_set_error_if_cancelled (cancellable, error))
-        return FALSE;
-      if (streaming (fw))
-        {
-          if (!stream_layer (fw, l, &streamed, error))
-            return FALSE;
-          L = &streamed;
-        }
-
-      if (!ops->rms_norm (be, b[SLOT_X], T, D, L->attn_norm, eps, b[SLOT_H], error)
-          || !kv_proj (fw, L, W, b[SLOT_H], T, pos, kb, vb, error))
-        return FALSE;
-      if (last)
-        {
-          /* h is free once k and v exist: reuse it for the selected rows. */
-          if (!ops->get_rows (be, b[SLOT_H], D, rows, n, b[SLOT_ATT], error)
-              || !q_proj (fw, L, W, b[SLOT_ATT], n, sel_pos, b[SLOT_Q], error)
-              || !ops->get_rows (be, b[SLOT_X], D, rows, n, b[SLOT_XS], error))
-            return FALSE;
-        }
-      else if (!q_proj (fw, L, W, b[SLOT_H], T, pos, b[SLOT_Q], error))
-        return FALSE;
-      if (!ops->attention (be, b[SLOT_Q], m, last ? sel_seq : seq, last ? kv_sel : kv_all, kb, vb, seq_len, H,
-                           Hkv, hd, b[SLOT_ATT], error))
-        return FALSE;
-      fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
-      if (!matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
-          || !ops->add (be, xr, b[SLOT_H], (size_t) m * D, error)
-          || !mlp_rows (fw, L, W, xr, b[SLOT_H], b, m, error))
-        return FALSE;
-    }
-
-  if (g_cancellable_set_error_if_cancelled (cancellable, error))
-    return FALSE;
-  return head_rows (fw, subset ? b[SLOT_XS] : b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
+  if (p->cached)
+    return um_forward_cached_pass (fw, p->views, p->ids, p->n_seq, p->seq_len, p->start, p->end, p->rows, p->n, p->dst,
+                        p->cancellable, error);
+  return um_forward_forward_pass (fw, p->views, p->ids, p->n_seq, p->seq_len, p->rows, p->n, p->keep_kv, p->dst,
+                       p->cancellable, error);
 }
 
 /* A finished pass in the stats: @n_rows rows of logits, started at @t_start. */
@@ -1227,10 +667,11 @@ logits_pass (UmForward     *fw,
   if (subset && n == T)
     rows = NULL;
 
-  arena_layout (fw->model, n_seq, seq_len, n, fw->opts.row_chunk, &a);
+  arena_layout (fw->model, n_seq, seq_len, n, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
   ok = carve (fw, &a, views, error)
-       && forward_pass (fw, views, ids, n_seq, seq_len, rows, n, FALSE, dst, cancellable, error);
-  free_views (fw, views, N_SLOTS);
+       && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, n_seq, seq_len, 0, 0, FALSE, rows, n, FALSE, dst,
+                                                   cancellable }, error);
+  um_forward_free_views (fw, views, N_SLOTS);
   return ok && count_pass (fw, n, t_start);
 }
 
@@ -1301,8 +742,8 @@ um_forward_reserve (UmForward *fw, const UmForwardShape *shape, GError **error)
    * of experts off the device. */
   if (fw->model->cfg.n_experts > 0)
     {
-      const int chunk = chunk_rows (shape->n_seq * shape->seq_len, fw->opts.row_chunk);
-      if (!host_router (fw, (size_t) chunk * fw->model->cfg.n_experts, error)
+      const int chunk = um_forward_chunk_rows (shape->n_seq * shape->seq_len, fw->opts.row_chunk);
+      if (!um_forward_host_router (fw, (size_t) chunk * fw->model->cfg.n_experts, error)
           || (fw->experts != NULL
               && !um_forward_experts_reserve (fw->experts, shape->n_seq * shape->seq_len, chunk, error)))
         return FALSE;
@@ -1320,97 +761,6 @@ um_forward_reserve (UmForward *fw, const UmForwardShape *shape, GError **error)
         }
     }
   return TRUE;
-}
-
-/* A step inside a block with the cache: only the rows [start, end) of each
- * sequence run through the layers; their K and V replace the cached ones,
- * and attention reads the whole cached canvas. */
-static gboolean
-cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, int start, int end,
-             const gint32 *rows, int n, const HeadOut *dst, GCancellable *cancellable, GError **error)
-{
-  const UmModelConfig *c = &fw->model->cfg;
-  const UmBackendOps *ops = fw->be->ops;
-  UmBackend *be = fw->be;
-  const int len = end - start, m = n_seq * len;
-  const int D = c->d_model, hd = c->head_dim;
-  const size_t kvd_bytes = (size_t) c->n_kv_heads * hd * sizeof (float);
-  const float eps = (float) c->rms_eps;
-  g_autofree gint32 *index = g_new (gint32, cached_index_count (m, n));
-  gint32 *sub_ids = index, *pos = index + m, *seq = index + 2 * m, *sel = index + 3 * m;
-  g_autofree gint32 *kv_len = NULL;
-  gboolean ok = TRUE;
-
-  for (int i = 0; i < m; i++)
-    {
-      int s = i / len, p = start + i % len;
-      sub_ids[i] = ids[s * seq_len + p];
-      pos[i] = p;
-      seq[i] = s;
-    }
-  /* Requested rows as indices into the computed rows. */
-  for (int i = 0; i < n; i++)
-    {
-      int s = rows[i] / seq_len, p = rows[i] % seq_len;
-      if (p < start || p >= end)
-        {
-          g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                       "forward: row %d is outside the rows this cached step computes", rows[i]);
-          return FALSE;
-        }
-      sel[i] = s * len + (p - start);
-    }
-  kv_len = kv_lengths (fw, pos, m, seq_len);
-
-  if (fw->opts.embed_on_host ? !embed_host (fw, sub_ids, m, b[SLOT_X], error)
-                             : !ops->embed (be, fw->tok_embd, sub_ids, m, b[SLOT_X], error))
-    return FALSE;
-
-  for (guint l = 0; l < c->n_layers && ok; l++)
-    {
-      const UmLayerWeights *W = &fw->model->layers[l];
-      const int H = W->n_heads, Hkv = W->n_kv_heads;
-      DevLayer streamed;
-      const DevLayer *L = &fw->layers[l];
-
-      if (g_cancellable_set_error_if_cancelled (cancellable, error))
-        return FALSE;
-      if (streaming (fw))
-        {
-          if (!stream_layer (fw, l, &streamed, error))
-            return FALSE;
-          L = &streamed;
-        }
-      if (!ops->rms_norm (be, b[SLOT_X], m, D, L->attn_norm, eps, b[SLOT_H], error)
-          || !q_proj (fw, L, W, b[SLOT_H], m, pos, b[SLOT_Q], error))
-        return FALSE;
-      /* Each sequence's rows are contiguous in the cache: their fresh K and
-       * V are computed straight into it. */
-      for (int s = 0; s < n_seq && ok; s++)
-        {
-          UmBuf *v[4] = { NULL, NULL, NULL, NULL };
-          size_t off = ((size_t) s * seq_len + start) * kvd_bytes;
-          v[0] = ops->buf_view (be, b[SLOT_H], (size_t) s * len * D * sizeof (float), (size_t) len * D * sizeof (float),
-                                error);
-          v[1] = v[0] ? ops->buf_view (be, fw->kv_views[2 * l], off, len * kvd_bytes, error) : NULL;
-          v[2] = v[1] ? ops->buf_view (be, fw->kv_views[2 * l + 1], off, len * kvd_bytes, error) : NULL;
-          ok = v[2] != NULL && kv_proj (fw, L, W, v[0], len, pos + s * len, v[1], v[2], error);
-          free_views (fw, v, 4);
-        }
-      ok = ok
-           && ops->attention (be, b[SLOT_Q], m, seq, kv_len, fw->kv_views[2 * l], fw->kv_views[2 * l + 1], seq_len,
-                              H, Hkv, hd, b[SLOT_ATT], error)
-           && matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
-           && ops->add (be, b[SLOT_X], b[SLOT_H], (size_t) m * D, error)
-           && mlp_rows (fw, L, W, b[SLOT_X], b[SLOT_H], b, m, error);
-      fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
-    }
-  if (!ok || g_cancellable_set_error_if_cancelled (cancellable, error))
-    return FALSE;
-  if (n == m)
-    return head_rows (fw, b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
-  return ops->get_rows (be, b[SLOT_X], D, sel, n, b[SLOT_XS], error)
-         && head_rows (fw, b[SLOT_XS], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
 }
 
 static gboolean
@@ -1460,21 +810,22 @@ logits_pass_cached (UmForward     *fw,
     {
       if (!ensure_kv (fw, T, error))
         return FALSE;
-      arena_layout (fw->model, n_seq, seq_len, n_rows, fw->opts.row_chunk, &a);
+      arena_layout (fw->model, n_seq, seq_len, n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
       ok = carve (fw, &a, views, error)
-           && forward_pass (fw, views, ids, n_seq, seq_len, n_rows == T ? NULL : rows, n_rows, TRUE, dst,
-                            cancellable, error);
+           && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, n_seq, seq_len, 0, 0, FALSE,
+                                                       n_rows == T ? NULL : rows, n_rows, TRUE, dst, cancellable },
+                            error);
     }
   else
     {
       end = dual ? block_end : seq_len;
       m = n_seq * (end - block_start);
-      arena_layout (fw->model, 1, m, n_rows, fw->opts.row_chunk, &a);
+      arena_layout (fw->model, 1, m, n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
       ok = carve (fw, &a, views, error)
-           && cached_pass (fw, views, ids, n_seq, seq_len, block_start, end, rows, n_rows, dst, cancellable,
-                           error);
+           && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, n_seq, seq_len, block_start, end, TRUE, rows,
+                                                       n_rows, FALSE, dst, cancellable }, error);
     }
-  free_views (fw, views, N_SLOTS);
+  um_forward_free_views (fw, views, N_SLOTS);
   return ok && count_pass (fw, n_rows, t_start);
 }
 
@@ -1648,18 +999,20 @@ logits_pass_window (UmForward     *fw,
     }
   if (start == 0)
     {
-      arena_layout (fw->model, 1, window, n_rows, fw->opts.row_chunk, &a);
+      arena_layout (fw->model, 1, window, n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
       ok = carve (fw, &a, views, error)
-           && forward_pass (fw, views, ids, 1, window, n_rows == window ? NULL : rows, n_rows, TRUE, dst,
-                            cancellable, error);
+           && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, 1, window, 0, 0, FALSE,
+                                                       n_rows == window ? NULL : rows, n_rows, TRUE, dst, cancellable },
+                            error);
     }
   else
     {
-      arena_layout (fw->model, 1, window - start, n_rows, fw->opts.row_chunk, &a);
+      arena_layout (fw->model, 1, window - start, n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
       ok = carve (fw, &a, views, error)
-           && cached_pass (fw, views, ids, 1, window, start, window, rows, n_rows, dst, cancellable, error);
+           && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, 1, window, start, window, TRUE, rows, n_rows, FALSE,
+                                                       dst, cancellable }, error);
     }
-  free_views (fw, views, N_SLOTS);
+  um_forward_free_views (fw, views, N_SLOTS);
   return ok && count_pass (fw, n_rows, t_start);
 }
 

@@ -112,6 +112,7 @@ typedef struct {
   gboolean kv_cache;          /* the block KV cache (prefix and dual keep the same buffer) */
   gboolean guided;            /* rows come as conditional then unconditional halves */
   gboolean backend_chooses;   /* the backend has the choose op (the GPU), so logits stay there */
+  gboolean backend_moe;       /* the backend routes mixtures of experts (its moe op: the GPU) */
 } UmForwardShape;
 
 /* What a forward holds for @shape, by kind: computed by the functions the

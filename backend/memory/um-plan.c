@@ -563,6 +563,8 @@ um_plan_forward_shape (const UmPlanShape *shape, gboolean backend_chooses, UmFor
   out->kv_cache = shape->kv_cache;
   out->guided = shape->cfg;
   out->backend_chooses = backend_chooses;
+  /* The backends that choose on the device (the GPU) route experts there too. */
+  out->backend_moe = backend_chooses;
 }
 
 /* What a forward with @fb holds on the device, the backend's own included. */

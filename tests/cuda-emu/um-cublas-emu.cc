@@ -154,6 +154,14 @@ gemm (cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alp
       }
 }
 
+/* Queued on the handle's stream like the runtime's work (um_emu_enqueue). */
+static cublasStatus_t
+enqueue (cublasHandle_t h, std::function<void ()> work)
+{
+  return um_emu_enqueue (h->stream, std::move (work)) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
+                                                                    : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
 extern "C" cublasStatus_t
 cublasGemmEx (cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *alpha,
               const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt, int ldb, const void *beta,
@@ -164,9 +172,11 @@ cublasGemmEx (cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int 
     return CUBLAS_STATUS_NOT_INITIALIZED;
   if ((s = check (ta, tb, m, n, k, lda, ldb, ldc, at, bt, ct, c)) != CUBLAS_STATUS_SUCCESS)
     return s;
-  gemm (ta, tb, m, n, k, *(const float *) alpha, A, at, lda, B, bt, ldb, *(const float *) beta, C, ct, ldc, c);
+  /* alpha and beta are read now (host pointer mode); the product runs now
+   * or when a recorded graph does. */
+  const float al = *(const float *) alpha, be = *(const float *) beta;
   count_call (at, ct, c);
-  return CUBLAS_STATUS_SUCCESS;
+  return enqueue (h, [=] () { gemm (ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc, c); });
 }
 
 static size_t
@@ -188,12 +198,14 @@ cublasGemmStridedBatchedEx (cublasHandle_t h, cublasOperation_t ta, cublasOperat
     return CUBLAS_STATUS_INVALID_VALUE;
   if ((s = check (ta, tb, m, n, k, lda, ldb, ldc, at, bt, ct, c)) != CUBLAS_STATUS_SUCCESS)
     return s;
-  for (int b = 0; b < batch; b++)
-    gemm (ta, tb, m, n, k, *(const float *) alpha, (const char *) A + b * sa * (long long) type_size (at), at, lda,
-          (const char *) B + b * sb * (long long) type_size (bt), bt, ldb, *(const float *) beta,
-          (char *) C + b * sc * (long long) type_size (ct), ct, ldc, c);
+  const float al = *(const float *) alpha, be = *(const float *) beta;
   count_call (at, ct, c);
-  return CUBLAS_STATUS_SUCCESS;
+  return enqueue (h, [=] () {
+    for (int b = 0; b < batch; b++)
+      gemm (ta, tb, m, n, k, al, (const char *) A + b * sa * (long long) type_size (at), at, lda,
+            (const char *) B + b * sb * (long long) type_size (bt), bt, ldb, be,
+            (char *) C + b * sc * (long long) type_size (ct), ct, ldc, c);
+  });
 }
 
 extern "C" cublasStatus_t
@@ -209,9 +221,11 @@ cublasGemmBatchedEx (cublasHandle_t h, cublasOperation_t ta, cublasOperation_t t
     return CUBLAS_STATUS_INVALID_VALUE;
   if ((s = check (ta, tb, m, n, k, lda, ldb, ldc, at, bt, ct, c)) != CUBLAS_STATUS_SUCCESS)
     return s;
-  for (int b = 0; b < batch; b++)
-    gemm (ta, tb, m, n, k, *(const float *) alpha, A[b], at, lda, B[b], bt, ldb, *(const float *) beta, C[b], ct,
-          ldc, c);
+  const float al = *(const float *) alpha, be = *(const float *) beta;
   count_call (at, ct, c);
-  return CUBLAS_STATUS_SUCCESS;
+  /* The pointer arrays are device memory, read when the product runs. */
+  return enqueue (h, [=] () {
+    for (int b = 0; b < batch; b++)
+      gemm (ta, tb, m, n, k, al, A[b], at, lda, B[b], bt, ldb, be, C[b], ct, ldc, c);
+  });
 }

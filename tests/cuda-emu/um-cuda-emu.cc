@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 /* ---- errors ---- */
@@ -42,6 +43,13 @@ cudaGetErrorString (cudaError_t e)
     case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
+    case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
     default: return "unknown error";
     }
 }
@@ -58,6 +66,218 @@ cudaGetLastError (void)
 
 extern "C" cudaError_t cudaPeekAtLastError (void) { return last_error; }
 
+/* ---- stream capture (see cuda_runtime_api.h) ---- */
+
+struct UmEmuCapture {
+  unsigned long id;
+  cudaStream_t origin;
+  cudaStreamCaptureMode mode;
+  bool invalid;
+  std::vector<std::function<void ()>> nodes;
+  std::vector<cudaStream_t> joined;
+};
+
+struct UmEmuStream {
+  UmEmuCapture *cap;      /* the capture this stream records into, or NULL */
+  size_t n_nodes;         /* work recorded from this stream in that capture */
+  size_t joined_upto;     /* ... of which the origin waited on this much */
+};
+
+struct UmEmuEvent {
+  double t;
+  bool recorded;
+  unsigned long cap_id;   /* recorded in this capture (0: not captured) */
+  cudaStream_t stream;
+  size_t seq;
+};
+
+struct UmEmuGraph { std::vector<std::function<void ()>> nodes; };
+struct UmEmuGraphExec { std::vector<std::function<void ()>> nodes; };
+
+static std::recursive_mutex cap_lock;
+static std::map<unsigned long, UmEmuCapture *> live_captures;
+static unsigned long next_capture_id = 1;
+/* The capture this thread began in a mode that refuses unsafe calls here. */
+static thread_local UmEmuCapture *thread_capture;
+static UmEmuGraphCounts counts;
+
+extern "C" void
+um_emu_graph_counts (UmEmuGraphCounts *out)
+{
+  std::lock_guard<std::recursive_mutex> g (cap_lock);
+  *out = counts;
+}
+
+extern "C" void
+um_emu_graph_reset_counts (void)
+{
+  std::lock_guard<std::recursive_mutex> g (cap_lock);
+  memset (&counts, 0, sizeof counts);
+}
+
+static void
+invalidate (UmEmuCapture *cap, const char *why)
+{
+  if (!cap->invalid)
+    {
+      counts.invalidated++;
+      if (getenv ("UM_EMU_VERBOSE") != NULL)
+        fprintf (stderr, "cuda-emu: capture %lu invalidated: %s\n", cap->id, why);
+    }
+  cap->invalid = true;
+}
+
+/* A call that must wait or allocate: refused while this thread captures
+ * (global or thread-local mode), or while any thread captures in global
+ * mode; the capture is invalidated. */
+static cudaError_t
+unsafe_call (const char *what)
+{
+  std::lock_guard<std::recursive_mutex> g (cap_lock);
+  UmEmuCapture *hit = thread_capture;
+  if (hit == NULL)
+    for (auto &it : live_captures)
+      if (it.second->mode == cudaStreamCaptureModeGlobal)
+        hit = it.second;
+  if (hit == NULL)
+    return cudaSuccess;
+  invalidate (hit, what);
+  return fail (cudaErrorStreamCaptureUnsupported);
+}
+
+/* Whether @p is memory a captured copy may read or write: device memory or
+ * pinned host memory (forward: the block maps are below). */
+static bool copy_ok_in_capture (const void *p);
+
+cudaError_t
+um_emu_enqueue (cudaStream_t s, std::function<void ()> work)
+{
+  {
+    std::lock_guard<std::recursive_mutex> g (cap_lock);
+    if (s != NULL && s->cap != NULL)
+      {
+        if (s->cap->invalid)
+          return fail (cudaErrorStreamCaptureInvalidated);
+        s->cap->nodes.push_back (std::move (work));
+        s->n_nodes++;
+        return cudaSuccess;
+      }
+  }
+  work ();
+  return cudaSuccess;
+}
+
+static UmEmuCapture *
+live (unsigned long id)
+{
+  auto it = live_captures.find (id);
+  return it == live_captures.end () ? NULL : it->second;
+}
+
+static void
+end_capture (UmEmuCapture *cap)
+{
+  cap->origin->cap = NULL;
+  for (cudaStream_t j : cap->joined)
+    j->cap = NULL;
+  live_captures.erase (cap->id);
+  if (thread_capture == cap)
+    thread_capture = NULL;
+  delete cap;
+}
+
+extern "C" cudaError_t
+cudaStreamBeginCapture (cudaStream_t s, cudaStreamCaptureMode mode)
+{
+  std::lock_guard<std::recursive_mutex> g (cap_lock);
+  if (s == NULL)   /* the legacy stream cannot be captured */
+    return fail (cudaErrorStreamCaptureUnsupported);
+  if (s->cap != NULL)
+    return fail (cudaErrorIllegalState);
+  UmEmuCapture *cap = new UmEmuCapture ();
+  cap->id = next_capture_id++;
+  cap->origin = s;
+  cap->mode = mode;
+  cap->invalid = false;
+  live_captures[cap->id] = cap;
+  s->cap = cap;
+  s->n_nodes = s->joined_upto = 0;
+  if (mode != cudaStreamCaptureModeRelaxed)
+    thread_capture = cap;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaStreamEndCapture (cudaStream_t s, cudaGraph_t *graph)
+{
+  std::lock_guard<std::recursive_mutex> g (cap_lock);
+  UmEmuCapture *cap;
+
+  *graph = NULL;
+  if (s == NULL || s->cap == NULL)
+    return fail (cudaErrorIllegalState);
+  cap = s->cap;
+  if (cap->origin != s)
+    return fail (cudaErrorStreamCaptureUnmatched);
+  if (cap->invalid)
+    {
+      end_capture (cap);
+      return fail (cudaErrorStreamCaptureInvalidated);
+    }
+  for (cudaStream_t j : cap->joined)
+    if (j->n_nodes > j->joined_upto)
+      {
+        counts.invalidated++;
+        end_capture (cap);
+        return fail (cudaErrorStreamCaptureUnjoined);
+      }
+  *graph = new UmEmuGraph ();
+  (*graph)->nodes = std::move (cap->nodes);
+  counts.captured++;
+  end_capture (cap);
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaStreamIsCapturing (cudaStream_t s, cudaStreamCaptureStatus *status)
+{
+  std::lock_guard<std::recursive_mutex> g (cap_lock);
+  *status = s == NULL || s->cap == NULL ? cudaStreamCaptureStatusNone
+          : s->cap->invalid            ? cudaStreamCaptureStatusInvalidated
+                                       : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaGraphInstantiate (cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long)
+{
+  if (graph == NULL)
+    return fail (cudaErrorInvalidValue);
+  *exec = new UmEmuGraphExec ();
+  (*exec)->nodes = graph->nodes;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaGraphLaunch (cudaGraphExec_t exec, cudaStream_t s)
+{
+  if (exec == NULL)
+    return fail (cudaErrorInvalidValue);
+  {
+    std::lock_guard<std::recursive_mutex> g (cap_lock);
+    counts.launches++;
+  }
+  return um_emu_enqueue (s, [exec] () {
+    for (auto &n : exec->nodes)
+      n ();
+    std::lock_guard<std::recursive_mutex> g (cap_lock);
+    counts.replayed_nodes += (long) exec->nodes.size ();
+  });
+}
+
+extern "C" cudaError_t cudaGraphExecDestroy (cudaGraphExec_t exec) { delete exec; return cudaSuccess; }
+extern "C" cudaError_t cudaGraphDestroy (cudaGraph_t graph) { delete graph; return cudaSuccess; }
+
 /* ---- the device ---- */
 
 static std::mutex mem_lock;
@@ -70,7 +290,7 @@ extern "C" size_t um_emu_device_bytes_in_use (void) { std::lock_guard<std::mutex
 extern "C" cudaError_t cudaGetDeviceCount (int *n) { *n = 1; return cudaSuccess; }
 extern "C" cudaError_t cudaSetDevice (int d) { return d == 0 ? cudaSuccess : fail (cudaErrorInvalidDevice); }
 extern "C" cudaError_t cudaGetDevice (int *d) { *d = 0; return cudaSuccess; }
-extern "C" cudaError_t cudaDeviceSynchronize (void) { return cudaSuccess; }
+extern "C" cudaError_t cudaDeviceSynchronize (void) { return unsafe_call ("cudaDeviceSynchronize"); }
 extern "C" cudaError_t cudaDriverGetVersion (int *v) { *v = 13000; return cudaSuccess; }
 extern "C" cudaError_t cudaRuntimeGetVersion (int *v) { *v = 13000; return cudaSuccess; }
 
@@ -119,9 +339,11 @@ cudaMemGetInfo (size_t *free_b, size_t *total_b)
 extern "C" cudaError_t
 cudaMalloc (void **ptr, size_t bytes)
 {
+  *ptr = NULL;
+  if (unsafe_call ("cudaMalloc") != cudaSuccess)
+    return cudaErrorStreamCaptureUnsupported;
   std::lock_guard<std::mutex> g (mem_lock);
   char *p;
-  *ptr = NULL;
   if (bytes > device_total - device_used)
     return fail (cudaErrorMemoryAllocation);
   /* 256-byte aligned like cudaMalloc, so alignment-dependent paths run. */
@@ -136,6 +358,9 @@ cudaMalloc (void **ptr, size_t bytes)
 extern "C" cudaError_t
 cudaFree (void *ptr)
 {
+  /* cudaFree (NULL) only makes the context: safe. */
+  if (ptr != NULL && unsafe_call ("cudaFree") != cudaSuccess)
+    return cudaErrorStreamCaptureUnsupported;
   std::lock_guard<std::mutex> g (mem_lock);
   if (ptr == NULL)
     return cudaSuccess;
@@ -151,6 +376,9 @@ cudaFree (void *ptr)
 extern "C" cudaError_t
 cudaHostAlloc (void **ptr, size_t bytes, unsigned int)
 {
+  *ptr = NULL;
+  if (unsafe_call ("cudaHostAlloc") != cudaSuccess)
+    return cudaErrorStreamCaptureUnsupported;
   std::lock_guard<std::mutex> g (mem_lock);
   char *p = (char *) aligned_alloc (4096, (bytes + 4095) & ~(size_t) 4095);
   *ptr = p;
@@ -165,6 +393,8 @@ extern "C" cudaError_t cudaMallocHost (void **ptr, size_t bytes) { return cudaHo
 extern "C" cudaError_t
 cudaFreeHost (void *ptr)
 {
+  if (ptr != NULL && unsafe_call ("cudaFreeHost") != cudaSuccess)
+    return cudaErrorStreamCaptureUnsupported;
   std::lock_guard<std::mutex> g (mem_lock);
   if (ptr == NULL)
     return cudaSuccess;
@@ -203,8 +433,8 @@ cudaPointerGetAttributes (struct cudaPointerAttributes *a, const void *ptr)
   return cudaSuccess;
 }
 
-extern "C" cudaError_t
-cudaMemcpy (void *dst, const void *src, size_t bytes, cudaMemcpyKind)
+static cudaError_t
+copy_now (void *dst, const void *src, size_t bytes)
 {
   if (bytes && (dst == NULL || src == NULL))
     return fail (cudaErrorInvalidValue);
@@ -216,9 +446,30 @@ cudaMemcpy (void *dst, const void *src, size_t bytes, cudaMemcpyKind)
 }
 
 extern "C" cudaError_t
-cudaMemcpyAsync (void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t)
+cudaMemcpy (void *dst, const void *src, size_t bytes, cudaMemcpyKind)
 {
-  return cudaMemcpy (dst, src, bytes, kind);
+  if (unsafe_call ("cudaMemcpy") != cudaSuccess)
+    return cudaErrorStreamCaptureUnsupported;
+  return copy_now (dst, src, bytes);
+}
+
+/* Captured, a copy runs when the graph does, reading and writing then:
+ * the host side must be pinned (CUDA stages pageable memory at the call,
+ * which a capture cannot). */
+extern "C" cudaError_t
+cudaMemcpyAsync (void *dst, const void *src, size_t bytes, cudaMemcpyKind, cudaStream_t s)
+{
+  if (bytes && (dst == NULL || src == NULL))
+    return fail (cudaErrorInvalidValue);
+  {
+    std::lock_guard<std::recursive_mutex> g (cap_lock);
+    if (s != NULL && s->cap != NULL && bytes > 0 && (!copy_ok_in_capture (dst) || !copy_ok_in_capture (src)))
+      {
+        invalidate (s->cap, "a copy to or from pageable host memory");
+        return fail (cudaErrorStreamCaptureUnsupported);
+      }
+  }
+  return um_emu_enqueue (s, [dst, src, bytes] () { copy_now (dst, src, bytes); });
 }
 
 extern "C" cudaError_t
@@ -226,16 +477,29 @@ cudaMemset (void *dst, int value, size_t bytes)
 {
   if (bytes && dst == NULL)
     return fail (cudaErrorInvalidValue);
+  if (unsafe_call ("cudaMemset") != cudaSuccess)
+    return cudaErrorStreamCaptureUnsupported;
   memset (dst, value, bytes);
   return cudaSuccess;
 }
 
-extern "C" cudaError_t cudaMemsetAsync (void *d, int v, size_t b, cudaStream_t) { return cudaMemset (d, v, b); }
+extern "C" cudaError_t
+cudaMemsetAsync (void *d, int v, size_t b, cudaStream_t s)
+{
+  if (b && d == NULL)
+    return fail (cudaErrorInvalidValue);
+  return um_emu_enqueue (s, [d, v, b] () { memset (d, v, b); });
+}
 
-/* ---- streams and events: work runs when queued, so both are markers ---- */
+/* ---- streams and events: work runs when queued (or is recorded, see
+ * above), so outside a capture both are markers ---- */
 
-struct UmEmuStream { int unused; };
-struct UmEmuEvent { double t; bool recorded; };
+static bool
+copy_ok_in_capture (const void *p)
+{
+  std::lock_guard<std::mutex> g (mem_lock);
+  return find_block (device_blocks, p) || find_block (host_blocks, p);
+}
 
 static double
 now_ms (void)
@@ -248,14 +512,103 @@ now_ms (void)
 extern "C" cudaError_t cudaStreamCreate (cudaStream_t *s) { *s = new UmEmuStream (); return cudaSuccess; }
 extern "C" cudaError_t cudaStreamCreateWithFlags (cudaStream_t *s, unsigned int) { return cudaStreamCreate (s); }
 extern "C" cudaError_t cudaStreamDestroy (cudaStream_t s) { delete s; return cudaSuccess; }
-extern "C" cudaError_t cudaStreamSynchronize (cudaStream_t) { return cudaSuccess; }
-extern "C" cudaError_t cudaStreamWaitEvent (cudaStream_t, cudaEvent_t e, unsigned int) { return e ? cudaSuccess : fail (cudaErrorInvalidValue); }
+
+extern "C" cudaError_t
+cudaStreamSynchronize (cudaStream_t s)
+{
+  std::lock_guard<std::recursive_mutex> g (cap_lock);
+  if (s != NULL && s->cap != NULL)
+    {
+      invalidate (s->cap, "cudaStreamSynchronize on a capturing stream");
+      return fail (cudaErrorStreamCaptureUnsupported);
+    }
+  return cudaSuccess;
+}
+
+/* Waiting on an event recorded in a capture joins @s to it (a fork); the
+ * origin waiting on a joined stream's event joins that stream's work so
+ * far back (a join). */
+extern "C" cudaError_t
+cudaStreamWaitEvent (cudaStream_t s, cudaEvent_t e, unsigned int)
+{
+  std::lock_guard<std::recursive_mutex> g (cap_lock);
+  UmEmuCapture *cap;
+
+  if (e == NULL)
+    return fail (cudaErrorInvalidValue);
+  cap = e->cap_id != 0 ? live (e->cap_id) : NULL;
+  if (cap == NULL)
+    return cudaSuccess;   /* work already complete, or outside any capture */
+  if (s == NULL)
+    {
+      invalidate (cap, "the legacy stream waits on a captured event");
+      return fail (cudaErrorStreamCaptureIsolation);
+    }
+  if (s->cap == NULL)
+    {
+      s->cap = cap;
+      s->n_nodes = s->joined_upto = 0;
+      cap->joined.push_back (s);
+      return cudaSuccess;
+    }
+  if (s->cap != cap)
+    {
+      invalidate (cap, "a stream of another capture waits on its event");
+      return fail (cudaErrorStreamCaptureIsolation);
+    }
+  if (e->stream != NULL && e->stream != s && e->stream->cap == cap && e->seq > e->stream->joined_upto)
+    e->stream->joined_upto = e->seq;
+  return cudaSuccess;
+}
+
 extern "C" cudaError_t cudaEventCreate (cudaEvent_t *e) { *e = new UmEmuEvent (); return cudaSuccess; }
 extern "C" cudaError_t cudaEventCreateWithFlags (cudaEvent_t *e, unsigned int) { return cudaEventCreate (e); }
 extern "C" cudaError_t cudaEventDestroy (cudaEvent_t e) { delete e; return cudaSuccess; }
-extern "C" cudaError_t cudaEventRecord (cudaEvent_t e, cudaStream_t) { e->t = now_ms (); e->recorded = true; return cudaSuccess; }
-extern "C" cudaError_t cudaEventSynchronize (cudaEvent_t) { return cudaSuccess; }
-extern "C" cudaError_t cudaEventQuery (cudaEvent_t) { return cudaSuccess; }
+
+extern "C" cudaError_t
+cudaEventRecord (cudaEvent_t e, cudaStream_t s)
+{
+  std::lock_guard<std::recursive_mutex> g (cap_lock);
+  if (s != NULL && s->cap != NULL)
+    {
+      cudaError_t r;
+      e->cap_id = s->cap->id;
+      e->stream = s;
+      e->recorded = false;
+      r = um_emu_enqueue (s, [e] () { e->t = now_ms (); e->recorded = true; });
+      /* The record itself is the last work the event covers. */
+      e->seq = s->n_nodes;
+      return r;
+    }
+  e->cap_id = 0;
+  e->stream = s;
+  e->t = now_ms ();
+  e->recorded = true;
+  return cudaSuccess;
+}
+
+/* An event last recorded in a capture that is still going on. */
+static bool
+event_in_capture (cudaEvent_t e)
+{
+  std::lock_guard<std::recursive_mutex> g (cap_lock);
+  UmEmuCapture *cap = e->cap_id != 0 ? live (e->cap_id) : NULL;
+  if (cap != NULL)
+    invalidate (cap, "waiting on or querying a captured event");
+  return cap != NULL;
+}
+
+extern "C" cudaError_t
+cudaEventSynchronize (cudaEvent_t e)
+{
+  return event_in_capture (e) ? fail (cudaErrorCapturedEvent) : cudaSuccess;
+}
+
+extern "C" cudaError_t
+cudaEventQuery (cudaEvent_t e)
+{
+  return event_in_capture (e) ? fail (cudaErrorCapturedEvent) : cudaSuccess;
+}
 
 extern "C" cudaError_t
 cudaEventElapsedTime (float *ms, cudaEvent_t a, cudaEvent_t b)
@@ -543,13 +896,14 @@ run_block (Launch *L, bool reverse)
  * clobbered by longjmp" warning (-O2) cannot apply. */
 #pragma GCC diagnostic ignored "-Wclobbered"
 
+static void run_grid (dim3 grid, dim3 block, size_t shared_bytes, const std::function<void ()> &body);
+
+/* A bad configuration fails at the launch, as CUDA's does; the blocks run
+ * now, or when a recorded graph does. */
 void
-um_emu_run (dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t, std::function<void ()> body)
+um_emu_run (dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, std::function<void ()> body)
 {
-  static std::mutex one_launch;   /* `__shared__` is static: one block at a time, process-wide */
-  std::lock_guard<std::mutex> g (one_launch);
   const unsigned nthreads = block.x * block.y * block.z;
-  Launch L;
 
   if (nthreads == 0 || nthreads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535
       || grid.z > 65535 || block.z > 64 || shared_bytes > (227u << 10))
@@ -557,6 +911,17 @@ um_emu_run (dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t, std::funct
       fail (cudaErrorInvalidConfiguration);
       return;
     }
+  um_emu_enqueue (stream, [grid, block, shared_bytes, body] () { run_grid (grid, block, shared_bytes, body); });
+}
+
+static void
+run_grid (dim3 grid, dim3 block, size_t shared_bytes, const std::function<void ()> &body)
+{
+  static std::mutex one_launch;   /* `__shared__` is static: one block at a time, process-wide */
+  std::lock_guard<std::mutex> g (one_launch);
+  const unsigned nthreads = block.x * block.y * block.z;
+  Launch L;
+
   L.fibers.resize (nthreads);
   L.body = &body;
   L.failed = false;

@@ -25,8 +25,33 @@ typedef enum {
   cudaErrorNoKernelImageForDevice = 209,
   cudaErrorLaunchFailure = 719,
   cudaErrorNotReady = 600,
+  cudaErrorIllegalState = 401,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureMerge = 902,
+  cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureUnjoined = 904,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorStreamCaptureImplicit = 906,
+  cudaErrorCapturedEvent = 907,
+  cudaErrorStreamCaptureWrongThread = 908,
   cudaErrorUnknown = 999,
 } cudaError_t;
+
+typedef enum {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+} cudaStreamCaptureMode;
+
+typedef enum {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+} cudaStreamCaptureStatus;
+
+typedef struct UmEmuGraph *cudaGraph_t;
+typedef struct UmEmuGraphExec *cudaGraphExec_t;
 
 typedef struct UmEmuStream *cudaStream_t;
 typedef struct UmEmuEvent *cudaEvent_t;
@@ -146,10 +171,37 @@ cudaError_t cudaEventQuery (cudaEvent_t event);
 cudaError_t cudaEventElapsedTime (float *ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaFuncGetAttributes (struct cudaFuncAttributes *attr, const void *func);
 
+/* Stream capture and graphs: work queued on a capturing stream (and on
+ * streams that joined its capture by waiting on one of its events) is
+ * recorded in order instead of run; a launch of the graph runs it then.
+ * Calls that must wait or allocate (synchronous copies and memsets,
+ * cudaMalloc/cudaFree, pinned allocations, device or captured-stream
+ * synchronisation, waiting on or querying a captured event) and copies to
+ * or from pageable host memory are refused during a capture, as CUDA
+ * refuses them, and invalidate it; so does ending a capture that a joined
+ * stream has work for that the origin never waited on. */
+cudaError_t cudaStreamBeginCapture (cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture (cudaStream_t stream, cudaGraph_t *graph);
+cudaError_t cudaStreamIsCapturing (cudaStream_t stream, cudaStreamCaptureStatus *status);
+cudaError_t cudaGraphInstantiate (cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaGraphLaunch (cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy (cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy (cudaGraph_t graph);
+
 /* Emulation controls for tests: the device's size (default 16 GiB) and the
  * bytes allocated now. */
 void   um_emu_set_device_memory (size_t total_bytes);
 size_t um_emu_device_bytes_in_use (void);
+/* Since the last reset: captures ended into a graph, graph launches, work
+ * items run from graphs, and captures invalidated by a refused call. */
+typedef struct {
+  long captured;
+  long launches;
+  long replayed_nodes;
+  long invalidated;
+} UmEmuGraphCounts;
+void   um_emu_graph_counts (UmEmuGraphCounts *out);
+void   um_emu_graph_reset_counts (void);
 
 #ifdef __cplusplus
 }

@@ -58,6 +58,9 @@ uint64_t um_emu_warp_exchange (uint64_t value, int src_lane, int width);
 unsigned um_emu_warp_ballot (int pred);
 void    *um_emu_dynamic_shared (void);
 void     um_emu_run (dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, std::function<void ()> body);
+/* Runs @work now, or records it when @stream is capturing (um-cuda-emu.cc):
+ * every queued piece of work goes through here. */
+cudaError_t um_emu_enqueue (cudaStream_t stream, std::function<void ()> work);
 
 /* Macros, so each barrier is known by its place in the source. */
 #define __syncthreads() um_emu_syncthreads (__FILE__, __LINE__)
@@ -253,9 +256,10 @@ template <typename... P, typename G, typename B, typename... A>
 static inline void
 um_emu_launch (void (*kernel) (P...), G grid, B block, size_t shared_bytes, cudaStream_t stream, A... args)
 {
+  /* By value: a recorded launch runs after this returns. */
   std::tuple<P...> params (static_cast<P> (args)...);
   um_emu_run (um_emu_dim3 (grid), um_emu_dim3 (block), shared_bytes, stream,
-              [&] () { std::apply (kernel, params); });
+              [kernel, params] () { std::apply (kernel, params); });
 }
 
 #endif /* __cplusplus */

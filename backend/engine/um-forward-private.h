@@ -1,0 +1,124 @@
+/* um-forward-private.h — what the forward's files share (um-forward.c:
+ * loading, memory, the passes' bounds; um-forward-layers.c: the work of a
+ * pass): the forward's state and its work buffers. Not for other users. */
+#pragma once
+
+#include "um-choose.h"
+#include "um-forward.h"
+#include "um-forward-experts.h"
+#include "um-moe.h"
+#include "um-prefetch.h"
+
+G_BEGIN_DECLS
+
+/* The work buffers of a pass, carved from one device arena. */
+typedef enum {
+  SLOT_X, SLOT_H, SLOT_Q, SLOT_K, SLOT_V, SLOT_ATT, SLOT_GATE, SLOT_UP,
+  SLOT_ROUTER,   /* MoE: the router's logits of a chunk of rows */
+  SLOT_EX,       /* MoE: an expert's group of input rows */
+  SLOT_EY,       /* MoE: an expert's output rows */
+  SLOT_MOE,      /* MoE routed on the backend: its work (um-moe-work.h) */
+  /* Last, sized by the requested rows: the buffers before them stay where
+   * they are from step to step (a recorded pass reads them there). */
+  SLOT_XS, SLOT_LOGITS,
+  N_SLOTS
+} Slot;
+
+#define ARENA_ALIGN 256
+
+typedef struct {
+  UmDevWeight *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+  /* NULL where the family or layer has none */
+  UmDevWeight *bq, *bk, *bv, *q_norm, *k_norm, *router, *router_bias;
+  UmDevWeight *sh_gate, *sh_up, *sh_down;   /* the shared expert (LLaDA 2.x) */
+  /* MoE layers: expert e's gate, up and down at [3e], [3e+1], [3e+2]
+   * (slices of the stacked w_gate, w_up, w_down, which are then NULL). */
+  UmDevWeight **experts;
+} DevLayer;
+
+/* A layer-streaming slot: device memory for one layer's matrices and views
+ * of them, rebuilt only when a layer of other shapes (pruning) arrives. */
+typedef struct {
+  UmBuf       *buf;
+  UmDevWeight *mats[UM_LAYER_N_MATS];
+  UmDevWeight **experts;      /* views of the experts' slices (MoE layers), 3 per expert */
+  guint        n_experts;
+  int          shaped_for;    /* layer whose shapes the views have, -1 none */
+  int          requested;     /* layer last asked of the prefetcher, -1 none */
+} StreamSlot;
+
+struct _UmForward {
+  /* while loading */
+  UmForwardProgress progress_cb;
+  gpointer        progress_data;
+  GCancellable   *cancellable;
+  uint64_t        loaded_bytes, total_bytes;
+
+  UmModel        *model;
+  UmBackend      *be;
+  UmForwardOptions opts;
+  UmDevWeight    *tok_embd, *out_norm, *output;
+  DevLayer       *layers;
+  GPtrArray      *dev_weights;
+  UmBuf          *arena;
+  size_t          arena_bytes;
+  float          *host_rows;      /* embedding rows decoded on the host */
+  float          *host_logits;    /* um_forward_choose without the backend's choose op */
+  size_t          host_logits_floats;
+  size_t          host_rows_floats;
+  StreamSlot     *stream;         /* opts.stream_slots of them */
+  UmPrefetcher   *prefetcher;
+  guint64         stream_seq;     /* layers streamed so far: picks the slot */
+  /* Block KV cache: every layer's K and V of the whole canvas, kept by a
+   * refreshing pass (um_forward_logits_cached). */
+  UmBuf          *kv;
+  size_t          kv_bytes;
+  UmBuf         **kv_views;       /* 2 per layer: K, V */
+  int             kv_rows;        /* canvas rows the cache holds (n_seq·seq_len) */
+  UmForwardStats  stats;
+  double          pass_flops0;   /* stats.flops at the start of the pass */
+  UmMoeRouting    routing;        /* MoE: the current chunk's routing */
+  UmMoeRouting   *routes;         /* experts off the device: each chunk's routing of a layer */
+  int             n_routes;
+  float          *host_router;    /* MoE: the router's logits of a chunk, downloaded */
+  size_t          host_router_floats;
+  float          *host_bias;      /* MoE: a layer's selection bias, downloaded once per pass */
+  /* Block-causal attention (cfg.block_causal): the generation's block
+   * length; 0 bidirectional. */
+  int             attn_block;
+  /* The routed experts when they are off the device (HOST, FETCH). */
+  UmForwardExperts *experts;
+};
+
+/* Where the LM head's rows go: downloaded into @logits, or chosen on the
+ * backend (its choose op) with only ids and confidences downloaded. */
+typedef struct {
+  float              *logits;
+  const UmChooseRule *rule;
+  const gint32       *positions;
+  gint32             *ids;
+  double             *conf;
+} HeadOut;
+
+gboolean      um_forward_streaming (const UmForward *fw);
+int           um_forward_chunk_rows (int rows, int row_chunk);
+void          um_forward_free_views (UmForward *fw, UmBuf **views, int n);
+size_t        um_forward_pass_index_count (int T, int n);
+size_t        um_forward_cached_index_count (int m, int n);
+/* Host room for @floats router logits. */
+gboolean      um_forward_host_router (UmForward *fw, size_t floats, GError **error);
+/* Host bytes of the decoded embedding rows of @n tokens, then one stored row. */
+size_t        um_forward_host_rows_bytes (const UmModel *model, int n);
+/* A full pass (um-forward-layers.c): @n_seq sequences of @seq_len, the
+ * requested @rows (NULL: all), keeping every layer's K and V in the cache
+ * with @keep_kv; the head's rows to @dst. */
+gboolean      um_forward_forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len,
+                                       const gint32 *rows, int n, gboolean keep_kv, const HeadOut *dst,
+                                       GCancellable *cancellable, GError **error);
+/* A step inside a block with the cache: the rows [start, end) of each
+ * sequence through the layers. */
+gboolean      um_forward_cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, int start,
+                                      int end, const gint32 *rows, int n, const HeadOut *dst,
+                                      GCancellable *cancellable, GError **error);
+
+G_END_DECLS
