@@ -554,9 +554,11 @@ tile_kernel_w (const int nt, const uint8_t *pk, const float *wa, int64_t nblk,
 #pragma GCC unroll 16
       for (int s = 0; s < 16; s++)
         {
-          const __m256i w0 = _mm256_load_si256 ((const __m256i *) (wp + s * 64));
-          const __m256i w1 = _mm256_load_si256 ((const __m256i *) (wp + s * 64 + 32));
+          __m256i w0 = _mm256_load_si256 ((const __m256i *) (wp + s * 64));
+          __m256i w1 = _mm256_load_si256 ((const __m256i *) (wp + s * 64 + 32));
 
+          /* Loaded once for all tokens (not a memory operand per token). */
+          __asm__ ("" : "+x" (w0), "+x" (w1));
 #pragma GCC unroll 4
           for (int t = 0; t < nt; t++)
             {
