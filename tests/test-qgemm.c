@@ -591,6 +591,67 @@ test_values (void)
       }
 }
 
+/* Q8_0's extreme codes (-128 and 127) against activations of +-127 (every
+ * block's max |x| is 127, so dx = 1 and q = x): each product is 16256 or
+ * 16129 in magnitude, so a kernel that let two steps' int16 pair sums
+ * (2 · 128 · 127 each) add up before widening them, or saturated one,
+ * would be off by thousands.  Exact comparisons: the scales are 1, and
+ * every partial sum is an integer below 17 · 32 · 16256 < 2^24, so each
+ * float operation of every product is exact.  16 + 3 rows (a full panel
+ * and a tail), k = 544 (past the 512-code K piece of the int16 kernel and
+ * the VNNI one's 1024 in one go: the short last piece). */
+static void
+test_q8_extremes (void)
+{
+  const int64_t n = 19, k = 544, m = 5, nb = k / 32;
+  UmBlockQ8_0 *w = g_new0 (UmBlockQ8_0, n * nb);
+  float *x = g_new (float, m * k), *out = g_new (float, m * n), *ref = g_new (float, m * n);
+
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t b = 0; b < nb; b++)
+      {
+        UmBlockQ8_0 *blk = &w[j * nb + b];
+        blk->d = um_f32_to_f16 (1.0f);
+        for (int e = 0; e < 32; e++)
+          {
+            /* Rows of -128, of 127, and mixtures. */
+            const int v = j % 3 == 0 ? -128 : j % 3 == 1 ? 127 : ((e * 7 + b + j) % 4 < 2 ? -128 : 127);
+            blk->qs[e] = (int8_t) v;
+          }
+      }
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t e = 0; e < k; e++)
+      /* Token 0 all -127 (every product of a -128 row positive), the rest mixed. */
+      x[i * k + e] = i == 0 ? -127.0f : ((e * 5 + i) % 3 == 0 ? 127.0f : -127.0f);
+
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++)
+      {
+        double sum = 0.0;
+        for (int64_t e = 0; e < k; e++)
+          sum += (double) w[j * nb + e / 32].qs[e % 32] * (double) x[i * k + e];
+        ref[i * n + j] = (float) sum;
+      }
+  g_assert_true (um_qgemm_ref (UM_DTYPE_Q8_0, w, n, k, x, m, out));
+  for (int64_t i = 0; i < m * n; i++)
+    g_assert_cmpfloat (out[i], ==, ref[i]);
+  for (guint im = 0; im < G_N_ELEMENTS (impls); im++)
+    if (have (&impls[im]))
+      {
+        for (int64_t i = 0; i < m * n; i++)
+          out[i] = -1.0f;
+        g_assert_true (impls[im].product (UM_DTYPE_Q8_0, w, n, k, x, m, out, NULL, 0));
+        for (int64_t i = 0; i < m * n; i++)
+          if (out[i] != ref[i])
+            g_error ("%s at %s: out[%" G_GINT64_FORMAT "] = %.1f, exact %.1f", impls[im].name,
+                     um_cpu_isa_name (um_cpu_isa ()), i, out[i], ref[i]);
+      }
+  g_free (w);
+  g_free (x);
+  g_free (out);
+  g_free (ref);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -599,6 +660,7 @@ main (int argc, char **argv)
   g_test_add_func ("/qgemm/args", test_args);
   g_test_add_func ("/qgemm/rounding-rule", test_rounding_rule);
   g_test_add_func ("/qgemm/values", test_values);
+  g_test_add_func ("/qgemm/q8_0-extremes", test_q8_extremes);
   static FastTest fast[G_N_ELEMENTS (impls)][G_N_ELEMENTS (types)];
   for (guint i = 0; i < G_N_ELEMENTS (types); i++)
     {

@@ -11,20 +11,17 @@
 /* One micro-tile: NR rows × nt tokens over the K piece's nblk blocks of 32,
  * continuing the running sums in out (first: start from 0).
  *
- * kind (maddubs only): how the integer sum of a unit is formed.
- *  - KIND_U: unsigned codes c (0..2^bits - 1) times signed q with
- *    vpmaddubsw, whose int16 pair sums (at most 2 · (2^bits - 1) · 127)
- *    are added up in int16 for G steps of 4 k before vpmaddwd widens them:
- *    G = 8 for 4-bit codes (8 · 3810 = 30480), 4 for 5-bit (4 · 7874 =
- *    31496), 2 for 6-bit (2 · 16002 = 32004): never past 32767, so the
- *    int16 adds neither wrap nor saturate and the sum is exact.
- *  - KIND_S: Q8_0's signed codes w (stored without the + 128) times q,
- *    as |w| times q with w's sign (vpsignb): pair sums <= 2 · 128 · 127 =
- *    32512, widened every step (G = 1), and no offset to remove.
- * The VNNI kernel accumulates in int32 directly (vpdpbusd does not
- * saturate), so it needs neither. */
+ * With vpmaddubsw, unsigned codes c (0..2^bits - 1) times signed q give
+ * int16 pair sums (at most 2 · (2^bits - 1) · 127), added up in int16 for
+ * G steps of 4 k before vpmaddwd widens them: G = 8 for 4-bit codes
+ * (8 · 3810 = 30480), 4 for 5-bit (4 · 7874 = 31496), 2 for 6-bit
+ * (2 · 16002 = 32004): never past 32767, so the int16 adds neither wrap
+ * nor saturate and the sum is exact.  (Q8_0's 8-bit codes would need a
+ * widening every step; without AVX-VNNI they take tile_kernel_w in
+ * um-qgemm-avx2.c instead.)  The VNNI kernel accumulates in int32
+ * directly (vpdpbusd does not saturate), Q8_0's codes biased by + 128. */
 TILE_TARGET static inline UM_ALWAYS_INLINE void
-TILE_NAME (tile_kernel) (const int nt, const Mode mode, const int kind, const int G,
+TILE_NAME (tile_kernel) (const int nt, const Mode mode, const int G,
                          const uint8_t *pk, const float *wa, const float *wb, int64_t nblk,
                          const int8_t *xq, int64_t ldx, const float *xd, const void *xc, int64_t ldb,
                          float *out, int64_t ldo, __m256i m0, __m256i m1, gboolean first)
@@ -39,7 +36,6 @@ TILE_NAME (tile_kernel) (const int nt, const Mode mode, const int kind, const in
 #if !TILE_VNNI
   __m256i h0[NT_MAX], h1[NT_MAX];
 #else
-  (void) kind;
   (void) G;
   (void) ones;
 #endif
@@ -69,10 +65,6 @@ TILE_NAME (tile_kernel) (const int nt, const Mode mode, const int kind, const in
         {
           const __m256i w0 = _mm256_load_si256 ((const __m256i *) (wp + s * 64));
           const __m256i w1 = _mm256_load_si256 ((const __m256i *) (wp + s * 64 + 32));
-#if !TILE_VNNI
-          const __m256i a0 = kind == KIND_S ? _mm256_sign_epi8 (w0, w0) : w0;
-          const __m256i a1 = kind == KIND_S ? _mm256_sign_epi8 (w1, w1) : w1;
-#endif
 
 #pragma GCC unroll 4
           for (int t = 0; t < nt; t++)
@@ -82,18 +74,8 @@ TILE_NAME (tile_kernel) (const int nt, const Mode mode, const int kind, const in
               c0[t] = _mm256_dpbusd_avx_epi32 (c0[t], w0, xb);
               c1[t] = _mm256_dpbusd_avx_epi32 (c1[t], w1, xb);
 #else
-              const __m256i p0 = _mm256_maddubs_epi16 (a0, kind == KIND_S ? _mm256_sign_epi8 (xb, w0) : xb);
-              const __m256i p1 = _mm256_maddubs_epi16 (a1, kind == KIND_S ? _mm256_sign_epi8 (xb, w1) : xb);
-              if (G == 1)
-                {
-                  c0[t] = _mm256_add_epi32 (c0[t], _mm256_madd_epi16 (p0, ones));
-                  c1[t] = _mm256_add_epi32 (c1[t], _mm256_madd_epi16 (p1, ones));
-                }
-              else
-                {
-                  h0[t] = _mm256_add_epi16 (h0[t], p0);
-                  h1[t] = _mm256_add_epi16 (h1[t], p1);
-                }
+              h0[t] = _mm256_add_epi16 (h0[t], _mm256_maddubs_epi16 (w0, xb));
+              h1[t] = _mm256_add_epi16 (h1[t], _mm256_maddubs_epi16 (w1, xb));
 #endif
             }
 
@@ -103,12 +85,9 @@ TILE_NAME (tile_kernel) (const int nt, const Mode mode, const int kind, const in
            * products held at once, and spills (a third slower). */
 #pragma GCC unroll 4
           for (int t = 0; t < nt; t++)
-            if (G > 1)
-              __asm__ ("" : "+x" (h0[t]), "+x" (h1[t]));
-            else
-              __asm__ ("" : "+x" (c0[t]), "+x" (c1[t]));
+            __asm__ ("" : "+x" (h0[t]), "+x" (h1[t]));
 
-          if (G > 1 && s % G == G - 1)
+          if (s % G == G - 1)
             {
               /* End of a group: widen the int16 sums. */
 #pragma GCC unroll 4
@@ -133,7 +112,7 @@ TILE_NAME (tile_kernel) (const int nt, const Mode mode, const int kind, const in
               for (int t = 0; t < nt; t++)
                 {
                   const __m256 dx = _mm256_set1_ps (xd[t * ldb + b]);
-                  if (mode != MODE_MIN32 && kind != KIND_S)
+                  if (mode != MODE_MIN32)
                     {
                       const __m256i o = _mm256_set1_epi32 (xo[t * ldb * ub + u]);
                       c0[t] = _mm256_sub_epi32 (c0[t], o);
@@ -167,48 +146,45 @@ TILE_NAME (tile_kernel) (const int nt, const Mode mode, const int kind, const in
     }
 }
 
-#define TILE_NT(nt_, mode_, kind_, g_)                                                         \
-  TILE_NAME (tile_kernel) (nt_, mode_, kind_, g_, pk, wa, wb, nblk, xq, ldx, xd, xc, ldb, out, ldo, \
+#define TILE_NT(nt_, mode_, g_)                                                         \
+  TILE_NAME (tile_kernel) (nt_, mode_, g_, pk, wa, wb, nblk, xq, ldx, xd, xc, ldb, out, ldo, \
                            m0, m1, first)
 
-#define TILE_KIND(mode_, kind_, g_)                                  \
+#define TILE_KIND(mode_, g_)                                         \
   switch (nt)                                                        \
     {                                                                \
-    case 1: TILE_NT (1, mode_, kind_, g_); break;                    \
-    case 2: TILE_NT (2, mode_, kind_, g_); break;                    \
-    default: TILE_NT (NT_OF (kind_, g_), mode_, kind_, g_); break;   \
+    case 1: TILE_NT (1, mode_, g_); break;                           \
+    case 2: TILE_NT (2, mode_, g_); break;                           \
+    default: TILE_NT (NT_OF (KIND_U, g_), mode_, g_); break;         \
     }
 
 /* Not inlined into its callers: one copy of each specialisation.  nt is
- * at most NT_OF (kind, g) (see there). */
+ * at most NT_OF (KIND_U, g) (see there). */
 TILE_TARGET static void
-TILE_NAME (tile_dispatch) (int nt, Mode mode, int kind, int g,
+TILE_NAME (tile_dispatch) (int nt, Mode mode, int g,
                            const uint8_t *pk, const float *wa, const float *wb, int64_t nblk,
                            const int8_t *xq, int64_t ldx, const float *xd, const void *xc, int64_t ldb,
                            float *out, int64_t ldo, __m256i m0, __m256i m1, gboolean first)
 {
 #if TILE_VNNI
-  (void) kind;
   (void) g;
   if (mode == MODE_SYM32)
-    TILE_KIND (MODE_SYM32, KIND_U, 0)
+    TILE_KIND (MODE_SYM32, 0)
   else if (mode == MODE_SYM16)
-    TILE_KIND (MODE_SYM16, KIND_U, 0)
+    TILE_KIND (MODE_SYM16, 0)
   else
-    TILE_KIND (MODE_MIN32, KIND_U, 0)
+    TILE_KIND (MODE_MIN32, 0)
 #else
-  if (kind == KIND_S)
-    TILE_KIND (MODE_SYM32, KIND_S, 1)
-  else if (mode == MODE_SYM16)
-    TILE_KIND (MODE_SYM16, KIND_U, 2)
+  if (mode == MODE_SYM16)
+    TILE_KIND (MODE_SYM16, 2)
   else if (mode == MODE_SYM32 && g == 8)
-    TILE_KIND (MODE_SYM32, KIND_U, 8)
+    TILE_KIND (MODE_SYM32, 8)
   else if (mode == MODE_SYM32)
-    TILE_KIND (MODE_SYM32, KIND_U, 4)
+    TILE_KIND (MODE_SYM32, 4)
   else if (g == 8)
-    TILE_KIND (MODE_MIN32, KIND_U, 8)
+    TILE_KIND (MODE_MIN32, 8)
   else
-    TILE_KIND (MODE_MIN32, KIND_U, 4)
+    TILE_KIND (MODE_MIN32, 4)
 #endif
 }
 

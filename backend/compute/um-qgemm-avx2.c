@@ -45,14 +45,16 @@
 /* K piece unpacked at a time: 16 rows × 1024 codes = 16 KiB, half of the
  * smallest L1d of the class (a multiple of 256, the K-quant block). */
 #define KC 1024
+/* The same 16 KiB for KIND_W's 2-byte codes. */
+#define KC_W 512
 
-enum { KIND_U, KIND_S };
+enum { KIND_U, KIND_W };
 
 /* Tokens per micro-tile: registers for 2 × nt int32 sums, 2 × nt float
  * sums, 2 weights and a broadcast, plus 2 × nt int16 sums where they are
- * widened more than once per unit (5- and 6-bit codes) or the signs of the
- * weights (Q8_0 with vpmaddubsw): 16 ymm in all. */
-#define NT_OF(kind, g) ((g) == 0 || (g) == 8 ? 3 : 2)
+ * widened more than once per unit (5- and 6-bit codes): 16 ymm in all.
+ * KIND_W has no int16 sums. */
+#define NT_OF(kind, g) ((kind) == KIND_W || (g) == 0 || (g) == 8 ? 3 : 2)
 
 typedef struct {
   size_t x_q, x_d, x_c;          /* offsets of the shared activation arrays */
@@ -62,25 +64,35 @@ typedef struct {
   int    n_threads;
 } Layout;
 
+/* wide: KIND_W (see use_wide ()): x as int16, codes as int16 pieces of KC_W. */
 static gboolean
-layout_get (const QType *qt, int64_t n, int64_t k, int64_t m, Layout *l)
+layout_get (const QType *qt, gboolean wide, int64_t n, int64_t k, int64_t m, Layout *l)
 {
   const uint64_t nb = (uint64_t) k / QK, nu = nb * (uint64_t) units_per_block32 (qt->mode);
-  const size_t kc = (size_t) MIN (k, (int64_t) KC);
+  const size_t cb = wide ? 2 : 1;
+  const size_t kc = (size_t) MIN (k, (int64_t) (wide ? KC_W : KC));
   const int64_t n_panels = (n + NR - 1) / NR;
 
-  if ((uint64_t) m > (G_MAXSIZE / 4) / ((uint64_t) k + 8 * nb + 64))
+  if ((uint64_t) m > (G_MAXSIZE / 4) / (2 * (uint64_t) k + 8 * nb + 64))
     return FALSE;
   l->x_q = 0;
-  l->x_d = align64 ((size_t) m * (size_t) k);
+  l->x_d = align64 ((size_t) m * (size_t) k * cb);
   l->x_c = l->x_d + align64 ((size_t) m * (size_t) nb * sizeof (float));
   l->shared = l->x_c + align64 ((size_t) m * (size_t) nu * 4);
   l->t_pk = 0;
-  l->t_a = align64 ((size_t) NR * kc);
+  l->t_a = align64 ((size_t) NR * kc * cb);
   l->t_b = l->t_a + align64 (kc / 16 * NR * sizeof (float));
   l->per_thread = l->t_b + align64 (kc / QK * NR * sizeof (float));
   l->n_threads = (int) MAX ((int64_t) 1, MIN ((int64_t) um_pool_max_threads (), n_panels));
   return TRUE;
+}
+
+/* Q8_0 without AVX-VNNI multiplies int16 codes by int16 activations with
+ * vpmaddwd (KIND_W): see um-qgemm-avx2-tile.h. */
+static gboolean
+use_wide (UmDType t)
+{
+  return t == UM_DTYPE_Q8_0 && !um_cpu_has_avx_vnni ();
 }
 
 size_t
@@ -90,7 +102,7 @@ um_qgemm_avx2_scratch_bytes (UmDType t, int64_t n, int64_t k, int64_t m)
   Layout l;
 
   if (!qtype_get (t, &qt) || n <= 0 || k <= 0 || m <= 0 || n > G_MAXINT || k > G_MAXINT ||
-      m > G_MAXINT || k % qt.block != 0 || !layout_get (&qt, n, k, m, &l))
+      m > G_MAXINT || k % qt.block != 0 || !layout_get (&qt, use_wide (t), n, k, m, &l))
     return 0;
   return l.shared + (size_t) l.n_threads * l.per_thread + 64;
 }
@@ -111,12 +123,15 @@ hsum_epi32 (__m256i v)
 }
 
 /* Step 1 of um-qgemm.c's header, vectorised; bit-identical to its
- * reference for finite x.  Also stores per unit o · sum q (symmetric
- * types, int32; off 0 for KIND_S) or per block dx · (float) sum q (types
- * with mins) in xc. */
+ * reference for finite x.  The codes go to q as int8, or as int16 where
+ * wide (KIND_W).  Also stores per unit o · sum q (symmetric types, int32;
+ * off 0 for KIND_W) or per block dx · (float) sum q (types with mins) in
+ * xc. */
 UM_TARGET_AVX2 static void
-quantize_x_row_avx2 (const float *x, int64_t k, Mode mode, int off, int8_t *q, float *xd, void *xc)
+quantize_x_row_avx2 (const float *x, int64_t k, Mode mode, int off, gboolean wide, void *qv, float *xd, void *xc)
 {
+  int8_t *q = qv;
+  int16_t *q16 = qv;
   const __m256 abs_mask = _mm256_castsi256_ps (_mm256_set1_epi32 (0x7fffffff));
   const __m256i order = _mm256_setr_epi32 (0, 4, 1, 5, 2, 6, 3, 7);
   int32_t *xo = xc;
@@ -141,7 +156,13 @@ quantize_x_row_avx2 (const float *x, int64_t k, Mode mode, int off, int8_t *q, f
       if (!(d >= FLT_MIN))
         {
           xd[b] = 0.0f;
-          _mm256_storeu_si256 ((__m256i *) (q + b * QK), _mm256_setzero_si256 ());
+          if (wide)
+            {
+              _mm256_storeu_si256 ((__m256i *) (q16 + b * QK), _mm256_setzero_si256 ());
+              _mm256_storeu_si256 ((__m256i *) (q16 + b * QK + 16), _mm256_setzero_si256 ());
+            }
+          else
+            _mm256_storeu_si256 ((__m256i *) (q + b * QK), _mm256_setzero_si256 ());
           if (mode == MODE_SYM16)
             xo[2 * b] = xo[2 * b + 1] = 0;
           else if (mode == MODE_SYM32)
@@ -156,8 +177,19 @@ quantize_x_row_avx2 (const float *x, int64_t k, Mode mode, int off, int8_t *q, f
       for (int i = 0; i < 4; i++)
         iv[i] = _mm256_cvtps_epi32 (_mm256_mul_ps (v[i], _mm256_set1_ps (id)));
       /* |q| <= 127: the saturating packs keep every value. */
-      p = _mm256_packs_epi16 (_mm256_packs_epi32 (iv[0], iv[1]), _mm256_packs_epi32 (iv[2], iv[3]));
-      _mm256_storeu_si256 ((__m256i *) (q + b * QK), _mm256_permutevar8x32_epi32 (p, order));
+      if (wide)
+        {
+          /* packs works per 128-bit lane: 0xd8 puts the quarters back in order. */
+          _mm256_storeu_si256 ((__m256i *) (q16 + b * QK),
+                               _mm256_permute4x64_epi64 (_mm256_packs_epi32 (iv[0], iv[1]), 0xd8));
+          _mm256_storeu_si256 ((__m256i *) (q16 + b * QK + 16),
+                               _mm256_permute4x64_epi64 (_mm256_packs_epi32 (iv[2], iv[3]), 0xd8));
+        }
+      else
+        {
+          p = _mm256_packs_epi16 (_mm256_packs_epi32 (iv[0], iv[1]), _mm256_packs_epi32 (iv[2], iv[3]));
+          _mm256_storeu_si256 ((__m256i *) (q + b * QK), _mm256_permutevar8x32_epi32 (p, order));
+        }
       if (mode == MODE_SYM16)
         {
           xo[2 * b] = off * hsum_epi32 (_mm256_add_epi32 (iv[0], iv[1]));
@@ -242,10 +274,9 @@ spread4 (__m256i x)
  * counted from rp: codes to pk (this half's 32-byte slots), scales to wa /
  * wb (this half's 8 columns).  The float scales are the products
  * um-qgemm.c's block_scales () computes (same operands, one rounding each).
- * Q8_0's codes are q + 128 for vpdpbusd (biased) and q itself for the
- * sign trick of vpmaddubsw. */
+ * Q8_0's codes are q + 128 for vpdpbusd, and int16 q for KIND_W. */
 UM_TARGET_AVX2 static void
-pack_half_avx2 (UmDType t, gboolean biased, const uint8_t *const *rp, int64_t ns,
+pack_half_avx2 (UmDType t, int kind, const uint8_t *const *rp, int64_t ns,
                 uint8_t *pk, float *wa, float *wb)
 {
   const __m256i m4 = SET1 (0x0f0f0f0f);
@@ -254,10 +285,32 @@ pack_half_avx2 (UmDType t, gboolean biased, const uint8_t *const *rp, int64_t ns
   switch (t)
     {
     case UM_DTYPE_Q8_0:
+      if (kind == KIND_W)
+        {
+          /* int16 codes, 2 consecutive k of a row per lane: 16 steps a block. */
+          for (int64_t s = 0; s < ns; s++, pk += 16 * 64)
+            {
+              const size_t o = (size_t) s * sizeof (UmBlockQ8_0);
+              _mm256_store_ps (wa + s * NR, half_lo (load_u32x8 (rp, o)));
+              for (int h = 0; h < 2; h++)
+                {
+                  load_t4 (rp, o + 2 + 16 * h, v);
+                  for (int i = 0; i < 4; i++)
+                    {
+                      /* Lane: bytes k0..k3; as int16 words [k1:k0] [k3:k2]. */
+                      const __m256i e = _mm256_srai_epi16 (_mm256_slli_epi16 (v[i], 8), 8);  /* k0, k2 */
+                      const __m256i od = _mm256_srai_epi16 (v[i], 8);                         /* k1, k3 */
+                      STEP (8 * h + 2 * i, _mm256_blend_epi16 (e, _mm256_slli_epi32 (od, 16), 0xaa));
+                      STEP (8 * h + 2 * i + 1, _mm256_blend_epi16 (_mm256_srli_epi32 (e, 16), od, 0xaa));
+                    }
+                }
+            }
+          break;
+        }
       for (int64_t s = 0; s < ns; s++, pk += 8 * 64)
         {
           const size_t o = (size_t) s * sizeof (UmBlockQ8_0);
-          const __m256i bias = biased ? SET1 (0x80808080) : _mm256_setzero_si256 ();
+          const __m256i bias = SET1 (0x80808080);
           _mm256_store_ps (wa + s * NR, half_lo (load_u32x8 (rp, o)));
           for (int h = 0; h < 2; h++)
             {
@@ -432,7 +485,7 @@ pack_half_avx2 (UmDType t, gboolean biased, const uint8_t *const *rp, int64_t ns
 /* Unpacks rows [j0, j0 + NR) of K piece [k0, k0 + kc).  Rows at or past n
  * repeat row n - 1: their lanes compute sums that are never stored. */
 UM_TARGET_AVX2 static void
-pack_panel_avx2 (UmDType t, gboolean biased, const QType *qt, const uint8_t *w, size_t row_bytes,
+pack_panel_avx2 (UmDType t, int kind, const QType *qt, const uint8_t *w, size_t row_bytes,
                  int64_t n, int64_t j0, int64_t k0, int64_t kc, uint8_t *pk, float *wa, float *wb)
 {
   const size_t off = (size_t) (k0 / qt->block) * qt->block_bytes;
@@ -442,7 +495,7 @@ pack_panel_avx2 (UmDType t, gboolean biased, const QType *qt, const uint8_t *w, 
       const uint8_t *rp[8];
       for (int r = 0; r < 8; r++)
         rp[r] = w + (size_t) MIN (j0 + 8 * half + r, n - 1) * row_bytes + off;
-      pack_half_avx2 (t, biased, rp, kc / qt->block, pk + 32 * half, wa + 8 * half, wb + 8 * half);
+      pack_half_avx2 (t, kind, rp, kc / qt->block, pk + 32 * half, wa + 8 * half, wb + 8 * half);
     }
 }
 
@@ -464,19 +517,113 @@ pack_panel_avx2 (UmDType t, gboolean biased, const QType *qt, const uint8_t *w, 
 #undef TILE_VNNI
 #undef TILE_NAME
 
+/* KIND_W (Q8_0 without AVX-VNNI): one micro-tile of NR rows × nt tokens
+ * over nblk blocks.  The codes w (-128..127) and the activations q
+ * (-127..127) are int16; per step of 2 k one aligned ymm holds 8 rows'
+ * pairs, and vpmaddwd with a broadcast pair of q gives w0 q0 + w1 q1 per
+ * row, |.| <= 2 · 128 · 127, added up in int32 over the block's 16 steps
+ * (|P| <= 32 · 128 · 127): exact.  That is 16 multiply-adds per multiply
+ * instruction, as the sign trick (vpsignb, vpmaddubsw, then vpmaddwd every
+ * step) gets, without its two vpsignb per token and step: fewer
+ * instructions on every core, and on Intel's two multiply ports the
+ * fewest uops there (the sign trick is the better fit only for
+ * vpmaddubsw's 4-bit codes, whose int16 sums need no widening per step). */
+UM_TARGET_AVX2 static inline UM_ALWAYS_INLINE void
+tile_kernel_w (const int nt, const uint8_t *pk, const float *wa, int64_t nblk,
+               const int16_t *xq, int64_t ldx, const float *xd, int64_t ldb,
+               float *out, int64_t ldo, __m256i m0, __m256i m1, gboolean first)
+{
+  __m256 f0[NT_MAX], f1[NT_MAX];
+  __m256i c0[NT_MAX], c1[NT_MAX];
+
+#pragma GCC unroll 4
+  for (int t = 0; t < nt; t++)
+    {
+      f0[t] = first ? _mm256_setzero_ps () : _mm256_maskload_ps (out + t * ldo, m0);
+      f1[t] = first ? _mm256_setzero_ps () : _mm256_maskload_ps (out + t * ldo + 8, m1);
+    }
+
+  for (int64_t b = 0; b < nblk; b++)
+    {
+      const uint8_t *wp = pk + b * 16 * 64;
+
+#pragma GCC unroll 4
+      for (int t = 0; t < nt; t++)
+        c0[t] = c1[t] = _mm256_setzero_si256 ();
+
+#pragma GCC unroll 16
+      for (int s = 0; s < 16; s++)
+        {
+          __m256i w0 = _mm256_load_si256 ((const __m256i *) (wp + s * 64));
+          __m256i w1 = _mm256_load_si256 ((const __m256i *) (wp + s * 64 + 32));
+
+          /* Loaded once for all tokens (not a memory operand per token). */
+          __asm__ ("" : "+x" (w0), "+x" (w1));
+#pragma GCC unroll 4
+          for (int t = 0; t < nt; t++)
+            {
+              const __m256i xb = _mm256_set1_epi32 ((int) load_u32 (xq + t * ldx + b * QK + 2 * s));
+              c0[t] = _mm256_add_epi32 (c0[t], _mm256_madd_epi16 (w0, xb));
+              c1[t] = _mm256_add_epi32 (c1[t], _mm256_madd_epi16 (w1, xb));
+            }
+          /* Keep the sums in registers step by step (GCC would otherwise
+           * hold a tree of the block's products at once, and spill). */
+#pragma GCC unroll 4
+          for (int t = 0; t < nt; t++)
+            __asm__ ("" : "+x" (c0[t]), "+x" (c1[t]));
+        }
+
+      {
+        /* End of the block (one unit): its scales, in the reference's order. */
+        const __m256 sa0 = _mm256_load_ps (wa + b * NR);
+        const __m256 sa1 = _mm256_load_ps (wa + b * NR + 8);
+
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+          {
+            const __m256 dx = _mm256_set1_ps (xd[t * ldb + b]);
+            f0[t] = _mm256_fmadd_ps (_mm256_cvtepi32_ps (c0[t]), _mm256_mul_ps (sa0, dx), f0[t]);
+            f1[t] = _mm256_fmadd_ps (_mm256_cvtepi32_ps (c1[t]), _mm256_mul_ps (sa1, dx), f1[t]);
+          }
+      }
+    }
+
+#pragma GCC unroll 4
+  for (int t = 0; t < nt; t++)
+    {
+      _mm256_maskstore_ps (out + t * ldo, m0, f0[t]);
+      _mm256_maskstore_ps (out + t * ldo + 8, m1, f1[t]);
+    }
+}
+
+UM_TARGET_AVX2 static void
+tile_dispatch_w (int nt, const uint8_t *pk, const float *wa, int64_t nblk,
+                 const int16_t *xq, int64_t ldx, const float *xd, int64_t ldb,
+                 float *out, int64_t ldo, __m256i m0, __m256i m1, gboolean first)
+{
+  switch (nt)
+    {
+    case 1: tile_kernel_w (1, pk, wa, nblk, xq, ldx, xd, ldb, out, ldo, m0, m1, first); break;
+    case 2: tile_kernel_w (2, pk, wa, nblk, xq, ldx, xd, ldb, out, ldo, m0, m1, first); break;
+    default: tile_kernel_w (NT_OF (KIND_W, 0), pk, wa, nblk, xq, ldx, xd, ldb, out, ldo, m0, m1, first); break;
+    }
+}
+
 /* ---- the product ------------------------------------------------------------- */
 
 typedef struct {
   UmDType        t;
   QType          qt;
   gboolean       vnni;      /* vpdpbusd; else vpmaddubsw */
-  int            kind, g;   /* for vpmaddubsw: see um-qgemm-avx2-tile.h */
+  int            kind;      /* KIND_W: Q8_0 without AVX-VNNI */
+  int            g;         /* for vpmaddubsw: see um-qgemm-avx2-tile.h */
   int            nt;        /* tokens per micro-tile */
   const uint8_t *w;
   size_t         row_bytes;
   int64_t        n, k, m;
   const float   *x;
   float         *out;
+  int64_t        kc;        /* K piece */
   uint8_t       *base;
   Layout         l;
 } Job;
@@ -498,7 +645,7 @@ prefetch_init (Prefetch *pf, const Job *job, int64_t p, int64_t k0)
 {
   const size_t off = (size_t) (k0 / job->qt.block) * job->qt.block_bytes;
 
-  pf->len = (size_t) (MIN ((int64_t) KC, job->k - k0) / job->qt.block) * job->qt.block_bytes;
+  pf->len = (size_t) (MIN (job->kc, job->k - k0) / job->qt.block) * job->qt.block_bytes;
   pf->row_bytes = job->row_bytes;
   pf->rows = MIN ((int64_t) NR, job->n - p * NR);
   pf->row0 = job->w + (size_t) (p * NR) * job->row_bytes + off;
@@ -537,19 +684,19 @@ run_panel (const Job *job, int64_t p, int64_t next_p, uint8_t *tb)
   uint8_t *pk = tb + job->l.t_pk;
   float *wa = (float *) (void *) (tb + job->l.t_a), *wb = (float *) (void *) (tb + job->l.t_b);
 
-  for (int64_t k0 = 0; k0 < job->k; k0 += KC)
+  for (int64_t k0 = 0; k0 < job->k; k0 += job->kc)
     {
-      const int64_t kc = MIN ((int64_t) KC, job->k - k0);
+      const int64_t kc = MIN (job->kc, job->k - k0);
       Prefetch pf = { 0 };
       int64_t per_group;
 
-      if (k0 + KC < job->k)
-        prefetch_init (&pf, job, p, k0 + KC);
+      if (k0 + job->kc < job->k)
+        prefetch_init (&pf, job, p, k0 + job->kc);
       else if (next_p >= 0)
         prefetch_init (&pf, job, next_p, 0);
       per_group = (pf.rows * pf.lines_per_row + n_groups - 1) / n_groups;
 
-      pack_panel_avx2 (job->t, job->vnni, &job->qt, job->w, job->row_bytes, job->n, j0, k0, kc, pk, wa, wb);
+      pack_panel_avx2 (job->t, job->kind, &job->qt, job->w, job->row_bytes, job->n, j0, k0, kc, pk, wa, wb);
       for (int64_t t0 = 0; t0 < job->m; t0 += job->nt)
         {
           const int nt = (int) MIN ((int64_t) job->nt, job->m - t0);
@@ -559,11 +706,14 @@ run_panel (const Job *job, int64_t p, int64_t next_p, uint8_t *tb)
           float *o = job->out + t0 * job->n + j0;
 
           prefetch_some (&pf, per_group);
-          if (job->vnni)
-            tile_dispatch_avxvnni (nt, job->qt.mode, job->kind, job->g, pk, wa, wb, kc / QK,
+          if (job->kind == KIND_W)
+            tile_dispatch_w (nt, pk, wa, kc / QK, (const int16_t *) (const void *) xq + t0 * job->k + k0,
+                             job->k, xdt, nb, o, job->n, m0, m1, k0 == 0);
+          else if (job->vnni)
+            tile_dispatch_avxvnni (nt, job->qt.mode, job->g, pk, wa, wb, kc / QK,
                                    xqt, job->k, xdt, xct, nb, o, job->n, m0, m1, k0 == 0);
           else
-            tile_dispatch_avx2 (nt, job->qt.mode, job->kind, job->g, pk, wa, wb, kc / QK,
+            tile_dispatch_avx2 (nt, job->qt.mode, job->g, pk, wa, wb, kc / QK,
                                 xqt, job->k, xdt, xct, nb, o, job->n, m0, m1, k0 == 0);
         }
     }
@@ -574,12 +724,13 @@ quantize_rows (void *ctx, int64_t b, int64_t e, int tid)
 {
   Job *job = ctx;
   const int64_t nb = job->k / QK, ub = units_per_block32 (job->qt.mode);
-  /* Q8_0 with vpmaddubsw multiplies q itself: no offset to remove. */
-  const int off = job->kind == KIND_S ? 0 : job->qt.off;
+  /* Q8_0 with vpmaddwd multiplies q itself: no offset to remove. */
+  const gboolean wide = job->kind == KIND_W;
+  const int off = wide ? 0 : job->qt.off;
   (void) tid;
   for (int64_t i = b; i < e; i++)
-    quantize_x_row_avx2 (job->x + i * job->k, job->k, job->qt.mode, off,
-                         (int8_t *) (job->base + job->l.x_q) + i * job->k,
+    quantize_x_row_avx2 (job->x + i * job->k, job->k, job->qt.mode, off, wide,
+                         job->base + job->l.x_q + (size_t) (i * job->k) * (wide ? 2 : 1),
                          (float *) (void *) (job->base + job->l.x_d) + i * nb,
                          job->base + job->l.x_c + 4 * (size_t) (i * nb * ub));
 }
@@ -596,7 +747,7 @@ run_panels (void *ctx, int64_t b, int64_t e, int tid)
 }
 
 /* Bits per code for vpmaddubsw's int16 grouping: 8 steps (4-bit codes),
- * 4 (5-bit), 2 (6-bit), 1 (Q8_0's signed codes). */
+ * 4 (5-bit), 2 (6-bit); Q8_0 does not use it (KIND_W). */
 static int
 group_steps (UmDType t)
 {
@@ -631,7 +782,7 @@ um_qgemm_avx2 (UmDType t, const void *w, int64_t n, int64_t k,
       zero_out (out, m, n);
       return TRUE;
     }
-  if (!layout_get (&job.qt, n, k, m, &job.l))
+  if (!layout_get (&job.qt, use_wide (t), n, k, m, &job.l))
     return FALSE;
   need = job.l.shared + (size_t) job.l.n_threads * job.l.per_thread + 64;
   if (scratch == NULL || scratch_bytes < need)
@@ -643,8 +794,9 @@ um_qgemm_avx2 (UmDType t, const void *w, int64_t n, int64_t k,
   job.t = t;
   job.vnni = um_cpu_has_avx_vnni ();
   job.g = job.vnni ? 0 : group_steps (t);
-  job.kind = !job.vnni && t == UM_DTYPE_Q8_0 ? KIND_S : KIND_U;
+  job.kind = use_wide (t) ? KIND_W : KIND_U;
   job.nt = NT_OF (job.kind, job.g);
+  job.kc = job.kind == KIND_W ? KC_W : KC;
   job.w = w;
   job.row_bytes = (size_t) (k / job.qt.block) * job.qt.block_bytes;
   job.n = n;
