@@ -327,11 +327,14 @@ device_free_bytes (void)
 /* UM_EMU_FAIL_AFTER (bytes, K/M/G): a cudaMalloc that would take this
  * process past it fails, though cudaMemGetInfo said the memory was free:
  * another process took it meanwhile (after a plan was made, mid-load). */
+static size_t fail_after_v;
+static bool fail_after_read;
+
 static size_t
 fail_after_bytes (void)
 {
-  static size_t v = 0;
-  static bool read = false;
+  size_t &v = fail_after_v;
+  bool &read = fail_after_read;
   if (!read)
     {
       const char *e = getenv ("UM_EMU_FAIL_AFTER");
@@ -354,6 +357,14 @@ fail_after_bytes (void)
 
 extern "C" void um_emu_set_device_memory (size_t total) { std::lock_guard<std::mutex> g (mem_lock); device_total = total; }
 extern "C" size_t um_emu_device_bytes_in_use (void) { std::lock_guard<std::mutex> g (mem_lock); return device_used; }
+extern "C" void
+um_emu_fail_after (size_t bytes)
+{
+  std::lock_guard<std::mutex> g (mem_lock);
+  fail_after_read = true;
+  fail_after_v = bytes;
+}
+
 extern "C" void
 um_emu_hold_device_memory (size_t bytes)
 {

@@ -195,6 +195,9 @@ void   um_emu_set_device_memory (size_t total_bytes);
 size_t um_emu_device_bytes_in_use (void);
 /* Device memory another process holds (0: none), off what is free. */
 void   um_emu_hold_device_memory (size_t bytes);
+/* A cudaMalloc taking this process past @bytes fails (0: no limit), though
+ * cudaMemGetInfo said the memory was free. */
+void   um_emu_fail_after (size_t bytes);
 /* Since the last reset: captures ended into a graph, graph launches, work
  * items run from graphs, and captures invalidated by a refused call. */
 typedef struct {
