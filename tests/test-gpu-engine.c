@@ -573,7 +573,7 @@ test_hard_cap (void)
 /* ---- the plan against the device, and memory another process holds ---- */
 
 static UmEngine *
-load_engine (const char *file, UmDevice device, UmMemMode mode, guint64 budget, GError **error)
+load_engine (const char *file, UmDeviceKind device, UmMemMode mode, guint64 budget, GError **error)
 {
   g_autofree char *path = file[0] == '/' ? g_strdup (file) : um_test_data_path (file);
   UmEngineOptions o;

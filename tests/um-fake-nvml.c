@@ -19,6 +19,14 @@ typedef struct {
   unsigned long long total, free, used;
 } Memory;
 
+/* The entry points, as nvml.h declares them (exported for dlsym). */
+int nvmlInit_v2 (void);
+const char *nvmlErrorString (int r);
+int nvmlDeviceGetCount_v2 (unsigned int *n);
+int nvmlDeviceGetHandleByIndex_v2 (unsigned int i, void **dev);
+int nvmlDeviceGetMemoryInfo (void *dev, Memory *m);
+int nvmlDeviceGetComputeRunningProcesses_v3 (void *dev, unsigned int *count, ProcessInfo *info);
+
 static int device;   /* its address is the handle */
 
 int nvmlInit_v2 (void) { return 0; }
