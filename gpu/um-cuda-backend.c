@@ -85,9 +85,10 @@ set_device_full (CudaCtx *c, cudaError_t e, const char *what, size_t bytes, GErr
     {
       (void) cudaGetLastError ();
       g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
-                   "cuda: the GPU has no room for %s of %.1f MiB: %.1f MiB of its %.1f MiB are free, this "
-                   "process holds %.1f MiB of them (within its budget of %.1f MiB); another program is using "
-                   "the rest", what, bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0,
+                   "cuda: the GPU refused %s of %.1f MiB (out of memory) though the budget holds it: it reports "
+                   "%.1f of its %.1f MiB free; this process holds %.1f MiB (its budget is %.1f MiB), so another "
+                   "program is likely using the rest", what, bytes / 1048576.0, free_b / 1048576.0,
+                   total_b / 1048576.0,
                    (c->in_use + c->fixed_overhead + c->scratch_bytes) / 1048576.0, c->budget / 1048576.0);
       return;
     }
