@@ -239,6 +239,13 @@ print_table (const UmModel *model, GArray *table, const UmPlanTarget *t)
       printf ("experts' products per pass (time model, this machine): resident %.1f ms, host %.1f ms, fetch %.1f ms\n",
               1e3 * p->expert_seconds[UM_EXPERTS_RESIDENT], 1e3 * p->expert_seconds[UM_EXPERTS_HOST],
               1e3 * p->expert_seconds[UM_EXPERTS_FETCH]);
+      if (t->cuda && t->device_rates_measured)
+        printf ("GPU rates measured on the device: experts' products %.3g GFLOP/s, copies %.3g GB/s pinned, "
+                "%.1f GB/s pageable\n", t->device_gflops, t->fetch_bytes_per_s / 1e9, t->rows_bytes_per_s / 1e9);
+      else if (t->cuda)
+        printf ("GPU rates estimated (the device could not be measured): products %.0f GFLOP/s, copies %.1f GB/s\n",
+                t->device_gflops > 0 ? t->device_gflops : 20000.0,
+                (t->fetch_bytes_per_s > 0 ? t->fetch_bytes_per_s : 20e9) / 1e9);
     }
   for (guint i = 0; i < table->len; i++)
     {
@@ -308,6 +315,8 @@ um_cli_plan (int argc, char **argv)
         {
           const UmGpuDevice *d = &g_array_index (report->devices, UmGpuDevice, opts.gpu_index);
           um_plan_target_set_gpu (&t, d->total_bytes, d->free_bytes);
+          /* The experts' placements on this GPU's rates, not estimates. */
+          um_plan_calibrate_gpu (&t, model, opts.gpu_index);
         }
       else if (opts.device == UM_DEVICE_CUDA)
         {
@@ -335,6 +344,16 @@ um_cli_plan (int argc, char **argv)
       json_builder_begin_object (b);
       um_json_add_string (b, "model", model_path);
       um_json_add_string (b, "device", t.cuda ? "cuda" : "cpu");
+      if (t.cuda && model->cfg.n_experts > 0)
+        {
+          json_builder_set_member_name (b, "gpu_rates");
+          json_builder_begin_object (b);
+          um_json_add_bool (b, "measured", t.device_rates_measured);
+          um_json_add_double (b, "expert_gflops", t.device_gflops);
+          um_json_add_double (b, "fetch_bytes_per_s", t.fetch_bytes_per_s);
+          um_json_add_double (b, "rows_bytes_per_s", t.rows_bytes_per_s);
+          json_builder_end_object (b);
+        }
       um_json_add_int (b, "device_total_bytes", t.device_total);
       um_json_add_int (b, "device_free_bytes", t.device_free);
       if (t.device_budget)

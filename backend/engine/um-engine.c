@@ -172,6 +172,10 @@ choose_device (UmEngine *engine, const UmEngineOptions *o, UmPlanTarget *target,
           um_plan_target_set_gpu (&t, d->total_bytes, d->free_bytes);
           t.cache_dir = o->cache_dir;
           t.headroom = o->headroom;
+          /* Where the time model picks the experts' placement: on this
+           * GPU's measured rates (estimates if it cannot be measured). */
+          if (engine->model->cfg.n_experts > 0 && o->mem.experts == UM_EXPERTS_AUTO)
+            um_plan_calibrate_gpu (&t, engine->model, o->gpu_index);
           if (!um_plan_compute (engine->model, &o->mem, &o->shape, &t, &engine->plan, error))
             return FALSE;
           /* A budget says what this process may take, not what the GPU has

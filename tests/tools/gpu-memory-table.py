@@ -120,9 +120,13 @@ if ids["ids_resident"] and "ids" in ids["ids_resident"]:
             res.setdefault("ids_equal", {})[k] = same
             lines.append("%s: ids %s the resident run's (%d tokens)" % (k, "EQUAL to" if same else "DIFFER from",
                                                                        len(ref)))
-for k in sorted(k for k in res if k.startswith("optimize_")):
-    o = res[k] or {}
-    lines.append("%s: picks %s" % (k, o.get("mode") or o.get("chosen") or json.dumps(o)[:160]))
+for k in sorted(k for k in res["steps"] if k.startswith("optimize_")):
+    o = res.get(k) or {}
+    if "chosen_mode" in o:
+        lines.append("%s: picks %s — %s" % (k, o["chosen_mode"], o.get("reason", "")))
+    else:
+        msg = (res.get("stderr", {}).get(k) or "").strip().splitlines()
+        lines.append("%s: %s — %s" % (k, res["steps"][k], msg[-1] if msg else "(no output)"))
 for k in ("held_before_load", "held_during_load"):
     if k in res["steps"]:
         msg = (res.get("stderr", {}).get(k) or "").strip().splitlines()
