@@ -122,12 +122,12 @@ if ids["ids_resident"] and "ids" in ids["ids_resident"]:
                                                                        len(ref)))
 for k in sorted(k for k in res["steps"] if k.startswith("optimize_")):
     o = res.get(k) or {}
-    if "chosen_mode" in o:
+    if o.get("chosen_mode"):
         lines.append("%s: picks %s — %s" % (k, o["chosen_mode"], o.get("reason", "")))
     else:
         msg = (res.get("stderr", {}).get(k) or "").strip().splitlines()
         lines.append("%s: %s — %s" % (k, res["steps"][k], msg[-1] if msg else "(no output)"))
-for k in ("held_before_load", "held_during_load"):
+for k in ("held_before_load", "held_after_plan"):
     if k in res["steps"]:
         msg = (res.get("stderr", {}).get(k) or "").strip().splitlines()
         lines.append("%s: %s — %s" % (k, res["steps"][k], msg[-1] if msg else "(no message)"))
