@@ -346,9 +346,16 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
       fo.store = engine->store;
       /* The bus as a layer's copy sees it, for the streaming report's bound:
        * before the slots exist, so the one slot it borrows never raises the
-       * peak; from the store's own pinned block where it is raw. */
-      engine->upload_rate = measure_upload (engine->backend, um_layer_slot_bytes (engine->model),
-                                            um_layer_store_raw_block (engine->store, 0));
+       * peak; from the store's own pinned block of layer 0 where it is raw
+       * (that block's size: layers differ, the _M mixes' most). */
+      {
+        const guint8 *block = um_layer_store_raw_block (engine->store, 0);
+        UmLayerLayout first;
+        um_layer_layout (&engine->model->layers[0], &first);
+        engine->upload_rate = measure_upload (engine->backend,
+                                              block != NULL ? first.total : um_layer_slot_bytes (engine->model),
+                                              block);
+      }
     }
   else if (p->experts == UM_EXPERTS_FETCH || p->experts == UM_EXPERTS_HOST)
     engine->upload_rate = measure_upload (engine->backend, um_expert_slot_bytes (engine->model), NULL);

@@ -55,7 +55,8 @@ um_stream_measure_upload (UmBackend *be, size_t bytes, const void *src, GError *
   double best = G_MAXDOUBLE;
   gboolean ok = TRUE;
 
-  bytes = MAX (bytes, (size_t) 4096);
+  if (bytes == 0)
+    return 0;
   if (src == NULL)
     {
       if ((own = ops->host_alloc (be, bytes, error)) == NULL)
