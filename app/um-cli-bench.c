@@ -112,9 +112,10 @@ canvas_pass (UmForward *fw, const gint32 *ids, int canvas, gboolean choose, floa
 }
 
 static gboolean
-bench_canvas (UmForward *fw, int canvas, int passes, gboolean choose, double *warm_s, double *dev_matmul0,
-              GError **error)
+bench_canvas (UmEngine *engine, int canvas, int passes, gboolean choose, double *warm_s, double *dev_matmul0,
+              UmStreamCounters counters0[2], GError **error)
 {
+  UmForward *fw = um_engine_get_forward (engine);
   const UmModelConfig *c = &um_forward_get_model (fw)->cfg;
   g_autofree gint32 *ids = g_new (gint32, canvas), *out_ids = g_new (gint32, canvas), *pos = g_new (gint32, canvas);
   g_autofree double *out_conf = g_new (double, canvas);
@@ -141,6 +142,7 @@ bench_canvas (UmForward *fw, int canvas, int passes, gboolean choose, double *wa
   if (!canvas_pass (fw, ids, canvas, choose, logits, pos, out_ids, out_conf, error))
     return FALSE;
   um_forward_reset_stats (fw);
+  um_cli_stream_counters (engine, counters0);
   um_kprof_reset ();
   *dev_matmul0 = device_matmul_seconds (um_forward_get_backend (fw));
   for (int p = 0; p < passes; p++)
@@ -256,6 +258,7 @@ um_cli_bench (int argc, char **argv)
   g_autofree float *logits = NULL;
   UmGenParams params;
   UmForwardStats st;
+  UmStreamCounters counters0[2] = { { 0 } };
   UmBackendMemInfo mem;
   UmForward *fw;
   const UmModelConfig *c;
@@ -337,7 +340,7 @@ um_cli_bench (int argc, char **argv)
       for (guint i = 0; i < canvases->len; i++)
         {
           const int cv = g_array_index (canvases, int, i);
-          if (!bench_canvas (fw, cv, passes, choose, &warm_s, &dev_matmul0, &error))
+          if (!bench_canvas (engine, cv, passes, choose, &warm_s, &dev_matmul0, counters0, &error))
             return um_cli_fail (error);
           canvas = cv;
           if (canvases->len > 1)
@@ -380,6 +383,7 @@ um_cli_bench (int argc, char **argv)
       g_clear_pointer (&logits, g_free);
 
       um_forward_reset_stats (fw);
+      um_cli_stream_counters (engine, counters0);
       um_kprof_reset ();
       dev_matmul0 = device_matmul_seconds (um_engine_get_backend (engine));
       t0 = g_get_monotonic_time ();
@@ -513,6 +517,7 @@ um_cli_bench (int argc, char **argv)
                           st.n_passes ? st.seconds_experts_host / st.n_passes : 0);
     }
   um_cli_memory_json (b, engine);
+  um_cli_streaming_json (b, engine, &st, counters0);
   if (profile)
     profile_report (b, &st);
   {

@@ -1066,6 +1066,11 @@ um_cli_generate (int argc, char **argv)
         um_json_add_string (b, "backend", um_backend_name (be));
         um_json_add_int (b, "backend_peak_bytes", mem.peak);
         um_cli_memory_json (b, engine);
+        {
+          /* Since load: the generation's passes are the forward's only ones. */
+          const UmStreamCounters none[2] = { { 0 } };
+          um_cli_streaming_json (b, engine, um_forward_get_stats (um_engine_get_forward (engine)), none);
+        }
       }
       json_builder_end_object (b);
       root = json_builder_get_root (b);

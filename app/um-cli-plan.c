@@ -4,12 +4,14 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "um-backend-cuda.h"
 #include "um-cli.h"
 #include "um-convert.h"
 #include "um-error.h"
 #include "um-json.h"
+#include "um-nvml.h"
 
 static void
 add_components (JsonBuilder *b, const char *name, const guint64 *bytes)
@@ -87,6 +89,91 @@ um_cli_plan_to_json (const UmPlan *p)
 }
 
 void
+um_cli_stream_counters (UmEngine *engine, UmStreamCounters out[2])
+{
+  um_stream_counters_read (um_engine_get_layer_store (engine), &out[0]);
+  um_stream_counters_read (um_forward_get_expert_store (um_engine_get_forward (engine)), &out[1]);
+}
+
+static void
+stream_report_json (JsonBuilder *b, const char *name, const UmStreamReport *r)
+{
+  json_builder_set_member_name (b, name);
+  json_builder_begin_object (b);
+  um_json_add_double (b, "fetches_per_forward", r->fetches);
+  um_json_add_double (b, "bytes_per_forward", r->bytes);
+  um_json_add_double (b, "copy_seconds_per_forward", r->copy_seconds);
+  um_json_add_double (b, "decode_seconds_per_forward", r->decode_seconds);
+  um_json_add_double (b, "wait_seconds_per_forward", r->wait_seconds);
+  um_json_add_double (b, "compute_seconds_per_forward", r->compute_seconds);
+  um_json_add_double (b, "seconds_per_forward", r->forward_seconds);
+  um_json_add_double (b, "bandwidth_bytes_per_s", r->bandwidth);
+  um_json_add_double (b, "transfer_seconds_per_forward", r->transfer_seconds);
+  um_json_add_double (b, "bound_seconds_per_forward", r->bound_seconds);
+  um_json_add_double (b, "ratio_to_bound", r->ratio);
+  json_builder_end_object (b);
+}
+
+void
+um_cli_streaming_json (JsonBuilder *b, UmEngine *engine, const UmForwardStats *st, const UmStreamCounters before[2])
+{
+  UmStreamCounters now[2];
+  UmEngineMemory m;
+  UmStreamReport r;
+
+  um_engine_get_memory (engine, &m);
+  um_cli_stream_counters (engine, now);
+  if (um_engine_get_layer_store (engine) == NULL && um_forward_get_expert_store (um_engine_get_forward (engine)) == NULL)
+    return;
+  /* The host→device copies per forward and the bound they set: what
+   * streaming costs, beside what the pass would take with the bytes
+   * resident (its compute time) and what the bus allows. */
+  json_builder_set_member_name (b, "streaming");
+  json_builder_begin_object (b);
+  um_json_add_double (b, "upload_bytes_per_s", m.upload_bytes_per_s);
+  if (um_engine_get_layer_store (engine) != NULL)
+    {
+      um_stream_report (&before[0], &now[0], st->n_passes, st->seconds, st->seconds_stream_wait,
+                        m.upload_bytes_per_s, &r);
+      um_json_add_int (b, "layer_slots", um_engine_get_plan (engine)->stream_slots);
+      stream_report_json (b, "layers", &r);
+    }
+  if (um_forward_get_expert_store (um_engine_get_forward (engine)) != NULL)
+    {
+      um_stream_report (&before[1], &now[1], st->n_passes, st->seconds, st->seconds_expert_wait,
+                        m.upload_bytes_per_s, &r);
+      stream_report_json (b, "experts", &r);
+    }
+  json_builder_end_object (b);
+}
+
+/* What the device itself says this process holds, beside the accounting:
+ * cudaMemGetInfo's fall in free memory since the context was made, and
+ * NVML's per-process figure where the driver's library is there. */
+static void
+device_usage_json (JsonBuilder *b, UmEngine *engine)
+{
+  UmCudaDeviceUsage u;
+  UmNvmlUsage n;
+  g_autofree char *why = NULL;
+
+  if (!um_backend_cuda_device_usage (um_engine_get_backend (engine), &u))
+    return;
+  um_json_add_int (b, "device_used_delta_peak_bytes", u.delta_peak);
+  um_json_add_int (b, "device_context_estimate_bytes", u.context_estimate);
+  um_json_add_int (b, "device_used_at_start_bytes", u.used_at_start);
+  um_json_add_int (b, "device_free_bytes", u.free);
+  if (um_nvml_usage_for ((guint) getpid (), u.pci_bus_id, &n, &why))
+    um_json_add_int (b, "nvml_process_bytes", n.used_bytes);
+  else
+    {
+      json_builder_set_member_name (b, "nvml_process_bytes");
+      json_builder_add_null_value (b);
+      um_json_add_string (b, "nvml_why", why);
+    }
+}
+
+void
 um_cli_memory_json (JsonBuilder *b, UmEngine *engine)
 {
   UmEngineMemory m;
@@ -107,6 +194,7 @@ um_cli_memory_json (JsonBuilder *b, UmEngine *engine)
       um_json_add_int (b, "host_store_bytes", m.host_store);
       um_json_add_int (b, "host_store_raw_bytes", m.host_store_raw);
     }
+  device_usage_json (b, engine);
   um_json_add_double (b, "load_seconds", m.seconds_load);
   um_json_add_bool (b, "converted_from_cache", m.cached);
   um_json_add_string (b, "weights_path", m.weights_path);
@@ -151,6 +239,13 @@ print_table (const UmModel *model, GArray *table, const UmPlanTarget *t)
       printf ("experts' products per pass (time model, this machine): resident %.1f ms, host %.1f ms, fetch %.1f ms\n",
               1e3 * p->expert_seconds[UM_EXPERTS_RESIDENT], 1e3 * p->expert_seconds[UM_EXPERTS_HOST],
               1e3 * p->expert_seconds[UM_EXPERTS_FETCH]);
+      if (t->cuda && t->device_rates_measured)
+        printf ("GPU rates measured on the device: experts' products %.3g GFLOP/s, copies %.3g GB/s pinned, "
+                "%.1f GB/s pageable\n", t->device_gflops, t->fetch_bytes_per_s / 1e9, t->rows_bytes_per_s / 1e9);
+      else if (t->cuda)
+        printf ("GPU rates estimated (the device could not be measured): products %.0f GFLOP/s, copies %.1f GB/s\n",
+                t->device_gflops > 0 ? t->device_gflops : 20000.0,
+                (t->fetch_bytes_per_s > 0 ? t->fetch_bytes_per_s : 20e9) / 1e9);
     }
   for (guint i = 0; i < table->len; i++)
     {
@@ -220,6 +315,8 @@ um_cli_plan (int argc, char **argv)
         {
           const UmGpuDevice *d = &g_array_index (report->devices, UmGpuDevice, opts.gpu_index);
           um_plan_target_set_gpu (&t, d->total_bytes, d->free_bytes);
+          /* The experts' placements on this GPU's rates, not estimates. */
+          um_plan_calibrate_gpu (&t, model, opts.gpu_index);
         }
       else if (opts.device == UM_DEVICE_CUDA)
         {
@@ -247,6 +344,16 @@ um_cli_plan (int argc, char **argv)
       json_builder_begin_object (b);
       um_json_add_string (b, "model", model_path);
       um_json_add_string (b, "device", t.cuda ? "cuda" : "cpu");
+      if (t.cuda && model->cfg.n_experts > 0)
+        {
+          json_builder_set_member_name (b, "gpu_rates");
+          json_builder_begin_object (b);
+          um_json_add_bool (b, "measured", t.device_rates_measured);
+          um_json_add_double (b, "expert_gflops", t.device_gflops);
+          um_json_add_double (b, "fetch_bytes_per_s", t.fetch_bytes_per_s);
+          um_json_add_double (b, "rows_bytes_per_s", t.rows_bytes_per_s);
+          json_builder_end_object (b);
+        }
       um_json_add_int (b, "device_total_bytes", t.device_total);
       um_json_add_int (b, "device_free_bytes", t.device_free);
       if (t.device_budget)

@@ -7,6 +7,7 @@
 #include "um-cpu-kernels.h"
 #include "um-engine.h"
 #include "um-profile.h"
+#include "um-stream-report.h"
 
 G_BEGIN_DECLS
 
@@ -123,6 +124,11 @@ UmEngine *um_cli_load_engine_with (const char *model, const UmEngineOptions *opt
 /* The plan's predictions beside the run's measured peaks, as JSON members
  * "plan" and "measured" of the object being built. */
 void      um_cli_memory_json (JsonBuilder *b, UmEngine *engine);
+/* The streamed stores' counters now (layers, experts), and the "streaming"
+ * member: per forward since @before, over the passes of @st. */
+void      um_cli_stream_counters (UmEngine *engine, UmStreamCounters out[2]);
+void      um_cli_streaming_json (JsonBuilder *b, UmEngine *engine, const UmForwardStats *st,
+                                 const UmStreamCounters before[2]);
 JsonNode *um_cli_plan_to_json (const UmPlan *p);
 int       um_cli_plan (int argc, char **argv);
 int       um_cli_cache (int argc, char **argv);

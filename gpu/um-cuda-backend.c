@@ -59,6 +59,45 @@ capped_overhead (const CudaCtx *c)
   return c->hard_cap ? c->fixed_overhead + c->scratch_bytes : 0;
 }
 
+/* Records what the device says is used now (every process's memory): the
+ * measured peak beside the accounting's. */
+static void
+observe_device_use (CudaCtx *c)
+{
+  size_t free_b = 0, total_b = 0;
+
+  if (cudaMemGetInfo (&free_b, &total_b) != cudaSuccess)
+    {
+      (void) cudaGetLastError ();
+      return;
+    }
+  c->used_peak_seen = MAX (c->used_peak_seen, (guint64) (total_b - free_b));
+}
+
+/* An allocation the device refused though the budget held it: another
+ * process has the memory. Says how much is free, so the user sees why. */
+static void
+set_device_full (CudaCtx *c, cudaError_t e, const char *what, size_t bytes, GError **error)
+{
+  size_t free_b = 0, total_b = 0;
+
+  if (e == cudaErrorMemoryAllocation && cudaMemGetInfo (&free_b, &total_b) == cudaSuccess)
+    {
+      (void) cudaGetLastError ();
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "cuda: the GPU refused %s of %.1f MiB (out of memory) though the budget holds it: it reports "
+                   "%.1f of its %.1f MiB free; this process holds %.1f MiB (its budget is %.1f MiB), so another "
+                   "program is likely using the rest", what, bytes / 1048576.0, free_b / 1048576.0,
+                   total_b / 1048576.0,
+                   (c->in_use + c->fixed_overhead + c->scratch_bytes) / 1048576.0, c->budget / 1048576.0);
+      return;
+    }
+  {
+    g_autofree char *msg = g_strdup_printf ("allocating %s of %.1f MiB", what, bytes / 1048576.0);
+    um_cuda_ok (e, msg, error);
+  }
+}
+
 /* Buffers and weights: under the budget and counted in in_use and peak. */
 void *
 um_cuda_dev_alloc (CudaCtx *c, size_t bytes, const char *what, GError **error)
@@ -78,12 +117,12 @@ um_cuda_dev_alloc (CudaCtx *c, size_t bytes, const char *what, GError **error)
   e = cudaMalloc (&p, MAX (bytes, 1));
   if (e != cudaSuccess)
     {
-      g_autofree char *msg = g_strdup_printf ("allocating %s of %.1f MiB", what, bytes / 1048576.0);
-      um_cuda_ok (e, msg, error);
+      set_device_full (c, e, what, bytes, error);
       return NULL;
     }
   c->in_use += bytes;
   c->peak = MAX (c->peak, c->in_use);
+  observe_device_use (c);
   return p;
 }
 
@@ -135,11 +174,18 @@ um_cuda_scratch_ensure (CudaCtx *c, Scratch *s, size_t bytes, GError **error)
           && !um_cuda_ok (cudaStreamSynchronize (c->dequant_stream), "waiting for the GPU", error)))
     return FALSE;
   um_cuda_scratch_release (c, s);
-  if (!um_cuda_ok (cudaMalloc (&p, MAX (bytes, 1)), "allocating scratch memory", error))
-    return FALSE;
+  {
+    cudaError_t e = cudaMalloc (&p, MAX (bytes, 1));
+    if (e != cudaSuccess)
+      {
+        set_device_full (c, e, "work memory", bytes, error);
+        return FALSE;
+      }
+  }
   s->ptr = p;
   s->bytes = bytes;
   c->scratch_bytes += bytes;
+  observe_device_use (c);
   return TRUE;
 }
 
@@ -231,6 +277,7 @@ cuda_mem_info (UmBackend *be, UmBackendMemInfo *info)
     {
       info->total = total_b;
       info->free = free_b;
+      c->used_peak_seen = MAX (c->used_peak_seen, (guint64) (total_b - free_b));
     }
   else
     {
@@ -727,6 +774,34 @@ context_estimate (const struct cudaDeviceProp *prop)
 
 static UmBackend *backend_new (int device, guint64 budget_bytes, gboolean hard_cap, GError **error);
 
+gboolean
+um_backend_cuda_device_usage (UmBackend *be, UmCudaDeviceUsage *out)
+{
+  CudaCtx *c;
+  size_t free_b = 0, total_b = 0;
+
+  memset (out, 0, sizeof *out);
+  if (be == NULL || be->ops != &cuda_ops)
+    return FALSE;
+  c = CTX (be);
+  if (cudaMemGetInfo (&free_b, &total_b) == cudaSuccess)
+    c->used_peak_seen = MAX (c->used_peak_seen, (guint64) (total_b - free_b));
+  else
+    (void) cudaGetLastError ();
+  out->total = total_b;
+  out->free = free_b;
+  out->used_at_start = c->used_at_start;
+  out->used_peak = c->used_peak_seen;
+  out->delta_peak = c->used_peak_seen > c->used_at_start ? c->used_peak_seen - c->used_at_start : 0;
+  out->context_estimate = c->context_estimate;
+  if (cudaDeviceGetPCIBusId (out->pci_bus_id, sizeof out->pci_bus_id, c->device) != cudaSuccess)
+    {
+      (void) cudaGetLastError ();
+      out->pci_bus_id[0] = 0;
+    }
+  return TRUE;
+}
+
 UmBackend *
 um_backend_cuda_new (int device, guint64 budget_bytes, GError **error)
 {
@@ -858,6 +933,9 @@ backend_new (int device, guint64 budget_bytes, gboolean hard_cap, GError **error
   ctx_upper = total_b > free_ctx ? total_b - free_ctx : 0;
   ctx_est = MIN (context_estimate (&prop), ctx_upper);
   c->fixed_overhead = own + ctx_est;
+  c->used_at_start = total_b > free_ctx ? total_b - free_ctx : 0;
+  c->used_peak_seen = total_b > free_init ? total_b - free_init : 0;
+  c->context_estimate = ctx_est;
   c->budget = budget_bytes ? budget_bytes : (free_init > DEFAULT_MARGIN ? free_init - DEFAULT_MARGIN : 0);
   c->hard_cap = hard_cap;
   if (hard_cap && c->fixed_overhead >= c->budget)

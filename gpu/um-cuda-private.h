@@ -118,6 +118,12 @@ typedef struct {
   guint64        n_allocs;
   guint64        fixed_overhead;
   guint64        scratch_bytes;
+  /* The device's own view (cudaMemGetInfo), beside the accounting: total −
+   * free once the context was made (other processes and our context), and
+   * the most seen since, at allocations and reports. */
+  guint64        used_at_start;
+  guint64        used_peak_seen;
+  guint64        context_estimate;   /* of fixed_overhead: the context, from its limits */
   Scratch        act_half;      /* activations in f16 for cuBLAS */
   Scratch        index;         /* uploaded index arrays */
   Scratch        att_scores;    /* attention scores of a tile of queries */

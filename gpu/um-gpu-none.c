@@ -1,6 +1,8 @@
 /* Built when meson found no CUDA toolkit: the engine runs on the CPU. */
 #include "um-backend-cuda.h"
 
+#include <string.h>
+
 #include "um-error.h"
 
 UmGpuReport *
@@ -35,5 +37,12 @@ um_backend_cuda_matmul_seconds (UmBackend *be, double *seconds)
 gboolean
 um_backend_cuda_graph_stats (UmBackend *be, UmCudaGraphStats *stats)
 {
+  return FALSE;
+}
+
+gboolean
+um_backend_cuda_device_usage (UmBackend *be, UmCudaDeviceUsage *out)
+{
+  memset (out, 0, sizeof *out);
   return FALSE;
 }

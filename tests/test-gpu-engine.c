@@ -10,6 +10,9 @@
 #include <string.h>
 
 #include "um-backend-cuda.h"
+#include "um-engine.h"
+#include "um-plan.h"
+#include "um-stream-report.h"
 #include "um-choose.h"
 #include "um-error.h"
 #include "um-forward.h"
@@ -20,7 +23,17 @@
 #include "um-quant.h"
 #include "um-test-util.h"
 
+#ifdef UM_TEST_CUDA_EMU
+/* The emulation's controls (tests/cuda-emu/um-cuda-emu.cc): another
+ * process's memory, and allocations failing past a size. */
+void um_emu_hold_device_memory (size_t bytes);
+void um_emu_fail_after (size_t bytes);
+size_t um_emu_device_bytes_in_use (void);
+#endif
+
 static UmBackend *cpu, *gpu, *gpu_plain;   /* gpu_plain: UNMASK_CUDA_GRAPHS=0 */
+static char *cache_dir;
+static char *model4;   /* a generated 4-layer LLaDA (d 256), so 2 slots stream */
 static GRand *rng;
 
 static void
@@ -557,6 +570,206 @@ test_hard_cap (void)
   }
 }
 
+/* ---- the plan against the device, and memory another process holds ---- */
+
+static UmEngine *
+load_engine (const char *file, UmDeviceKind device, UmMemMode mode, guint64 budget, GError **error)
+{
+  g_autofree char *path = file[0] == '/' ? g_strdup (file) : um_test_data_path (file);
+  UmEngineOptions o;
+
+  um_engine_options_init (&o);
+  o.device = device;
+  o.memory_budget = budget;
+  o.cache_dir = cache_dir;
+  o.mem.mode = mode;
+  if (mode == UM_MEM_EXTREME_AGGRESSIVE)
+    o.mem.resident_layers = 2;
+  o.shape.prompt_length = 8;
+  o.shape.gen_length = 16;
+  o.shape.block_length = 8;
+  return um_engine_load (path, &o, NULL, NULL, NULL, error);
+}
+
+/* One pass of a canvas of prompt and masks, its last rows' logits. */
+static void
+one_pass (UmEngine *engine)
+{
+  g_autoptr(GError) error = NULL;
+  UmForward *fw = um_engine_get_forward (engine);
+  const UmModelConfig *c = &um_engine_get_model (engine)->cfg;
+  const int L = 24, n = 8;
+  gint32 ids[24], rows[8];
+  g_autofree float *logits = g_new (float, (size_t) n * c->vocab_size);
+
+  for (int i = 0; i < L; i++)
+    ids[i] = i < 8 ? (gint32) (3 + 7 * i) % (gint32) c->vocab_size : c->mask_id;
+  for (int i = 0; i < n; i++)
+    rows[i] = L - n + i;
+  g_assert_true (um_forward_logits (fw, ids, 1, L, rows, n, logits, NULL, &error));
+  g_assert_no_error (error);
+}
+
+/* The plan's device figure on a GPU against the backend's accounting, in a
+ * resident and a streamed mode: what the plan counts besides the backend's
+ * own share (weights, slots, work buffers, KV cache, sampler) is what the
+ * backend holds in buffers and weights at its peak, within 5 % (the CPU
+ * backend's equality has no GPU counterpart: the device's own buffers for
+ * choosing tokens and index uploads are sized by the backend); the
+ * backend's own share (context estimate, cuBLAS, work memory) is covered
+ * by the plan's. On the emulation the device's own figure (cudaMemGetInfo's
+ * fall in free memory) is then checked against the accounting too: nothing
+ * else allocates there. The streaming report of a streamed pass counts its
+ * bytes: every layer once a pass. */
+static void
+test_plan_vs_device (void)
+{
+  const UmMemMode modes[] = { UM_MEM_STANDARD, UM_MEM_EXTREME_AGGRESSIVE };
+
+  for (guint i = 0; i < G_N_ELEMENTS (modes); i++)
+    {
+      g_autoptr(GError) error = NULL;
+      g_autoptr(UmEngine) engine = load_engine (model4, UM_DEVICE_CUDA, modes[i], 2ull << 30, &error);
+      const UmPlan *p;
+      UmBackendMemInfo m;
+      UmCudaDeviceUsage u;
+      UmStreamCounters c0, c1;
+      UmStreamReport r;
+      UmEngineMemory em;
+      guint64 planned;
+      double err;
+
+      g_assert_no_error (error);
+      p = um_engine_get_plan (engine);
+      um_stream_counters_read (um_engine_get_layer_store (engine), &c0);
+      um_forward_reset_stats (um_engine_get_forward (engine));
+      one_pass (engine);
+      one_pass (engine);
+      um_stream_counters_read (um_engine_get_layer_store (engine), &c1);
+      um_engine_get_backend (engine)->ops->mem_info (um_engine_get_backend (engine), &m);
+      planned = p->device_peak - p->device[UM_PLAN_BACKEND];
+      err = ((double) m.peak - (double) planned) / (double) planned;
+      g_test_message ("%s: plan %" G_GUINT64_FORMAT " B besides the backend's %" G_GUINT64_FORMAT " B; backend peak "
+                      "%" G_GUINT64_FORMAT " B (%+.2f %%), overhead %" G_GUINT64_FORMAT " B",
+                      um_mem_mode_to_string (modes[i]), planned, p->device[UM_PLAN_BACKEND], m.peak, 100 * err,
+                      m.overhead);
+      g_assert_cmpfloat (fabs (err), <=, 0.05);
+      g_assert_cmpuint (m.overhead, <=, p->device[UM_PLAN_BACKEND]);
+      g_assert_true (um_backend_cuda_device_usage (um_engine_get_backend (engine), &u));
+      g_test_message ("device: %" G_GUINT64_FORMAT " B taken since the context, context ≈ %" G_GUINT64_FORMAT " B",
+                      u.delta_peak, u.context_estimate);
+#ifdef UM_TEST_CUDA_EMU
+      /* The emulation has no context, kernels or other process: the fall
+       * in free memory is the accounting's peak plus the backend's own
+       * (streams, cuBLAS workspace, flags, work memory), at most — the
+       * work memory's peak and the buffers' need not coincide. */
+      g_assert_cmpuint (u.delta_peak, >=, m.peak);
+      g_assert_cmpuint (u.delta_peak, <=, m.peak + m.overhead);
+#endif
+      um_engine_get_memory (engine, &em);
+      if (p->stream_slots > 0)
+        {
+          const UmForwardStats *st = um_forward_get_stats (um_engine_get_forward (engine));
+          UmLayerStoreStats ls;
+          um_layer_store_get_stats (um_engine_get_layer_store (engine), &ls);
+          um_stream_report (&c0, &c1, st->n_passes, st->seconds, st->seconds_stream_wait, em.upload_bytes_per_s,
+                            &r);
+          g_test_message ("streamed: %.0f B per forward in %.2f fetches, copy %.6f s, wait %.6f s, compute %.6f s, "
+                          "bandwidth %.3g B/s, bound %.6f s, ratio %.2f", r.bytes, r.fetches, r.copy_seconds,
+                          r.wait_seconds, r.compute_seconds, r.bandwidth, r.bound_seconds, r.ratio);
+          g_assert_cmpuint (st->n_passes, ==, 2);
+          g_assert_cmpuint (p->stream_slots, ==, 2);
+          /* Every layer once a pass (4 layers, 2 slots: none stays), and
+           * the copy of the next pass's first layer, made ahead, if it was
+           * done when the counters were read: 8 or 9 fetches (counts,
+           * exact). Each moves its layer's matrices as laid out in a slot
+           * (the Q4_K_M mix gives layers different sizes): bytes exact. */
+          {
+            const UmModel *model = um_engine_get_model (engine);
+            const guint64 n = c1.fetches - c0.fetches;
+            guint64 pass = 0, want;
+            UmLayerLayout lay;
+
+            for (guint l = 0; l < model->cfg.n_layers; l++)
+              {
+                um_layer_layout (&model->layers[l], &lay);
+                pass += lay.total;
+              }
+            um_layer_layout (&model->layers[0], &lay);
+            g_assert_cmpuint (n, >=, 2 * p->n_layers);
+            g_assert_cmpuint (n, <=, 2 * p->n_layers + 1);
+            want = 2 * pass + (n > 2 * p->n_layers ? lay.total : 0);
+            g_assert_cmpuint (c1.bytes - c0.bytes, ==, want);
+            g_assert_cmpuint (pass, >=, ls.raw_bytes);
+          }
+          g_assert_cmpfloat (r.bandwidth, >, 0);
+          g_assert_cmpfloat (r.bound_seconds, >, 0);
+          g_assert_cmpfloat (r.ratio, >=, 0.99);
+        }
+    }
+}
+
+#ifdef UM_TEST_CUDA_EMU
+/* Another process holds the device's memory: a budget the GPU's free
+ * memory cannot give fails before loading with the reason (or, with
+ * --device auto, runs on the CPU saying why); memory taken while loading
+ * fails the load with an out-of-memory error naming what is free; an
+ * allocation past it from a running backend likewise. Never a crash, and
+ * all works again once the memory is back. */
+static void
+test_held_memory (void)
+{
+  g_autoptr(GError) error = NULL;
+  UmEngine *engine;
+
+  um_emu_hold_device_memory ((16ull << 30) - (64ull << 20));
+  engine = load_engine (model4, UM_DEVICE_CUDA, UM_MEM_STANDARD, 2ull << 30, &error);
+  g_assert_null (engine);
+  g_assert_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY);
+  g_test_message ("held: %s", error->message);
+  g_assert_nonnull (strstr (error->message, "other programs hold"));
+  g_clear_error (&error);
+  engine = load_engine (model4, UM_DEVICE_AUTO, UM_MEM_STANDARD, 2ull << 30, &error);
+  g_assert_no_error (error);
+  g_assert_cmpstr (um_backend_name (um_engine_get_backend (engine)), ==, "cpu");
+  g_assert_nonnull (um_engine_get_notice (engine));
+  g_assert_nonnull (strstr (um_engine_get_notice (engine), "other programs hold"));
+  um_engine_free (engine);
+  um_emu_hold_device_memory (0);
+
+  /* Taken after the plan: the load fails where the memory ran out. */
+  /* This process's other backends hold some already: 40 MiB more is
+   * cuBLAS's workspace and part of the weights. */
+  um_emu_fail_after (um_emu_device_bytes_in_use () + (40ull << 20));
+  engine = load_engine (model4, UM_DEVICE_CUDA, UM_MEM_STANDARD, 2ull << 30, &error);
+  um_emu_fail_after (0);
+  g_assert_null (engine);
+  g_assert_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY);
+  g_test_message ("taken while loading: %s", error->message);
+  g_assert_nonnull (strstr (error->message, "another program"));
+  g_clear_error (&error);
+
+  /* A running backend: refused, then fine again. */
+  {
+    g_autoptr(UmBackend) be = um_backend_cuda_new_capped (0, 600ull << 20, &error);
+    UmBuf *b;
+    g_assert_no_error (error);
+    um_emu_hold_device_memory ((16ull << 30) - (8ull << 20) - um_emu_device_bytes_in_use ());
+    b = be->ops->buf_alloc (be, 16u << 20, &error);
+    g_assert_null (b);
+    g_assert_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY);
+    g_clear_error (&error);
+    um_emu_hold_device_memory (0);
+    b = be->ops->buf_alloc (be, 16u << 20, &error);
+    g_assert_no_error (error);
+    be->ops->buf_free (be, b);
+  }
+  engine = load_engine (model4, UM_DEVICE_CUDA, UM_MEM_STANDARD, 2ull << 30, &error);
+  g_assert_no_error (error);
+  um_engine_free (engine);
+}
+#endif
+
 int
 main (int argc, char **argv)
 {
@@ -588,7 +801,27 @@ main (int argc, char **argv)
   g_test_add_func ("/gpu-engine/graph-mismatch", test_graph_mismatch);
   g_test_add_func ("/gpu-engine/profile", test_profile);
   g_test_add_func ("/gpu-engine/hard-cap", test_hard_cap);
+  g_test_add_func ("/gpu-engine/plan-vs-device", test_plan_vs_device);
+#ifdef UM_TEST_CUDA_EMU
+  g_test_add_func ("/gpu-engine/held-memory", test_held_memory);
+#endif
+  cache_dir = um_test_mkdtemp ();
+  model4 = g_build_filename (cache_dir, "llada-4", NULL);
+  {
+    UmTestModelSpec spec;
+    um_test_model_spec_init (&spec);
+    spec.n_layers = 4;
+    spec.d_model = 256;
+    spec.n_heads = 4;
+    spec.n_kv_heads = 4;
+    spec.mlp_hidden = 512;
+    spec.dtype = UM_DTYPE_F32;
+    g_assert_true (um_test_write_model (model4, &spec, &error));
+  }
   rc = g_test_run ();
+  g_free (model4);
+  um_test_rmtree (cache_dir);
+  g_free (cache_dir);
   g_rand_free (rng);
   um_backend_free (gpu_plain);
   um_backend_free (gpu);

@@ -7,6 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "um-backend-cuda.h"
+#include "um-nvml.h"
+
 struct _UmMemoryMonitor {
   GObject         parent_instance;
   UmEngine       *engine;
@@ -81,6 +84,17 @@ um_memory_monitor_sample (UmMemoryMonitor *self)
       s.device_weights = mem.weight_bytes;
       s.device_overhead = mem.overhead;
       s.weights_bytes = um_model_weight_bytes (um_engine_get_model (self->engine));
+      s.device_process = mem.in_use + mem.overhead;
+      if (s.has_device)
+        {
+          UmCudaDeviceUsage u;
+          UmNvmlUsage n;
+          if (um_backend_cuda_device_usage (be, &u) && um_nvml_usage_for ((guint) getpid (), u.pci_bus_id, &n, NULL))
+            {
+              s.device_process = n.used_bytes;
+              s.device_process_nvml = TRUE;
+            }
+        }
     }
   self->history[self->head] = s;
   self->head = (self->head + 1) % UM_MEMORY_HISTORY;

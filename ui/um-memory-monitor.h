@@ -30,6 +30,12 @@ typedef struct {
   guint64 device_weights;   /* of device_used: resident weights */
   guint64 device_overhead;  /* held by the backend outside its budget: a GPU's context and
                              * cuBLAS, the CPU's product scratch */
+  /* On a GPU: all this process holds there, as the driver counts it (NVML,
+   * what nvidia-smi shows) where NVML is there; else the backend's
+   * accounting (device_used + device_overhead), and device_process_nvml
+   * FALSE so the page says which. */
+  guint64 device_process;
+  gboolean device_process_nvml;
 } UmMemorySample;
 
 UmMemoryMonitor *um_memory_monitor_new (void);

@@ -111,10 +111,18 @@ update_device (UmMemoryPage *self, const UmMemorySample *s)
                                    s->has_device ? _("Graphics Memory")
                                    : s->device_budget ? _("Compute Budget (RAM)") : _("Compute Memory (RAM)"));
   {
-    g_autofree char *used = um_format_bytes (s->device_used);
+    /* On a GPU, the process's whole figure, from the driver where NVML
+     * answers (what nvidia-smi shows), else the backend's own count; said
+     * which. */
+    g_autofree char *used = um_format_bytes (s->has_device ? s->device_process : s->device_used);
     g_autofree char *peak = um_format_bytes (s->device_peak + s->device_weights);
     g_autofree char *text = NULL;
-    g_autofree char *subtitle = g_strdup_printf (_("Peak %s"), peak);
+    g_autofree char *subtitle = !s->has_device ? g_strdup_printf (_("Peak %s"), peak)
+                                : s->device_process_nvml
+                                ? g_strdup_printf (_("This process, as the driver counts it (NVML); buffers’ peak %s"),
+                                                   peak)
+                                : g_strdup_printf (_("The backend’s own count (NVML not available); buffers’ peak %s"),
+                                                   peak);
     if (cap > 0)
       {
         g_autofree char *limit = um_format_bytes (cap);

@@ -73,6 +73,25 @@ typedef struct {
 
 gboolean     um_backend_cuda_graph_stats (UmBackend *be, UmCudaGraphStats *stats);
 
+/* The device's own view of its memory (cudaMemGetInfo), beside the
+ * backend's accounting (mem_info): what a measurement from outside sees.
+ * The device counts every process, so the figures for this one are
+ * differences from the reading taken once its CUDA context existed. */
+typedef struct {
+  guint64 total;
+  guint64 free;              /* now */
+  guint64 used_at_start;     /* total − free once the context was made: other processes' and our context */
+  guint64 used_peak;         /* the most total − free seen since (at allocations and reports) */
+  guint64 delta_peak;        /* used_peak − used_at_start: what this process took after its context
+                              * (cuBLAS, its workspace, kernels loaded, buffers, weights, work memory),
+                              * if no other process allocated meanwhile */
+  guint64 context_estimate;  /* the context itself, estimated from its limits (not measurable) */
+  char    pci_bus_id[32];    /* e.g. 0000:3B:00.0, to find the device in NVML; empty if unknown */
+} UmCudaDeviceUsage;
+
+/* FALSE when @be is not a CUDA backend. */
+gboolean     um_backend_cuda_device_usage (UmBackend *be, UmCudaDeviceUsage *out);
+
 G_DEFINE_AUTOPTR_CLEANUP_FUNC (UmGpuReport, um_gpu_report_free)
 
 G_END_DECLS

@@ -11,7 +11,9 @@
 #include "um-chat-template.h"
 #include "um-convert.h"
 #include "um-error.h"
+#include "um-expert-store.h"
 #include "um-layer-store.h"
+#include "um-stream-report.h"
 #include "um-quantize.h"
 
 #include <malloc.h>
@@ -29,6 +31,7 @@ struct _UmEngine {
   gboolean      cached;
   guint64       host_load_peak;
   double        seconds_load;
+  double        upload_rate;    /* host → device bytes/s, measured at load when weights stream; 0 */
   GMutex        busy;
 };
 
@@ -169,26 +172,50 @@ choose_device (UmEngine *engine, const UmEngineOptions *o, UmPlanTarget *target,
           um_plan_target_set_gpu (&t, d->total_bytes, d->free_bytes);
           t.cache_dir = o->cache_dir;
           t.headroom = o->headroom;
+          /* Where the time model picks the experts' placement: on this
+           * GPU's measured rates (estimates if it cannot be measured). */
+          if (engine->model->cfg.n_experts > 0 && o->mem.experts == UM_EXPERTS_AUTO)
+            um_plan_calibrate_gpu (&t, engine->model, o->gpu_index);
           if (!um_plan_compute (engine->model, &o->mem, &o->shape, &t, &engine->plan, error))
             return FALSE;
-          if (engine->plan.fits)
+          /* A budget says what this process may take, not what the GPU has
+           * free: another program may hold the rest. Found here, before a
+           * weight is read, rather than as an allocation failing mid-load. */
+          if (engine->plan.fits && o->memory_budget != 0 && engine->plan.device_peak > d->free_bytes)
+            {
+              g_autofree char *need = format_bytes (engine->plan.device_peak);
+              g_autofree char *have = format_bytes (d->free_bytes);
+              g_autofree char *held = format_bytes (d->total_bytes - MIN (d->free_bytes, d->total_bytes));
+              if (o->device == UM_DEVICE_CUDA)
+                {
+                  g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                               "%s needs %s on GPU %d, within its budget, but the GPU has only %s free: other "
+                               "programs hold %s of it. Close them, or choose a smaller budget or mode.",
+                               um_mem_mode_to_string (o->mem.mode), need, d->index, have, held);
+                  return FALSE;
+                }
+              why = g_strdup_printf ("%s needs %s on the GPU, which has %s free (other programs hold %s)",
+                                     um_mem_mode_to_string (o->mem.mode), need, have, held);
+            }
+          else if (engine->plan.fits)
             {
               *target = t;
               return TRUE;
             }
-          if (o->device == UM_DEVICE_CUDA)
+          else if (o->device == UM_DEVICE_CUDA)
             {
               g_autofree char *where = g_strdup_printf ("GPU %d (%s)", d->index,
                                                         o->memory_budget ? "its budget" : "free memory");
               set_does_not_fit (error, engine->model, &engine->plan, o, &t, where);
               return FALSE;
             }
-          {
-            g_autofree char *need = format_bytes (engine->plan.device_peak);
-            g_autofree char *have = format_bytes (engine->plan.device_capacity);
-            why = g_strdup_printf ("%s needs %s on the GPU, which has %s free", um_mem_mode_to_string (o->mem.mode),
-                                   need, have);
-          }
+          if (why == NULL)
+            {
+              g_autofree char *need = format_bytes (engine->plan.device_peak);
+              g_autofree char *have = format_bytes (engine->plan.device_capacity);
+              why = g_strdup_printf ("%s needs %s on the GPU, which has %s free",
+                                     um_mem_mode_to_string (o->mem.mode), need, have);
+            }
         }
       else if (o->device == UM_DEVICE_CUDA)
         {
@@ -246,6 +273,22 @@ convert_weights (UmEngine *engine, const UmEngineOptions *o, LoadProgress *lp, G
   return TRUE;
 }
 
+/* Copies of @bytes (at most 64 MiB, so the block it may allocate stays
+ * small beside the store) from host memory into a device buffer; 0 when the
+ * measure could not be made (it is a report, never a reason to fail). */
+static double
+measure_upload (UmBackend *be, size_t bytes, const guint8 *src)
+{
+  g_autoptr(GError) error = NULL;
+  double rate;
+
+  bytes = MIN (bytes, (size_t) 64 << 20);
+  rate = um_stream_measure_upload (be, bytes, src, &error);
+  if (rate <= 0)
+    g_debug ("the host-to-device bandwidth was not measured: %s", error ? error->message : "no copy");
+  return rate;
+}
+
 static gboolean
 setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTarget *target, LoadProgress *lp,
                GCancellable *cancellable, GError **error)
@@ -301,7 +344,21 @@ setup_compute (UmEngine *engine, const UmEngineOptions *options, const UmPlanTar
       malloc_trim (0);
       fo.stream_slots = p->stream_slots;
       fo.store = engine->store;
+      /* The bus as a layer's copy sees it, for the streaming report's bound:
+       * before the slots exist, so the one slot it borrows never raises the
+       * peak; from the store's own pinned block of layer 0 where it is raw
+       * (that block's size: layers differ, the _M mixes' most). */
+      {
+        const guint8 *block = um_layer_store_raw_block (engine->store, 0);
+        UmLayerLayout first;
+        um_layer_layout (&engine->model->layers[0], &first);
+        engine->upload_rate = measure_upload (engine->backend,
+                                              block != NULL ? first.total : um_layer_slot_bytes (engine->model),
+                                              block);
+      }
     }
+  else if (p->experts == UM_EXPERTS_FETCH || p->experts == UM_EXPERTS_HOST)
+    engine->upload_rate = measure_upload (engine->backend, um_expert_slot_bytes (engine->model), NULL);
   if (p->experts == UM_EXPERTS_FETCH || fo.expert_zstd)
     lp->stage = fo.expert_zstd ? N_("Compressing the experts into host memory")
                                : N_("Copying the experts into host memory");
@@ -438,6 +495,7 @@ um_engine_get_memory (UmEngine *engine, UmEngineMemory *out)
       out->host_store_raw = st.raw_bytes;
     }
   out->seconds_load = engine->seconds_load;
+  out->upload_bytes_per_s = engine->upload_rate;
   out->cached = engine->cached;
   out->weights_path = engine->weights_path;
 }
@@ -446,6 +504,12 @@ UmModel *
 um_engine_get_model (UmEngine *engine)
 {
   return engine->model;
+}
+
+UmLayerStore *
+um_engine_get_layer_store (UmEngine *engine)
+{
+  return engine->store;
 }
 
 UmForward *

@@ -73,6 +73,8 @@ UmModel   *um_engine_get_model (UmEngine *engine);
  * with the user's and the profile's by um_gen_resolve (). */
 const UmGenRecommendation *um_engine_get_recommendation (UmEngine *engine);
 UmForward *um_engine_get_forward (UmEngine *engine);
+/* The streamed layers' host store; NULL when no layer streams. */
+UmLayerStore *um_engine_get_layer_store (UmEngine *engine);
 UmBackend *um_engine_get_backend (UmEngine *engine);
 /* The plan the engine was loaded with (predictions), and what a run
  * measured so far. */
@@ -87,6 +89,7 @@ typedef struct {
   guint64 host_store;       /* streamed layers' host copy, or the routed experts' */
   guint64 host_store_raw;   /* the same before compression */
   double  seconds_load;
+  double  upload_bytes_per_s; /* host → device copies, measured at load when weights stream (0: not) */
   gboolean cached;          /* the converted weights came from the cache */
   const char *weights_path; /* the file the weights were read from */
 } UmEngineMemory;

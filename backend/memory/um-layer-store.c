@@ -747,6 +747,11 @@ um_layer_store_fetch (UmLayerStore *s, guint layer, UmBuf *slot, GError **error)
       s->stats.fetch_seconds += (g_get_monotonic_time () - t0) / 1e6;
       s->stats.decode_seconds += decode_s;
       s->stats.decoded_bytes += decoded;
+      if (s->comp == UM_STORE_RAW)
+        s->stats.uploaded_bytes += sl->block_bytes;
+      else
+        for (guint f = 0; f < sl->n_frames; f++)
+          s->stats.uploaded_bytes += sl->frames[f].raw_len;
       g_mutex_unlock (&s->stats_lock);
     }
   return ok;

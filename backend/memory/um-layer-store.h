@@ -60,6 +60,7 @@ typedef struct {
   double  fetch_seconds;                      /* in those fetches, decoding and copying */
   double  decode_seconds;                     /* of which zstd decoding and reassembly */
   guint64 decoded_bytes;                      /* bytes those decoded (raw frames are copied) */
+  guint64 uploaded_bytes;                     /* bytes those wrote into slots (host → device) */
 } UmLayerStoreStats;
 
 /* Called after each layer is stored, with the fraction done. */

@@ -5,8 +5,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "um-backend-cuda.h"
 #include "um-cpu-kernels.h"
 #include "um-expert-store.h"
+#include "um-stream-report.h"
 
 /* Where nothing can be measured (no GPU at plan time): a GPU's products on
  * experts, and a copy of pinned host memory into device memory over PCIe
@@ -186,6 +188,105 @@ um_plan_calibrate_experts (UmPlanTarget *t, const UmModel *model, int rows)
     t->fetch_bytes_per_s = t->cuda ? PCIE_BYTES_ESTIMATE : copy_rate;
   if (t->rows_bytes_per_s <= 0)
     t->rows_bytes_per_s = t->cuda ? PCIE_ROWS_ESTIMATE : copy_rate;
+}
+
+typedef struct {
+  UmBackend   *be;
+  UmBuf       *x, *out;
+  UmDevWeight *w;
+  int          rows;
+  gboolean     ok;
+} DeviceRun;
+
+static void
+run_device_product (gpointer data)
+{
+  DeviceRun *r = data;
+  r->ok = r->ok && r->be->ops->matmul (r->be, r->x, r->rows, r->w, r->out, NULL) && r->be->ops->sync (r->be, NULL);
+}
+
+typedef struct {
+  UmBackend *be;
+  UmBuf     *dst;
+  guint8    *src;
+  size_t     bytes;
+  gboolean   ok;
+} PageableRun;
+
+static void
+run_pageable (gpointer data)
+{
+  PageableRun *r = data;
+  r->ok = r->ok && r->be->ops->buf_upload (r->be, r->dst, 0, r->src, r->bytes, NULL) && r->be->ops->sync (r->be, NULL);
+}
+
+gboolean
+um_plan_calibrate_gpu (UmPlanTarget *t, const UmModel *model, int gpu_index)
+{
+  const UmLayerWeights *L = first_moe_layer (model);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(UmBackend) be = NULL;
+  UmWeight like;
+  DeviceRun d = { 0 };
+  PageableRun pg = { 0 };
+  g_autofree guint8 *zeros = NULL;
+  g_autofree float *x = NULL;
+  size_t unit;
+  double s, fetch;
+
+  if (L == NULL)
+    return TRUE;
+  if (!t->cuda || (be = um_backend_cuda_new (gpu_index, 0, &error)) == NULL)
+    return FALSE;
+  like = L->w_gate;
+  like.rows = L->w_gate.rows / L->n_experts;
+  unit = (size_t) (like.rows * like.row_bytes + (L->w_up.rows / L->n_experts) * L->w_up.row_bytes
+                   + (L->w_down.rows / L->n_experts) * L->w_down.row_bytes);
+  /* An expert's share of a 512-row chunk's routes, as the plan sizes its
+   * products (at least one row). */
+  d.rows = MAX (1, 512 * (int) model->cfg.n_experts_used / (int) L->n_experts);
+  zeros = g_malloc0 (MAX (like.rows * like.row_bytes, unit));
+  like.data = zeros;
+  x = g_new0 (float, (size_t) d.rows * like.cols);
+  d.be = be;
+  d.ok = TRUE;
+  d.w = be->ops->weight_load (be, &like, &error);
+  d.x = d.w ? be->ops->buf_alloc (be, sizeof (float) * d.rows * like.cols, &error) : NULL;
+  d.out = d.x ? be->ops->buf_alloc (be, sizeof (float) * d.rows * like.rows, &error) : NULL;
+  if (d.out != NULL && be->ops->buf_upload (be, d.x, 0, x, sizeof (float) * d.rows * like.cols, &error))
+    {
+      run_device_product (&d);   /* not counted: the first launch loads the kernels */
+      s = time_best (run_device_product, &d);
+      if (d.ok)
+        t->device_gflops = 2.0 * d.rows * (double) like.rows * like.cols / s / 1e9;
+    }
+  if (d.out)
+    be->ops->buf_free (be, d.out);
+  if (d.x)
+    be->ops->buf_free (be, d.x);
+  if (d.w)
+    be->ops->weight_free (be, d.w);
+  /* An expert from its pinned host copy into a slot, and rows from
+   * ordinary (pageable) memory, as HOST moves them. */
+  fetch = um_stream_measure_upload (be, unit, NULL, &error);
+  pg.be = be;
+  pg.ok = TRUE;
+  pg.src = zeros;
+  pg.bytes = unit;
+  pg.dst = be->ops->buf_alloc (be, unit, &error);
+  if (pg.dst != NULL)
+    {
+      s = time_best (run_pageable, &pg);
+      be->ops->buf_free (be, pg.dst);
+      if (pg.ok)
+        t->rows_bytes_per_s = unit / s;
+    }
+  if (fetch > 0)
+    t->fetch_bytes_per_s = fetch;
+  t->device_rates_measured = d.ok && t->device_gflops > 0 && fetch > 0 && pg.ok && pg.dst != NULL;
+  if (!t->device_rates_measured)
+    g_debug ("the GPU's expert rates were not all measured: %s", error ? error->message : "a product failed");
+  return t->device_rates_measured;
 }
 
 void

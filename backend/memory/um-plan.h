@@ -97,6 +97,9 @@ typedef struct {
   double   device_gflops;      /* the device's; on the CPU backend the host's */
   double   fetch_bytes_per_s;  /* a raw expert from its host copy into a device slot */
   double   rows_bytes_per_s;   /* activations between device and host (HOST) */
+  /* A GPU's rates above were measured on the device (um_plan_calibrate_gpu ());
+   * FALSE: estimates for a GPU of today (or the CPU backend's own). */
+  gboolean device_rates_measured;
 } UmPlanTarget;
 
 /* The CPU backend on this machine, under @budget (0: none). */
@@ -192,6 +195,14 @@ gboolean um_plan_measure_store (UmPlan             *plan,
  * GFLOP/s on @model's expert products with @rows rows, and the copy rate
  * into a slot. Rates already set are kept. */
 void     um_plan_calibrate_experts (UmPlanTarget *target, const UmModel *model, int rows);
+
+/* On a GPU target, replaces the time model's estimated GPU rates by ones
+ * measured on GPU @gpu_index: the products of @model's first expert shape
+ * (zeros: the kernels do not look at values) and copies of an expert's
+ * bytes from pinned and pageable host memory. Makes and frees a CUDA
+ * backend (a second or so); FALSE, with the estimates kept, when there is
+ * no GPU or it fails. Nothing to do (TRUE) for a model without experts. */
+gboolean um_plan_calibrate_gpu (UmPlanTarget *target, const UmModel *model, int gpu_index);
 
 /* Every mode with its default knobs, in the order of UmMemMode. */
 GArray  *um_plan_table (const UmModel      *model,

@@ -284,10 +284,104 @@ static std::mutex mem_lock;
 static std::map<const char *, size_t> device_blocks, host_blocks;
 static size_t device_total = (size_t) 16 << 30, device_used;
 
+/* Device memory held by "another process": not ours to free, off what
+ * cudaMemGetInfo says is free and what cudaMalloc can take, as on a GPU
+ * shared with another program. UM_EMU_DEVICE_HELD (bytes, or with a K, M or
+ * G suffix) sets it from the start, for whole programs (unmask-cli-emu);
+ * um_emu_hold_device_memory () from a test, at any moment. */
+static size_t device_held;
+static bool device_held_read;
+
+/* Call locked. */
+static size_t
+held_bytes (void)
+{
+  if (!device_held_read)
+    {
+      const char *v = getenv ("UM_EMU_DEVICE_HELD");
+      device_held_read = true;
+      if (v != NULL)
+        {
+          char *end = NULL;
+          double b = strtod (v, &end);
+          if (end != NULL && (*end == 'K' || *end == 'k'))
+            b *= 1024.0;
+          else if (end != NULL && (*end == 'M' || *end == 'm'))
+            b *= 1048576.0;
+          else if (end != NULL && (*end == 'G' || *end == 'g'))
+            b *= 1073741824.0;
+          device_held = b > 0 ? (size_t) b : 0;
+        }
+    }
+  return device_held;
+}
+
+/* What is left for this process: call locked. */
+static size_t
+device_free_bytes (void)
+{
+  size_t taken = device_used + held_bytes ();
+  return taken < device_total ? device_total - taken : 0;
+}
+
+/* UM_EMU_FAIL_AFTER (bytes, K/M/G): a cudaMalloc that would take this
+ * process past it fails, though cudaMemGetInfo said the memory was free:
+ * another process took it meanwhile (after a plan was made, mid-load). */
+static size_t fail_after_v;
+static bool fail_after_read;
+
+static size_t
+fail_after_bytes (void)
+{
+  size_t &v = fail_after_v;
+  bool &read = fail_after_read;
+  if (!read)
+    {
+      const char *e = getenv ("UM_EMU_FAIL_AFTER");
+      read = true;
+      if (e != NULL)
+        {
+          char *end = NULL;
+          double b = strtod (e, &end);
+          if (end != NULL && (*end == 'K' || *end == 'k'))
+            b *= 1024.0;
+          else if (end != NULL && (*end == 'M' || *end == 'm'))
+            b *= 1048576.0;
+          else if (end != NULL && (*end == 'G' || *end == 'g'))
+            b *= 1073741824.0;
+          v = b > 0 ? (size_t) b : 0;
+        }
+    }
+  return v;
+}
+
 extern "C" void um_emu_set_device_memory (size_t total) { std::lock_guard<std::mutex> g (mem_lock); device_total = total; }
 extern "C" size_t um_emu_device_bytes_in_use (void) { std::lock_guard<std::mutex> g (mem_lock); return device_used; }
+extern "C" void
+um_emu_fail_after (size_t bytes)
+{
+  std::lock_guard<std::mutex> g (mem_lock);
+  fail_after_read = true;
+  fail_after_v = bytes;
+}
+
+extern "C" void
+um_emu_hold_device_memory (size_t bytes)
+{
+  std::lock_guard<std::mutex> g (mem_lock);
+  (void) held_bytes ();
+  device_held = bytes;
+}
 
 extern "C" cudaError_t cudaGetDeviceCount (int *n) { *n = 1; return cudaSuccess; }
+extern "C" cudaError_t
+cudaDeviceGetPCIBusId (char *bus_id, int len, int device)
+{
+  if (device != 0)
+    return fail (cudaErrorInvalidDevice);
+  snprintf (bus_id, (size_t) len, "0000:00:00.0");
+  return cudaSuccess;
+}
 extern "C" cudaError_t cudaSetDevice (int d) { return d == 0 ? cudaSuccess : fail (cudaErrorInvalidDevice); }
 extern "C" cudaError_t cudaGetDevice (int *d) { *d = 0; return cudaSuccess; }
 extern "C" cudaError_t cudaDeviceSynchronize (void) { return unsafe_call ("cudaDeviceSynchronize"); }
@@ -331,7 +425,7 @@ extern "C" cudaError_t
 cudaMemGetInfo (size_t *free_b, size_t *total_b)
 {
   std::lock_guard<std::mutex> g (mem_lock);
-  *free_b = device_total - device_used;
+  *free_b = device_free_bytes ();
   *total_b = device_total;
   return cudaSuccess;
 }
@@ -344,7 +438,8 @@ cudaMalloc (void **ptr, size_t bytes)
     return cudaErrorStreamCaptureUnsupported;
   std::lock_guard<std::mutex> g (mem_lock);
   char *p;
-  if (bytes > device_total - device_used)
+  if (bytes > device_free_bytes ()
+      || (fail_after_bytes () > 0 && device_used + bytes > fail_after_bytes ()))
     return fail (cudaErrorMemoryAllocation);
   /* 256-byte aligned like cudaMalloc, so alignment-dependent paths run. */
   if ((p = (char *) aligned_alloc (256, (bytes + 255) & ~(size_t) 255)) == NULL)

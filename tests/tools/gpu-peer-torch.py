@@ -19,6 +19,12 @@ Usage:
   gpu-peer-torch.py generate --model DIR --ours BENCH.json [--device cuda]
   gpu-peer-torch.py logits   --model DIR --ids 1,2,3 [--dtype f32]   (to check this forward against ours)
   gpu-peer-torch.py bandwidth [--mib 1024]   (host to device copies, pinned and pageable)
+  gpu-peer-torch.py offload  --model DIR --canvas 96 --max-memory-gib 2 [--passes 3]
+      (what a user short of GPU memory does instead: the weights in host
+      memory, as many layers on the GPU as --max-memory-gib holds, the rest
+      moved to the GPU one layer at a time as the forward reaches them —
+      the plain PyTorch equivalent of accelerate's device_map="auto" with
+      max_memory; the JSON says which ran and the GPU peak torch saw)
 Prints one JSON object.
 """
 import argparse
@@ -127,6 +133,13 @@ class Llada:
         pos = torch.arange(L, device=ids.device)
         x = F.embedding(ids, w["model.transformer.wte.weight"])
         for l in range(self.n_layers):
+            x = self.layer(x, l, w, pos)
+        x = self.rms(x, w["model.transformer.ln_f.weight"])
+        return F.linear(x, w["model.transformer.ff_out.weight"])
+
+    def layer(self, x, l, w, pos):
+        B, L = x.shape[0], x.shape[1]
+        if True:
             p = "model.transformer.blocks.%d." % l
             xn = self.rms(x, w[p + "attn_norm.weight"])
             q = F.linear(xn, w[p + "q_proj.weight"]).view(B, L, self.h, self.hd)
@@ -141,8 +154,63 @@ class Llada:
             g = F.linear(xn, w[p + "ff_proj.weight"])
             u = F.linear(xn, w[p + "up_proj.weight"])
             x = x + F.linear(F.silu(g) * u, w[p + "ff_out.weight"])
-        x = self.rms(x, w["model.transformer.ln_f.weight"])
-        return F.linear(x, w["model.transformer.ff_out.weight"])
+        return x
+
+
+class Offloaded(Llada):
+    """The same forward with the weights in host memory (pinned on a GPU):
+    the token table stays there (rows looked up on the host and moved), the
+    final norm and head and as many whole layers as the budget holds after
+    them (less room for one streamed layer and the activations) go to the
+    GPU once, and every other layer's weights are moved to the GPU when the
+    forward reaches it and dropped after, as accelerate's hooks do for
+    modules its device map puts on the CPU (no prefetch)."""
+
+    def __init__(self, folder, device, budget_bytes):
+        super().__init__(folder, "cpu", torch.bfloat16)
+        self.device = device
+        cuda = device.startswith("cuda")
+        w = self.w
+        layer_bytes = [sum(v.numel() * v.element_size() for k, v in w.items()
+                           if k.startswith("model.transformer.blocks.%d." % l)) for l in range(self.n_layers)]
+        head = [k for k in w if k.startswith("model.transformer.ln_f") or k == "model.transformer.ff_out.weight"]
+        used = sum(w[k].numel() * w[k].element_size() for k in head)
+        # Room kept for one layer in flight and the activations of a canvas of 1088 rows.
+        reserve = max(layer_bytes) + 1088 * (self.d * 16 + w["model.transformer.ff_out.weight"].shape[0] * 2)
+        self.resident = []
+        for l in range(self.n_layers):
+            if used + layer_bytes[l] + reserve <= budget_bytes:
+                self.resident.append(l)
+                used += layer_bytes[l]
+        self.dev = {}
+        for k, v in w.items():
+            on_gpu = k in head or any(k.startswith("model.transformer.blocks.%d." % l) for l in self.resident)
+            if on_gpu:
+                self.dev[k] = v.to(device)
+            elif cuda and k != "model.transformer.wte.weight":
+                self.dev[k] = v.pin_memory()
+            else:
+                self.dev[k] = v
+        self.w = None
+        self.layer_bytes = layer_bytes
+        self.moved_bytes = 0
+
+    @torch.no_grad()
+    def forward(self, ids):
+        B, L = ids.shape
+        pos = torch.arange(L, device=self.device)
+        x = F.embedding(ids.cpu(), self.dev["model.transformer.wte.weight"]).to(self.device)
+        for l in range(self.n_layers):
+            if l in self.resident:
+                x = self.layer(x, l, self.dev, pos)
+                continue
+            p = "model.transformer.blocks.%d." % l
+            w = {k: v.to(self.device, non_blocking=True) for k, v in self.dev.items() if k.startswith(p)}
+            self.moved_bytes += self.layer_bytes[l]
+            x = self.layer(x, l, w, pos)
+            del w
+        x = self.rms(x, self.dev["model.transformer.ln_f.weight"])
+        return F.linear(x, self.dev["model.transformer.ff_out.weight"])
 
 
 def sync(device):
@@ -226,9 +294,50 @@ def bandwidth(mib, device):
     return out
 
 
+def offload(a):
+    """Per forward with the weights offloaded to host memory, at a budget."""
+    cuda = a.device.startswith("cuda")
+    try:
+        import accelerate  # noqa: F401
+        have_accelerate = accelerate.__version__
+    except ImportError:
+        have_accelerate = None
+    t0 = time.perf_counter()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    model = Offloaded(a.model, a.device, int(a.max_memory_gib * (1 << 30)))
+    sync(a.device)
+    out = {
+        "peer": "pytorch offload, plain layer by layer (accelerate's device_map=\"auto\" needs the model as "
+                "nn.Module blocks, which this peer is not)",
+        "accelerate_importable": have_accelerate,
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "max_memory_bytes": int(a.max_memory_gib * (1 << 30)),
+        "resident_layers": len(model.resident),
+        "n_layers": model.n_layers,
+        "load_seconds": time.perf_counter() - t0,
+    }
+    rows = []
+    V = model.dev["model.transformer.ff_out.weight"].shape[0]
+    for c in [int(v) for v in a.canvas.split(",") if v]:
+        g = torch.Generator().manual_seed(c)
+        ids = torch.randint(0, min(V, 100000), (1, c), generator=g)
+        ids[0, c // 2:] = model.mask_id
+        model.moved_bytes = 0
+        times = time_forward(model, ids.to(a.device), a.passes, 1, a.device)
+        rows.append({"canvas": c, "seconds_per_forward": statistics.median(times), "seconds_all": times,
+                     "bytes_moved_per_forward": model.moved_bytes / (a.passes + 1)})
+    out["forward"] = rows
+    if cuda:
+        out["device_peak_bytes"] = torch.cuda.max_memory_reserved()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["forward", "generate", "logits", "bandwidth"])
+    ap.add_argument("what", choices=["forward", "generate", "logits", "bandwidth", "offload"])
+    ap.add_argument("--max-memory-gib", type=float, default=2.0)
     ap.add_argument("--mib", type=int, default=1024)
     ap.add_argument("--dtype", choices=["bf16", "f32"], default="bf16")
     ap.add_argument("--ids", default="")
@@ -245,6 +354,10 @@ def main():
 
     if a.what == "bandwidth":
         json.dump(bandwidth(a.mib, a.device), sys.stdout, indent=1)
+        print()
+        return
+    if a.what == "offload":
+        json.dump(offload(a), sys.stdout, indent=1)
         print()
         return
     t0 = time.perf_counter()

@@ -187,11 +187,17 @@ cudaError_t cudaGraphInstantiate (cudaGraphExec_t *exec, cudaGraph_t graph, unsi
 cudaError_t cudaGraphLaunch (cudaGraphExec_t exec, cudaStream_t stream);
 cudaError_t cudaGraphExecDestroy (cudaGraphExec_t exec);
 cudaError_t cudaGraphDestroy (cudaGraph_t graph);
+cudaError_t cudaDeviceGetPCIBusId (char *bus_id, int len, int device);
 
 /* Emulation controls for tests: the device's size (default 16 GiB) and the
  * bytes allocated now. */
 void   um_emu_set_device_memory (size_t total_bytes);
 size_t um_emu_device_bytes_in_use (void);
+/* Device memory another process holds (0: none), off what is free. */
+void   um_emu_hold_device_memory (size_t bytes);
+/* A cudaMalloc taking this process past @bytes fails (0: no limit), though
+ * cudaMemGetInfo said the memory was free. */
+void   um_emu_fail_after (size_t bytes);
 /* Since the last reset: captures ended into a graph, graph launches, work
  * items run from graphs, and captures invalidated by a refused call. */
 typedef struct {
