@@ -553,7 +553,7 @@ um_api_request_parse (UmApiKind     kind,
     return FALSE;
 #undef MEMBER
   /* Everything else (top_p, penalties, logit_bias, logprobs, user, ...) is
-   * ignored, as the README's field table says. */
+   * ignored, as the field table of docs/server-api.md says. */
   return TRUE;
 }
 
