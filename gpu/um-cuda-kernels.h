@@ -28,7 +28,7 @@ typedef enum {
 
 /* Dequantizes @n_rows rows of @cols elements stored as @type (row r at
  * src + r·row_bytes; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
- * Q6_K, block layouts of compute/um-quant.h) into dst[n_rows, cols] of @out.
+ * Q6_K, block layouts of formats/um-quant-blocks.h) into dst[n_rows, cols] of @out.
  * Values equal um_quant_dequantize_row_ref's (then rounded to @out). */
 cudaError_t um_cuda_dequant_rows (UmDType type, const void *src, int64_t row_bytes, int64_t n_rows,
                                   int64_t cols, void *dst, UmCudaOutType out, cudaStream_t stream);

@@ -909,7 +909,7 @@ static void on_fast_rule_selected (UmChatPage *self);
 static UmArch
 current_arch (UmChatPage *self)
 {
-  return self->settings ? um_settings_get_arch (self->settings) : UM_ARCH_LLADA;
+  return self->settings ? um_settings_get_arch (self->settings) : um_arch_fallback ();
 }
 
 static void

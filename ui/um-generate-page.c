@@ -339,7 +339,7 @@ um_generate_page_get_mode_label (UmGeneratePage *self)
 static UmArch
 current_arch (UmGeneratePage *self)
 {
-  UmArch arch = UM_ARCH_LLADA;
+  UmArch arch = um_arch_fallback ();
 
   if (self->generator != NULL)
     return um_generator_get_info (self->generator)->arch;
@@ -761,7 +761,7 @@ um_generate_page_get_model_note (UmGeneratePage *self)
 static void
 update_family (UmGeneratePage *self)
 {
-  UmArch arch = self->settings ? um_settings_get_arch (self->settings) : UM_ARCH_LLADA;
+  UmArch arch = self->settings ? um_settings_get_arch (self->settings) : um_arch_fallback ();
   const char *description, *temperature;
 
   self->arch = arch;
@@ -804,7 +804,7 @@ um_generate_page_get_option_visible (UmGeneratePage *self, const char *property)
 UmSchedule
 um_generate_page_get_schedule (UmGeneratePage *self)
 {
-  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self), UM_SCHEDULE_BLOCK);
+  g_return_val_if_fail (UM_IS_GENERATE_PAGE (self), um_arch_info (um_arch_fallback ())->schedule);
   return um_arch_info (self->arch)->schedule;
 }
 
@@ -1031,8 +1031,9 @@ um_generate_page_init (UmGeneratePage *self)
   for (guint k = 0; k < UM_GEN_N_KEYS; k++)
     self->descriptions[k] = g_strdup (adw_action_row_get_subtitle (self->param_rows[k]));
   um_diffusion_view_set_token_text_func (self->view, token_text, self, NULL);
-  /* Without settings: LLaDA's block schedule (the other rows start hidden). */
-  self->arch = UM_ARCH_LLADA;
+  /* Without settings: the fallback family's schedule (LLaDA's blocks; the
+   * other rows start hidden). */
+  self->arch = um_arch_fallback ();
   {
     GtkWidget *extra[] = {
       GTK_WIDGET (self->fast_group), GTK_WIDGET (self->cache_row), GTK_WIDGET (self->rule_row),

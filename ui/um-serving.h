@@ -2,7 +2,7 @@
  *
  * Follows the settings ("serve", "serve-scope", "serve-key", "serve-port";
  * um-settings.h): while "serve" is on, an OpenAI-compatible server
- * (app/um-server.h) listens, on this computer only or, with a key, on the
+ * (backend/serve/um-server.h) listens, on this computer only or, with a key, on the
  * local network, and answers with the window's local model through its
  * generator, whose FIFO the app's own Generate and Chat share with the
  * server's clients. Without a local model (none loaded, or the window runs

@@ -367,7 +367,7 @@ um_settings_init (UmSettings *self)
   g_ptr_array_add (self->recent, NULL);
   um_gen_layer_init (&self->model_layer);
   um_gen_layer_init (&self->profile_layer);
-  um_gen_resolve_for (UM_ARCH_LLADA, NULL, NULL, NULL, NULL, &self->defaults);
+  um_gen_resolve_for (um_arch_fallback (), NULL, NULL, NULL, NULL, &self->defaults);
 }
 
 /* A member's value as the type of @pspec, or FALSE and an error when the
@@ -626,7 +626,7 @@ set_param (UmGenParams *p, guint prop, const GValue *v)
 static UmArch
 family_arch (const char *family)
 {
-  UmArch arch = UM_ARCH_LLADA;
+  UmArch arch = um_arch_fallback ();
 
   um_settings_family_to_arch (family, &arch);
   return arch;
@@ -786,7 +786,7 @@ um_settings_family_to_arch (const char *family, UmArch *out)
 UmArch
 um_settings_get_arch (UmSettings *self)
 {
-  g_return_val_if_fail (UM_IS_SETTINGS (self), UM_ARCH_LLADA);
+  g_return_val_if_fail (UM_IS_SETTINGS (self), um_arch_fallback ());
   return family_arch (self->family);
 }
 

@@ -472,7 +472,7 @@ build_engine_options (UmWindow *self, const char *path, UmEngineOptions *options
    * says which (a small file, or the GGUF's header). */
   g_autoptr(UmModelEntry) probe = um_model_probe (path);
   const char *family = probe->family;
-  UmArch arch = UM_ARCH_LLADA;
+  UmArch arch = um_arch_fallback ();
   UmDeviceKind env_device;
   UmGenParams params;
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "um-cpu-kernels.h"
+#include "um-enum.h"
 #include "um-gemm.h"
 #include "um-error.h"
 #include "um-kprof.h"
@@ -436,23 +437,7 @@ um_backend_cpu_new (uint64_t budget_bytes, int n_threads, GError **error)
 
 static const char *const products_names[] = { "exact", "auto", "int8" };
 
-const char *
-um_products_to_string (UmProducts products)
-{
-  return (guint) products < G_N_ELEMENTS (products_names) ? products_names[products] : "unknown";
-}
-
-gboolean
-um_products_from_string (const char *s, UmProducts *out)
-{
-  for (guint i = 0; s != NULL && i < G_N_ELEMENTS (products_names); i++)
-    if (g_ascii_strcasecmp (s, products_names[i]) == 0)
-      {
-        *out = (UmProducts) i;
-        return TRUE;
-      }
-  return FALSE;
-}
+UM_ENUM_STRINGS (UmProducts, um_products_to_string, um_products_from_string, products_names, TRUE)
 
 gboolean
 um_products_auto_int8 (UmDType t)

@@ -26,7 +26,7 @@
 /* Long enough to bridge the serial gaps between a forward's loops on a quiet
  * machine (a futex wake costs ~5-20 us, a forward has hundreds of loops),
  * short against a loaded machine's scheduling slices (milliseconds).  The
- * measurements behind it are in the README's "Threads" section. */
+ * measurements behind it are in docs/performance.md, "Threads on a busy machine". */
 #define DEFAULT_SPIN_US 50
 
 #define MAX_WORKERS 255

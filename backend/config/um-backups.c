@@ -186,13 +186,11 @@ check_entry (const char *bdir, UmBackup *b)
 static const char *
 member_string (JsonObject *o, const char *key, GError **error)
 {
-  JsonNode *n = json_object_get_member (o, key);
-  if (n == NULL || !JSON_NODE_HOLDS_VALUE (n) || json_node_get_value_type (n) != G_TYPE_STRING)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "an entry's “%s” is missing or not a string", key);
-      return NULL;
-    }
-  return json_node_get_string (n);
+  const char *s = um_json_get_string (o, key);
+
+  if (s == NULL)
+    g_set_error (error, UM_ERROR, UM_ERROR_FORMAT, "an entry's “%s” is missing or not a string", key);
+  return s;
 }
 
 static GPtrArray *

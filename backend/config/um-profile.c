@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "um-enum.h"
 #include "um-error.h"
 #include "um-json.h"
 
@@ -18,30 +19,16 @@
 /* Temporary files older than this are left over from a killed writer. */
 #define STALE_TEMP_SECONDS (60 * 60)
 
-const char *
-um_profile_writer_to_string (UmProfileWriter w)
-{
-  switch (w)
-    {
-    case UM_PROFILE_BY_DEFAULT: return "default";
-    case UM_PROFILE_BY_OPTIMIZE: return "optimize";
-    case UM_PROFILE_BY_USER: return "user";
-    case UM_PROFILE_BY_RESTORE: return "restore";
-    default: return "unknown";
-    }
-}
+static const char *const writer_names[] = {
+  [UM_PROFILE_BY_DEFAULT] = "default",
+  [UM_PROFILE_BY_OPTIMIZE] = "optimize",
+  [UM_PROFILE_BY_USER] = "user",
+  [UM_PROFILE_BY_RESTORE] = "restore",
+};
 
-static gboolean
-writer_from_string (const char *s, UmProfileWriter *out)
-{
-  for (int w = UM_PROFILE_BY_DEFAULT; w <= UM_PROFILE_BY_RESTORE; w++)
-    if (g_strcmp0 (s, um_profile_writer_to_string (w)) == 0)
-      {
-        *out = (UmProfileWriter) w;
-        return TRUE;
-      }
-  return FALSE;
-}
+static gboolean writer_from_string (const char *s, UmProfileWriter *out);
+
+UM_ENUM_STRINGS (UmProfileWriter, um_profile_writer_to_string, writer_from_string, writer_names, FALSE)
 
 static const char *
 device_to_string (UmDeviceKind d)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "um-cpu-kernels.h"
+#include "um-enum.h"
 #include "um-error.h"
 #include "um-expert-store.h"
 #include "um-prefetch.h"
@@ -83,23 +84,8 @@ um_forward_expert_slots (const UmForwardOptions *options)
 
 static const char *const placement_names[UM_EXPERTS_N_PLACEMENTS] = { "auto", "resident", "host", "fetch" };
 
-const char *
-um_expert_placement_to_string (UmExpertPlacement p)
-{
-  return (guint) p < UM_EXPERTS_N_PLACEMENTS ? placement_names[p] : "unknown";
-}
-
-gboolean
-um_expert_placement_from_string (const char *s, UmExpertPlacement *out)
-{
-  for (int i = 0; s != NULL && i < UM_EXPERTS_N_PLACEMENTS; i++)
-    if (g_ascii_strcasecmp (s, placement_names[i]) == 0)
-      {
-        *out = (UmExpertPlacement) i;
-        return TRUE;
-      }
-  return FALSE;
-}
+UM_ENUM_STRINGS (UmExpertPlacement, um_expert_placement_to_string, um_expert_placement_from_string, placement_names,
+                 TRUE)
 
 /* Whether the experts are fetched into slots (FETCH; HOST from a zstd
  * copy), rather than read in place from HOST's raw copy. */

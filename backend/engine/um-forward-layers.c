@@ -556,35 +556,70 @@ segment_key (const UmForward *fw, int kind, int n_seq, int seq_len, int start, i
   return h | 1;   /* never 0 */
 }
 
-/* A full pass's layers and what they need. */
+/* The layers of a pass and what they need: every computed row goes through
+ * them; with @rows, the last layer's queries, attention and MLP run on the
+ * wanted rows only. */
 typedef struct {
   UmBuf        **b;
-  const gint32  *ids;
-  int            n_seq, seq_len, T;
-  const gint32  *rows;      /* requested rows (NULL: all) */
+  const gint32  *ids;       /* the computed rows' tokens */
+  int            m;         /* computed rows: n_seq × len */
+  int            n_seq, seq_len, start, len;
+  UmForwardKv    kv;
+  const gint32  *pos, *seq, *kv_len;   /* per computed row */
+  const gint32  *rows;      /* wanted rows for the last layer (NULL: all) */
   int            n;
-  gboolean       keep_kv;
-  const gint32  *pos, *seq, *sel_pos, *sel_seq, *kv_all, *kv_sel;
+  const gint32  *sel_pos, *sel_seq, *sel_kv_len;
   GCancellable  *cancellable;
   guint          l0, l1;    /* the layers to run */
   gboolean       embed;     /* the token rows first */
-} FullPass;
+} LayerRun;
 
+/* K and V of the computed rows: into the arena, or straight into the
+ * cache (UM_FORWARD_KV_KEEP writes the whole canvas; with
+ * UM_FORWARD_KV_REUSE each sequence's rows [start, start + len) are
+ * contiguous there and replace the kept ones). */
 static gboolean
-full_layers (UmForward *fw, gpointer data, GError **error)
+kv_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, const LayerRun *a, guint l, UmBuf *kb, UmBuf *vb,
+         GError **error)
 {
-  FullPass *a = data;
+  const UmModelConfig *c = &fw->model->cfg;
+  const UmBackendOps *ops = fw->be->ops;
+  UmBackend *be = fw->be;
+  const int len = a->len, D = c->d_model;
+  const size_t kvd_bytes = (size_t) c->n_kv_heads * c->head_dim * sizeof (float);
+  gboolean ok = TRUE;
+
+  if (a->kv != UM_FORWARD_KV_REUSE)
+    return kv_proj (fw, L, W, a->b[SLOT_H], a->m, a->pos, kb, vb, error);
+  for (int s = 0; s < a->n_seq && ok; s++)
+    {
+      UmBuf *v[4] = { NULL, NULL, NULL, NULL };
+      size_t off = ((size_t) s * a->seq_len + a->start) * kvd_bytes;
+      v[0] = ops->buf_view (be, a->b[SLOT_H], (size_t) s * len * D * sizeof (float), (size_t) len * D * sizeof (float),
+                            error);
+      v[1] = v[0] ? ops->buf_view (be, fw->kv_views[2 * l], off, len * kvd_bytes, error) : NULL;
+      v[2] = v[1] ? ops->buf_view (be, fw->kv_views[2 * l + 1], off, len * kvd_bytes, error) : NULL;
+      ok = v[2] != NULL && kv_proj (fw, L, W, v[0], len, a->pos + s * len, v[1], v[2], error);
+      um_forward_free_views (fw, v, 4);
+    }
+  return ok;
+}
+
+/* The layer loop, once for every pass. */
+static gboolean
+run_layers (UmForward *fw, gpointer data, GError **error)
+{
+  LayerRun *a = data;
   const UmModelConfig *c = &fw->model->cfg;
   const UmBackendOps *ops = fw->be->ops;
   UmBackend *be = fw->be;
   UmBuf **b = a->b;
-  const int T = a->T, n = a->n, seq_len = a->seq_len;
+  const int M = a->m, n = a->n, seq_len = a->seq_len;
   const int D = c->d_model, hd = c->head_dim;
   const float eps = (float) c->rms_eps;
-  const gboolean subset = a->rows != NULL;
 
-  if (a->embed && (fw->opts.embed_on_host ? !embed_host (fw, a->ids, T, b[SLOT_X], error)
-                                          : !ops->embed (be, fw->tok_embd, a->ids, T, b[SLOT_X], error)))
+  if (a->embed && (fw->opts.embed_on_host ? !embed_host (fw, a->ids, M, b[SLOT_X], error)
+                                          : !ops->embed (be, fw->tok_embd, a->ids, M, b[SLOT_X], error)))
     return FALSE;
 
   for (guint l = a->l0; l < a->l1; l++)
@@ -594,14 +629,14 @@ full_layers (UmForward *fw, gpointer data, GError **error)
       /* In the last layer only the requested rows feed the output: keys and
        * values still need every row, queries, attention output and MLP only
        * the requested ones. */
-      const gboolean last = subset && l + 1 == c->n_layers;
-      const int m = last ? n : T;
+      const gboolean last = a->rows != NULL && l + 1 == c->n_layers;
+      const int m = last ? n : M;
       UmBuf *xr = last ? b[SLOT_XS] : b[SLOT_X];
       DevLayer streamed;
       const DevLayer *L = &fw->layers[l];
-      /* A refreshing pass writes K and V straight into the cache. */
-      UmBuf *kb = a->keep_kv ? fw->kv_views[2 * l] : b[SLOT_K];
-      UmBuf *vb = a->keep_kv ? fw->kv_views[2 * l + 1] : b[SLOT_V];
+      /* With the cache, K and V go straight into it. */
+      UmBuf *kb = a->kv != UM_FORWARD_KV_NONE ? fw->kv_views[2 * l] : b[SLOT_K];
+      UmBuf *vb = a->kv != UM_FORWARD_KV_NONE ? fw->kv_views[2 * l + 1] : b[SLOT_V];
 
       if (g_cancellable_set_error_if_cancelled (a->cancellable, error))
         return FALSE;
@@ -612,8 +647,8 @@ full_layers (UmForward *fw, gpointer data, GError **error)
           L = &streamed;
         }
 
-      if (!ops->rms_norm (be, b[SLOT_X], T, D, L->attn_norm, eps, b[SLOT_H], error)
-          || !kv_proj (fw, L, W, b[SLOT_H], T, a->pos, kb, vb, error))
+      if (!ops->rms_norm (be, b[SLOT_X], M, D, L->attn_norm, eps, b[SLOT_H], error)
+          || !kv_rows (fw, L, W, a, l, kb, vb, error))
         return FALSE;
       if (last)
         {
@@ -623,9 +658,9 @@ full_layers (UmForward *fw, gpointer data, GError **error)
               || !ops->get_rows (be, b[SLOT_X], D, a->rows, n, b[SLOT_XS], error))
             return FALSE;
         }
-      else if (!q_proj (fw, L, W, b[SLOT_H], T, a->pos, b[SLOT_Q], error))
+      else if (!q_proj (fw, L, W, b[SLOT_H], M, a->pos, b[SLOT_Q], error))
         return FALSE;
-      if (!ops->attention (be, b[SLOT_Q], m, last ? a->sel_seq : a->seq, last ? a->kv_sel : a->kv_all, kb, vb,
+      if (!ops->attention (be, b[SLOT_Q], m, last ? a->sel_seq : a->seq, last ? a->sel_kv_len : a->kv_len, kb, vb,
                            seq_len, H, Hkv, hd, b[SLOT_ATT], error))
         return FALSE;
       fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
@@ -636,19 +671,24 @@ full_layers (UmForward *fw, gpointer data, GError **error)
   return TRUE;
 }
 
-gboolean
-um_forward_forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, const gint32 *rows,
-              int n, gboolean keep_kv, const HeadOut *dst, GCancellable *cancellable, GError **error)
+/* Every row of the canvas through the layers (K and V kept with
+ * UM_FORWARD_KV_KEEP); the last layer on the requested rows only. The
+ * layers before it have the canvas's shape whatever the rows: recorded
+ * once, replayed every step. */
+static gboolean
+full_pass (UmForward *fw, UmBuf **b, const UmForwardPass *p, const HeadOut *dst, GCancellable *cancellable,
+           GError **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
-  const int T = n_seq * seq_len;
+  const int n_seq = p->n_seq, seq_len = p->seq_len, T = n_seq * seq_len;
+  const gint32 *rows = p->rows;
+  const int n = p->n_rows;
   const gboolean subset = rows != NULL;
+  const gboolean keep_kv = p->kv == UM_FORWARD_KV_KEEP;
   g_autofree gint32 *index = g_new (gint32, um_forward_pass_index_count (T, subset ? n : 0));
   gint32 *pos = index, *seq = index + T, *sel_pos = NULL, *sel_seq = NULL;
   g_autofree gint32 *kv_all = NULL, *kv_sel = NULL;
-  FullPass a;
-  /* The layers before the last one with requested rows have the canvas's
-   * shape whatever the rows: recorded once, replayed every step. */
+  LayerRun a;
   const guint fixed = subset ? c->n_layers - 1 : c->n_layers;
 
   for (int t = 0; t < T; t++)
@@ -669,15 +709,15 @@ um_forward_forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq,
     }
   kv_all = kv_lengths (fw, pos, T, seq_len);
 
-  a = (FullPass) { b, ids, n_seq, seq_len, T, rows, n, keep_kv, pos, seq, sel_pos, sel_seq, kv_all, kv_sel,
-                   cancellable, 0, fixed, TRUE };
-  if (!in_segment (fw, segment_key (fw, 1, n_seq, seq_len, 0, seq_len, (int) fixed, keep_kv), full_layers, &a,
+  a = (LayerRun) { b, p->ids, T, n_seq, seq_len, 0, seq_len, p->kv, pos, seq, kv_all, rows, n, sel_pos, sel_seq,
+                   kv_sel, cancellable, 0, fixed, TRUE };
+  if (!in_segment (fw, segment_key (fw, 1, n_seq, seq_len, 0, seq_len, (int) fixed, keep_kv), run_layers, &a,
                    error))
     return FALSE;
   a.l0 = fixed;
   a.l1 = c->n_layers;
   a.embed = FALSE;
-  if (!full_layers (fw, &a, error))
+  if (!run_layers (fw, &a, error))
     return FALSE;
 
   if (g_cancellable_set_error_if_cancelled (cancellable, error))
@@ -685,113 +725,50 @@ um_forward_forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq,
   return head_rows (fw, subset ? b[SLOT_XS] : b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
 }
 
-/* A cached step's layers and what they need. */
-typedef struct {
-  UmBuf        **b;
-  const gint32  *sub_ids, *pos, *seq, *kv_len;
-  int            n_seq, seq_len, start, len, m;
-  GCancellable  *cancellable;
-} CachedPass;
-
-static gboolean
-cached_layers (UmForward *fw, gpointer data, GError **error)
-{
-  CachedPass *a = data;
-  const UmModelConfig *c = &fw->model->cfg;
-  const UmBackendOps *ops = fw->be->ops;
-  UmBackend *be = fw->be;
-  UmBuf **b = a->b;
-  const int len = a->len, m = a->m, seq_len = a->seq_len, start = a->start;
-  const int D = c->d_model, hd = c->head_dim;
-  const size_t kvd_bytes = (size_t) c->n_kv_heads * hd * sizeof (float);
-  const float eps = (float) c->rms_eps;
-  gboolean ok = TRUE;
-
-  if (fw->opts.embed_on_host ? !embed_host (fw, a->sub_ids, m, b[SLOT_X], error)
-                             : !ops->embed (be, fw->tok_embd, a->sub_ids, m, b[SLOT_X], error))
-    return FALSE;
-
-  for (guint l = 0; l < c->n_layers && ok; l++)
-    {
-      const UmLayerWeights *W = &fw->model->layers[l];
-      const int H = W->n_heads, Hkv = W->n_kv_heads;
-      DevLayer streamed;
-      const DevLayer *L = &fw->layers[l];
-
-      if (g_cancellable_set_error_if_cancelled (a->cancellable, error))
-        return FALSE;
-      if (um_forward_streaming (fw))
-        {
-          if (!stream_layer (fw, l, &streamed, error))
-            return FALSE;
-          L = &streamed;
-        }
-      if (!ops->rms_norm (be, b[SLOT_X], m, D, L->attn_norm, eps, b[SLOT_H], error)
-          || !q_proj (fw, L, W, b[SLOT_H], m, a->pos, b[SLOT_Q], error))
-        return FALSE;
-      /* Each sequence's rows are contiguous in the cache: their fresh K and
-       * V are computed straight into it. */
-      for (int s = 0; s < a->n_seq && ok; s++)
-        {
-          UmBuf *v[4] = { NULL, NULL, NULL, NULL };
-          size_t off = ((size_t) s * seq_len + start) * kvd_bytes;
-          v[0] = ops->buf_view (be, b[SLOT_H], (size_t) s * len * D * sizeof (float), (size_t) len * D * sizeof (float),
-                                error);
-          v[1] = v[0] ? ops->buf_view (be, fw->kv_views[2 * l], off, len * kvd_bytes, error) : NULL;
-          v[2] = v[1] ? ops->buf_view (be, fw->kv_views[2 * l + 1], off, len * kvd_bytes, error) : NULL;
-          ok = v[2] != NULL && kv_proj (fw, L, W, v[0], len, a->pos + s * len, v[1], v[2], error);
-          um_forward_free_views (fw, v, 4);
-        }
-      ok = ok
-           && ops->attention (be, b[SLOT_Q], m, a->seq, a->kv_len, fw->kv_views[2 * l], fw->kv_views[2 * l + 1],
-                              seq_len, H, Hkv, hd, b[SLOT_ATT], error)
-           && matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
-           && residual_mlp (fw, L, W, b[SLOT_X], b[SLOT_H], b, m, error);
-      fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
-    }
-  return ok;
-}
-
 /* A step inside a block with the cache: only the rows [start, end) of each
  * sequence run through the layers; their K and V replace the cached ones,
  * and attention reads the whole cached canvas. The layers have the same
  * shape every step of every block: recorded once, replayed after. */
-gboolean
-um_forward_cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, int start, int end,
-             const gint32 *rows, int n, const HeadOut *dst, GCancellable *cancellable, GError **error)
+static gboolean
+cached_pass (UmForward *fw, UmBuf **b, const UmForwardPass *p, const HeadOut *dst, GCancellable *cancellable,
+             GError **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
   const UmBackendOps *ops = fw->be->ops;
+  const int n_seq = p->n_seq, seq_len = p->seq_len, start = p->start, end = p->end;
+  const gint32 *ids = p->ids, *rows = p->rows;
+  const int n = p->n_rows;
   const int len = end - start, m = n_seq * len;
   const int D = c->d_model;
   g_autofree gint32 *index = g_new (gint32, um_forward_cached_index_count (m, n));
   gint32 *sub_ids = index, *pos = index + m, *seq = index + 2 * m, *sel = index + 3 * m;
   g_autofree gint32 *kv_len = NULL;
-  CachedPass a;
+  LayerRun a;
 
   for (int i = 0; i < m; i++)
     {
-      int s = i / len, p = start + i % len;
-      sub_ids[i] = ids[s * seq_len + p];
-      pos[i] = p;
+      int s = i / len, q = start + i % len;
+      sub_ids[i] = ids[s * seq_len + q];
+      pos[i] = q;
       seq[i] = s;
     }
   /* Requested rows as indices into the computed rows. */
   for (int i = 0; i < n; i++)
     {
-      int s = rows[i] / seq_len, p = rows[i] % seq_len;
-      if (p < start || p >= end)
+      int s = rows[i] / seq_len, q = rows[i] % seq_len;
+      if (q < start || q >= end)
         {
           g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
                        "forward: row %d is outside the rows this cached step computes", rows[i]);
           return FALSE;
         }
-      sel[i] = s * len + (p - start);
+      sel[i] = s * len + (q - start);
     }
   kv_len = kv_lengths (fw, pos, m, seq_len);
 
-  a = (CachedPass) { b, sub_ids, pos, seq, kv_len, n_seq, seq_len, start, len, m, cancellable };
-  if (!in_segment (fw, segment_key (fw, 2, n_seq, seq_len, start, end, (int) c->n_layers, FALSE), cached_layers, &a,
+  a = (LayerRun) { b, sub_ids, m, n_seq, seq_len, start, len, UM_FORWARD_KV_REUSE, pos, seq, kv_len, NULL, n, NULL,
+                   NULL, NULL, cancellable, 0, c->n_layers, TRUE };
+  if (!in_segment (fw, segment_key (fw, 2, n_seq, seq_len, start, end, (int) c->n_layers, FALSE), run_layers, &a,
                    error)
       || g_cancellable_set_error_if_cancelled (cancellable, error))
     return FALSE;
@@ -801,3 +778,11 @@ um_forward_cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, 
          && head_rows (fw, b[SLOT_XS], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
 }
 
+gboolean
+um_forward_pass_layers (UmForward *fw, UmBuf **b, const UmForwardPass *p, const HeadOut *dst,
+                        GCancellable *cancellable, GError **error)
+{
+  if (p->kv == UM_FORWARD_KV_REUSE)
+    return cached_pass (fw, b, p, dst, cancellable, error);
+  return full_pass (fw, b, p, dst, cancellable, error);
+}

@@ -109,16 +109,30 @@ size_t        um_forward_cached_index_count (int m, int n);
 gboolean      um_forward_host_router (UmForward *fw, size_t floats, GError **error);
 /* Host bytes of the decoded embedding rows of @n tokens, then one stored row. */
 size_t        um_forward_host_rows_bytes (const UmModel *model, int n);
-/* A full pass (um-forward-layers.c): @n_seq sequences of @seq_len, the
- * requested @rows (NULL: all), keeping every layer's K and V in the cache
- * with @keep_kv; the head's rows to @dst. */
-gboolean      um_forward_forward_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len,
-                                       const gint32 *rows, int n, gboolean keep_kv, const HeadOut *dst,
-                                       GCancellable *cancellable, GError **error);
-/* A step inside a block with the cache: the rows [start, end) of each
- * sequence through the layers. */
-gboolean      um_forward_cached_pass (UmForward *fw, UmBuf **b, const gint32 *ids, int n_seq, int seq_len, int start,
-                                      int end, const gint32 *rows, int n, const HeadOut *dst,
+/* What a pass does with the block KV cache. */
+typedef enum {
+  UM_FORWARD_KV_NONE,    /* K and V in the arena, gone after the pass */
+  UM_FORWARD_KV_KEEP,    /* every computed row's K and V kept in the cache */
+  /* Only the rows [start, end) of each sequence are computed; their K and V
+   * replace the kept ones and attention reads the whole kept canvas. */
+  UM_FORWARD_KV_REUSE,
+} UmForwardKv;
+
+/* One pass, whichever entry point asked for it. */
+typedef struct {
+  const gint32 *ids;          /* n_seq sequences of seq_len tokens */
+  int           n_seq, seq_len;
+  int           start, end;   /* positions computed in each sequence (UM_FORWARD_KV_REUSE); else 0, seq_len */
+  UmForwardKv   kv;
+  /* The rows wanted, ascending (NULL: every computed row): indices into
+   * the n_seq·seq_len rows of the canvas. */
+  const gint32 *rows;
+  int           n_rows;
+} UmForwardPass;
+
+/* The work of @p (um-forward-layers.c) in the work buffers @b: the layers,
+ * written once, then the head's rows to @dst. */
+gboolean      um_forward_pass_layers (UmForward *fw, UmBuf **b, const UmForwardPass *p, const HeadOut *dst,
                                       GCancellable *cancellable, GError **error);
 
 G_END_DECLS

@@ -581,33 +581,22 @@ bounded_pass (UmForward *fw, PassFn fn, gpointer data, GError **error)
   return TRUE;
 }
 
-/* A pass's arguments, for bounded_pass. */
+/* A pass's work, for bounded_pass. */
 typedef struct {
-  UmBuf        **views;
-  const gint32  *ids;
-  int            n_seq, seq_len;
-  int            start, end;    /* cached: the rows computed */
-  gboolean       cached;
-  const gint32  *rows;
-  int            n;
-  gboolean       keep_kv;
-  const HeadOut *dst;
-  GCancellable  *cancellable;
-} PassArgs;
+  UmBuf              **views;
+  const UmForwardPass *pass;
+  const HeadOut       *dst;
+  GCancellable        *cancellable;
+} PassWork;
 
 static gboolean
 pass_fn (UmForward *fw, gpointer data, GError **error)
 {
-  const PassArgs *p = data;
+  const PassWork *w = data;
 
-  if (p->cached)
-    return um_forward_cached_pass (fw, p->views, p->ids, p->n_seq, p->seq_len, p->start, p->end, p->rows, p->n, p->dst,
-                        p->cancellable, error);
-  return um_forward_forward_pass (fw, p->views, p->ids, p->n_seq, p->seq_len, p->rows, p->n, p->keep_kv, p->dst,
-                       p->cancellable, error);
+  return um_forward_pass_layers (fw, w->views, w->pass, w->dst, w->cancellable, error);
 }
 
-/* A finished pass in the stats: @n_rows rows of logits, started at @t_start. */
 /* The start of a pass: its time, and the pool's measurement of it. */
 static gint64
 pass_begin (UmForward *fw)
@@ -627,6 +616,36 @@ count_pass (UmForward *fw, int n_rows, gint64 t_start)
   return TRUE;
 }
 
+/* The first of @n rows that is not ascending or not inside [@lo, @hi),
+ * or -1. */
+static int
+first_bad_row (const gint32 *rows, int n, int lo, int hi)
+{
+  for (int i = 0; i < n; i++)
+    if (rows[i] < lo || rows[i] >= hi || (i > 0 && rows[i] <= rows[i - 1]))
+      return i;
+  return -1;
+}
+
+/* The one pass runner: the work buffers of @p's rows, laid out and carved
+ * from the arena, the pass between the backend's bounds, the buffers given
+ * back and the pass counted (started at @t_start). */
+static gboolean
+run_pass (UmForward *fw, const UmForwardPass *p, const HeadOut *dst, gint64 t_start, GCancellable *cancellable,
+          GError **error)
+{
+  const int computed = p->n_seq * (p->end - p->start);
+  UmBuf *views[N_SLOTS] = { NULL };
+  ArenaLayout a;
+  gboolean ok;
+
+  arena_layout (fw->model, 1, computed, p->n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
+  ok = carve (fw, &a, views, error)
+       && bounded_pass (fw, pass_fn, &(PassWork) { views, p, dst, cancellable }, error);
+  um_forward_free_views (fw, views, N_SLOTS);
+  return ok && count_pass (fw, p->n_rows, t_start);
+}
+
 static gboolean
 logits_pass (UmForward     *fw,
              const gint32  *ids,
@@ -643,9 +662,7 @@ logits_pass (UmForward     *fw,
   const gboolean subset = rows != NULL;
   const int n = subset ? n_rows : T;
   gint64 t_start = pass_begin (fw);
-  UmBuf *views[N_SLOTS] = { NULL };
-  ArenaLayout a;
-  gboolean ok;
+  int bad;
 
   if (n_seq <= 0 || seq_len <= 0 || (guint) seq_len > c->max_seq_len)
     {
@@ -654,25 +671,17 @@ logits_pass (UmForward     *fw,
                    n_seq, seq_len, c->max_seq_len);
       return FALSE;
     }
-  for (int i = 0; subset && i < n_rows; i++)
-    if (rows[i] < 0 || rows[i] >= T || (i > 0 && rows[i] <= rows[i - 1]))
-      {
-        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                     "forward: requested rows must be ascending and inside the canvas (row %d)", rows[i]);
-        return FALSE;
-      }
+  if (subset && (bad = first_bad_row (rows, n_rows, 0, T)) >= 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "forward: requested rows must be ascending and inside the canvas (row %d)", rows[bad]);
+      return FALSE;
+    }
   if (n == 0)
     return TRUE;
   /* All rows asked for one by one are the whole canvas. */
-  if (subset && n == T)
-    rows = NULL;
-
-  arena_layout (fw->model, n_seq, seq_len, n, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
-  ok = carve (fw, &a, views, error)
-       && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, n_seq, seq_len, 0, 0, FALSE, rows, n, FALSE, dst,
-                                                   cancellable }, error);
-  um_forward_free_views (fw, views, N_SLOTS);
-  return ok && count_pass (fw, n, t_start);
+  return run_pass (fw, &(UmForwardPass) { ids, n_seq, seq_len, 0, seq_len, UM_FORWARD_KV_NONE, n == T ? NULL : rows, n },
+                   dst, t_start, cancellable, error);
 }
 
 gboolean
@@ -781,10 +790,7 @@ logits_pass_cached (UmForward     *fw,
   const UmModelConfig *c = &fw->model->cfg;
   const int T = n_seq * seq_len;
   gint64 t_start = pass_begin (fw);
-  UmBuf *views[N_SLOTS] = { NULL };
-  ArenaLayout a;
-  gboolean ok;
-  int end, m;
+  int bad;
 
   if (n_seq <= 0 || seq_len <= 0 || (guint) seq_len > c->max_seq_len || block_start < 0
       || block_end <= block_start || block_end > seq_len || rows == NULL)
@@ -794,39 +800,23 @@ logits_pass_cached (UmForward     *fw,
                    block_start, block_end, n_seq, seq_len);
       return FALSE;
     }
-  for (int i = 0; i < n_rows; i++)
-    if (rows[i] < 0 || rows[i] >= T || (i > 0 && rows[i] <= rows[i - 1]))
-      {
-        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                     "forward: requested rows must be ascending and inside the canvas (row %d)", rows[i]);
-        return FALSE;
-      }
+  if ((bad = first_bad_row (rows, n_rows, 0, T)) >= 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "forward: requested rows must be ascending and inside the canvas (row %d)", rows[bad]);
+      return FALSE;
+    }
   if (n_rows == 0)
     return TRUE;
   if (!refresh && fw->kv_rows != T)
     refresh = TRUE;   /* nothing cached for this canvas yet */
 
   if (refresh)
-    {
-      if (!ensure_kv (fw, T, error))
-        return FALSE;
-      arena_layout (fw->model, n_seq, seq_len, n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
-      ok = carve (fw, &a, views, error)
-           && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, n_seq, seq_len, 0, 0, FALSE,
-                                                       n_rows == T ? NULL : rows, n_rows, TRUE, dst, cancellable },
-                            error);
-    }
-  else
-    {
-      end = dual ? block_end : seq_len;
-      m = n_seq * (end - block_start);
-      arena_layout (fw->model, 1, m, n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
-      ok = carve (fw, &a, views, error)
-           && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, n_seq, seq_len, block_start, end, TRUE, rows,
-                                                       n_rows, FALSE, dst, cancellable }, error);
-    }
-  um_forward_free_views (fw, views, N_SLOTS);
-  return ok && count_pass (fw, n_rows, t_start);
+    return ensure_kv (fw, T, error)
+           && run_pass (fw, &(UmForwardPass) { ids, n_seq, seq_len, 0, seq_len, UM_FORWARD_KV_KEEP,
+                                               n_rows == T ? NULL : rows, n_rows }, dst, t_start, cancellable, error);
+  return run_pass (fw, &(UmForwardPass) { ids, n_seq, seq_len, block_start, dual ? block_end : seq_len,
+                                          UM_FORWARD_KV_REUSE, rows, n_rows }, dst, t_start, cancellable, error);
 }
 
 gboolean
@@ -970,9 +960,7 @@ logits_pass_window (UmForward     *fw,
 {
   const UmModelConfig *c = &fw->model->cfg;
   gint64 t_start = pass_begin (fw);
-  UmBuf *views[N_SLOTS] = { NULL };
-  ArenaLayout a;
-  gboolean ok;
+  int bad;
 
   if (window <= 0 || window > canvas || (guint) canvas > c->max_seq_len || start < 0 || start >= window
       || rows == NULL || n_rows <= 0)
@@ -982,14 +970,13 @@ logits_pass_window (UmForward     *fw,
                    window, start, canvas);
       return FALSE;
     }
-  for (int i = 0; i < n_rows; i++)
-    if (rows[i] < start || rows[i] >= window || (i > 0 && rows[i] <= rows[i - 1]))
-      {
-        g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
-                     "forward: requested rows must be ascending and inside the computed part [%d, %d) (row %d)",
-                     start, window, rows[i]);
-        return FALSE;
-      }
+  if ((bad = first_bad_row (rows, n_rows, start, window)) >= 0)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM,
+                   "forward: requested rows must be ascending and inside the computed part [%d, %d) (row %d)",
+                   start, window, rows[bad]);
+      return FALSE;
+    }
   /* Nothing kept for a canvas of this length: compute everything. */
   if (fw->kv == NULL || fw->kv_views == NULL || fw->kv_rows != canvas)
     {
@@ -998,22 +985,10 @@ logits_pass_window (UmForward     *fw,
       start = 0;
     }
   if (start == 0)
-    {
-      arena_layout (fw->model, 1, window, n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
-      ok = carve (fw, &a, views, error)
-           && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, 1, window, 0, 0, FALSE,
-                                                       n_rows == window ? NULL : rows, n_rows, TRUE, dst, cancellable },
-                            error);
-    }
-  else
-    {
-      arena_layout (fw->model, 1, window - start, n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
-      ok = carve (fw, &a, views, error)
-           && bounded_pass (fw, pass_fn, &(PassArgs) { views, ids, 1, window, start, window, TRUE, rows, n_rows, FALSE,
-                                                       dst, cancellable }, error);
-    }
-  um_forward_free_views (fw, views, N_SLOTS);
-  return ok && count_pass (fw, n_rows, t_start);
+    return run_pass (fw, &(UmForwardPass) { ids, 1, window, 0, window, UM_FORWARD_KV_KEEP,
+                                            n_rows == window ? NULL : rows, n_rows }, dst, t_start, cancellable, error);
+  return run_pass (fw, &(UmForwardPass) { ids, 1, window, start, window, UM_FORWARD_KV_REUSE, rows, n_rows }, dst,
+                   t_start, cancellable, error);
 }
 
 gboolean

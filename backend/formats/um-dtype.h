@@ -1,6 +1,6 @@
 /* um-dtype.h — element types of stored tensors.
  *
- * Block-quantized types follow llama.cpp's layouts (see compute/um-quant.h);
+ * Block-quantized types follow llama.cpp's layouts (see um-quant-blocks.h);
  * a row of a quantized tensor is a whole number of blocks.
  */
 #pragma once

@@ -67,7 +67,13 @@ static const UmArchInfo arch_infos[UM_ARCH_N] = {
 const UmArchInfo *
 um_arch_info (UmArch arch)
 {
-  return &arch_infos[(guint) arch < UM_ARCH_N ? arch : UM_ARCH_LLADA];
+  return &arch_infos[(guint) arch < UM_ARCH_N ? arch : um_arch_fallback ()];
+}
+
+UmArch
+um_arch_fallback (void)
+{
+  return UM_ARCH_LLADA;
 }
 
 gboolean

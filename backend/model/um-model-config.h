@@ -69,6 +69,10 @@ typedef struct {
 } UmArchInfo;
 
 const UmArchInfo *um_arch_info (UmArch arch);
+/* The family a model is taken for while its own is unknown or not chosen
+ * yet (its options and schedule are shown): the table's first row, which
+ * um_arch_info () also gives for an arch out of range. */
+UmArch            um_arch_fallback (void);
 /* The family of a GGUF general.architecture; FALSE for one we do not run. */
 gboolean          um_arch_from_gguf (const char *gguf_arch, UmArch *out);
 

@@ -27,7 +27,7 @@ typedef void (*UmQuantizeProgress) (double fraction, const char *tensor, gpointe
  * attn_{q,k,v}.bias, QK-norms as attn_{q,k}_norm. Only LLaDA's Q/K rows are
  * permuted (its GGUF runs interleaved RoPE); the other families are NeoX in
  * both layouts. LLaDA 2 is written as our "llada2" (BailingMoeV2's keys and
- * names, see the README): q/k/v as one attn_qkv (from the stored fused
+ * names, see docs/families-and-schedules.md): q/k/v as one attn_qkv (from the stored fused
  * tensor; its _M type is llama-quantize's for attn_qkv: Q5_K in Q4_K_M,
  * Q6_K in Q5_K_M), the selection bias as exp_probs_b.bias (F32), the shared
  * expert as ffn_{gate,up,down}_shexp (ffn_down_shexp typed as ffn_down).

@@ -8,6 +8,7 @@
 #include "um-error.h"
 #include "um-json.h"
 #include "um-model-config.h"
+#include "um-schedule-table.h"
 
 /* A model without Unmask's description: the LLaDA family's options apply
  * (what the pages offer), no mask token, and a context no page limits. */
@@ -19,16 +20,6 @@ um_remote_info_clear (UmGeneratorInfo *info)
   g_clear_pointer (&info->model_id, g_free);
   g_clear_pointer (&info->display_name, g_free);
   g_clear_pointer (&info->location, g_free);
-}
-
-static const char *
-member_string (JsonObject *obj, const char *name)
-{
-  JsonNode *n = json_object_get_member (obj, name);
-
-  if (n == NULL || !JSON_NODE_HOLDS_VALUE (n) || json_node_get_value_type (n) != G_TYPE_STRING)
-    return NULL;
-  return json_node_get_string (n);
 }
 
 static gboolean
@@ -117,10 +108,10 @@ take_default (UmGenRecommendation *rec, JsonObject *d, UmGenKey key, const char 
         p->top_p = x;
       break;
     case UM_GEN_KEY_REMASKING:
-      ok = (s = member_string (d, name)) != NULL && um_remasking_from_string (s, &p->remasking);
+      ok = (s = um_json_get_string (d, name)) != NULL && um_remasking_from_string (s, &p->remasking);
       break;
     case UM_GEN_KEY_ALG:
-      ok = (s = member_string (d, name)) != NULL && um_alg_from_string (s, &p->alg);
+      ok = (s = um_json_get_string (d, name)) != NULL && um_alg_from_string (s, &p->alg);
       break;
     case UM_GEN_KEY_GREEDY:
       {
@@ -152,7 +143,7 @@ um_remote_parse_model (JsonObject           *obj,
                        GError              **error)
 {
   g_autoptr(UmGenRecommendation) rec = um_gen_recommendation_new_empty ();
-  const char *id = member_string (obj, "id");
+  const char *id = um_json_get_string (obj, "id");
   JsonNode *un = json_object_get_member (obj, "unmask");
   gint64 v;
 
@@ -165,17 +156,17 @@ um_remote_parse_model (JsonObject           *obj,
   info->model_id = g_strdup (id);
   info->remote = TRUE;
   info->location = g_strdup (base_url);
-  info->arch = UM_ARCH_LLADA;
+  info->arch = um_arch_fallback ();
   info->max_seq_len = OTHER_SERVER_MAX_SEQ;
   info->mask_id = info->eos_id = info->eot_id = -1;
-  rec->arch = UM_ARCH_LLADA;
+  rec->arch = um_arch_fallback ();
   *out_unmask = un != NULL && JSON_NODE_HOLDS_OBJECT (un);
 
   if (*out_unmask)
     {
       JsonObject *u = json_node_get_object (un);
-      const char *arch = member_string (u, "arch");
-      const char *name = member_string (u, "display_name");
+      const char *arch = um_json_get_string (u, "arch");
+      const char *name = um_json_get_string (u, "display_name");
       JsonNode *d = json_object_get_member (u, "defaults");
 
       if (arch != NULL && !um_arch_from_gguf (arch, &info->arch))
@@ -183,7 +174,7 @@ um_remote_parse_model (JsonObject           *obj,
           g_autofree char *cut = bounded (arch, 40);
           g_ptr_array_add (rec->warnings, g_strdup_printf ("the server's model family \"%s\" is unknown here: "
                                                            "its options are shown as LLaDA's", cut));
-          info->arch = UM_ARCH_LLADA;
+          info->arch = um_arch_fallback ();
         }
       rec->arch = info->arch;
       if (name != NULL && name[0] != '\0')
@@ -229,7 +220,7 @@ um_remote_error_message (const char *body, gsize len)
     return NULL;
   err = json_object_get_member (json_node_get_object (root), "error");
   if (err != NULL && JSON_NODE_HOLDS_OBJECT (err))
-    msg = member_string (json_node_get_object (err), "message");
+    msg = um_json_get_string (json_node_get_object (err), "message");
   else if (err != NULL && JSON_NODE_HOLDS_VALUE (err) && json_node_get_value_type (err) == G_TYPE_STRING)
     msg = json_node_get_string (err);
   return msg != NULL ? bounded (msg, 400) : NULL;
@@ -261,7 +252,7 @@ um_remote_add_unmask_params (JsonBuilder *b, const UmGenParams *p, UmArch arch)
       json_builder_set_member_name (b, "cfg_scale");
       json_builder_add_double_value (b, p->cfg_scale);
     }
-  if (um_arch_info (arch)->schedule == UM_SCHEDULE_BLOCK)
+  if (um_schedule_for_arch (arch)->answer_blocks)
     {
       json_builder_set_member_name (b, "cache");
       json_builder_add_string_value (b, um_cache_mode_to_string (p->cache));

@@ -7,8 +7,8 @@
  * "200", then queued on the generator (its FIFO, um-generator.h), which
  * lives on the context that was thread-default when um_server_new () was
  * called (the GTK main thread, or unmask-cli's main loop); the server
- * reaches it through that context. See ../shared/docs/api-server.md and the
- * README's "Serving" section for the wire format. */
+ * reaches it through that context. The wire format: docs/server-api.md
+ * (and ../shared/docs/api-server.md). */
 #pragma once
 
 #include <gio/gio.h>

@@ -1,5 +1,5 @@
 /* um-server-request.h — an OpenAI request body, checked field by field
- * before anything is queued (see the README's "Serving" field table). */
+ * before anything is queued (see the field table of docs/server-api.md). */
 #pragma once
 
 #include "um-generator.h"

@@ -103,16 +103,6 @@ get_string (JsonNode *n, const char *name, const char **out, char **param, GErro
   return TRUE;
 }
 
-/* @o's member @name if it is a string, else NULL (json-glib's getters
- * complain about other types, and the types here are the client's). */
-static const char *
-member_string (JsonObject *o, const char *name)
-{
-  JsonNode *n = o ? json_object_get_member (o, name) : NULL;
-  return n && JSON_NODE_HOLDS_VALUE (n) && json_node_get_value_type (n) == G_TYPE_STRING ? json_node_get_string (n)
-                                                                                         : NULL;
-}
-
 /* A message's content: a string, or text parts joined. */
 static gboolean
 message_content (JsonNode *n, int index, char **out, char **param, GError **error)
@@ -138,7 +128,7 @@ message_content (JsonNode *n, int index, char **out, char **param, GError **erro
         {
           JsonNode *pn = json_array_get_element (parts, i);
           JsonObject *po = JSON_NODE_HOLDS_OBJECT (pn) ? json_node_get_object (pn) : NULL;
-          const char *type = member_string (po, "type");
+          const char *type = um_json_get_string (po, "type");
           const char *t;
 
           if (type == NULL)
@@ -516,7 +506,7 @@ um_api_request_parse (UmApiKind     kind,
   if (MEMBER ("response_format"))
     {
       JsonObject *ro = JSON_NODE_HOLDS_OBJECT (n) ? json_node_get_object (n) : NULL;
-      const char *type = member_string (ro, "type");
+      const char *type = um_json_get_string (ro, "type");
       if (type == NULL)
         FAIL ("response_format", "response_format must be an object with a \"type\"");
       if (strcmp (type, "text") != 0)
@@ -563,7 +553,7 @@ um_api_request_parse (UmApiKind     kind,
     return FALSE;
 #undef MEMBER
   /* Everything else (top_p, penalties, logit_bias, logprobs, user, ...) is
-   * ignored, as the README's field table says. */
+   * ignored, as the field table of docs/server-api.md says. */
   return TRUE;
 }
 
