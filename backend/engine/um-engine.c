@@ -172,12 +172,20 @@ choose_device (UmEngine *engine, const UmEngineOptions *o, UmPlanTarget *target,
           um_plan_target_set_gpu (&t, d->total_bytes, d->free_bytes);
           t.cache_dir = o->cache_dir;
           t.headroom = o->headroom;
-          /* Where the time model picks the experts' placement: on this
-           * GPU's measured rates (estimates if it cannot be measured). */
-          if (engine->model->cfg.n_experts > 0 && o->mem.experts == UM_EXPERTS_AUTO)
-            um_plan_calibrate_gpu (&t, engine->model, o->gpu_index);
           if (!um_plan_compute (engine->model, &o->mem, &o->shape, &t, &engine->plan, error))
             return FALSE;
+          /* Experts that fit stay on the device whatever the rates; only
+           * when they go off it does the time model pick host or fetch,
+           * and then on this GPU's measured rates (estimates if they cannot
+           * be measured). Measuring opens a second CUDA context, so a load
+           * that keeps them resident does not pay for it. */
+          if (engine->model->cfg.n_experts > 0 && o->mem.experts == UM_EXPERTS_AUTO
+              && engine->plan.experts != UM_EXPERTS_RESIDENT)
+            {
+              um_plan_calibrate_gpu (&t, engine->model, o->gpu_index);
+              if (!um_plan_compute (engine->model, &o->mem, &o->shape, &t, &engine->plan, error))
+                return FALSE;
+            }
           /* A budget says what this process may take, not what the GPU has
            * free: another program may hold the rest. Found here, before a
            * weight is read, rather than as an allocation failing mid-load. */
