@@ -35,27 +35,6 @@ upload (UmBackend *be, const float *host, size_t n)
   return b;
 }
 
-static float *
-download (UmBackend *be, UmBuf *b, size_t n)
-{
-  g_autoptr(GError) error = NULL;
-  float *host = g_new (float, n);
-  g_assert_true (be->ops->buf_download (be, b, 0, host, n * sizeof (float), &error));
-  g_assert_no_error (error);
-  return host;
-}
-
-static double
-nerr (const float *a, const float *b, size_t n)
-{
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++)
-    {
-      num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
-      den += (double) b[i] * b[i];
-    }
-  return sqrt (num / MAX (den, 1e-300));
-}
 
 /* Tolerances of this file compare two float implementations (CUDA and CPU)
  * by normalised RMS error, on random data of unit scale:
@@ -87,14 +66,14 @@ run_both (OpFunc op, float **inputs, const size_t *in_sizes, guint n_in, size_t 
       for (guint i = 0; i < n_in; i++)
         in[i] = upload (bes[k], inputs[i], in_sizes[i]);
       op (bes[k], in, out, data);
-      results[k] = download (bes[k], out, out_size);
+      results[k] = um_test_backend_download (bes[k], out, out_size);
       for (guint i = 0; i < n_in; i++)
         bes[k]->ops->buf_free (bes[k], in[i]);
       bes[k]->ops->buf_free (bes[k], out);
     }
   a = results[0];
   b = results[1];
-  return nerr (b, a, out_size);
+  return um_test_norm_error (b, a, out_size);
 }
 
 typedef struct {
@@ -723,7 +702,7 @@ matmul_on (UmBackend *be, const float *x, int rows, int n_in, const UmDevWeight 
 
   g_assert_true (be->ops->matmul (be, in, rows, dw, out, &error));
   g_assert_no_error (error);
-  r = download (be, out, (size_t) rows * n_out);
+  r = um_test_backend_download (be, out, (size_t) rows * n_out);
   be->ops->buf_free (be, in);
   be->ops->buf_free (be, out);
   return r;
@@ -775,9 +754,9 @@ test_weight_view_matmul (void)
             /* A loaded BF16 weight that f16 holds runs as F16 (f16
              * activations); a view cannot be checked at upload and keeps
              * fp32 products: the two differ by f16 rounding. */
-            g_assert_cmpfloat (nerr (from_view, from_loaded, (size_t) ms[i] * 300), <, 5e-3);
+            g_assert_cmpfloat (um_test_norm_error (from_view, from_loaded, (size_t) ms[i] * 300), <, 5e-3);
           else
-            g_assert_cmpfloat (nerr (from_view, from_loaded, (size_t) ms[i] * 300), <, 1e-5);
+            g_assert_cmpfloat (um_test_norm_error (from_view, from_loaded, (size_t) ms[i] * 300), <, 1e-5);
         }
 
       /* The same view as an embedding table. */
@@ -902,9 +881,9 @@ test_copy_upload_concurrent (void)
   g_assert_no_error (error);
 
   /* The products on slot A. */
-  got = download (gpu, out, (size_t) m * 1024);
+  got = um_test_backend_download (gpu, out, (size_t) m * 1024);
   want = matmul_on (cpu, x, m, k, a.dw[0], 1024);
-  g_assert_cmpfloat (nerr (got, want, (size_t) m * 1024), <, 5e-3);
+  g_assert_cmpfloat (um_test_norm_error (got, want, (size_t) m * 1024), <, 5e-3);
 
   /* Slot B: the bytes, then a product through a view of them. */
   back = g_malloc (b_bytes);
@@ -916,7 +895,7 @@ test_copy_upload_concurrent (void)
   g_clear_pointer (&want, g_free);
   got = matmul_on (gpu, x, m, k, b.dw[1], 768);
   want = matmul_on (cpu, x, m, k, b.dw[0], 768);
-  g_assert_cmpfloat (nerr (got, want, (size_t) m * 768), <, 5e-3);
+  g_assert_cmpfloat (um_test_norm_error (got, want, (size_t) m * 768), <, 5e-3);
 
   gpu->ops->host_free (gpu, store, b_bytes);
   gpu->ops->buf_free (gpu, in);
@@ -1414,8 +1393,8 @@ guard_case (UmDType t, int n, int k, float outlier, float tiny, double tol, int 
   for (size_t i = 0; i < (size_t) 3 * n; i++)
     g_assert_true (isfinite (b[i]) == isfinite (a[i]));
   g_test_message ("guard %s outlier %g tiny %g: normalised error %.2g", um_dtype_name (t), outlier, tiny,
-                  nerr (b, a, (size_t) 3 * n));
-  g_assert_cmpfloat (nerr (b, a, (size_t) 3 * n), <, tol);
+                  um_test_norm_error (b, a, (size_t) 3 * n));
+  g_assert_cmpfloat (um_test_norm_error (b, a, (size_t) 3 * n), <, tol);
 #ifdef UM_TEST_CUDA_EMU
   /* 14: CUDA_R_16BF. */
   if (expect_bf16_gemms >= 0)

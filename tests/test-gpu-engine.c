@@ -54,28 +54,6 @@ upload (UmBackend *be, const void *host, size_t bytes)
   return b;
 }
 
-static float *
-download (UmBackend *be, UmBuf *b, size_t n)
-{
-  g_autoptr(GError) error = NULL;
-  float *out = g_new (float, n);
-  g_assert_true (be->ops->buf_download (be, b, 0, out, n * sizeof (float), &error));
-  g_assert_no_error (error);
-  return out;
-}
-
-/* sqrt (Σ (a − b)² / Σ b²). */
-static double
-nerr (const float *a, const float *b, size_t n)
-{
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; i++)
-    {
-      num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
-      den += (double) b[i] * b[i];
-    }
-  return sqrt (num / MAX (den, 1e-300));
-}
 
 /* ---- mixtures of experts ------------------------------------------------- */
 
@@ -156,7 +134,7 @@ moe_reference (const UmModelConfig *cfg, const float *logits, const float *bias,
                      && cpu->ops->add_rows_scaled (cpu, bx, D, rows, r.scale + r.offset[e], m, Y, &error));
       g_assert_no_error (error);
     }
-  out = download (cpu, bx, (size_t) n * D);
+  out = um_test_backend_download (cpu, bx, (size_t) n * D);
   memcpy (x, out, (size_t) n * D * sizeof (float));
   um_moe_routing_clear (&r);
   UmBuf *bufs[] = { bh, bx, X, G, U, Y };
@@ -216,13 +194,13 @@ moe_case (UmDType t, int E, int k, gboolean sigmoid, gboolean norm, double scale
     }
   g_assert_true (gpu->ops->moe (gpu, bx, bh, n, bl, bias_w, &cfg, E, F, eg.w, work, &error));
   g_assert_no_error (error);
-  got = download (gpu, bx, (size_t) n * D);
+  got = um_test_backend_download (gpu, bx, (size_t) n * D);
 
   /* fp32 products of exactly decoded weights on both sides, sums of 256
    * terms: each element within 256·2⁻²⁴ of the other side's relative to
    * Σ|terms| (≈ 1.5e-5, the worst case; random signs give ~1e-6); a wrong
    * expert, weight or order of rows moves it by 1e-1 or more. */
-  e = nerr (got, want, (size_t) n * D);
+  e = um_test_norm_error (got, want, (size_t) n * D);
   g_test_message ("moe %s E %d k %d%s%s%s groups %d: normalised error %.2g", um_dtype_name (t), E, k,
                   sigmoid ? " sigmoid" : "", norm ? " norm" : "", with_bias ? " bias" : "", groups, e);
   g_assert_cmpfloat (e, <, 1.5e-5);
@@ -242,7 +220,7 @@ moe_case (UmDType t, int E, int k, gboolean sigmoid, gboolean norm, double scale
                                                    ey, &error));
       g_assert_no_error (error);
     }
-  one_by_one = download (gpu, bx2, (size_t) n * D);
+  one_by_one = um_test_backend_download (gpu, bx2, (size_t) n * D);
   g_assert_cmpmem (one_by_one, (size_t) n * D * sizeof (float), got, (size_t) n * D * sizeof (float));
   um_moe_routing_clear (&r);
 
@@ -388,7 +366,7 @@ test_graph_mismatch (void)
       g_assert_no_error (error);
       g_assert_false (redo);
     }
-  v = download (gpu, x, 4);
+  v = um_test_backend_download (gpu, x, 4);
   g_assert_cmpfloat (v[3], ==, 7.0f);   /* small integers: exact */
   g_free (v);
   /* Another op under the key: not replayed, run again as usual. */
@@ -401,7 +379,7 @@ test_graph_mismatch (void)
   g_assert_true (ops->segment_end (gpu, FALSE, &redo, &error));
   g_assert_no_error (error);
   g_assert_false (redo);
-  v = download (gpu, y, 4);
+  v = um_test_backend_download (gpu, y, 4);
   g_assert_cmpfloat (v[0], ==, 9.0f);   /* 2 + 7, once */
   g_free (v);
   /* A read back inside a segment being recorded: refused, run again. */

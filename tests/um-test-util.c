@@ -808,6 +808,28 @@ um_test_rel_error (const float *got, const double *want, size_t n)
   return worst;
 }
 
+double
+um_test_norm_error (const float *a, const float *b, size_t n)
+{
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++)
+    {
+      num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
+      den += (double) b[i] * b[i];
+    }
+  return sqrt (num / MAX (den, 1e-300));
+}
+
+float *
+um_test_backend_download (UmBackend *be, UmBuf *b, size_t n)
+{
+  g_autoptr(GError) error = NULL;
+  float *host = g_new (float, n);
+  g_assert_true (be->ops->buf_download (be, b, 0, host, n * sizeof (float), &error));
+  g_assert_no_error (error);
+  return host;
+}
+
 /* The tolerance for logits of @model on @ids whose float64 values are @want. */
 double
 um_test_f32_tolerance (const UmModel *model, const gint32 *ids, int L, const double *want,

@@ -5,6 +5,7 @@
 #include <glib.h>
 #include <json-glib/json-glib.h>
 
+#include "um-backend.h"
 #include "um-dtype.h"
 #include "um-engine.h"
 #include "um-model.h"
@@ -27,6 +28,10 @@ UmEngine  *um_test_load_engine (const char *path, gboolean exact);
 
 /* max_i |got_i - want_i| / (1 + |want_i|): logits' error on their own scale. */
 double      um_test_rel_error (const float *got, const double *want, size_t n);
+/* sqrt (Σ (a − b)² / Σ b²): a whole tensor's error relative to b's size. */
+double      um_test_norm_error (const float *a, const float *b, size_t n);
+/* @n floats of @b read back from backend @be (newly allocated). */
+float      *um_test_backend_download (UmBackend *be, UmBuf *b, size_t n);
 /* The tolerance float32 compute gets for the logits of model on ids whose
  * float64 values are want (see um-test-util.c for the derivation). */
 double      um_test_f32_tolerance (const UmModel *model, const gint32 *ids, int L,
