@@ -30,22 +30,22 @@ static_assert (offsetof (UmBlockQ6_K, qh) == 128 && offsetof (UmBlockQ6_K, scale
                offsetof (UmBlockQ6_K, d) == 208, "Q6_K layout");
 
 static __device__ __forceinline__ uint32_t
-load_u16 (const uint8_t *p)
+decode_u16 (const uint8_t *p)
 {
   return (uint32_t) p[0] | ((uint32_t) p[1] << 8);
 }
 
 static __device__ __forceinline__ uint32_t
-load_u32 (const uint8_t *p)
+decode_u32 (const uint8_t *p)
 {
   return (uint32_t) p[0] | ((uint32_t) p[1] << 8) | ((uint32_t) p[2] << 16) | ((uint32_t) p[3] << 24);
 }
 
 /* f16 → f32 is exact, so this equals um_f16_to_f32 () for every non-NaN. */
 static __device__ __forceinline__ float
-load_half (const uint8_t *p)
+decode_half (const uint8_t *p)
 {
-  return __half2float (__ushort_as_half ((unsigned short) load_u16 (p)));
+  return __half2float (__ushort_as_half ((unsigned short) decode_u16 (p)));
 }
 
 static __device__ __forceinline__ float
@@ -65,58 +65,58 @@ decode_elem (const uint8_t *row, int64_t e)
     {
       if (ALIGNED)
         return ((const float *) row)[e];
-      return __uint_as_float (load_u32 (row + 4 * e));
+      return __uint_as_float (decode_u32 (row + 4 * e));
     }
   else if (T == UM_DTYPE_F16)
     {
       if (ALIGNED)
         return __half2float (((const __half *) row)[e]);
-      return load_half (row + 2 * e);
+      return decode_half (row + 2 * e);
     }
   else if (T == UM_DTYPE_BF16)
     {
       if (ALIGNED)
         return bf16_bits_to_float (((const uint16_t *) row)[e]);
-      return bf16_bits_to_float (load_u16 (row + 2 * e));
+      return bf16_bits_to_float (decode_u16 (row + 2 * e));
     }
   else if (T == UM_DTYPE_Q8_0)
     {
       const uint8_t *b = row + (e / UM_QK8_0) * (int64_t) sizeof (UmBlockQ8_0);
       const int j = (int) (e % UM_QK8_0);
-      return __fmul_rn ((float) (int8_t) b[2 + j], load_half (b));
+      return __fmul_rn ((float) (int8_t) b[2 + j], decode_half (b));
     }
   else if (T == UM_DTYPE_Q4_0)
     {
       const uint8_t *b = row + (e / UM_QK4_0) * (int64_t) sizeof (UmBlockQ4_0);
       const int j = (int) (e % UM_QK4_0);
       const int q = j < 16 ? (b[2 + j] & 0x0f) : (b[2 + j - 16] >> 4);
-      return __fmul_rn ((float) (q - 8), load_half (b));
+      return __fmul_rn ((float) (q - 8), decode_half (b));
     }
   else if (T == UM_DTYPE_Q4_1)
     {
       const uint8_t *b = row + (e / UM_QK4_1) * (int64_t) sizeof (UmBlockQ4_1);
       const int j = (int) (e % UM_QK4_1);
       const int q = j < 16 ? (b[4 + j] & 0x0f) : (b[4 + j - 16] >> 4);
-      return __fadd_rn (__fmul_rn ((float) q, load_half (b)), load_half (b + 2));
+      return __fadd_rn (__fmul_rn ((float) q, decode_half (b)), decode_half (b + 2));
     }
   else if (T == UM_DTYPE_Q5_0)
     {
       const uint8_t *b = row + (e / UM_QK5_0) * (int64_t) sizeof (UmBlockQ5_0);
       const int j = (int) (e % UM_QK5_0);
-      const uint32_t qh = load_u32 (b + 2);
+      const uint32_t qh = decode_u32 (b + 2);
       /* Bit j of qh is the 5th bit of element j, for both nibbles. */
       const int lo = j < 16 ? (b[6 + j] & 0x0f) : (b[6 + j - 16] >> 4);
       const int q = lo | (int) (((qh >> j) & 1u) << 4);
-      return __fmul_rn ((float) (q - 16), load_half (b));
+      return __fmul_rn ((float) (q - 16), decode_half (b));
     }
   else if (T == UM_DTYPE_Q5_1)
     {
       const uint8_t *b = row + (e / UM_QK5_1) * (int64_t) sizeof (UmBlockQ5_1);
       const int j = (int) (e % UM_QK5_1);
-      const uint32_t qh = load_u32 (b + 4);
+      const uint32_t qh = decode_u32 (b + 4);
       const int lo = j < 16 ? (b[8 + j] & 0x0f) : (b[8 + j - 16] >> 4);
       const int q = lo | (int) (((qh >> j) & 1u) << 4);
-      return __fadd_rn (__fmul_rn ((float) q, load_half (b)), load_half (b + 2));
+      return __fadd_rn (__fmul_rn ((float) q, decode_half (b)), decode_half (b + 2));
     }
   else if (T == UM_DTYPE_Q4_K || T == UM_DTYPE_Q5_K)
     {
@@ -134,8 +134,8 @@ decode_elem (const uint8_t *row, int64_t e)
       q = hi ? (qs[ll] >> 4) : (qs[ll] & 0x0f);
       if (T == UM_DTYPE_Q5_K)
         q |= ((b[16 + ll] >> sub) & 1) << 4;   /* bit 2g (+1 for high) of qh[l] */
-      const float d1 = __fmul_rn (load_half (b), (float) sc);
-      const float m1 = __fmul_rn (load_half (b + 2), (float) m);
+      const float d1 = __fmul_rn (decode_half (b), (float) sc);
+      const float m1 = __fmul_rn (decode_half (b + 2), (float) m);
       return __fsub_rn (__fmul_rn (d1, (float) q), m1);
     }
   else if (T == UM_DTYPE_Q6_K)
@@ -151,7 +151,7 @@ decode_elem (const uint8_t *row, int64_t e)
       const int lo = quarter >= 2 ? (ql >> 4) : (ql & 0x0f);
       const int q = (lo | (((qh >> (2 * quarter)) & 3) << 4)) - 32;
       const int8_t sc = (int8_t) b[192 + 8 * h + l / 16 + 2 * quarter];
-      return __fmul_rn (__fmul_rn (load_half (b + 208), (float) sc), (float) q);
+      return __fmul_rn (__fmul_rn (decode_half (b + 208), (float) sc), (float) q);
     }
   return 0.0f;
 }

@@ -36,7 +36,7 @@ typedef struct {
   UmCpuRopeTable rope[UM_CPU_ROPE_TABLES];
 } CpuCtx;
 
-#define CTX(be) ((CpuCtx *) (be)->ctx)
+#define CPU_CTX(be) ((CpuCtx *) (be)->ctx)
 
 /* The kernel profile (um-kprof.h): the clock is read only while it is on. */
 #define KPROF_BEGIN int64_t kprof_t0 = um_kprof_on ? um_kprof_now () : 0
@@ -46,9 +46,9 @@ typedef struct {
 static void
 cpu_destroy (UmBackend *be)
 {
-  um_cpu_scratch_clear (&CTX (be)->scratch);
+  um_cpu_scratch_clear (&CPU_CTX (be)->scratch);
   for (int i = 0; i < UM_CPU_ROPE_TABLES; i++)
-    um_cpu_rope_table_clear (&CTX (be)->rope[i]);
+    um_cpu_rope_table_clear (&CPU_CTX (be)->rope[i]);
   g_free (be->ctx);
   g_free (be);
 }
@@ -56,7 +56,7 @@ cpu_destroy (UmBackend *be)
 static void
 cpu_mem_info (UmBackend *be, UmBackendMemInfo *info)
 {
-  CpuCtx *c = CTX (be);
+  CpuCtx *c = CPU_CTX (be);
   memset (info, 0, sizeof *info);
   info->budget = c->budget;
   info->in_use = c->in_use;
@@ -85,7 +85,7 @@ charge (CpuCtx *c, size_t bytes, const char *what, GError **error)
 static UmBuf *
 cpu_buf_alloc (UmBackend *be, size_t bytes, GError **error)
 {
-  CpuCtx *c = CTX (be);
+  CpuCtx *c = CPU_CTX (be);
   UmBuf *buf;
 
   if (!charge (c, bytes, "a buffer", error))
@@ -112,7 +112,7 @@ cpu_buf_free (UmBackend *be, UmBuf *buf)
     return;
   if (!buf->view)
     {
-      CTX (be)->in_use -= buf->bytes;
+      CPU_CTX (be)->in_use -= buf->bytes;
       free (buf->data);
     }
   g_free (buf);
@@ -164,7 +164,7 @@ static UmDevWeight *
 cpu_weight_load (UmBackend *be, const UmWeight *w, GError **error)
 {
   g_autofree UmDevWeight *dw = g_new0 (UmDevWeight, 1);
-  CpuCtx *c = CTX (be);
+  CpuCtx *c = CPU_CTX (be);
   size_t bytes = w->rows * w->row_bytes;
   g_autofree char *what = g_strdup_printf ("weight “%s”", w->name);
 
@@ -204,8 +204,8 @@ cpu_weight_view (UmBackend *be, UmBuf *buf, size_t offset, const UmWeight *meta,
 static void
 cpu_weight_free (UmBackend *be, UmDevWeight *w)
 {
-  CTX (be)->in_use -= w->counted;
-  CTX (be)->weight_bytes -= w->counted;
+  CPU_CTX (be)->in_use -= w->counted;
+  CPU_CTX (be)->weight_bytes -= w->counted;
   free (w->aligned_copy);
   g_free (w);
 }
@@ -320,7 +320,7 @@ static gboolean
 cpu_matmul (UmBackend *be, UmBuf *x, int rows, const UmDevWeight *w, UmBuf *out, GError **error)
 {
   KPROF_BEGIN;
-  gboolean ok = um_cpu_matmul (x->data, rows, &w->w, out->data, &CTX (be)->scratch, CTX (be)->products, error);
+  gboolean ok = um_cpu_matmul (x->data, rows, &w->w, out->data, &CPU_CTX (be)->scratch, CPU_CTX (be)->products, error);
 
   KPROF_END (um_kprof_in_head () ? UM_KPROF_HEAD : UM_KPROF_MATMUL);
   return ok;
@@ -334,7 +334,7 @@ cpu_rope (UmBackend *be, UmBuf *x, int rows, const gint32 *pos, int n_heads, int
     return FALSE;
   KPROF_BEGIN;
 
-  um_cpu_rope_cached (CTX (be)->rope, x->data, rows, pos, n_heads, head_dim, rope_dim, theta, interleaved);
+  um_cpu_rope_cached (CPU_CTX (be)->rope, x->data, rows, pos, n_heads, head_dim, rope_dim, theta, interleaved);
   KPROF_END (UM_KPROF_ROPE);
   return TRUE;
 }
@@ -451,12 +451,12 @@ void
 um_backend_cpu_set_products (UmBackend *be, UmProducts products)
 {
   g_return_if_fail (be != NULL && be->ops == &cpu_ops);
-  CTX (be)->products = products;
+  CPU_CTX (be)->products = products;
 }
 
 UmProducts
 um_backend_cpu_get_products (UmBackend *be)
 {
   g_return_val_if_fail (be != NULL && be->ops == &cpu_ops, UM_PRODUCTS_EXACT);
-  return CTX (be)->products;
+  return CPU_CTX (be)->products;
 }
