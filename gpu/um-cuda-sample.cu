@@ -1,5 +1,5 @@
 /* um-cuda-sample.cu — choosing each row's token and confidence on the GPU:
- * one block per row, the sequential rule of engine/um-choose.h read as
+ * one block per row, the sequential rule of compute/um-choose.h read as
  * reductions (see the order-free reading there). */
 #include "um-cuda-sample.h"
 

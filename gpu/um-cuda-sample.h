@@ -1,5 +1,5 @@
 /* um-cuda-sample.h — choosing each row's token and confidence on the GPU
- * (gpu/um-cuda-sample.cu), by the rule of engine/um-choose.h. */
+ * (gpu/um-cuda-sample.cu), by the rule of compute/um-choose.h. */
 #pragma once
 
 #include <cuda_runtime_api.h>

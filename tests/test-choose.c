@@ -1,4 +1,4 @@
-/* The per-row choice of engine/um-choose.h: um_choose_row () against the
+/* The per-row choice of compute/um-choose.h: um_choose_row () against the
  * sampler's choose_token () as it was before the rule was shared (copied
  * below), bit for bit, on crafted rows (ties, NaN, −inf, +inf, EOS/EOT
  * rules, guidance, Gumbel draws, random remasking); and the order-free

@@ -19,7 +19,7 @@ G_BEGIN_DECLS
 typedef struct _UmBackend   UmBackend;
 typedef struct _UmBuf       UmBuf;        /* device memory, backend specific */
 typedef struct _UmDevWeight UmDevWeight;  /* a weight as the backend holds it */
-typedef struct _UmChooseRule UmChooseRule; /* engine/um-choose.h */
+typedef struct _UmChooseRule UmChooseRule; /* compute/um-choose.h */
 
 typedef struct {
   uint64_t budget;      /* hard limit on buffer + weight bytes */

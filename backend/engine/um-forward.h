@@ -185,7 +185,7 @@ gboolean   um_forward_logits_cached (UmForward     *fw,
                                      GError       **error);
 
 /* um_forward_logits () and the choice of each row's token and confidence
- * (engine/um-choose.h): on the backend when it has the choose op, so only
+ * (compute/um-choose.h): on the backend when it has the choose op, so only
  * an id and a confidence per row come back, else on the host. With
  * rule->cfg_scale > 0 the @n_rows rows are the conditional ones then as
  * many unconditional ones, and n_rows / 2 are chosen; the backend combines
