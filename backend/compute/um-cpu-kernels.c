@@ -8,6 +8,7 @@
 #include "um-attn-cpu.h"
 #include "um-cpu-exp.h"
 #include "um-cpu-isa.h"
+#include "um-cpu-threads.h"
 #include "um-error.h"
 #include "um-gemm.h"
 #include "um-half.h"
@@ -39,19 +40,6 @@ chunk_for (int64_t n, int64_t cost)
   return MAX ((n + 4 * threads - 1) / (4 * threads), (PAR_MIN / 2 + per - 1) / per);
 }
 
-static int cpu_threads = 0;
-
-/* OMP_NUM_THREADS if set (as before the pool, and as users of OpenMP
- * programs expect), else the CPUs this process may run on: the most the
- * default count uses, which adapts below it. */
-static int
-default_threads (void)
-{
-  const char *env = g_getenv ("OMP_NUM_THREADS");
-  gint64 n = env != NULL ? g_ascii_strtoll (env, NULL, 10) : 0;
-  return n > 0 && n <= 1024 ? (int) n : (int) g_get_num_processors ();
-}
-
 void
 um_cpu_set_threads (int n_threads)
 {
@@ -62,36 +50,14 @@ um_cpu_set_threads (int n_threads)
   gboolean chosen = n_threads > 0;
 
   if (n_threads <= 0)
-    n_threads = default_threads ();
-  cpu_threads = n_threads;
+    n_threads = um_cpu_threads_default ();
+  um_cpu_threads_store (n_threads);
   um_pool_set_adaptive (chosen ? 0 : n_threads);
   /* The forward's threads are um-pool's; OpenMP is left to offline work
    * (quantizing, compressing layers).  OpenBLAS runs single-threaded inside
    * our loops: its own team would spin at every call on a busy machine. */
   omp_set_num_threads (n_threads);
   openblas_set_num_threads (1);
-}
-
-int
-um_cpu_blas_serial_begin (void)
-{
-  int saved = omp_get_max_threads ();
-  if (saved != 1)
-    omp_set_num_threads (1);
-  return saved;
-}
-
-void
-um_cpu_blas_serial_end (int saved)
-{
-  if (saved != 1)
-    omp_set_num_threads (saved);
-}
-
-int
-um_cpu_get_threads (void)
-{
-  return cpu_threads > 0 ? cpu_threads : default_threads ();
 }
 
 UmCpuMatmulPath

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "um-backend.h"
+#include "um-cpu-threads.h"
 #include "um-model.h"
 
 G_BEGIN_DECLS
@@ -99,16 +100,5 @@ void um_cpu_set_threads (int n_threads);
 /* Starts the thread pool and OpenBLAS, as the first pass would (so memory
  * measured afterwards includes them). */
 void um_cpu_warm_up (void);
-int  um_cpu_get_threads (void);
-
-/* Around OpenBLAS calls in a loop's body: OpenBLAS's OpenMP build sizes its
- * team by the calling thread's omp_get_max_threads (), not by
- * openblas_set_num_threads (), and a thread that never set it (um-pool's
- * workers, GLib's pool threads that run the app's generations) would start
- * a team of all the cores inside every call.  Begin makes it 1 for the
- * calling thread; end gives the thread its own value back (for the OpenMP
- * work that thread may do later). */
-int  um_cpu_blas_serial_begin (void);
-void um_cpu_blas_serial_end (int saved);
 
 G_END_DECLS

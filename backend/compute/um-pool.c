@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "um-cpu-kernels.h"
+#include "um-cpu-threads.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

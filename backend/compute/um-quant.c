@@ -18,7 +18,7 @@
 #include "um-quant.h"
 
 #include "um-cpu-isa.h"
-#include "um-cpu-kernels.h"
+#include "um-cpu-threads.h"
 #include "um-pool.h"
 #include "um-half.h"
 #include "um-quant-avx512.h"
