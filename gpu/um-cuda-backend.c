@@ -107,13 +107,8 @@ um_cuda_dev_alloc (CudaCtx *c, size_t bytes, const char *what, GError **error)
   const guint64 used = c->in_use + capped_overhead (c);
 
   um_cuda_segment_abort (c, "an allocation");
-  if (bytes > c->budget || used > c->budget - bytes)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
-                   "cuda: %s of %.1f MiB would exceed the GPU memory budget (%.1f of %.1f MiB in use)",
-                   what, bytes / 1048576.0, used / 1048576.0, c->budget / 1048576.0);
-      return NULL;
-    }
+  if (!um_backend_budget_check ("cuda", "GPU memory", c->budget, used, bytes, what, error))
+    return NULL;
   e = cudaMalloc (&p, MAX (bytes, 1));
   if (e != cudaSuccess)
     {

@@ -70,13 +70,9 @@ cpu_mem_info (UmBackend *be, UmBackendMemInfo *info)
 static gboolean
 charge (CpuCtx *c, size_t bytes, const char *what, GError **error)
 {
-  if (c->budget != 0 && (bytes > c->budget || c->in_use > c->budget - bytes))
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
-                   "cpu: %s of %.1f MiB would exceed the memory budget (%.1f of %.1f MiB in use)",
-                   what, bytes / 1048576.0, c->in_use / 1048576.0, c->budget / 1048576.0);
-      return FALSE;
-    }
+  /* A budget of 0 is no limit on the CPU. */
+  if (c->budget != 0 && !um_backend_budget_check ("cpu", "memory", c->budget, c->in_use, bytes, what, error))
+    return FALSE;
   c->in_use += bytes;
   c->peak = MAX (c->peak, c->in_use);
   return TRUE;

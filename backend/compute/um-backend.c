@@ -17,6 +17,20 @@ um_backend_name (UmBackend *be)
 }
 
 gboolean
+um_backend_budget_check (const char *backend, const char *budget_name, guint64 budget, guint64 used, size_t bytes,
+                         const char *what, GError **error)
+{
+  if (bytes > budget || used > budget - bytes)
+    {
+      g_set_error (error, UM_ERROR, UM_ERROR_OUT_OF_MEMORY,
+                   "%s: %s of %.1f MiB would exceed the %s budget (%.1f of %.1f MiB in use)",
+                   backend, what, bytes / 1048576.0, budget_name, used / 1048576.0, budget / 1048576.0);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+gboolean
 um_backend_check_copy (const char *backend, size_t buf_bytes, size_t offset, size_t bytes, GError **error)
 {
   if (offset > buf_bytes || bytes > buf_bytes - offset)

@@ -202,6 +202,12 @@ void       um_backend_cpu_set_products (UmBackend *be, UmProducts products);
 UmProducts um_backend_cpu_get_products (UmBackend *be);
 
 void       um_backend_free (UmBackend *be);
+/* For implementations: may @bytes more be held under @budget when @used
+ * is held already? Sets an out-of-memory error naming @backend and its
+ * budget (@budget_name: "memory", "GPU memory") if not. Both backends
+ * account their device memory with it, so their refusals read alike. */
+gboolean   um_backend_budget_check (const char *backend, const char *budget_name, guint64 budget, guint64 used,
+                                    size_t bytes, const char *what, GError **error);
 /* For implementations: is a copy of @bytes at @offset inside a buffer of
  * @buf_bytes? Sets an error naming @backend if not. */
 gboolean   um_backend_check_copy (const char *backend, size_t buf_bytes, size_t offset, size_t bytes,
