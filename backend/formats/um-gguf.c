@@ -156,7 +156,7 @@ um_gguf_dtype_to_ggml (UmDType dtype)
 /* ---- little-endian loads (the mapping is only byte-aligned) ------------ */
 
 static inline guint16
-load_u16 (const guint8 *p)
+le_u16 (const guint8 *p)
 {
   guint16 v;
   memcpy (&v, p, sizeof v);
@@ -164,7 +164,7 @@ load_u16 (const guint8 *p)
 }
 
 static inline guint32
-load_u32 (const guint8 *p)
+le_u32 (const guint8 *p)
 {
   guint32 v;
   memcpy (&v, p, sizeof v);
@@ -172,7 +172,7 @@ load_u32 (const guint8 *p)
 }
 
 static inline guint64
-load_u64 (const guint8 *p)
+le_u64 (const guint8 *p)
 {
   guint64 v;
   memcpy (&v, p, sizeof v);
@@ -180,18 +180,18 @@ load_u64 (const guint8 *p)
 }
 
 static inline float
-load_f32 (const guint8 *p)
+le_f32 (const guint8 *p)
 {
-  guint32 u = load_u32 (p);
+  guint32 u = le_u32 (p);
   float f;
   memcpy (&f, &u, sizeof f);
   return f;
 }
 
 static inline double
-load_f64 (const guint8 *p)
+le_f64 (const guint8 *p)
 {
-  guint64 u = load_u64 (p);
+  guint64 u = le_u64 (p);
   double d;
   memcpy (&d, &u, sizeof d);
   return d;
@@ -207,13 +207,13 @@ load_int (UmGgufType t, const guint8 *p, gboolean *neg, gint64 *sv, guint64 *uv)
   switch (t)
     {
     case UM_GGUF_UINT8:  *uv = p[0]; return;
-    case UM_GGUF_UINT16: *uv = load_u16 (p); return;
-    case UM_GGUF_UINT32: *uv = load_u32 (p); return;
-    case UM_GGUF_UINT64: *uv = load_u64 (p); return;
+    case UM_GGUF_UINT16: *uv = le_u16 (p); return;
+    case UM_GGUF_UINT32: *uv = le_u32 (p); return;
+    case UM_GGUF_UINT64: *uv = le_u64 (p); return;
     case UM_GGUF_INT8:   s = (gint8) p[0]; break;
-    case UM_GGUF_INT16:  s = (gint16) load_u16 (p); break;
-    case UM_GGUF_INT32:  s = (gint32) load_u32 (p); break;
-    case UM_GGUF_INT64:  s = (gint64) load_u64 (p); break;
+    case UM_GGUF_INT16:  s = (gint16) le_u16 (p); break;
+    case UM_GGUF_INT32:  s = (gint32) le_u32 (p); break;
+    case UM_GGUF_INT64:  s = (gint64) le_u64 (p); break;
     default: g_assert_not_reached ();
     }
   *sv = s;
@@ -265,7 +265,7 @@ take_u32 (Parser *p, guint32 *out)
 {
   if (left (p) < 4)
     return FALSE;
-  *out = load_u32 (p->p + p->off);
+  *out = le_u32 (p->p + p->off);
   p->off += 4;
   return TRUE;
 }
@@ -275,7 +275,7 @@ take_u64 (Parser *p, guint64 *out)
 {
   if (left (p) < 8)
     return FALSE;
-  *out = load_u64 (p->p + p->off);
+  *out = le_u64 (p->p + p->off);
   p->off += 8;
   return TRUE;
 }
@@ -941,9 +941,9 @@ um_gguf_get_f64 (UmGguf *g, const char *key, double *out, GError **error)
   if (kv == NULL)
     return FALSE;
   if (kv->type == UM_GGUF_FLOAT32)
-    *out = load_f32 (kv->value);
+    *out = le_f32 (kv->value);
   else if (kv->type == UM_GGUF_FLOAT64)
-    *out = load_f64 (kv->value);
+    *out = le_f64 (kv->value);
   else if (type_is_integer (kv->type))
     {
       load_int (kv->type, kv->value, &neg, &sv, &uv);
@@ -1027,7 +1027,7 @@ build_strv (const Kv *kv)
 
   for (guint64 i = 0; i < kv->count; i++)
     {
-      guint64 len = load_u64 (q);
+      guint64 len = le_u64 (q);
       total += len + 1;
       q += 8 + len;
     }
@@ -1036,7 +1036,7 @@ build_strv (const Kv *kv)
   q = kv->value;
   for (guint64 i = 0; i < kv->count; i++)
     {
-      guint64 len = load_u64 (q);
+      guint64 len = le_u64 (q);
       strv[i] = dst;
       memcpy (dst, q + 8, len);
       dst[len] = '\0';
@@ -1153,7 +1153,7 @@ um_gguf_get_f32_array (UmGguf *g, const char *key, float **out_copy,
   copy = kv->count ? g_new (float, kv->count) : NULL;
   for (guint64 i = 0; i < kv->count; i++)
     copy[i] = kv->elem_type == UM_GGUF_FLOAT32
-              ? load_f32 (kv->value + i * 4) : (float) load_f64 (kv->value + i * 8);
+              ? le_f32 (kv->value + i * 4) : (float) le_f64 (kv->value + i * 8);
   *out_copy = copy;
   if (count)
     *count = kv->count;
@@ -1249,8 +1249,8 @@ append_scalar (GString *s, UmGgufType t, const guint8 *v)
 
   switch (t)
     {
-    case UM_GGUF_FLOAT32: append_float (s, load_f32 (v), TRUE); break;
-    case UM_GGUF_FLOAT64: append_float (s, load_f64 (v), FALSE); break;
+    case UM_GGUF_FLOAT32: append_float (s, le_f32 (v), TRUE); break;
+    case UM_GGUF_FLOAT64: append_float (s, le_f64 (v), FALSE); break;
     case UM_GGUF_BOOL:    g_string_append (s, v[0] ? "true" : "false"); break;
     default:
       load_int (t, v, &neg, &sv, &uv);
@@ -1285,7 +1285,7 @@ um_gguf_kv_to_string (UmGguf *g, guint i)
             g_string_append (s, ", ");
           if (kv->elem_type == UM_GGUF_STRING)
             {
-              guint64 len = load_u64 (q);
+              guint64 len = le_u64 (q);
               append_quoted (s, q + 8, len);
               q += 8 + len;
             }
