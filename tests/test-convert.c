@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "um-backend.h"
-#include "um-convert.h"
+#include "um-convert-model.h"
 #include "um-error.h"
 #include "um-forward.h"
 #include "um-gguf.h"

@@ -9,7 +9,7 @@
 
 #include "um-backend-cuda.h"
 #include "um-chat-template.h"
-#include "um-convert.h"
+#include "um-convert-model.h"
 #include "um-error.h"
 #include "um-expert-store.h"
 #include "um-layer-store.h"

@@ -12,16 +12,9 @@
 #include "um-error.h"
 #include "um-gguf.h"
 
-/* A .part file unlocked and untouched this long has no writer: the lock is
- * the test, the age covers the moment between creating and locking it. */
-#define STALE_PART_SECONDS 60
-
 /* Bump when the converter writes different bytes for the same input, so
  * old cache files stop matching. */
 #define FORMAT_VERSION "unmask-converted-v2"
-#define KEY_KEY        "unmask.converted.key"
-#define SOURCE_KEY     "unmask.converted.source"
-#define TYPE_KEY       "unmask.converted.type"
 #define MAX_NAME_CHARS 80
 
 char *
@@ -57,10 +50,8 @@ part_in_progress (const char *path)
   return held;
 }
 
-/* The folders a call with @dir looks in: @dir alone, or the default one
- * and its fallback. */
-static GPtrArray *
-cache_dirs (const char *dir)
+GPtrArray *
+um_convert_cache_dirs (const char *dir)
 {
   GPtrArray *dirs = g_ptr_array_new_with_free_func (g_free);
   if (dir != NULL)
@@ -199,8 +190,8 @@ append_percent (GString *s, double ratio)
   g_string_append (s, g_ascii_formatd (buf, sizeof buf, "%.4g", ratio * 100.0));
 }
 
-static char *
-cache_file_name (const UmModel *src, const UmQuantizeOptions *opts, const char *key)
+char *
+um_convert_cache_file_name (const UmModel *src, const UmQuantizeOptions *opts, const char *key)
 {
   g_autofree char *base = g_strdup (src->display_name ? src->display_name : "model");
   GString *s = g_string_new (NULL);
@@ -230,10 +221,8 @@ cache_file_name (const UmModel *src, const UmQuantizeOptions *opts, const char *
   return g_string_free (s, FALSE);
 }
 
-/* TRUE if @path is a complete cache file for @key holding the tensors of
- * @plan. Anything else (absent, truncated, foreign, stale) is rewritten. */
-static gboolean
-cache_file_valid (const char *path, const char *key, const GArray *plan)
+gboolean
+um_convert_cache_file_valid (const char *path, const char *key, const GArray *plan)
 {
   g_autoptr(GError) error = NULL;
   g_autoptr(UmGguf) g = NULL;
@@ -249,7 +238,7 @@ cache_file_valid (const char *path, const char *key, const GArray *plan)
       g_debug ("converted-weight cache: %s is unusable, rewriting it: %s", path, error->message);
       return FALSE;
     }
-  got = um_gguf_get_string (g, KEY_KEY, NULL);
+  got = um_gguf_get_string (g, UM_CONVERT_KEY_KEY, NULL);
   if (got == NULL || strcmp (got, key) != 0)
     return FALSE;
   t = um_gguf_get_tensors (g);
@@ -268,9 +257,8 @@ cache_file_valid (const char *path, const char *key, const GArray *plan)
   return TRUE;
 }
 
-/* Creates @dir if needed and checks a file can be created in it. */
-static gboolean
-dir_writable (const char *dir)
+gboolean
+um_convert_dir_writable (const char *dir)
 {
   g_autofree char *probe = NULL;
   int fd;
@@ -286,8 +274,8 @@ dir_writable (const char *dir)
   return TRUE;
 }
 
-static gboolean
-check_free_space (const char *dir, guint64 need, const char *what, GError **error)
+gboolean
+um_convert_check_free_space (const char *dir, guint64 need, const char *what, GError **error)
 {
   g_autoptr(GFile) file = g_file_new_for_path (dir);
   g_autoptr(GFileInfo) info = g_file_query_filesystem_info (file, G_FILE_ATTRIBUTE_FILESYSTEM_FREE, NULL, NULL);
@@ -309,77 +297,6 @@ check_free_space (const char *dir, guint64 need, const char *what, GError **erro
 }
 
 char *
-um_convert_model (UmModel                 *src,
-                  const UmQuantizeOptions *opts,
-                  const char              *cache_dir,
-                  UmQuantizeProgress       progress,
-                  gpointer                 user_data,
-                  GCancellable            *cancellable,
-                  gboolean                *was_cached,
-                  GError                 **error)
-{
-  g_autoptr(GArray) plan = NULL;
-  g_autoptr(GPtrArray) dirs = NULL;
-  g_autofree char *key = NULL, *name = NULL, *path = NULL, *abs = NULL;
-  const char *write_dir = NULL;
-  guint64 need = 0;
-
-  if (was_cached)
-    *was_cached = FALSE;
-  if (opts == NULL || opts->type == NULL)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_INVALID_PARAM, "no conversion type given");
-      return NULL;
-    }
-  plan = um_quantize_plan_tensors (src, opts, error);
-  if (plan == NULL)
-    return NULL;
-  key = um_convert_cache_key (src, opts);
-  name = cache_file_name (src, opts, key);
-  dirs = cache_dirs (cache_dir);
-  /* What killed conversions left behind: gigabytes each, never reused. */
-  um_convert_cache_clean_partial (cache_dir, STALE_PART_SECONDS);
-
-  for (guint i = 0; i < dirs->len; i++)
-    {
-      g_autofree char *candidate = g_build_filename (g_ptr_array_index (dirs, i), name, NULL);
-      if (cache_file_valid (candidate, key, plan))
-        {
-          if (was_cached)
-            *was_cached = TRUE;
-          return g_steal_pointer (&candidate);
-        }
-    }
-
-  for (guint i = 0; i < dirs->len && write_dir == NULL; i++)
-    if (dir_writable (g_ptr_array_index (dirs, i)))
-      write_dir = g_ptr_array_index (dirs, i);
-    else if (i + 1 < dirs->len)
-      g_message ("cannot write converted weights to %s; using %s", (char *) g_ptr_array_index (dirs, i),
-                 (char *) g_ptr_array_index (dirs, i + 1));
-  if (write_dir == NULL)
-    {
-      g_set_error (error, UM_ERROR, UM_ERROR_IO, "cannot create or write the converted-weight folder %s",
-                   (char *) g_ptr_array_index (dirs, 0));
-      return NULL;
-    }
-  if (!um_convert_predict_bytes (src, opts, &need, error)
-      || !check_free_space (write_dir, need, src->display_name, error))
-    return NULL;
-
-  path = g_build_filename (write_dir, name, NULL);
-  abs = g_canonicalize_filename (src->path, NULL);
-  {
-    const char *const extra[] = {
-      KEY_KEY, key, SOURCE_KEY, abs, TYPE_KEY, um_quantize_type_name (opts->type), NULL
-    };
-    if (!um_quantize_model_with_metadata (src, opts, path, extra, progress, user_data, cancellable, error))
-      return NULL;
-  }
-  return g_steal_pointer (&path);
-}
-
-char *
 um_convert_lookup (const UmModel *src, const UmQuantizeOptions *opts, const char *cache_dir)
 {
   g_autoptr(GArray) plan = NULL;
@@ -389,12 +306,12 @@ um_convert_lookup (const UmModel *src, const UmQuantizeOptions *opts, const char
   if (opts == NULL || opts->type == NULL || (plan = um_quantize_plan_tensors (src, opts, NULL)) == NULL)
     return NULL;
   key = um_convert_cache_key (src, opts);
-  name = cache_file_name (src, opts, key);
-  dirs = cache_dirs (cache_dir);
+  name = um_convert_cache_file_name (src, opts, key);
+  dirs = um_convert_cache_dirs (cache_dir);
   for (guint i = 0; i < dirs->len; i++)
     {
       g_autofree char *candidate = g_build_filename (g_ptr_array_index (dirs, i), name, NULL);
-      if (cache_file_valid (candidate, key, plan))
+      if (um_convert_cache_file_valid (candidate, key, plan))
         return g_steal_pointer (&candidate);
     }
   return NULL;
@@ -429,9 +346,10 @@ read_entry (const char *path, const GStatBuf *st)
   e->path = g_strdup (path);
   e->bytes = st->st_size;
   e->mtime = st->st_mtime;
-  if (g != NULL && um_gguf_find_key (g, KEY_KEY) >= 0)
+  if (g != NULL && um_gguf_find_key (g, UM_CONVERT_KEY_KEY) >= 0)
     {
-      const char *s = um_gguf_get_string (g, SOURCE_KEY, NULL), *t = um_gguf_get_string (g, TYPE_KEY, NULL);
+      const char *s = um_gguf_get_string (g, UM_CONVERT_SOURCE_KEY, NULL);
+      const char *t = um_gguf_get_string (g, UM_CONVERT_TYPE_KEY, NULL);
       e->source = g_strdup (s);
       e->type = g_strdup (t);
       if (um_gguf_find_key (g, "unmask.prune.heads") >= 0)
@@ -447,7 +365,7 @@ read_entry (const char *path, const GStatBuf *st)
 static GPtrArray *
 list_files (const char *dir, gboolean gguf, GError **error)
 {
-  g_autoptr(GPtrArray) dirs = cache_dirs (dir);
+  g_autoptr(GPtrArray) dirs = um_convert_cache_dirs (dir);
   g_autoptr(GPtrArray) list = g_ptr_array_new_with_free_func ((GDestroyNotify) um_converted_entry_free);
 
   for (guint i = 0; i < dirs->len; i++)
@@ -523,7 +441,7 @@ um_convert_cache_list (const char *dir, GError **error)
 gboolean
 um_convert_cache_remove (const char *dir, const char *path, GError **error)
 {
-  g_autoptr(GPtrArray) dirs = cache_dirs (dir);
+  g_autoptr(GPtrArray) dirs = um_convert_cache_dirs (dir);
   g_autofree char *abs = NULL, *parent = NULL, *base = NULL;
   gboolean inside = FALSE, ours;
   GStatBuf st;

@@ -14,13 +14,17 @@
  * Where the default folder cannot be created or written, files go to
  * g_get_tmp_dir()/unmask-converted/ instead; the default-folder calls
  * (@dir NULL) of list and remove cover that folder too. An explicit @dir is
- * used as given, without fallback. */
+ * used as given, without fallback.
+ *
+ * Writing a cache file needs the writer (um-quantize.h), which is in the
+ * engine: um_convert_model () is there (um-convert-model.h), built on the
+ * cache's calls below. */
 #pragma once
 
 #include <gio/gio.h>
 
 #include "um-model.h"
-#include "um-quantize.h"
+#include "um-quantize-plan.h"
 
 G_BEGIN_DECLS
 
@@ -41,19 +45,6 @@ gboolean  um_convert_predict_bytes (const UmModel           *src,
                                     const UmQuantizeOptions *opts,
                                     guint64                 *bytes,
                                     GError                 **error);
-
-/* Returns the path of @src converted with @opts, from the cache when it is
- * there (*was_cached TRUE, the file untouched), else written now (after
- * checking the folder's free space against the predicted size). @cache_dir
- * NULL: um_convert_cache_dir(), falling back to the temporary folder. */
-char     *um_convert_model (UmModel                 *src,
-                            const UmQuantizeOptions *opts,
-                            const char              *cache_dir,
-                            UmQuantizeProgress       progress,
-                            gpointer                 user_data,
-                            GCancellable            *cancellable,
-                            gboolean                *was_cached,
-                            GError                 **error);
 
 typedef struct {
   char    *path;
@@ -93,5 +84,42 @@ guint      um_convert_cache_clean_partial (const char *dir,
 gboolean   um_convert_cache_remove (const char *dir,
                                     const char *path,
                                     GError    **error);
+
+/* ---- For the converter (um-convert-model.c) ------------------------------ */
+
+/* The keys of a cache file's metadata (see above). */
+#define UM_CONVERT_KEY_KEY    "unmask.converted.key"
+#define UM_CONVERT_SOURCE_KEY "unmask.converted.source"
+#define UM_CONVERT_TYPE_KEY   "unmask.converted.type"
+
+/* A .part file unlocked and untouched this long has no writer: the lock is
+ * the test, the age covers the moment between creating and locking it. */
+#define UM_CONVERT_STALE_PART_SECONDS 60
+
+/* The folders a call with @dir looks in, canonical: @dir alone, or the
+ * default one and its fallback. */
+GPtrArray *um_convert_cache_dirs (const char *dir);
+
+/* The cache file's name (no folder) for @src, @opts (with a type) and @key. */
+char      *um_convert_cache_file_name (const UmModel           *src,
+                                       const UmQuantizeOptions *opts,
+                                       const char              *key);
+
+/* TRUE if @path is a complete cache file for @key holding the tensors of
+ * @plan (UmPlannedTensor). Anything else (absent, truncated, foreign,
+ * stale) is to be rewritten. */
+gboolean   um_convert_cache_file_valid (const char   *path,
+                                        const char   *key,
+                                        const GArray *plan);
+
+/* Creates @dir if needed and checks a file can be created in it. */
+gboolean   um_convert_dir_writable (const char *dir);
+
+/* FALSE (UM_ERROR_IO, naming @what) when @dir's file system says it has
+ * less than @need bytes free; one that does not say passes. */
+gboolean   um_convert_check_free_space (const char *dir,
+                                        guint64     need,
+                                        const char *what,
+                                        GError    **error);
 
 G_END_DECLS

@@ -19,7 +19,7 @@
 #include "um-forward.h"
 #include "um-layer-store.h"
 #include "um-plan-experts.h"
-#include "um-quantize.h"
+#include "um-quantize-plan.h"
 #include "um-sampler.h"
 
 static const char *const mode_names[UM_MEM_N_MODES] = {

@@ -1,6 +1,8 @@
-/* um-quantize.h — writing a model as a llama.cpp-compatible GGUF in any
- * supported type, optionally with structured pruning: what `unmask-cli
- * quantize` and the memory modes (um-convert.h) use. */
+/* um-quantize-plan.h — what a conversion to a llama.cpp-compatible GGUF
+ * writes, computed from shapes alone (no weight is read): the target types,
+ * the pruning counts and the tensor list. The memory plan and the
+ * converted-weight cache (um-convert.h) predict from it; the writer
+ * (um-quantize.h, in backend/engine/) builds its file from the same plan. */
 #pragma once
 
 #include <gio/gio.h>
@@ -8,8 +10,6 @@
 #include "um-model.h"
 
 G_BEGIN_DECLS
-
-typedef void (*UmQuantizeProgress) (double fraction, const char *tensor, gpointer user_data);
 
 /* @type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K
  * (every weight in that type; 1-D tensors and the MoE router in F32, as
@@ -19,18 +19,6 @@ typedef void (*UmQuantizeProgress) (double fraction, const char *tensor, gpointe
  * Q4_K_M, attn_output in Q5_K, as llama-quantize does). A row length a type
  * cannot hold falls back as llama.cpp does (Q4_K -> Q5_0, Q5_K -> Q5_1,
  * Q6_K -> Q8_0, otherwise F16).
- *
- * The file is what llama.cpp's converter writes for the model's family
- * (general.architecture llada, dream, llada-moe or rnd1, with that family's
- * keys, tensor names and tokenizer pre-tokenizer name): experts as 3-D
- * ffn_{gate,up,down}_exps, the router as ffn_gate_inp, biases as
- * attn_{q,k,v}.bias, QK-norms as attn_{q,k}_norm. Only LLaDA's Q/K rows are
- * permuted (its GGUF runs interleaved RoPE); the other families are NeoX in
- * both layouts. LLaDA 2 is written as our "llada2" (BailingMoeV2's keys and
- * names, see docs/families-and-schedules.md): q/k/v as one attn_qkv (from the stored fused
- * tensor; its _M type is llama-quantize's for attn_qkv: Q5_K in Q4_K_M,
- * Q6_K in Q5_K_M), the selection bias as exp_probs_b.bias (F32), the shared
- * expert as ffn_{gate,up,down}_shexp (ffn_down_shexp typed as ffn_down).
  *
  * Structured pruning removes, in every layer, the attention units (a KV
  * head with its H/Hkv query heads) and FFN neurons of smallest weight norm:
@@ -49,39 +37,6 @@ typedef struct {
   double      prune_heads;   /* share of attention units removed, 0 to 0.3 */
   double      prune_ffn;     /* share of FFN neurons removed, 0 to 0.2 */
 } UmQuantizeOptions;
-
-/* The file is written atomically: @out_path is either untouched or complete.
- * Pruned files record the ratios (unmask.prune.heads, unmask.prune.ffn) and
- * their per-layer counts as arrays (llada.attention.head_count, ...). Source
- * pages are dropped after each tensor (um_tensor_data_release()), so memory
- * stays near one tensor plus 16 MiB of output rows, whatever the model. */
-gboolean um_quantize_model_full (UmModel                 *model,
-                                 const UmQuantizeOptions *opts,
-                                 const char              *out_path,
-                                 UmQuantizeProgress       progress_cb,
-                                 gpointer                 user_data,
-                                 GCancellable            *cancellable,
-                                 GError                 **error);
-
-/* um_quantize_model_full() without pruning. */
-gboolean um_quantize_model (UmModel            *model,
-                            const char         *type,
-                            const char         *out_path,
-                            UmQuantizeProgress  progress_cb,
-                            gpointer            user_data,
-                            GCancellable       *cancellable,
-                            GError            **error);
-
-/* um_quantize_model_full() adding string metadata: @extra_kv is key, value,
- * key, value, ..., NULL. For the converted-weight cache (um-convert.c). */
-gboolean um_quantize_model_with_metadata (UmModel                 *model,
-                                          const UmQuantizeOptions *opts,
-                                          const char              *out_path,
-                                          const char * const      *extra_kv,
-                                          UmQuantizeProgress       progress_cb,
-                                          gpointer                 user_data,
-                                          GCancellable            *cancellable,
-                                          GError                 **error);
 
 /* TRUE if @type names something um_quantize_model() writes. */
 gboolean um_quantize_type_is_valid (const char *type);
@@ -161,5 +116,45 @@ GArray  *um_quantize_plan_tensors (const UmModel           *src,
 GArray  *um_quantize_plan_layers (const UmModel           *src,
                                   const UmQuantizeOptions *opts,
                                   GError                 **error);
+
+/* ---- The writer's plan ----------------------------------------------------
+ *
+ * The planned tensors with where their data comes from, for the writer
+ * (um_quantize_model_full ()): it writes exactly this list. */
+
+/* One of the types above (opaque). */
+typedef struct _UmQuantType UmQuantType;
+
+typedef struct {
+  UmPlannedTensor pub;
+  const UmWeight *src;        /* where its data comes from */
+} UmQuantizePlanItem;
+
+typedef struct {
+  const UmQuantType *qt;      /* NULL: as stored */
+  double             prune_heads, prune_ffn;
+  GArray            *items;   /* UmQuantizePlanItem */
+  GArray            *layers;  /* UmPlannedLayer */
+  GPtrArray         *owned;   /* sources made for the plan (a fused bias) */
+} UmQuantizePlan;
+
+/* Fills @p (zeroed) for @opts, as um_quantize_plan_tensors (); with
+ * @need_type, a missing type is an error (UM_ERROR_INVALID_PARAM) instead
+ * of the plan "as stored". Clear @p with um_quantize_plan_clear () either
+ * way. */
+gboolean um_quantize_plan_build (UmQuantizePlan          *p,
+                                 const UmModel           *m,
+                                 const UmQuantizeOptions *opts,
+                                 gboolean                 need_type,
+                                 GError                 **error);
+void     um_quantize_plan_clear (UmQuantizePlan *p);
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (UmQuantizePlan, um_quantize_plan_clear)
+
+/* llama.cpp's general.file_type of @p's type (@p not "as stored"). */
+guint32  um_quantize_plan_file_type (const UmQuantizePlan *p);
+
+/* Tensors held as float in memory and kept in F32 in a file: llama.cpp
+ * quantizes neither 1-D tensors nor the router (ffn_gate_inp). */
+gboolean um_planned_kind_stays_f32 (UmPlannedKind kind);
 
 G_END_DECLS
