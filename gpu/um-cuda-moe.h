@@ -1,5 +1,5 @@
 /* um-cuda-moe.h — a mixture-of-experts layer on the GPU without the host
- * reading anything back (um-cuda-moe.cu): the routing of engine/um-moe.h
+ * reading anything back (um-cuda-moe.cu): the routing of compute/um-moe.h
  * computed on the device, the tokens grouped per expert there, each
  * expert's group as tiles of one launch per product (a grouped product:
  * every tile finds its expert and rows in device memory), and the outputs
@@ -33,7 +33,7 @@ extern "C" {
 /* Experts the device routing handles (per-warp shared memory). */
 #define UM_CUDA_MOE_MAX_EXPERTS 512
 
-/* engine/um-moe.h's rule, as numbers. */
+/* compute/um-moe.h's rule, as numbers. */
 typedef struct {
   int    n_experts;
   int    k;              /* experts per token */

@@ -125,7 +125,7 @@ typedef struct {
   /* Optional (NULL: the forward routes on the host and runs each expert
    * with the ops above). A mixture-of-experts layer's routed experts on
    * @n normalised rows @h, added into the residual rows @x: the router's
-   * logits @logits [n, E] are routed by @cfg's rule (engine/um-moe.h; @bias
+   * logits @logits [n, E] are routed by @cfg's rule (um-moe.h; @bias
    * the selection bias, NULL for none), the rows grouped per expert and
    * each group multiplied, all on the backend: nothing is read back.
    * @experts: gate, up and down of each of the E experts (ffn @F) in turn;

@@ -17,13 +17,9 @@
 #include <string.h>
 
 #include "um-cpu-kernels.h"
-#include "um-enum.h"
 #include "um-error.h"
 #include "um-expert-store.h"
 #include "um-prefetch.h"
-
-#define DEFAULT_SLOTS 2
-#define WORK_ALIGN 256
 
 /* A slot for one expert, and views of its three slices. */
 typedef struct {
@@ -32,14 +28,6 @@ typedef struct {
   UmWeight     meta[3];   /* what the views were made for (data ignored) */
   gboolean     shaped;
 } ExpertSlot;
-
-/* HOST's host buffers: the layer's rows (H), one expert's group of a
- * chunk (X), its gate and up (G, U) and output (Y). */
-enum { W_H, W_X, W_G, W_U, W_Y, N_WORK };
-
-typedef struct {
-  size_t offset[N_WORK], bytes[N_WORK], total;
-} WorkLayout;
 
 struct _UmForwardExperts {
   UmModel           *model;
@@ -57,91 +45,12 @@ struct _UmForwardExperts {
   float             *staging;
   size_t             staging_floats;
   UmBuf             *work;
-  UmBuf             *views[N_WORK];
+  UmBuf             *views[UM_EXPERT_WORK_N];
   int                work_rows, work_chunk;
   gint32            *active;      /* a layer's experts with rows, in order */
   gint32            *rows;        /* an expert's group of a chunk, as rows of the layer */
   int                rows_cap;
 };
-
-gboolean
-um_forward_experts_off_device (const UmModel *model, const UmForwardOptions *o)
-{
-  return o != NULL && model->cfg.n_experts > 0 && (o->experts == UM_EXPERTS_HOST || o->experts == UM_EXPERTS_FETCH);
-}
-
-guint
-um_forward_experts_slots (const UmForwardOptions *o)
-{
-  return o->expert_slots >= 2 ? o->expert_slots : DEFAULT_SLOTS;
-}
-
-guint
-um_forward_expert_slots (const UmForwardOptions *options)
-{
-  return um_forward_experts_slots (options);
-}
-
-static const char *const placement_names[UM_EXPERTS_N_PLACEMENTS] = { "auto", "resident", "host", "fetch" };
-
-UM_ENUM_STRINGS (UmExpertPlacement, um_expert_placement_to_string, um_expert_placement_from_string, placement_names,
-                 TRUE)
-
-/* Whether the experts are fetched into slots (FETCH; HOST from a zstd
- * copy), rather than read in place from HOST's raw copy. */
-static gboolean
-uses_slots (const UmForwardOptions *o)
-{
-  return o->experts == UM_EXPERTS_FETCH || o->expert_zstd;
-}
-
-/* The widest expert of any layer: the work buffers' F. */
-static size_t
-expert_ffn (const UmModel *model)
-{
-  size_t F = 0;
-  for (guint l = 0; l < model->cfg.n_layers; l++)
-    if (model->layers[l].n_experts > 0)
-      F = MAX (F, model->layers[l].ffn);
-  return F;
-}
-
-static void
-work_layout (const UmModel *model, int rows, int chunk, WorkLayout *w)
-{
-  const size_t D = model->cfg.d_model, F = expert_ffn (model);
-  const size_t floats[N_WORK] = { rows * D, chunk * D, chunk * F, chunk * F, chunk * D };
-
-  w->total = 0;
-  for (int i = 0; i < N_WORK; i++)
-    {
-      w->offset[i] = w->total;
-      w->bytes[i] = floats[i] * sizeof (float);
-      w->total += (w->bytes[i] + WORK_ALIGN - 1) / WORK_ALIGN * WORK_ALIGN;
-    }
-}
-
-void
-um_forward_experts_bytes (const UmModel *model, const UmForwardOptions *o, int rows, int chunk,
-                          UmForwardBytes *out)
-{
-  WorkLayout w;
-
-  if (!um_forward_experts_off_device (model, o))
-    return;
-  /* The active experts and a group's rows (the host copy itself is the
-   * plan's: um_expert_store_predict_bytes ()). */
-  out->host_expert_work = (guint64) model->cfg.n_experts * sizeof (gint32) + (guint64) chunk * sizeof (gint32);
-  if (o->experts == UM_EXPERTS_FETCH)
-    {
-      out->expert_slots = (guint64) um_forward_experts_slots (o) * um_expert_slot_bytes (model);
-      return;
-    }
-  work_layout (model, rows, chunk, &w);
-  out->host_expert_work += w.total + (guint64) rows * model->cfg.d_model * sizeof (float);
-  if (o->expert_zstd)
-    out->host_expert_work += (guint64) um_forward_experts_slots (o) * um_expert_slot_bytes (model);
-}
 
 static void
 free_slot_views (UmForwardExperts *x, ExpertSlot *s)
@@ -158,7 +67,7 @@ free_slot_views (UmForwardExperts *x, ExpertSlot *s)
 static void
 free_work (UmForwardExperts *x)
 {
-  for (int i = 0; i < N_WORK; i++)
+  for (int i = 0; i < UM_EXPERT_WORK_N; i++)
     if (x->views[i] != NULL)
       {
         x->host->ops->buf_free (x->host, x->views[i]);
@@ -280,9 +189,9 @@ um_forward_experts_new (UmModel                 *model,
                                   UM_LAYER_STORE_ZSTD_LEVEL, progress, data, cancellable, error);
   if (x->store == NULL)
     return NULL;
-  if (uses_slots (o))
+  if (um_forward_experts_use_slots (o))
     {
-      x->n_slots = um_forward_experts_slots (o);
+      x->n_slots = um_forward_expert_slots (o);
       x->slots = g_new0 (ExpertSlot, x->n_slots);
       for (guint s = 0; s < x->n_slots; s++)
         if ((x->slots[s].buf = ops->buf_alloc (x->be, um_expert_slot_bytes (model), error)) == NULL)
@@ -333,7 +242,7 @@ gboolean
 um_forward_experts_reserve (UmForwardExperts *x, int rows, int chunk, GError **error)
 {
   const UmBackendOps *ops;
-  WorkLayout w;
+  UmExpertWorkLayout w;
   size_t floats = (size_t) rows * x->model->cfg.d_model;
 
   if (chunk > x->rows_cap)
@@ -357,10 +266,10 @@ um_forward_experts_reserve (UmForwardExperts *x, int rows, int chunk, GError **e
       return FALSE;
     }
   x->staging_floats = floats;
-  work_layout (x->model, rows, chunk, &w);
+  um_forward_experts_work_layout (x->model, rows, chunk, &w);
   if ((x->work = ops->buf_alloc (x->host, w.total, error)) == NULL)
     return FALSE;
-  for (int i = 0; i < N_WORK; i++)
+  for (int i = 0; i < UM_EXPERT_WORK_N; i++)
     if ((x->views[i] = ops->buf_view (x->host, x->work, w.offset[i], w.bytes[i], error)) == NULL)
       return FALSE;
   x->work_rows = rows;
@@ -490,13 +399,13 @@ um_forward_experts_run (UmForwardExperts   *x,
       /* The layer's rows go down once; each expert gathers from them. */
       if (!um_forward_experts_reserve (x, m, chunk, error)
           || !dev->ops->buf_download (dev, h, 0, x->staging, (size_t) m * D * sizeof (float), error)
-          || !ops->buf_upload (be, x->views[W_H], 0, x->staging, (size_t) m * D * sizeof (float), error))
+          || !ops->buf_upload (be, x->views[UM_EXPERT_WORK_H], 0, x->staging, (size_t) m * D * sizeof (float), error))
         return FALSE;
-      in = x->views[W_H];
-      X = x->views[W_X];
-      G = x->views[W_G];
-      U = x->views[W_U];
-      Y = x->views[W_Y];
+      in = x->views[UM_EXPERT_WORK_H];
+      X = x->views[UM_EXPERT_WORK_X];
+      G = x->views[UM_EXPERT_WORK_G];
+      U = x->views[UM_EXPERT_WORK_U];
+      Y = x->views[UM_EXPERT_WORK_Y];
     }
   if (x->prefetcher != NULL)
     {

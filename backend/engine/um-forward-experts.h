@@ -17,10 +17,9 @@ G_BEGIN_DECLS
 
 typedef struct _UmForwardExperts UmForwardExperts;
 
-/* Whether @o keeps @model's routed experts off the device. */
-gboolean          um_forward_experts_off_device (const UmModel *model, const UmForwardOptions *o);
-/* FETCH's device slots, or HOST's host ones with a compressed copy. */
-guint             um_forward_experts_slots (const UmForwardOptions *o);
+/* Whether they are off the device, and what they hold there:
+ * um_forward_experts_off_device (), um_forward_experts_bytes ()
+ * (memory/um-forward-sizing.h). */
 
 /* Sets up @o's placement for @model on @device: the host copy (reporting
  * @progress), the host backend, slots and the copy thread. */
@@ -60,15 +59,6 @@ gboolean          um_forward_experts_run (UmForwardExperts   *x,
                                           UmBuf              *work,
                                           UmForwardStats     *stats,
                                           GError            **error);
-
-/* What @o's placement holds for MoE layers of @rows rows in chunks of
- * @chunk: device slots and host bytes into @out (expert_slots,
- * host_expert_work). */
-void              um_forward_experts_bytes (const UmModel          *model,
-                                            const UmForwardOptions *o,
-                                            int                     rows,
-                                            int                     chunk,
-                                            UmForwardBytes         *out);
 
 UmLayerStore     *um_forward_experts_get_store (UmForwardExperts *x);
 UmBackend        *um_forward_experts_get_host (UmForwardExperts *x);

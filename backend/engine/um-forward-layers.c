@@ -211,12 +211,12 @@ moe_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xc, 
       const double flops = 2.0 * c * cfg->n_experts_used * 3.0 * D * (double) F;
       fw->stats.flops += flops;
       fw->stats.flops_matmul += flops;
-      return matmul (fw, hc, c, L->router, &W->router, b[SLOT_ROUTER], error)
-             && ops->moe (be, xc, hc, c, b[SLOT_ROUTER], L->router_bias, cfg, E, F, L->experts, b[SLOT_MOE], error);
+      return matmul (fw, hc, c, L->router, &W->router, b[UM_ARENA_ROUTER], error)
+             && ops->moe (be, xc, hc, c, b[UM_ARENA_ROUTER], L->router_bias, cfg, E, F, L->experts, b[UM_ARENA_MOE], error);
     }
   if (!um_forward_host_router (fw, (size_t) c * E, error)
-      || !matmul (fw, hc, c, L->router, &W->router, b[SLOT_ROUTER], error)
-      || !ops->buf_download (be, b[SLOT_ROUTER], 0, fw->host_router, (size_t) c * E * sizeof (float), error))
+      || !matmul (fw, hc, c, L->router, &W->router, b[UM_ARENA_ROUTER], error)
+      || !ops->buf_download (be, b[UM_ARENA_ROUTER], 0, fw->host_router, (size_t) c * E * sizeof (float), error))
     return FALSE;
   um_moe_route (cfg, fw->host_router, W->router_bias.data, c, r);
   for (int e = 0; e < E; e++)
@@ -231,12 +231,12 @@ moe_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xc, 
       hw[0] = um_weight_expert (&W->w_gate, E, e);
       hw[1] = um_weight_expert (&W->w_up, E, e);
       hw[2] = um_weight_expert (&W->w_down, E, e);
-      if (!ops->get_rows (be, hc, D, rows, n, b[SLOT_EX], error)
-          || !matmul (fw, b[SLOT_EX], n, X[0], &hw[0], b[SLOT_GATE], error)
-          || !matmul (fw, b[SLOT_EX], n, X[1], &hw[1], b[SLOT_UP], error)
-          || !ops->swiglu (be, b[SLOT_GATE], b[SLOT_UP], (size_t) n * F, b[SLOT_GATE], error)
-          || !matmul (fw, b[SLOT_GATE], n, X[2], &hw[2], b[SLOT_EY], error)
-          || !ops->add_rows_scaled (be, xc, D, rows, r->scale + r->offset[e], n, b[SLOT_EY], error))
+      if (!ops->get_rows (be, hc, D, rows, n, b[UM_ARENA_EX], error)
+          || !matmul (fw, b[UM_ARENA_EX], n, X[0], &hw[0], b[UM_ARENA_GATE], error)
+          || !matmul (fw, b[UM_ARENA_EX], n, X[1], &hw[1], b[UM_ARENA_UP], error)
+          || !ops->swiglu (be, b[UM_ARENA_GATE], b[UM_ARENA_UP], (size_t) n * F, b[UM_ARENA_GATE], error)
+          || !matmul (fw, b[UM_ARENA_GATE], n, X[2], &hw[2], b[UM_ARENA_EY], error)
+          || !ops->add_rows_scaled (be, xc, D, rows, r->scale + r->offset[e], n, b[UM_ARENA_EY], error))
         return FALSE;
     }
   return TRUE;
@@ -250,11 +250,11 @@ shared_expert_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, U
 {
   const UmBackendOps *ops = fw->be->ops;
 
-  return matmul (fw, hc, c, L->sh_gate, &W->sh_gate, b[SLOT_GATE], error)
-         && matmul (fw, hc, c, L->sh_up, &W->sh_up, b[SLOT_UP], error)
-         && ops->swiglu (fw->be, b[SLOT_GATE], b[SLOT_UP], (size_t) c * W->shared_ffn, b[SLOT_GATE], error)
-         && matmul (fw, b[SLOT_GATE], c, L->sh_down, &W->sh_down, b[SLOT_EY], error)
-         && ops->add (fw->be, xc, b[SLOT_EY], (size_t) c * fw->model->cfg.d_model, error);
+  return matmul (fw, hc, c, L->sh_gate, &W->sh_gate, b[UM_ARENA_GATE], error)
+         && matmul (fw, hc, c, L->sh_up, &W->sh_up, b[UM_ARENA_UP], error)
+         && ops->swiglu (fw->be, b[UM_ARENA_GATE], b[UM_ARENA_UP], (size_t) c * W->shared_ffn, b[UM_ARENA_GATE], error)
+         && matmul (fw, b[UM_ARENA_GATE], c, L->sh_down, &W->sh_down, b[UM_ARENA_EY], error)
+         && ops->add (fw->be, xc, b[UM_ARENA_EY], (size_t) c * fw->model->cfg.d_model, error);
 }
 
 /* Chunk @r0's rows of @x (@c of them, @D floats each), as a view unless
@@ -302,16 +302,16 @@ moe_layer_off_device (UmForward *fw, const DevLayer *L, const UmLayerWeights *W,
                     && chunk_view (fw, h, r0, c, m, &v[1], &hc, error)
                     && ops->rms_norm (fw->be, xc, c, D, L->ffn_norm, (float) cfg->rms_eps, hc, error)
                     && um_forward_host_router (fw, (size_t) c * E, error)
-                    && matmul (fw, hc, c, L->router, &W->router, b[SLOT_ROUTER], error)
-                    && ops->buf_download (fw->be, b[SLOT_ROUTER], 0, fw->host_router, (size_t) c * E * sizeof (float),
+                    && matmul (fw, hc, c, L->router, &W->router, b[UM_ARENA_ROUTER], error)
+                    && ops->buf_download (fw->be, b[UM_ARENA_ROUTER], 0, fw->host_router, (size_t) c * E * sizeof (float),
                                           error);
       um_forward_free_views (fw, v, 2);
       if (!ok)
         return FALSE;
       um_moe_route (cfg, fw->host_router, W->router_bias.data, c, &fw->routes[q]);
     }
-  if (!um_forward_experts_run (fw->experts, (guint) (W - fw->model->layers), fw->routes, chunk, xr, h, m, b[SLOT_EX],
-                               b[SLOT_GATE], b[SLOT_UP], b[SLOT_EY], b[SLOT_MOE], &fw->stats, error))
+  if (!um_forward_experts_run (fw->experts, (guint) (W - fw->model->layers), fw->routes, chunk, xr, h, m, b[UM_ARENA_EX],
+                               b[UM_ARENA_GATE], b[UM_ARENA_UP], b[UM_ARENA_EY], b[UM_ARENA_MOE], &fw->stats, error))
     return FALSE;
   for (int q = 0; q < n_chunks && W->shared_ffn > 0; q++)
     {
@@ -339,7 +339,7 @@ mlp_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, UmBuf *xr, 
   const int D = fw->model->cfg.d_model, F = W->ffn;
   const float eps = (float) fw->model->cfg.rms_eps;
   const int chunk = um_forward_chunk_rows (m, fw->opts.row_chunk);
-  UmBuf *gate = b[SLOT_GATE], *up = b[SLOT_UP];
+  UmBuf *gate = b[UM_ARENA_GATE], *up = b[UM_ARENA_UP];
 
   if (W->n_experts > 0 && fw->experts != NULL)
     return moe_layer_off_device (fw, L, W, xr, h, b, m, error);
@@ -590,12 +590,12 @@ kv_rows (UmForward *fw, const DevLayer *L, const UmLayerWeights *W, const LayerR
   gboolean ok = TRUE;
 
   if (a->kv != UM_FORWARD_KV_REUSE)
-    return kv_proj (fw, L, W, a->b[SLOT_H], a->m, a->pos, kb, vb, error);
+    return kv_proj (fw, L, W, a->b[UM_ARENA_H], a->m, a->pos, kb, vb, error);
   for (int s = 0; s < a->n_seq && ok; s++)
     {
       UmBuf *v[4] = { NULL, NULL, NULL, NULL };
       size_t off = ((size_t) s * a->seq_len + a->start) * kvd_bytes;
-      v[0] = ops->buf_view (be, a->b[SLOT_H], (size_t) s * len * D * sizeof (float), (size_t) len * D * sizeof (float),
+      v[0] = ops->buf_view (be, a->b[UM_ARENA_H], (size_t) s * len * D * sizeof (float), (size_t) len * D * sizeof (float),
                             error);
       v[1] = v[0] ? ops->buf_view (be, fw->kv_views[2 * l], off, len * kvd_bytes, error) : NULL;
       v[2] = v[1] ? ops->buf_view (be, fw->kv_views[2 * l + 1], off, len * kvd_bytes, error) : NULL;
@@ -618,8 +618,8 @@ run_layers (UmForward *fw, gpointer data, GError **error)
   const int D = c->d_model, hd = c->head_dim;
   const float eps = (float) c->rms_eps;
 
-  if (a->embed && (fw->opts.embed_on_host ? !embed_host (fw, a->ids, M, b[SLOT_X], error)
-                                          : !ops->embed (be, fw->tok_embd, a->ids, M, b[SLOT_X], error)))
+  if (a->embed && (fw->opts.embed_on_host ? !embed_host (fw, a->ids, M, b[UM_ARENA_X], error)
+                                          : !ops->embed (be, fw->tok_embd, a->ids, M, b[UM_ARENA_X], error)))
     return FALSE;
 
   for (guint l = a->l0; l < a->l1; l++)
@@ -631,12 +631,12 @@ run_layers (UmForward *fw, gpointer data, GError **error)
        * the requested ones. */
       const gboolean last = a->rows != NULL && l + 1 == c->n_layers;
       const int m = last ? n : M;
-      UmBuf *xr = last ? b[SLOT_XS] : b[SLOT_X];
+      UmBuf *xr = last ? b[UM_ARENA_XS] : b[UM_ARENA_X];
       DevLayer streamed;
       const DevLayer *L = &fw->layers[l];
       /* With the cache, K and V go straight into it. */
-      UmBuf *kb = a->kv != UM_FORWARD_KV_NONE ? fw->kv_views[2 * l] : b[SLOT_K];
-      UmBuf *vb = a->kv != UM_FORWARD_KV_NONE ? fw->kv_views[2 * l + 1] : b[SLOT_V];
+      UmBuf *kb = a->kv != UM_FORWARD_KV_NONE ? fw->kv_views[2 * l] : b[UM_ARENA_K];
+      UmBuf *vb = a->kv != UM_FORWARD_KV_NONE ? fw->kv_views[2 * l + 1] : b[UM_ARENA_V];
 
       if (g_cancellable_set_error_if_cancelled (a->cancellable, error))
         return FALSE;
@@ -647,25 +647,25 @@ run_layers (UmForward *fw, gpointer data, GError **error)
           L = &streamed;
         }
 
-      if (!ops->rms_norm (be, b[SLOT_X], M, D, L->attn_norm, eps, b[SLOT_H], error)
+      if (!ops->rms_norm (be, b[UM_ARENA_X], M, D, L->attn_norm, eps, b[UM_ARENA_H], error)
           || !kv_rows (fw, L, W, a, l, kb, vb, error))
         return FALSE;
       if (last)
         {
           /* h is free once k and v exist: reuse it for the selected rows. */
-          if (!ops->get_rows (be, b[SLOT_H], D, a->rows, n, b[SLOT_ATT], error)
-              || !q_proj (fw, L, W, b[SLOT_ATT], n, a->sel_pos, b[SLOT_Q], error)
-              || !ops->get_rows (be, b[SLOT_X], D, a->rows, n, b[SLOT_XS], error))
+          if (!ops->get_rows (be, b[UM_ARENA_H], D, a->rows, n, b[UM_ARENA_ATT], error)
+              || !q_proj (fw, L, W, b[UM_ARENA_ATT], n, a->sel_pos, b[UM_ARENA_Q], error)
+              || !ops->get_rows (be, b[UM_ARENA_X], D, a->rows, n, b[UM_ARENA_XS], error))
             return FALSE;
         }
-      else if (!q_proj (fw, L, W, b[SLOT_H], M, a->pos, b[SLOT_Q], error))
+      else if (!q_proj (fw, L, W, b[UM_ARENA_H], M, a->pos, b[UM_ARENA_Q], error))
         return FALSE;
-      if (!ops->attention (be, b[SLOT_Q], m, last ? a->sel_seq : a->seq, last ? a->sel_kv_len : a->kv_len, kb, vb,
-                           seq_len, H, Hkv, hd, b[SLOT_ATT], error))
+      if (!ops->attention (be, b[UM_ARENA_Q], m, last ? a->sel_seq : a->seq, last ? a->sel_kv_len : a->kv_len, kb, vb,
+                           seq_len, H, Hkv, hd, b[UM_ARENA_ATT], error))
         return FALSE;
       fw->stats.flops += 4.0 * m * (double) seq_len * hd * H;
-      if (!matmul (fw, b[SLOT_ATT], m, L->wo, &W->wo, b[SLOT_H], error)
-          || !residual_mlp (fw, L, W, xr, b[SLOT_H], b, m, error))
+      if (!matmul (fw, b[UM_ARENA_ATT], m, L->wo, &W->wo, b[UM_ARENA_H], error)
+          || !residual_mlp (fw, L, W, xr, b[UM_ARENA_H], b, m, error))
         return FALSE;
     }
   return TRUE;
@@ -722,7 +722,7 @@ full_pass (UmForward *fw, UmBuf **b, const UmForwardPass *p, const HeadOut *dst,
 
   if (g_cancellable_set_error_if_cancelled (cancellable, error))
     return FALSE;
-  return head_rows (fw, subset ? b[SLOT_XS] : b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
+  return head_rows (fw, subset ? b[UM_ARENA_XS] : b[UM_ARENA_X], b[UM_ARENA_H], b[UM_ARENA_LOGITS], n, dst, error);
 }
 
 /* A step inside a block with the cache: only the rows [start, end) of each
@@ -773,9 +773,9 @@ cached_pass (UmForward *fw, UmBuf **b, const UmForwardPass *p, const HeadOut *ds
       || g_cancellable_set_error_if_cancelled (cancellable, error))
     return FALSE;
   if (n == m)
-    return head_rows (fw, b[SLOT_X], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
-  return ops->get_rows (fw->be, b[SLOT_X], D, sel, n, b[SLOT_XS], error)
-         && head_rows (fw, b[SLOT_XS], b[SLOT_H], b[SLOT_LOGITS], n, dst, error);
+    return head_rows (fw, b[UM_ARENA_X], b[UM_ARENA_H], b[UM_ARENA_LOGITS], n, dst, error);
+  return ops->get_rows (fw->be, b[UM_ARENA_X], D, sel, n, b[UM_ARENA_XS], error)
+         && head_rows (fw, b[UM_ARENA_XS], b[UM_ARENA_H], b[UM_ARENA_LOGITS], n, dst, error);
 }
 
 gboolean

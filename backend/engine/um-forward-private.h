@@ -11,20 +11,8 @@
 
 G_BEGIN_DECLS
 
-/* The work buffers of a pass, carved from one device arena. */
-typedef enum {
-  SLOT_X, SLOT_H, SLOT_Q, SLOT_K, SLOT_V, SLOT_ATT, SLOT_GATE, SLOT_UP,
-  SLOT_ROUTER,   /* MoE: the router's logits of a chunk of rows */
-  SLOT_EX,       /* MoE: an expert's group of input rows */
-  SLOT_EY,       /* MoE: an expert's output rows */
-  SLOT_MOE,      /* MoE routed on the backend: its work (um-moe-work.h) */
-  /* Last, sized by the requested rows: the buffers before them stay where
-   * they are from step to step (a recorded pass reads them there). */
-  SLOT_XS, SLOT_LOGITS,
-  N_SLOTS
-} Slot;
-
-#define ARENA_ALIGN 256
+/* The work buffers of a pass, carved from one device arena: UmArenaSlot
+ * and um_forward_arena_layout () (um-forward-sizing.h). */
 
 typedef struct {
   UmDevWeight *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
@@ -101,14 +89,9 @@ typedef struct {
 } HeadOut;
 
 gboolean      um_forward_streaming (const UmForward *fw);
-int           um_forward_chunk_rows (int rows, int row_chunk);
 void          um_forward_free_views (UmForward *fw, UmBuf **views, int n);
-size_t        um_forward_pass_index_count (int T, int n);
-size_t        um_forward_cached_index_count (int m, int n);
 /* Host room for @floats router logits. */
 gboolean      um_forward_host_router (UmForward *fw, size_t floats, GError **error);
-/* Host bytes of the decoded embedding rows of @n tokens, then one stored row. */
-size_t        um_forward_host_rows_bytes (const UmModel *model, int n);
 /* What a pass does with the block KV cache. */
 typedef enum {
   UM_FORWARD_KV_NONE,    /* K and V in the arena, gone after the pass */

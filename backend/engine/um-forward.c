@@ -10,26 +10,13 @@
 #include "um-kprof.h"
 #include "um-layer-store.h"
 #include "um-moe.h"
-#include "um-moe-work.h"
 #include "um-prefetch.h"
 #include "um-quant.h"
-
-void
-um_forward_options_init (UmForwardOptions *options)
-{
-  memset (options, 0, sizeof *options);
-}
 
 gboolean
 um_forward_streaming (const UmForward *fw)
 {
   return fw->opts.stream_slots > 0;
-}
-
-static gboolean
-embed_on_host (const UmModel *model, const UmForwardOptions *o)
-{
-  return o != NULL && o->embed_on_host && !model->cfg.tied_embeddings;
 }
 
 static void
@@ -164,94 +151,43 @@ setup_streaming (UmForward *fw, GError **error)
   return fw->prefetcher != NULL;
 }
 
-/* What a device weight is, for the plan's components. */
-typedef enum { DW_EMBED, DW_NORM, DW_HEAD, DW_LAYER } DevWeightKind;
-
-/* A weight the forward holds on the device, and where its handle goes. */
-typedef struct {
-  const UmWeight *src;
-  UmDevWeight   **dst;
-  DevWeightKind   kind;
-  guint           n_experts;  /* > 0: @src stacks this many experts, loaded one slice each into dst[0…] */
-} DevWeightRef;
-
-static guint
-max_device_weights (const UmModel *model)
+/* Where the device weight @r (um_forward_device_weights ()) goes: one of
+ * the forward's handles. */
+static UmDevWeight **
+weight_handle (UmForward *fw, const UmForwardWeightRef *r)
 {
-  return 3 + 20 * model->cfg.n_layers;
-}
+  /* The model's own weights come first; a layer's role has a layer. */
+  DevLayer *L = r->role > UM_FORWARD_W_OUTPUT ? &fw->layers[r->layer] : NULL;
 
-/* The weights a forward with @o (embed_on_host resolved) loads onto the
- * device, in load order: the token table unless it stays on the host, the
- * final norm, the LM head unless tied, each layer's norms and, unless
- * streaming, its matrices. @fw NULL (planning): no handles. @out has room
- * for max_device_weights (). Loading and planning both walk this list. */
-static guint
-device_weights (const UmModel *model, const UmForwardOptions *o, UmForward *fw, DevWeightRef *out)
-{
-  const UmModelConfig *c = &model->cfg;
-  guint n = 0;
-
-#define ADD(src_, dst_, kind_) G_STMT_START { \
-    out[n].src = (src_); out[n].dst = fw ? (dst_) : NULL; out[n].kind = (kind_); out[n].n_experts = 0; \
-    n++; } G_STMT_END
-  /* Small tensors the family or layer may lack. */
-#define ADD_OPT(src_, dst_) G_STMT_START { if ((src_)->data != NULL) ADD (src_, dst_, DW_NORM); } G_STMT_END
-  if (!o->embed_on_host)
-    ADD (&model->tok_embd, &fw->tok_embd, DW_EMBED);
-  ADD (&model->out_norm, &fw->out_norm, DW_NORM);
-  if (!c->tied_embeddings)
-    ADD (&model->output, &fw->output, DW_HEAD);
-  for (guint l = 0; l < c->n_layers; l++)
+  switch (r->role)
     {
-      const UmLayerWeights *src = &model->layers[l];
-      DevLayer *dst = fw ? &fw->layers[l] : NULL;
-      ADD (&src->attn_norm, &dst->attn_norm, DW_NORM);
-      ADD (&src->ffn_norm, &dst->ffn_norm, DW_NORM);
-      ADD_OPT (&src->bq, &dst->bq);
-      ADD_OPT (&src->bk, &dst->bk);
-      ADD_OPT (&src->bv, &dst->bv);
-      ADD_OPT (&src->q_norm, &dst->q_norm);
-      ADD_OPT (&src->k_norm, &dst->k_norm);
-      ADD_OPT (&src->router, &dst->router);
-      ADD_OPT (&src->router_bias, &dst->router_bias);
-      if (o->stream_slots > 0)
-        continue;
-      ADD (&src->wq, &dst->wq, DW_LAYER);
-      ADD (&src->wk, &dst->wk, DW_LAYER);
-      ADD (&src->wv, &dst->wv, DW_LAYER);
-      ADD (&src->wo, &dst->wo, DW_LAYER);
-      if (src->n_experts > 0)
-        {
-          /* One device weight per expert slice: the products run per expert
-           * (off the device, um-forward-experts.c holds them). */
-          for (int i = 0; i < 3 && !um_forward_experts_off_device (model, o); i++)
-            {
-              const UmWeight *m = i == 0 ? &src->w_gate : i == 1 ? &src->w_up : &src->w_down;
-              ADD (m, dst->experts + i, DW_LAYER);
-              out[n - 1].n_experts = src->n_experts;
-            }
-          if (src->shared_ffn > 0)
-            {
-              ADD (&src->sh_gate, &dst->sh_gate, DW_LAYER);
-              ADD (&src->sh_up, &dst->sh_up, DW_LAYER);
-              ADD (&src->sh_down, &dst->sh_down, DW_LAYER);
-            }
-          continue;
-        }
-      ADD (&src->w_gate, &dst->w_gate, DW_LAYER);
-      ADD (&src->w_up, &dst->w_up, DW_LAYER);
-      ADD (&src->w_down, &dst->w_down, DW_LAYER);
+    case UM_FORWARD_W_TOK_EMBD: return &fw->tok_embd;
+    case UM_FORWARD_W_OUT_NORM: return &fw->out_norm;
+    case UM_FORWARD_W_OUTPUT: return &fw->output;
+    case UM_FORWARD_W_ATTN_NORM: return &L->attn_norm;
+    case UM_FORWARD_W_FFN_NORM: return &L->ffn_norm;
+    case UM_FORWARD_W_BQ: return &L->bq;
+    case UM_FORWARD_W_BK: return &L->bk;
+    case UM_FORWARD_W_BV: return &L->bv;
+    case UM_FORWARD_W_Q_NORM: return &L->q_norm;
+    case UM_FORWARD_W_K_NORM: return &L->k_norm;
+    case UM_FORWARD_W_ROUTER: return &L->router;
+    case UM_FORWARD_W_ROUTER_BIAS: return &L->router_bias;
+    case UM_FORWARD_W_WQ: return &L->wq;
+    case UM_FORWARD_W_WK: return &L->wk;
+    case UM_FORWARD_W_WV: return &L->wv;
+    case UM_FORWARD_W_WO: return &L->wo;
+    case UM_FORWARD_W_EXPERTS_GATE: return L->experts + 0;
+    case UM_FORWARD_W_EXPERTS_UP: return L->experts + 1;
+    case UM_FORWARD_W_EXPERTS_DOWN: return L->experts + 2;
+    case UM_FORWARD_W_SH_GATE: return &L->sh_gate;
+    case UM_FORWARD_W_SH_UP: return &L->sh_up;
+    case UM_FORWARD_W_SH_DOWN: return &L->sh_down;
+    case UM_FORWARD_W_W_GATE: return &L->w_gate;
+    case UM_FORWARD_W_W_UP: return &L->w_up;
+    case UM_FORWARD_W_W_DOWN: return &L->w_down;
     }
-#undef ADD_OPT
-#undef ADD
-  return n;
-}
-
-static guint64
-weight_bytes (const UmWeight *w)
-{
-  return w->rows * w->row_bytes;
+  g_return_val_if_reached (NULL);
 }
 
 /* Building the experts' host copy, as a share of the load's progress. */
@@ -276,14 +212,14 @@ um_forward_new_with (UmModel                *model,
 {
   g_autoptr(UmForward) fw = g_new0 (UmForward, 1);
   const UmModelConfig *c = &model->cfg;
-  g_autofree DevWeightRef *refs = g_new (DevWeightRef, max_device_weights (model));
+  g_autofree UmForwardWeightRef *refs = g_new (UmForwardWeightRef, um_forward_max_device_weights (model));
   guint n_refs;
 
   fw->model = model;
   fw->be = backend;
   if (options != NULL)
     fw->opts = *options;
-  fw->opts.embed_on_host = embed_on_host (model, options);
+  fw->opts.embed_on_host = um_forward_embed_on_host (model, options);
   fw->progress_cb = progress_cb;
   fw->progress_data = user_data;
   fw->cancellable = cancellable;
@@ -294,10 +230,10 @@ um_forward_new_with (UmModel                *model,
     if (model->layers[l].n_experts > 0)
       fw->layers[l].experts = g_new0 (UmDevWeight *, 3 * model->layers[l].n_experts);
 
-  n_refs = device_weights (model, &fw->opts, fw, refs);
+  n_refs = um_forward_device_weights (model, &fw->opts, refs);
   /* Progress counts the bytes this backend is given. */
   for (guint i = 0; i < n_refs; i++)
-    fw->total_bytes += weight_bytes (refs[i].src);
+    fw->total_bytes += um_forward_weight_bytes (refs[i].src);
 
   if (um_forward_streaming (fw) && !setup_streaming (fw, error))
     return NULL;
@@ -314,15 +250,15 @@ um_forward_new_with (UmModel                *model,
     {
       if (refs[i].n_experts == 0)
         {
-          if ((*refs[i].dst = load_weight (fw, refs[i].src, error)) == NULL)
+          if ((*weight_handle (fw, &refs[i]) = load_weight (fw, refs[i].src, error)) == NULL)
             return NULL;
           continue;
         }
-      /* dst points at the slot of this matrix of expert 0; experts are 3 apart. */
+      /* The handle is this matrix's of expert 0; experts are 3 apart. */
       for (guint e = 0; e < refs[i].n_experts; e++)
         {
           UmWeight slice = um_weight_expert (refs[i].src, refs[i].n_experts, e);
-          if ((refs[i].dst[3 * e] = load_weight (fw, &slice, error)) == NULL)
+          if ((weight_handle (fw, &refs[i])[3 * e] = load_weight (fw, &slice, error)) == NULL)
             return NULL;
         }
     }
@@ -331,178 +267,6 @@ um_forward_new_with (UmModel                *model,
   fw->progress_cb = NULL;
   fw->cancellable = NULL;
   return g_steal_pointer (&fw);
-}
-
-typedef struct {
-  size_t offset[N_SLOTS];
-  size_t bytes[N_SLOTS];
-  size_t total;
-} ArenaLayout;
-
-int
-um_forward_chunk_rows (int rows, int row_chunk)
-{
-  return row_chunk > 0 ? MIN (rows, row_chunk) : rows;
-}
-
-/* @device_moe: the backend routes mixtures of experts itself (its moe
- * op), in work memory of the arena's. */
-static void
-arena_layout (const UmModel *model, int n_seq, int seq_len, int n_rows, int row_chunk, gboolean device_moe,
-              ArenaLayout *a)
-{
-  const UmModelConfig *c = &model->cfg;
-  const size_t T = (size_t) n_seq * seq_len;
-  const size_t D = c->d_model, V = c->vocab_size;
-  const size_t QD = (size_t) c->n_heads * c->head_dim, KVD = (size_t) c->n_kv_heads * c->head_dim;
-  const gboolean subset = (size_t) n_rows < T;
-  const gboolean moe = c->n_experts > 0;
-  /* The FFN buffers hold a chunk of dense rows or one expert's group (at
-   * most the chunk). */
-  const size_t F = MAX (c->mlp_hidden, moe ? MAX (c->expert_ffn, c->shared_ffn) : 0);
-  const size_t chunk = um_forward_chunk_rows ((int) T, row_chunk);
-  const size_t floats[N_SLOTS] = {
-    [SLOT_X] = T * D,
-    [SLOT_H] = T * MAX (D, QD),
-    [SLOT_Q] = T * QD,
-    [SLOT_K] = T * KVD,
-    [SLOT_V] = T * KVD,
-    [SLOT_ATT] = T * QD,
-    [SLOT_GATE] = um_forward_chunk_rows ((int) T, row_chunk) * F,
-    [SLOT_UP] = um_forward_chunk_rows ((int) T, row_chunk) * F,
-    [SLOT_XS] = subset ? (size_t) n_rows * D : 0,
-    [SLOT_LOGITS] = um_forward_chunk_rows (n_rows, row_chunk) * V,
-    [SLOT_ROUTER] = moe ? chunk * c->n_experts : 0,
-    [SLOT_EX] = moe ? chunk * D : 0,
-    [SLOT_EY] = moe ? chunk * D : 0,
-  };
-
-  const size_t moe_bytes = moe && device_moe
-                             ? um_moe_work_layout ((int) chunk, (int) c->n_experts, (int) c->n_experts_used,
-                                                   (int) D, (int) c->expert_ffn, NULL, NULL)
-                             : 0;
-
-  a->total = 0;
-  for (int s = 0; s < N_SLOTS; s++)
-    {
-      a->offset[s] = a->total;
-      a->bytes[s] = s == SLOT_MOE ? moe_bytes : floats[s] * sizeof (float);
-      a->total += (a->bytes[s] + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
-    }
-}
-
-/* Bytes of one K or V view of the KV cache: @rows canvas rows of a layer. */
-static size_t
-kv_view_bytes (const UmModel *model, int rows)
-{
-  return (size_t) rows * model->cfg.n_kv_heads * model->cfg.head_dim * sizeof (float);
-}
-
-/* The whole cache: a K and a V view per layer. */
-static size_t
-kv_cache_bytes (const UmModel *model, int rows)
-{
-  return 2 * kv_view_bytes (model, rows) * model->cfg.n_layers;
-}
-
-/* Floats of logits the host chooses from, for @n_rows rows: all of them
- * unless the backend chooses, which with guidance needs both halves in one
- * LM-head chunk. */
-static size_t
-host_logit_floats (const UmModel *model, const UmForwardOptions *o, gboolean backend_chooses, gboolean guided,
-                   int n_rows)
-{
-  if (backend_chooses && (!guided || um_forward_chunk_rows (n_rows, o->row_chunk) == n_rows))
-    return 0;
-  return (size_t) n_rows * model->cfg.vocab_size;
-}
-
-/* Host bytes of the decoded embedding rows of @n tokens, then one stored row. */
-size_t
-um_forward_host_rows_bytes (const UmModel *model, int n)
-{
-  return (size_t) n * model->tok_embd.cols * sizeof (float) + model->tok_embd.row_bytes;
-}
-
-/* Entries of a pass's index array: a full pass over @T rows keeps a
- * position and a sequence per row and per requested row (@n); a cached
- * step over @m rows the token, position and sequence of each and the
- * index of each requested row. */
-size_t
-um_forward_pass_index_count (int T, int n)
-{
-  return (size_t) 2 * T + 2 * n;
-}
-
-size_t
-um_forward_cached_index_count (int m, int n)
-{
-  return (size_t) 3 * m + n;
-}
-
-void
-um_forward_bytes (const UmModel          *model,
-                  const UmForwardOptions *options,
-                  const UmForwardShape   *shape,
-                  UmForwardBytes         *out)
-{
-  UmForwardOptions o;
-  g_autofree DevWeightRef *refs = g_new (DevWeightRef, max_device_weights (model));
-  const int T = shape->n_seq * shape->seq_len;
-  const int n = MIN (shape->n_rows, T);
-  ArenaLayout a;
-  guint n_refs;
-
-  memset (out, 0, sizeof *out);
-  um_forward_options_init (&o);
-  if (options != NULL)
-    o = *options;
-  o.embed_on_host = embed_on_host (model, options);
-  n_refs = device_weights (model, &o, NULL, refs);
-  for (guint i = 0; i < n_refs; i++)
-    {
-      guint64 b = weight_bytes (refs[i].src);
-      switch (refs[i].kind)
-        {
-        case DW_EMBED: out->embedding += b; break;
-        case DW_NORM: out->norms += b; break;
-        case DW_HEAD: out->head += b; break;
-        case DW_LAYER: out->layers += b; break;
-        default: break;
-        }
-    }
-  if (o.stream_slots > 0)
-    out->stream_slots = (guint64) o.stream_slots * um_layer_slot_bytes (model);
-  /* A cached step runs at most the whole canvas (m ≤ T rows) with the same
-   * requested rows, and the layout grows with both: the full pass is the
-   * largest. */
-  arena_layout (model, shape->n_seq, shape->seq_len, n, o.row_chunk, shape->backend_moe, &a);
-  out->arena = a.total;
-  if (shape->kv_cache)
-    out->kv_cache = kv_cache_bytes (model, T);
-  if (o.embed_on_host)
-    out->host_embedding = um_forward_host_rows_bytes (model, T);
-  out->host_logits = host_logit_floats (model, &o, shape->backend_chooses, shape->guided, n) * sizeof (float);
-  out->host_index = MAX (um_forward_pass_index_count (T, n < T ? n : 0), shape->kv_cache ? um_forward_cached_index_count (T, n) : 0)
-                    * sizeof (gint32);
-  /* MoE: a chunk's router logits and its routing (a row, scale, choice and
-   * weight per token and expert used), and a selection bias. */
-  if (model->cfg.n_experts > 0)
-    {
-      const size_t chunk = um_forward_chunk_rows (T, o.row_chunk), E = model->cfg.n_experts, k = model->cfg.n_experts_used;
-      out->host_index += chunk * E * sizeof (float) + chunk * k * (2 * sizeof (gint32) + sizeof (float) + sizeof (double))
-                         + (E + 1) * sizeof (int) + 3 * E * sizeof (double);
-      /* Off the device, every chunk of a layer is routed before its
-       * experts run: a routing per chunk. */
-      if (um_forward_experts_off_device (model, &o))
-        {
-          const size_t n_chunks = (T + chunk - 1) / chunk;
-          out->host_index += (n_chunks - 1) * (chunk * k * (2 * sizeof (gint32) + sizeof (float) + sizeof (double))
-                                               + (E + 1) * sizeof (int) + 3 * E * sizeof (double))
-                             + n_chunks * sizeof (UmMoeRouting);
-          um_forward_experts_bytes (model, &o, T, (int) chunk, out);
-        }
-    }
 }
 
 /* The arena at least @bytes long (its views are made per pass). */
@@ -526,13 +290,13 @@ grow_arena (UmForward *fw, size_t bytes, GError **error)
 /* Views of the arena for this pass; the arena grows only when a longer
  * canvas needs it, so steady-state passes allocate no device memory. */
 static gboolean
-carve (UmForward *fw, const ArenaLayout *a, UmBuf **views, GError **error)
+carve (UmForward *fw, const UmArenaLayout *a, UmBuf **views, GError **error)
 {
   const UmBackendOps *ops = fw->be->ops;
 
   if (!grow_arena (fw, a->total, error))
     return FALSE;
-  for (int s = 0; s < N_SLOTS; s++)
+  for (int s = 0; s < UM_ARENA_N_SLOTS; s++)
     if (a->bytes[s] > 0 && (views[s] = ops->buf_view (fw->be, fw->arena, a->offset[s], a->bytes[s], error)) == NULL)
       return FALSE;
   return TRUE;
@@ -635,14 +399,14 @@ run_pass (UmForward *fw, const UmForwardPass *p, const HeadOut *dst, gint64 t_st
           GError **error)
 {
   const int computed = p->n_seq * (p->end - p->start);
-  UmBuf *views[N_SLOTS] = { NULL };
-  ArenaLayout a;
+  UmBuf *views[UM_ARENA_N_SLOTS] = { NULL };
+  UmArenaLayout a;
   gboolean ok;
 
-  arena_layout (fw->model, 1, computed, p->n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
+  um_forward_arena_layout (fw->model, 1, computed, p->n_rows, fw->opts.row_chunk, fw->be->ops->moe != NULL, &a);
   ok = carve (fw, &a, views, error)
        && bounded_pass (fw, pass_fn, &(PassWork) { views, p, dst, cancellable }, error);
-  um_forward_free_views (fw, views, N_SLOTS);
+  um_forward_free_views (fw, views, UM_ARENA_N_SLOTS);
   return ok && count_pass (fw, p->n_rows, t_start);
 }
 
@@ -719,12 +483,12 @@ static gboolean
 ensure_kv (UmForward *fw, int rows, GError **error)
 {
   const UmModelConfig *c = &fw->model->cfg;
-  const size_t per = kv_view_bytes (fw->model, rows);
+  const size_t per = um_forward_kv_view_bytes (fw->model, rows);
   const UmBackendOps *ops = fw->be->ops;
 
   if (fw->kv != NULL && fw->kv_views != NULL && fw->kv_rows == rows)
     return TRUE;
-  if (!grow_kv (fw, kv_cache_bytes (fw->model, rows), error))
+  if (!grow_kv (fw, um_forward_kv_cache_bytes (fw->model, rows), error))
     return FALSE;
   free_kv_views (fw);
   fw->kv_views = g_new0 (UmBuf *, 2 * c->n_layers);
@@ -861,7 +625,7 @@ choose_setup (UmForward *fw, int n_rows, const UmChooseRule *rule, const gint32 
   dst->positions = positions;
   dst->ids = out_ids;
   dst->conf = out_conf;
-  floats = host_logit_floats (fw->model, &fw->opts, fw->be->ops->choose != NULL, guided, n_rows);
+  floats = um_forward_host_logit_floats (fw->model, &fw->opts, fw->be->ops->choose != NULL, guided, n_rows);
   if (floats == 0)
     return TRUE;
   if (floats > fw->host_logits_floats)

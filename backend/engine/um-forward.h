@@ -5,6 +5,7 @@
 #include <gio/gio.h>
 
 #include "um-backend.h"
+#include "um-forward-sizing.h"
 #include "um-model.h"
 
 G_BEGIN_DECLS
@@ -31,57 +32,9 @@ UmForward *um_forward_new (UmModel   *model,
                            UmBackend *backend,
                            GError   **error);
 
-typedef struct _UmLayerStore UmLayerStore;
-
-/* Where a mixture-of-experts model's routed experts live (attention, norms,
- * router, selection bias and shared experts stay on the device anyway):
- * they are most of its bytes and a small share of its work. */
-typedef enum {
-  /* Plans: resident when the model fits the device, else off it (HOST or
-   * FETCH, whichever the time model says is faster); the forward takes it
-   * for RESIDENT. */
-  UM_EXPERTS_AUTO,
-  UM_EXPERTS_RESIDENT,   /* every expert on the device */
-  /* A copy in host memory (raw, read in place, or zstd, decoded into
-   * slots) computed by the host CPU: the routed rows go down, the experts'
-   * outputs come back up and are added on the device. */
-  UM_EXPERTS_HOST,
-  /* A host copy (raw or zstd); per layer, once routed, only the experts
-   * some row goes to are copied into device slots, the next one while the
-   * current one computes. */
-  UM_EXPERTS_FETCH,
-  UM_EXPERTS_N_PLACEMENTS
-} UmExpertPlacement;
-
-const char *um_expert_placement_to_string (UmExpertPlacement p);
-gboolean    um_expert_placement_from_string (const char *s, UmExpertPlacement *out);
-
-/* How the weights are held (the memory modes of memory/um-plan.h). */
-typedef struct {
-  /* The token table stays in host memory: the canvas's rows are decoded
-   * there and uploaded. Ignored with tied embeddings (the LM head needs the
-   * table on the device anyway). */
-  gboolean      embed_on_host;
-  /* 0: every layer resident. k ≥ 2: only k layer slots on the device; the
-   * layers' matrices come from @store, the next one copied while the
-   * current one computes. */
-  guint         stream_slots;
-  UmLayerStore *store;          /* borrowed; outlives the forward */
-  /* > 0: the MLP and the LM head run on at most this many rows at a time,
-   * bounding their work buffers whatever the canvas. */
-  int           row_chunk;
-  /* MoE models: where the routed experts live. HOST and FETCH are not
-   * combined with layer streaming. */
-  UmExpertPlacement experts;
-  /* The experts' host copy zstd-compressed (FETCH, HOST), decoded per
-   * fetch; raw otherwise. */
-  gboolean      expert_zstd;
-  guint         expert_slots;   /* FETCH (and HOST with zstd): slots, ≥ 2; 0: 2 */
-} UmForwardOptions;
-
-void       um_forward_options_init (UmForwardOptions *options);
-/* The slots @options gives experts fetched into them (expert_slots or its default). */
-guint      um_forward_expert_slots (const UmForwardOptions *options);
+/* UmForwardOptions (how the weights are held), UmExpertPlacement,
+ * UmForwardShape and um_forward_bytes (): memory/um-forward-sizing.h,
+ * below both the forward and the memory plan. */
 
 /* Progress of making the weights available to the backend (uploading them
  * to a GPU takes seconds): @fraction of the weight bytes done. */
@@ -103,43 +56,6 @@ UmForward *um_forward_new_with (UmModel                *model,
                                 GCancellable           *cancellable,
                                 GError                **error);
 void       um_forward_free (UmForward *fw);
-
-/* The generation a forward is sized for. */
-typedef struct {
-  int      n_seq;             /* 2 with classifier-free guidance */
-  int      seq_len;           /* prompt + answer */
-  int      n_rows;            /* logit rows a pass asks for (a block's masks, × n_seq) */
-  gboolean kv_cache;          /* the block KV cache (prefix and dual keep the same buffer) */
-  gboolean guided;            /* rows come as conditional then unconditional halves */
-  gboolean backend_chooses;   /* the backend has the choose op (the GPU), so logits stay there */
-  gboolean backend_moe;       /* the backend routes mixtures of experts (its moe op: the GPU) */
-} UmForwardShape;
-
-/* What a forward holds for @shape, by kind: computed by the functions the
- * forward allocates with (the list of weights it loads, the arena layout,
- * the KV cache, the host buffers), so the memory plan predicts with the
- * allocator's own arithmetic and the two cannot drift. */
-typedef struct {
-  guint64 embedding;       /* the token table on the device; 0 when it stays on the host */
-  guint64 norms;           /* the norm vectors, as held (float) */
-  guint64 head;            /* the LM head; 0 when tied to the table */
-  guint64 layers;          /* resident layer matrices; 0 when streaming */
-  guint64 stream_slots;    /* streaming slots */
-  guint64 arena;           /* the work buffers of the largest pass */
-  guint64 kv_cache;        /* every layer's K and V of the canvas */
-  guint64 host_embedding;  /* decoded rows and one stored row (table on the host) */
-  guint64 host_logits;     /* logits downloaded to choose from on the host */
-  guint64 host_index;      /* a pass's position, sequence and row arrays */
-  /* Routed experts off the device: */
-  guint64 expert_slots;    /* FETCH's device slots */
-  guint64 host_expert_work;/* HOST: rows and outputs in host memory, slots of a compressed copy (the
-                            * copy itself: um_expert_store_predict_bytes ()) */
-} UmForwardBytes;
-
-void       um_forward_bytes (const UmModel          *model,
-                             const UmForwardOptions *options,
-                             const UmForwardShape   *shape,
-                             UmForwardBytes         *out);
 
 /* Allocates the work buffers, and the KV cache if @shape has it, for
  * @shape now: a budget too small for them fails at load rather than at the

@@ -54,5 +54,5 @@ um_sampler_generate_full (UmForward         *fw,
 guint64
 um_sampler_host_bytes_for (const UmModelConfig *cfg, int n_seq, int canvas_len)
 {
-  return um_schedule_for_arch (cfg->arch)->host_bytes (cfg, n_seq, canvas_len);
+  return um_schedule_host_bytes_for (cfg, n_seq, canvas_len);
 }

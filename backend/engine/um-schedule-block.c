@@ -65,16 +65,14 @@ step_count (int n_masks, int steps, int i)
  * position, token) gives the same draw on every backend; each row's token
  * and confidence follow um-choose.h, on the backend when it can. */
 
-typedef struct {
-  gint32 pos;
-  gint32 id;
-  double conf;
-} Candidate;
+/* The candidates (UmBlockCandidate) and the arrays a run carves from one
+ * block (um_schedule_block_layout ()) are in memory/um-schedule-sizing.h,
+ * where the plan's host bytes count them. */
 
 static int
 candidate_position_compare (gconstpointer a, gconstpointer b)
 {
-  const Candidate *x = a, *y = b;
+  const UmBlockCandidate *x = a, *y = b;
   return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
@@ -83,51 +81,16 @@ candidate_position_compare (gconstpointer a, gconstpointer b)
 static int
 candidate_confidence_compare (gconstpointer a, gconstpointer b)
 {
-  const Candidate *x = a, *y = b;
+  const UmBlockCandidate *x = a, *y = b;
   if (x->conf != y->conf)
     return x->conf > y->conf ? -1 : 1;
   return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
-/* The sampler's arrays in one block, 8-byte ones first: offsets of each. */
-typedef struct {
-  size_t cands, scores, pick_conf, x, rows, chosen, commit_pos, commit_ids, commit_conf, pick_ids;
-  size_t total;
-} SamplerLayout;
-
-static void
-sampler_layout (int n_seq, int L, SamplerLayout *s)
-{
-  const size_t n = (size_t) MAX (L, 0), canvas = (size_t) MAX (n_seq, 1) * n;
-  size_t off = 0;
-
-#define PLACE(field, bytes) G_STMT_START { s->field = off; off += (bytes); } G_STMT_END
-  PLACE (cands, n * sizeof (Candidate));
-  PLACE (scores, n * sizeof (double));
-  PLACE (pick_conf, n * sizeof (double));
-  PLACE (x, canvas * sizeof (gint32));
-  PLACE (rows, canvas * sizeof (gint32));
-  PLACE (chosen, n * sizeof (gint32));
-  PLACE (commit_pos, n * sizeof (gint32));
-  PLACE (commit_ids, n * sizeof (gint32));
-  PLACE (commit_conf, n * sizeof (float));
-  PLACE (pick_ids, n * sizeof (gint32));
-#undef PLACE
-  s->total = off;
-}
-
-guint64
-um_schedule_block_host_bytes (const UmModelConfig *cfg, int n_seq, int canvas_len)
-{
-  SamplerLayout s;
-  sampler_layout (n_seq, canvas_len, &s);
-  return s.total + um_topk_scratch_bytes (canvas_len);
-}
-
 /* How many of the @n candidates, sorted by candidate_confidence_compare,
  * the threshold or factor rule commits; always at least one. */
 static int
-fast_commit_count (const Candidate *cands, int n, const UmGenParams *p)
+fast_commit_count (const UmBlockCandidate *cands, int n, const UmGenParams *p)
 {
   int k = 0;
 
@@ -191,11 +154,11 @@ um_schedule_block_run (const UmScheduleRun *run, GError **error)
   const int n_seq = cfg ? 2 : 1;
   int L, n_blocks, steps_per_block, global_step = 0, masks_left = 0;
   g_autofree guint8 *arrays = NULL;
-  SamplerLayout lay;
+  UmBlockLayout lay;
   gint32 *x, *rows, *commit_pos, *commit_ids, *pick_ids, *chosen;
   float *commit_conf;
   double *pick_conf, *scores;
-  Candidate *cands;
+  UmBlockCandidate *cands;
   UmChooseRule rule = { 0 };
   gint64 t0 = g_get_monotonic_time ();
   UmScheduleEvents events = { run->step_cb, run->user_data, NULL, prompt_len, 0, 0 };
@@ -213,9 +176,9 @@ um_schedule_block_run (const UmScheduleRun *run, GError **error)
   n_blocks = p->gen_length / p->block_length;
   steps_per_block = p->steps / n_blocks;
 
-  sampler_layout (n_seq, L, &lay);
+  um_schedule_block_layout (n_seq, L, &lay);
   arrays = g_malloc (lay.total);
-  cands = (Candidate *) (arrays + lay.cands);
+  cands = (UmBlockCandidate *) (arrays + lay.cands);
   scores = (double *) (arrays + lay.scores);
   pick_conf = (double *) (arrays + lay.pick_conf);
   x = (gint32 *) (arrays + lay.x);
@@ -313,7 +276,7 @@ um_schedule_block_run (const UmScheduleRun *run, GError **error)
                 {
                   /* Candidates are in position order, so a full sort with
                    * the tie rule gives the reference's top-k order. */
-                  qsort (cands, n_cand, sizeof (Candidate), candidate_confidence_compare);
+                  qsort (cands, n_cand, sizeof (UmBlockCandidate), candidate_confidence_compare);
                   k = fast_commit_count (cands, n_cand, p);
                 }
               else
@@ -329,7 +292,7 @@ um_schedule_block_run (const UmScheduleRun *run, GError **error)
                     for (int i = 0; i < n_cand; i++)
                       if (cands[i].pos == chosen[j])
                         {
-                          Candidate t = cands[j];
+                          UmBlockCandidate t = cands[j];
                           cands[j] = cands[i];
                           cands[i] = t;
                           break;
@@ -338,7 +301,7 @@ um_schedule_block_run (const UmScheduleRun *run, GError **error)
             }
 
           /* Commit the k best; report them in position order. */
-          qsort (cands, k, sizeof (Candidate), candidate_position_compare);
+          qsort (cands, k, sizeof (UmBlockCandidate), candidate_position_compare);
           for (int j = 0; j < k; j++)
             {
               if (cands[j].pos >= block_start && cands[j].pos < block_end)

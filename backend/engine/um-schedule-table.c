@@ -76,7 +76,6 @@ static const UmScheduleInfo schedules[] = {
     .not_applied_other = "not a setting of LLaDA's sampler",
     .defaults = um_schedule_block_defaults,
     .validate = um_schedule_block_validate,
-    .host_bytes = um_schedule_block_host_bytes,
     .run = um_schedule_block_run,
   },
   [UM_SCHEDULE_TIMESTEP] = {
@@ -95,7 +94,6 @@ static const UmScheduleInfo schedules[] = {
     .not_applied_other = "not a setting of this family's sampler",
     .defaults = um_schedule_timestep_defaults,
     .validate = um_schedule_timestep_validate,
-    .host_bytes = um_schedule_rows_host_bytes,
     .run = um_schedule_timestep_run,
   },
   [UM_SCHEDULE_ENTROPY] = {
@@ -114,7 +112,6 @@ static const UmScheduleInfo schedules[] = {
     .not_applied_other = "not a setting of this family's sampler",
     .defaults = um_schedule_entropy_defaults,
     .validate = um_schedule_entropy_validate,
-    .host_bytes = um_schedule_rows_host_bytes,
     .run = um_schedule_entropy_run,
   },
   [UM_SCHEDULE_BLOCK_CAUSAL] = {
@@ -134,7 +131,6 @@ static const UmScheduleInfo schedules[] = {
     .defaults = um_schedule_block_causal_defaults,
     .validate = um_schedule_block_causal_validate,
     /* The block schedule's arrays bound its own (a block's at a time). */
-    .host_bytes = um_schedule_block_host_bytes,
     .run = um_schedule_block_causal_run,
   },
 };

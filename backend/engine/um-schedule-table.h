@@ -82,9 +82,9 @@ typedef struct {
                           int                prompt_len,
                           guint              max_seq_len,
                           GError           **error);
-  /* Host bytes a run over a canvas of @canvas_len in @n_seq sequences (2
-   * with guidance) allocates besides the forward's; the plan predicts with it. */
-  guint64  (*host_bytes) (const UmModelConfig *cfg, int n_seq, int canvas_len);
+  /* The host bytes a run allocates are no column here: the memory plan,
+   * below the engine, reads them by the family's schedule from
+   * um_schedule_host_bytes_for () (memory/um-schedule-sizing.h). */
   UmScheduleRunFunc run;
 } UmScheduleInfo;
 

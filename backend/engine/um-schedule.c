@@ -77,16 +77,11 @@ um_entropy_keep_count (int total, int step, int steps)
 
 /* ---- row rules ---- */
 
-typedef struct {
-  double e;
-  gint32 i;
-} Ranked;
-
 struct _UmRowScratch {
   int     vocab;
   double *z;        /* the filtered logits */
   double *e;        /* exp (z − max) */
-  Ranked *ranked;   /* top-p's sorted candidates */
+  UmRowRanked *ranked;   /* top-p's sorted candidates */
   gint32 *sel;      /* top-k's indices */
 };
 
@@ -98,7 +93,7 @@ um_row_scratch_new (int vocab)
   s->vocab = vocab;
   s->z = g_new (double, vocab);
   s->e = g_new (double, vocab);
-  s->ranked = g_new (Ranked, vocab);
+  s->ranked = g_new (UmRowRanked, vocab);
   s->sel = g_new (gint32, vocab);
   return s;
 }
@@ -113,13 +108,6 @@ um_row_scratch_free (UmRowScratch *s)
   g_free (s->ranked);
   g_free (s->sel);
   g_free (s);
-}
-
-/* Bytes of one scratch. */
-static guint64
-scratch_bytes (int vocab)
-{
-  return (guint64) vocab * (2 * sizeof (double) + sizeof (Ranked) + sizeof (gint32));
 }
 
 /* exp (z − max) into @e; returns the sum. A row of −inf only gives 0s. */
@@ -138,7 +126,7 @@ exp_row (const double *z, int V, double *e)
 static int
 ranked_compare (const void *a, const void *b)
 {
-  const Ranked *x = a, *y = b;
+  const UmRowRanked *x = a, *y = b;
   if (x->e != y->e)
     return x->e > y->e ? -1 : 1;
   return (x->i > y->i) - (x->i < y->i);
@@ -170,7 +158,7 @@ filter_top_p (UmRowScratch *s, double top_p)
             s->ranked[n].i = v;
             n++;
           }
-      qsort (s->ranked, n, sizeof (Ranked), ranked_compare);
+      qsort (s->ranked, n, sizeof (UmRowRanked), ranked_compare);
       for (int j = 0; j < n; j++)
         {
           /* Shifted right: the token that crosses top_p stays. */
@@ -509,24 +497,6 @@ um_schedule_rows_compute (UmScheduleRows *r, const UmScheduleModel *m, const gin
   if (r->n_rows == 0)
     return TRUE;
   return m->logits (m->logits_data, x, seq_len, r->rows, r->n_rows, r->logits, cancellable, error);
-}
-
-guint64
-um_schedule_host_bytes (int canvas_len, int vocab)
-{
-  const guint64 n = (guint64) MAX (canvas_len, 1);
-
-  /* Logits of every position at once, the scratch per thread, a score
-   * and a few index arrays per position, and the top-k's scratch. */
-  return n * vocab * sizeof (float) + (guint64) um_pool_max_threads () * scratch_bytes (vocab)
-         + n * (2 * sizeof (double) + 8 * sizeof (gint32) + sizeof (float))
-         + MAX (um_topk_scratch_bytes (canvas_len), um_topk_scratch_bytes (vocab));
-}
-
-guint64
-um_schedule_rows_host_bytes (const UmModelConfig *cfg, int n_seq, int canvas_len)
-{
-  return um_schedule_host_bytes (canvas_len, (int) cfg->vocab_size);
 }
 
 void

@@ -2,10 +2,11 @@
  * its row in the schedule table (engine-internal; the tests call the
  * schedules' cores with a fake forward).
  *
- *  - the rows' functions: each schedule's defaults, validation, host bytes
- *    and run, defined in its own file (um-schedule-block.c,
- *    um-schedule-timestep.c, um-schedule-entropy.c,
- *    um-schedule-block-causal.c) and listed in um-schedule-table.c;
+ *  - the rows' functions: each schedule's defaults, validation and run,
+ *    defined in its own file (um-schedule-block.c, um-schedule-timestep.c,
+ *    um-schedule-entropy.c, um-schedule-block-causal.c) and listed in
+ *    um-schedule-table.c (their host bytes and the layouts they are
+ *    counted from: memory/um-schedule-sizing.h, below the memory plan);
  *  - the canvas every run starts from (prompt, masks, constraints) and the
  *    step event every run emits;
  *  - the logits shift: Dream and RND1 read position i from the logits row
@@ -28,6 +29,7 @@
 
 #include "um-forward.h"
 #include "um-gen-params.h"
+#include "um-schedule-sizing.h"
 
 G_BEGIN_DECLS
 
@@ -73,9 +75,6 @@ struct _UmScheduleRun {
 void     um_schedule_block_defaults (UmGenParams *p);
 gboolean um_schedule_block_validate (const UmGenParams *p, const char *family, int prompt_len, guint max_seq_len,
                                      GError **error);
-/* The block schedule's arrays: the canvas, the rows asked for, the
- * per-position candidate and commit arrays, and the top-k's scratch. */
-guint64  um_schedule_block_host_bytes (const UmModelConfig *cfg, int n_seq, int canvas_len);
 gboolean um_schedule_block_run (const UmScheduleRun *run, GError **error);
 
 void     um_schedule_timestep_defaults (UmGenParams *p);
@@ -93,10 +92,6 @@ gboolean um_schedule_block_causal_validate (const UmGenParams *p, const char *fa
                                             guint max_seq_len, GError **error);
 /* The answer ends at its first EOS. */
 gboolean um_schedule_block_causal_run (const UmScheduleRun *run, GError **error);
-
-/* um_schedule_host_bytes () for @cfg's vocabulary: the timestep and entropy
- * schedules hold every answer position's logits row. */
-guint64  um_schedule_rows_host_bytes (const UmModelConfig *cfg, int n_seq, int canvas_len);
 
 /* ---- the canvas and the step events every run shares ---- */
 
@@ -263,11 +258,6 @@ gboolean um_schedule_block_causal (const UmBlockCausalModel *m,
                                    int                      *out_n_steps,
                                    int                      *out_n_ids,
                                    GError                  **error);
-
-/* Host bytes the timestep and entropy schedules allocate for a canvas of
- * @canvas_len over @vocab: the logits rows of every answer position, the
- * per-thread scratch and the position arrays. */
-guint64  um_schedule_host_bytes (int canvas_len, int vocab);
 
 /* ---- shared by the schedules' implementations ---- */
 

@@ -2,22 +2,17 @@
 
 #include <math.h>
 
-typedef struct {
-  double v;
-  gint32 i;
-} Elem;
-
 /* torch's "largest" comparator: NaN first, then by value; ties are equal. */
 static inline gboolean
-comp (const Elem *x, const Elem *y)
+comp (const UmTopkElem *x, const UmTopkElem *y)
 {
   return (isnan (x->v) && !isnan (y->v)) || x->v > y->v;
 }
 
 static inline void
-swap (Elem *a, Elem *b)
+swap (UmTopkElem *a, UmTopkElem *b)
 {
-  Elem t = *a;
+  UmTopkElem t = *a;
   *a = *b;
   *b = t;
 }
@@ -25,7 +20,7 @@ swap (Elem *a, Elem *b)
 /* ---- heap operations, as in libstdc++'s stl_heap.h ---- */
 
 static void
-push_heap (Elem *first, long hole, long top, Elem value)
+push_heap (UmTopkElem *first, long hole, long top, UmTopkElem value)
 {
   long parent = (hole - 1) / 2;
   while (hole > top && comp (&first[parent], &value))
@@ -38,7 +33,7 @@ push_heap (Elem *first, long hole, long top, Elem value)
 }
 
 static void
-adjust_heap (Elem *first, long hole, long len, Elem value)
+adjust_heap (UmTopkElem *first, long hole, long len, UmTopkElem value)
 {
   const long top = hole;
   long child = hole;
@@ -60,7 +55,7 @@ adjust_heap (Elem *first, long hole, long len, Elem value)
 }
 
 static void
-make_heap (Elem *first, long len)
+make_heap (UmTopkElem *first, long len)
 {
   if (len < 2)
     return;
@@ -73,14 +68,14 @@ make_heap (Elem *first, long len)
 }
 
 static void
-heap_select (Elem *first, long middle, long last)
+heap_select (UmTopkElem *first, long middle, long last)
 {
   make_heap (first, middle);
   for (long i = middle; i < last; i++)
     if (comp (&first[i], &first[0]))
       {
         /* __pop_heap (first, middle, i) */
-        Elem value = first[i];
+        UmTopkElem value = first[i];
         first[i] = first[0];
         adjust_heap (first, 0, middle, value);
       }
@@ -89,7 +84,7 @@ heap_select (Elem *first, long middle, long last)
 /* ---- introselect, as in libstdc++'s stl_algo.h ---- */
 
 static void
-move_median_to_first (Elem *result, Elem *a, Elem *b, Elem *c)
+move_median_to_first (UmTopkElem *result, UmTopkElem *a, UmTopkElem *b, UmTopkElem *c)
 {
   if (comp (a, b))
     {
@@ -109,7 +104,7 @@ move_median_to_first (Elem *result, Elem *a, Elem *b, Elem *c)
 }
 
 static long
-unguarded_partition (Elem *base, long first, long last, long pivot)
+unguarded_partition (UmTopkElem *base, long first, long last, long pivot)
 {
   for (;;)
     {
@@ -126,13 +121,13 @@ unguarded_partition (Elem *base, long first, long last, long pivot)
 }
 
 static void
-insertion_sort (Elem *base, long first, long last)
+insertion_sort (UmTopkElem *base, long first, long last)
 {
   if (first == last)
     return;
   for (long i = first + 1; i < last; i++)
     {
-      Elem val = base[i];
+      UmTopkElem val = base[i];
       if (comp (&val, &base[first]))
         {
           for (long j = i; j > first; j--)
@@ -165,7 +160,7 @@ floor_log2 (long n)
 }
 
 static void
-nth_element (Elem *base, long nth, long n)
+nth_element (UmTopkElem *base, long nth, long n)
 {
   long first = 0, last = n;
   int depth = floor_log2 (n) * 2;
@@ -193,16 +188,10 @@ nth_element (Elem *base, long nth, long n)
   insertion_sort (base, first, last);
 }
 
-gsize
-um_topk_scratch_bytes (int n)
-{
-  return (gsize) MAX (n, 0) * sizeof (Elem);
-}
-
 void
 um_topk_reference (const double *values, int n, int k, gint32 *out_indices)
 {
-  g_autofree Elem *q = g_malloc (um_topk_scratch_bytes (n));
+  g_autofree UmTopkElem *q = g_malloc (um_topk_scratch_bytes (n));
 
   g_return_if_fail (k >= 1 && k <= n);
   for (int j = 0; j < n; j++)

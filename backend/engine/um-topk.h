@@ -12,12 +12,14 @@
 
 #include <glib.h>
 
+#include "um-schedule-sizing.h"
+
 G_BEGIN_DECLS
 
 /* Indices of the k largest of values[0..n) (NaN counts as largest), in
  * unspecified order. 1 ≤ k ≤ n. */
 void um_topk_reference (const double *values, int n, int k, gint32 *out_indices);
-/* Bytes um_topk_reference () allocates for @n values while it runs. */
-gsize um_topk_scratch_bytes (int n);
+/* Its scratch, um_topk_scratch_bytes (), is counted by the plan: in
+ * memory/um-schedule-sizing.h with the element it sorts. */
 
 G_END_DECLS

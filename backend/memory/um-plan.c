@@ -16,11 +16,11 @@
 #include "um-enum.h"
 #include "um-error.h"
 #include "um-expert-store.h"
-#include "um-forward.h"
+#include "um-forward-sizing.h"
 #include "um-layer-store.h"
 #include "um-plan-experts.h"
 #include "um-quantize-plan.h"
-#include "um-sampler.h"
+#include "um-schedule-sizing.h"
 
 static const char *const mode_names[UM_MEM_N_MODES] = {
   "standard", "standard-8bit", "extreme-mild", "extreme-moderate", "extreme-aggressive",
@@ -869,7 +869,7 @@ um_plan_compute (const UmModel       *model,
   }
   plan->host[UM_PLAN_EMBEDDING] = fb.host_embedding;
   plan->host[UM_PLAN_LOGITS] = fb.host_logits;
-  plan->host[UM_PLAN_SAMPLER] = um_sampler_host_bytes_for (&sh.m.cfg, n_seq, L) + fb.host_index;
+  plan->host[UM_PLAN_SAMPLER] = um_schedule_host_bytes_for (&sh.m.cfg, n_seq, L) + fb.host_index;
   plan->host[UM_PLAN_PROCESS] = target->process_rss;
 
   plan_totals (plan, target);

@@ -15,7 +15,7 @@
 #include <glib.h>
 
 #include "um-backend.h"
-#include "um-forward.h"
+#include "um-forward-sizing.h"
 #include "um-model.h"
 
 G_BEGIN_DECLS
@@ -45,7 +45,7 @@ typedef struct {
   double    prune_heads;        /* structured pruning: fraction of attention heads, ≤ 0.3 */
   double    prune_ffn;          /* fraction of FFN neurons, ≤ 0.2 */
   int       row_chunk;          /* MLP / LM-head rows at a time: 0 the mode's, < 0 none */
-  /* MoE models: where the routed experts live (um-forward.h). AUTO: on the
+  /* MoE models: where the routed experts live (um-forward-sizing.h). AUTO: on the
    * device when the model fits there, else in host memory, computed there
    * or fetched per step as the time model says is faster, before any
    * layer streaming; host_zstd then compresses their host copy. */
@@ -69,7 +69,7 @@ typedef struct {
 
 void um_plan_shape_init (UmPlanShape *shape);
 
-/* The forward's shape (um-forward.h) for a generation of @shape, on a
+/* The forward's shape (um-forward-sizing.h) for a generation of @shape, on a
  * backend that chooses tokens itself (@backend_chooses) or not: the plan
  * predicts with it and the engine reserves the work buffers for it. */
 void um_plan_forward_shape (const UmPlanShape *shape, gboolean backend_chooses, UmForwardShape *out);
