@@ -50,9 +50,3 @@ um_sampler_generate_full (UmForward         *fw,
       }
   return um_schedule_for_arch (c->arch)->run (&run, error);
 }
-
-guint64
-um_sampler_host_bytes_for (const UmModelConfig *cfg, int n_seq, int canvas_len)
-{
-  return um_schedule_host_bytes_for (cfg, n_seq, canvas_len);
-}

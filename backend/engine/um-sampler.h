@@ -42,10 +42,4 @@ gboolean um_sampler_generate_full (UmForward         *fw,
                                    int               *out_n_steps,
                                    GError           **error);
 
-/* Host bytes a generation over a canvas of @canvas_len positions in @n_seq
- * sequences (2 with guidance) allocates besides the forward's, for the
- * schedule of @cfg's family: um_schedule_host_bytes_for ()
- * (memory/um-schedule-sizing.h), which the memory plan predicts with. */
-guint64  um_sampler_host_bytes_for (const UmModelConfig *cfg, int n_seq, int canvas_len);
-
 G_END_DECLS

@@ -477,8 +477,8 @@ static guint64
 cpu_scratch (const UmModel *m, UmProducts products, int T, int n, int chunk, gboolean experts,
              gboolean only_experts)
 {
-  const int mlp_rows = chunk > 0 ? MIN (T, chunk) : T;
-  const int head_rows = chunk > 0 ? MIN (n, chunk) : n;
+  const int mlp_rows = um_forward_chunk_rows (T, chunk);
+  const int head_rows = um_forward_chunk_rows (n, chunk);
   guint64 best = 0;
 
   if (products == UM_PRODUCTS_AUTO)
