@@ -121,8 +121,21 @@ test_queue (void)
    * however many steps the worker made while that event was on its way. */
   g_assert_cmpint (ctx.steps[1], >=, 2);
   g_assert_cmpint (ctx.steps[1], <, 256);
-  /* FIFO: 0 then 3 ran to the end, in order; the refusal came first. */
-  g_assert_cmpint (ctx.order[0], ==, 4);
+  /* FIFO: 0 then 3 ran to the end, in order. (When the refusal's callback
+   * comes relative to 0's is not fixed: on a loaded machine the worker can
+   * finish 0 before request 4 is even made.) */
+  {
+    int at0 = -1, at3 = -1;
+    for (int i = 0; i < ctx.n_done; i++)
+      {
+        if (ctx.order[i] == 0)
+          at0 = i;
+        if (ctx.order[i] == 3)
+          at3 = i;
+      }
+    g_assert_cmpint (at0, >=, 0);
+    g_assert_cmpint (at3, >, at0);
+  }
   for (int i = 0; i < 5; i++)
     if (i == 0 || i == 3)
       {
