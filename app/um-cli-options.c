@@ -118,9 +118,9 @@ families_with (UmGenKey key)
   g_autoptr(GString) s = g_string_new (NULL);
   int n = 0, seen = 0;
 
-  for (int a = 0; a < UM_ARCH_N; a++)
+  for (guint a = 0; a < um_arch_count (); a++)
     n += um_gen_key_applies (key, (UmArch) a);
-  for (int a = 0; a < UM_ARCH_N; a++)
+  for (guint a = 0; a < um_arch_count (); a++)
     if (um_gen_key_applies (key, (UmArch) a))
       {
         seen++;
@@ -137,7 +137,7 @@ defaults_description (void)
                                        "(generation_config.json or GGUF metadata), then the optimizer profile, "
                                        "then each family's defaults:\n");
 
-  for (int a = 0; a < UM_ARCH_N; a++)
+  for (guint a = 0; a < um_arch_count (); a++)
     {
       UmGenParams p;
       gboolean first = TRUE;

@@ -774,13 +774,7 @@ um_settings_bind_alg (UmSettings *self, GObject *combo_row)
 gboolean
 um_settings_family_to_arch (const char *family, UmArch *out)
 {
-  for (guint a = 0; family != NULL && a < UM_ARCH_N; a++)
-    if (g_str_equal (um_arch_info ((UmArch) a)->name, family))
-      {
-        *out = (UmArch) a;
-        return TRUE;
-      }
-  return FALSE;
+  return um_arch_from_name (family, out);
 }
 
 UmArch

@@ -76,6 +76,24 @@ um_arch_fallback (void)
   return UM_ARCH_LLADA;
 }
 
+guint
+um_arch_count (void)
+{
+  return UM_ARCH_N;
+}
+
+gboolean
+um_arch_from_name (const char *name, UmArch *out)
+{
+  for (guint i = 0; name != NULL && i < UM_ARCH_N; i++)
+    if (g_str_equal (arch_infos[i].name, name))
+      {
+        *out = (UmArch) i;
+        return TRUE;
+      }
+  return FALSE;
+}
+
 gboolean
 um_arch_from_gguf (const char *gguf_arch, UmArch *out)
 {

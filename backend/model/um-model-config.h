@@ -73,6 +73,11 @@ const UmArchInfo *um_arch_info (UmArch arch);
  * yet (its options and schedule are shown): the table's first row, which
  * um_arch_info () also gives for an arch out of range. */
 UmArch            um_arch_fallback (void);
+/* The rows of the family table: front ends list the families by walking
+ * arch 0 .. um_arch_count () - 1, never naming one. */
+guint             um_arch_count (void);
+/* The family whose table name (UmArchInfo.name) is @name; FALSE if none. */
+gboolean          um_arch_from_name (const char *name, UmArch *out);
 /* The family of a GGUF general.architecture; FALSE for one we do not run. */
 gboolean          um_arch_from_gguf (const char *gguf_arch, UmArch *out);
 
