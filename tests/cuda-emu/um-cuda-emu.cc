@@ -292,26 +292,35 @@ static size_t device_total = (size_t) 16 << 30, device_used;
 static size_t device_held;
 static bool device_held_read;
 
+/* A byte count from the environment: a number, or with a K, M or G
+ * suffix; 0 when unset or not positive. */
+static size_t
+env_bytes (const char *name)
+{
+  const char *v = getenv (name);
+  char *end = NULL;
+  double b;
+
+  if (v == NULL)
+    return 0;
+  b = strtod (v, &end);
+  if (end != NULL && (*end == 'K' || *end == 'k'))
+    b *= 1024.0;
+  else if (end != NULL && (*end == 'M' || *end == 'm'))
+    b *= 1048576.0;
+  else if (end != NULL && (*end == 'G' || *end == 'g'))
+    b *= 1073741824.0;
+  return b > 0 ? (size_t) b : 0;
+}
+
 /* Call locked. */
 static size_t
 held_bytes (void)
 {
   if (!device_held_read)
     {
-      const char *v = getenv ("UM_EMU_DEVICE_HELD");
       device_held_read = true;
-      if (v != NULL)
-        {
-          char *end = NULL;
-          double b = strtod (v, &end);
-          if (end != NULL && (*end == 'K' || *end == 'k'))
-            b *= 1024.0;
-          else if (end != NULL && (*end == 'M' || *end == 'm'))
-            b *= 1048576.0;
-          else if (end != NULL && (*end == 'G' || *end == 'g'))
-            b *= 1073741824.0;
-          device_held = b > 0 ? (size_t) b : 0;
-        }
+      device_held = env_bytes ("UM_EMU_DEVICE_HELD");
     }
   return device_held;
 }
@@ -333,26 +342,12 @@ static bool fail_after_read;
 static size_t
 fail_after_bytes (void)
 {
-  size_t &v = fail_after_v;
-  bool &read = fail_after_read;
-  if (!read)
+  if (!fail_after_read)
     {
-      const char *e = getenv ("UM_EMU_FAIL_AFTER");
-      read = true;
-      if (e != NULL)
-        {
-          char *end = NULL;
-          double b = strtod (e, &end);
-          if (end != NULL && (*end == 'K' || *end == 'k'))
-            b *= 1024.0;
-          else if (end != NULL && (*end == 'M' || *end == 'm'))
-            b *= 1048576.0;
-          else if (end != NULL && (*end == 'G' || *end == 'g'))
-            b *= 1073741824.0;
-          v = b > 0 ? (size_t) b : 0;
-        }
+      fail_after_read = true;
+      fail_after_v = env_bytes ("UM_EMU_FAIL_AFTER");
     }
-  return v;
+  return fail_after_v;
 }
 
 extern "C" void um_emu_set_device_memory (size_t total) { std::lock_guard<std::mutex> g (mem_lock); device_total = total; }
