@@ -863,6 +863,16 @@ send_headers (Run *run)
     json_builder_reset (b);   /* completions have no role chunk */
 }
 
+/* The stream's last event, "[DONE]", then the end of the body. */
+static void
+send_done_and_close (Run *run)
+{
+  write_raw (run, g_strdup ("data: [DONE]\n\n"), strlen ("data: [DONE]\n\n"));
+  soup_message_body_complete (soup_server_message_get_response_body (run->msg));
+  soup_server_message_unpause (run->msg);
+  finish_message (run);
+}
+
 static void
 stream_end (Run *run, const char *finish)
 {
@@ -897,10 +907,7 @@ stream_end (Run *run, const char *finish)
       json_builder_end_object (u);
       write_event (run, u);
     }
-  write_raw (run, g_strdup ("data: [DONE]\n\n"), strlen ("data: [DONE]\n\n"));
-  soup_message_body_complete (soup_server_message_get_response_body (run->msg));
-  soup_server_message_unpause (run->msg);
-  finish_message (run);
+  send_done_and_close (run);
 }
 
 /* An error after the stream began: in band, as OpenAI sends one (its
@@ -912,10 +919,7 @@ stream_error (Run *run, const char *type, const char *message, const char *code)
 
   um_server_add_error (b, message, type, NULL, code);
   write_event (run, b);
-  write_raw (run, g_strdup ("data: [DONE]\n\n"), strlen ("data: [DONE]\n\n"));
-  soup_message_body_complete (soup_server_message_get_response_body (run->msg));
-  soup_server_message_unpause (run->msg);
-  finish_message (run);
+  send_done_and_close (run);
 }
 
 static gboolean
