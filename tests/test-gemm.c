@@ -477,11 +477,13 @@ nested_product (void *ctx, int64_t b, int64_t e, int tid)
 }
 
 /* The thread count changes only the tiling, never a sum's order: the same
- * bits with 1, 2 and 3 threads, and from inside a parallel loop. */
+ * bits with 1, 2 and 3 threads, and from inside a parallel loop.  m = 40
+ * and 112: token panels of 2, 2, 1 and 3, 2, 2 vectors (AVX2's 8 lanes,
+ * AVX-512's 16), each packed by whichever thread claims it. */
 static void
-test_threads (void)
+threads_case (int64_t m)
 {
-  const int64_t m = 40, n = 333, k = 512;
+  const int64_t n = 333, k = 512;
   const UmDType t = UM_DTYPE_Q4_K;
   const Impl *use[G_N_ELEMENTS (impls)];
   const guint n_use = usable_impls (use);
@@ -519,6 +521,13 @@ test_threads (void)
     g_free (out[i]);
   g_free (x);
   g_free (w);
+}
+
+static void
+test_threads (void)
+{
+  threads_case (40);
+  threads_case (112);
 }
 
 static void
