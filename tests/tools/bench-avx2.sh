@@ -17,6 +17,10 @@
 #   LLAMACPP_AVX2     llama.cpp built with LLAMA_ISA=avx2 (default ../peers/llama.cpp-avx2)
 #   LLAMACPP          llama.cpp native (default ../peers/llama.cpp; its columns say "-" when absent)
 #   THREADS (2), PASSES (10: forwards per unmask run, steps per llama.cpp run), REPS (3: runs per cell)
+#   GEN=1             two more AVX2 columns: unmask generating (bench --prompt-length 6 --gen-length 90
+#                     --steps PASSES, one block), the job llama-diffusion-cli's runs do, where only the
+#                     masked rows' logits are computed (llama.cpp computes all 96 in every step), and its
+#                     ratio; wall clock only
 #   MEASURE=cpu       cells in CPU time instead (user + sys, from /usr/bin/time): a run of PASSES + 1
 #                     forwards (steps) less a run of 1, over PASSES; with THREADS=1 that is each
 #                     engine's own cost per step, which time slices lost to other processes on a shared
@@ -56,6 +60,13 @@ um_ms () { # binary isa model
   env ${2:+UM_CPU_ISA=$2} "$1" bench -m "$3" --canvas 96 --passes $P --no-sgemm --threads $T 2>/dev/null \
     | /usr/bin/python3 -c 'import json,sys; print("%.1f" % (1000 * json.load(sys.stdin)["seconds_per_forward"]))' 2>/dev/null || echo err
 }
+um_gen_ms () { # binary isa model: a generation's mean time per step
+  local blk=""
+  case "$3" in *llada-*|*moe-*) blk="--block-length 90";; esac
+  env ${2:+UM_CPU_ISA=$2} "$1" bench -m "$3" --prompt-length 6 --gen-length 90 --steps $P $blk --no-sgemm --threads $T \
+      2>/dev/null | /usr/bin/python3 -c 'import json,sys; print("%.1f" % (1000 * json.load(sys.stdin)["seconds_per_forward"]))' \
+      2>/dev/null || echo err
+}
 llama_ms () { # bin-folder model
   [ -x "$1/llama-diffusion-cli" ] || { echo ""; return; }
   if [ "$MEASURE" = cpu ]; then
@@ -86,20 +97,24 @@ info () { env ${2:+UM_CPU_ISA=$2} "$1" bench -m "$D/llada-q4_0.gguf" --canvas 8 
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $T threads each; median of $R runs of $P steps; $([ "$MEASURE" = cpu ] && echo "CPU" || echo "wall") ms per step"
 echo "# unmask AVX2: $UA ($(info "$UA" avx2)); native: $U ($(info "$U" ""))"
 echo "# llama.cpp AVX2: $BA; native: $BN$([ -x "$BN/llama-diffusion-cli" ] || echo " (absent)")"
-printf "| model | unmask avx2 | llama.cpp avx2 | ratio |%s unmask native | llama.cpp native | ratio |\n" "${OLD:+ before native |}"
-printf "|---|---|---|---|%s---|---|---|\n" "${OLD:+---|}"
+G=${GEN:-}; [ "$MEASURE" = cpu ] && G=""
+printf "| model | unmask avx2 | llama.cpp avx2 | ratio |%s%s unmask native | llama.cpp native | ratio |\n" \
+  "${G:+ unmask avx2 generating | ratio |}" "${OLD:+ before native |}"
+printf "|---|---|---|---|%s%s---|---|---|\n" "${G:+---|---|}" "${OLD:+---|}"
 for arch in llada dream moe; do
   for t in f16 q8_0 q4_0 q4_k_m; do
     f=$D/$arch-$t.gguf
-    ua=(); la=(); un=(); ln=(); ob=()
+    ua=(); la=(); un=(); ln=(); ob=(); ug=()
     for ((i = 0; i < R; i++)); do
       ua+=("$(um_ms "$UA" avx2 "$f")"); la+=("$(llama_ms "$BA" "$f")")
+      [ -n "$G" ] && ug+=("$(um_gen_ms "$UA" avx2 "$f")")
       un+=("$(um_ms "$U" "" "$f")"); ln+=("$(llama_ms "$BN" "$f")")
       [ -n "$OLD" ] && ob+=("$(um_ms "$OLD" "" "$f")")
     done
     a=$(median "${ua[@]}"); b=$(median "${la[@]}"); c=$(median "${un[@]}"); d=$(median "${ln[@]}")
     old=""; [ -n "$OLD" ] && old=" $(median "${ob[@]}") |"
-    printf "| %s %s | %s (%s) | %s (%s) | %s |%s %s (%s) | %s (%s) | %s |\n" "$arch" "${t^^}" \
-      "$a" "${ua[*]}" "$b" "${la[*]}" "$(ratio "$a" "$b")" "$old" "$c" "${un[*]}" "$d" "${ln[*]}" "$(ratio "$c" "$d")"
+    gen=""; [ -n "$G" ] && { g=$(median "${ug[@]}"); gen=" $g (${ug[*]}) | $(ratio "$g" "$b") |"; }
+    printf "| %s %s | %s (%s) | %s (%s) | %s |%s%s %s (%s) | %s (%s) | %s |\n" "$arch" "${t^^}" \
+      "$a" "${ua[*]}" "$b" "${la[*]}" "$(ratio "$a" "$b")" "$gen" "$old" "$c" "${un[*]}" "$d" "${ln[*]}" "$(ratio "$c" "$d")"
   done
 done
