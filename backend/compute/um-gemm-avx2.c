@@ -207,6 +207,12 @@ panel_width (int64_t mv, int64_t p)
   return (int) MIN ((int64_t) MRV_MAX, mv - MRV_MAX * p);
 }
 
+static inline int64_t
+n_panels (int64_t mv)
+{
+  return (mv + MRV_MAX - 1) / MRV_MAX;
+}
+
 /* In-register transpose of an 8×8 block: r[i] element j becomes r[j]
  * element i. */
 UM_TARGET_AVX2 static inline UM_ALWAYS_INLINE void
@@ -503,7 +509,7 @@ run_tile (const Job *job, int64_t tile, const float *xp, float *wbuf, float *acc
   const int64_t k = job->k, mv = p->mv, ars = 8 * mv;
   const int64_t j0 = tile * p->nt;
   const int64_t rows = MIN (p->nt, job->n - j0);
-  const int64_t np = (mv + MRV_MAX - 1) / MRV_MAX;
+  const int64_t np = n_panels (mv);
 
   for (int64_t k0 = 0; k0 < k; k0 += p->kc)
     {
@@ -666,7 +672,7 @@ um_gemm_f32_avx2 (UmDType t, const void *w, int64_t n, int64_t k,
   if (plan.dot)
     um_pool_for (m, 16, plan.threads, copy_rows, &job);
   else
-    um_pool_for ((plan.mv + MRV_MAX - 1) / MRV_MAX, 1, plan.threads, pack_vectors, &job);
+    um_pool_for (n_panels (plan.mv), 1, plan.threads, pack_vectors, &job);
   um_pool_for (plan.n_tiles, 1, plan.threads, run_tiles, &job);
   g_free (own);
   return !job.failed;
