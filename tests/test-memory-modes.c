@@ -163,25 +163,6 @@ reset_peak_rss (void)
     }
 }
 
-/* Resident anonymous and file-backed KiB now (/proc/self/status): printed
- * with each run, so that a host peak off the plan shows which kind moved
- * (file pages: library code first run, fault-around of mapped tensors;
- * anonymous: allocations, thread stacks, malloc arenas). */
-static void
-rss_split (guint64 *anon_kib, guint64 *file_kib)
-{
-  g_autofree char *st = NULL;
-  const char *a = NULL, *f = NULL;
-
-  if (g_file_get_contents ("/proc/self/status", &st, NULL, NULL))
-    {
-      a = strstr (st, "RssAnon:");
-      f = strstr (st, "RssFile:");
-    }
-  *anon_kib = a != NULL ? g_ascii_strtoull (a + strlen ("RssAnon:"), NULL, 10) : 0;
-  *file_kib = f != NULL ? g_ascii_strtoull (f + strlen ("RssFile:"), NULL, 10) : 0;
-}
-
 /* The runs the plan is checked against: plain, each KV cache, guidance,
  * and zstd layer streaming (models of 3 layers or more: 2 slots); for MoE
  * models the routed experts off the device, in host memory (from the file,
@@ -264,7 +245,7 @@ check_plan_run (const char *path, UmMemMode mode, RunKind run)
   UmEngineMemory m;
   const UmPlan *p;
   gint32 prompt[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
-  guint64 host_pred, host_err, anon_kib, file_kib;
+  guint64 host_pred, host_err, anon, file;
   g_autofree char *base = g_path_get_basename (path);
 
   run_for_test = run;
@@ -288,7 +269,10 @@ check_plan_run (const char *path, UmMemMode mode, RunKind run)
   engine = load (path, mode, 0, run_knobs, &error);
   g_assert_no_error (error);
   p = um_engine_get_plan (engine);
-  rss_split (&anon_kib, &file_kib);
+  /* Printed with the run: a host peak off the plan then shows which kind
+   * moved (file pages: library code first run, fault-around of mapped
+   * tensors; anonymous: allocations, thread stacks, malloc arenas). */
+  um_process_rss_split (&anon, &file);
   /* extreme-aggressive streams in every run (2 slots without a budget). */
   g_assert_cmpint (p->stream_slots > 0, ==, run == RUN_ZSTD || (mode == UM_MEM_EXTREME_AGGRESSIVE
                                                                 && p->n_layers > 2));
@@ -319,7 +303,7 @@ check_plan_run (const char *path, UmMemMode mode, RunKind run)
                           G_GUINT64_FORMAT " KiB)",
                           base, um_mem_mode_to_string (mode), run_names[run], p->device_peak, m.device_peak,
                           host_pred, m.host_peak, 100.0 * ((double) m.host_peak - host_pred) / host_pred,
-                          p->host_load_peak, m.host_load_peak, anon_kib, file_kib);
+                          p->host_load_peak, m.host_load_peak, anon / 1024, file / 1024);
   if (run == RUN_ZSTD || run == RUN_HOST_ZSTD || run == RUN_FETCH_ZSTD)
     g_string_append_printf (line, "  zstd %.3f (%s, %" G_GUINT64_FORMAT " B sampled), store %" G_GUINT64_FORMAT
                             " predicted, %" G_GUINT64_FORMAT " measured", p->zstd_ratio,

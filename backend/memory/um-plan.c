@@ -181,6 +181,14 @@ um_process_peak_rss (void)
 }
 
 void
+um_process_rss_split (guint64 *anon, guint64 *file)
+{
+  const char *const keys[] = { "RssAnon:", "RssFile:" };
+  guint64 *const out[] = { anon, file };
+  proc_kib ("/proc/self/status", keys, out, 2);
+}
+
+void
 um_host_memory (guint64 *total, guint64 *available)
 {
   const char *const keys[] = { "MemTotal:", "MemAvailable:" };

@@ -220,6 +220,8 @@ gboolean    um_mem_options_may_convert (const UmMemOptions *options);
 /* Bytes of this process's resident memory now and at its peak. */
 guint64 um_process_rss (void);
 guint64 um_process_peak_rss (void);
+/* The resident memory now in anonymous and in file-backed pages, bytes. */
+void    um_process_rss_split (guint64 *anon, guint64 *file);
 /* "3GiB", "512MiB", "1.5G", "2000000000": bytes, or FALSE. */
 gboolean um_parse_size (const char *s, guint64 *out);
 
