@@ -51,21 +51,22 @@ cpu_ms () { # seconds-of-(P+1) seconds-of-1
   /usr/bin/python3 -c 'import sys; a, b = sys.argv[1:]; print("%.1f" % (1000 * (float(a) - float(b)) / '$P'))' "$1" "$2" 2>/dev/null || echo err
 }
 median () { /usr/bin/python3 -c 'import sys, statistics; v = [float(x) for x in sys.argv[1:] if x not in ("", "err")]; print("%.0f" % statistics.median(v) if v else "-")' "$@"; }
+forward_ms () { # bench's JSON on stdin: milliseconds per forward
+  /usr/bin/python3 -c 'import json,sys; print("%.1f" % (1000 * json.load(sys.stdin)["seconds_per_forward"]))' 2>/dev/null || echo err
+}
 um_ms () { # binary isa model
   if [ "$MEASURE" = cpu ]; then
     cpu_ms "$(cpu_s env ${2:+UM_CPU_ISA=$2} "$1" bench -m "$3" --canvas 96 --passes $((P + 1)) --no-sgemm --threads $T)" \
            "$(cpu_s env ${2:+UM_CPU_ISA=$2} "$1" bench -m "$3" --canvas 96 --passes 1 --no-sgemm --threads $T)"
     return
   fi
-  env ${2:+UM_CPU_ISA=$2} "$1" bench -m "$3" --canvas 96 --passes $P --no-sgemm --threads $T 2>/dev/null \
-    | /usr/bin/python3 -c 'import json,sys; print("%.1f" % (1000 * json.load(sys.stdin)["seconds_per_forward"]))' 2>/dev/null || echo err
+  env ${2:+UM_CPU_ISA=$2} "$1" bench -m "$3" --canvas 96 --passes $P --no-sgemm --threads $T 2>/dev/null | forward_ms
 }
 um_gen_ms () { # binary isa model: a generation's mean time per step
   local blk=""
   case "$3" in *llada-*|*moe-*) blk="--block-length 90";; esac
   env ${2:+UM_CPU_ISA=$2} "$1" bench -m "$3" --prompt-length 6 --gen-length 90 --steps $P $blk --no-sgemm --threads $T \
-      2>/dev/null | /usr/bin/python3 -c 'import json,sys; print("%.1f" % (1000 * json.load(sys.stdin)["seconds_per_forward"]))' \
-      2>/dev/null || echo err
+    2>/dev/null | forward_ms
 }
 llama_ms () { # bin-folder model
   [ -x "$1/llama-diffusion-cli" ] || { echo ""; return; }
