@@ -1,8 +1,8 @@
 /* um-fma-peak — the machine's peak rate for the instructions the weight
  * products are made of, measured with register-only micro-kernels: 12
- * independent accumulator chains (enough to cover the latency of two
- * pipelined units, 4-5 cycles each), no loads, so nothing but the
- * execution units limits them.
+ * independent accumulator chains for the FMAs (enough to cover the latency
+ * of two pipelined units, 4-5 cycles each), 6 for the integer pairs, no
+ * loads, so nothing but the execution units limits them.
  *
  *   um-fma-peak [--threads N] [--seconds S]
  *
@@ -12,6 +12,8 @@
  *  - avx2-int8:  vpmaddubsw + vpaddw, the int16 accumulation of
  *    um-qgemm-avx2.c, in G-op/s (64 per vpmaddubsw: 32 multiplies and 32
  *    adds); the vpmaddwd that widens every few steps is left out;
+ *  - avx2-int16: vpmaddwd + vpaddd (32 per vpmaddwd), Q8_0's product
+ *    without AVX-VNNI;
  *  - avx-vnni:   vpdpbusd ymm (64 per instruction), where the CPU has it.
  * Compare a kernel's rate with its own peak, at the same thread count:
  * `test-gemm --bench` and `unmask-cli bench` print the products' rates.
@@ -74,28 +76,53 @@ run_avx512_fma (int64_t calls)
   return _mm512_reduce_add_ps (c[0]);
 }
 
-/* 8 chains of vpmaddubsw into vpaddw, each product reading its chain's
- * sum (else it would be hoisted out of the loop): 4-5 cycles of latency
- * per link, 8 chains keep two multipliers busy, and 8 sums plus their
- * temporaries fit the 16 ymm registers (12 chains spill). */
-#define INT8_CHAINS 8
+/* The integer products' pairs, vpmaddubsw + vpaddw (4-bit codes) and
+ * vpmaddwd + vpaddd (Q8_0 without AVX-VNNI): 6 sums, each adding the
+ * product of its own pair of 3 + 2 operands.  The operands pass through an
+ * empty asm every iteration, so the products cannot be hoisted out of the
+ * loop, and no product waits on a sum: only the units limit the pairs (an
+ * earlier version chained each product on its sum and measured the
+ * multiplier's latency, about 0.8 of this).  6 sums, 5 operands and a
+ * temporary fit the 16 ymm registers. */
+#define INT_CHAINS 6
+#define INT_PAIRS(add, mul) \
+  c0 = add (c0, mul (a0, b0)); c1 = add (c1, mul (a1, b0)); c2 = add (c2, mul (a2, b0)); \
+  c3 = add (c3, mul (a0, b1)); c4 = add (c4, mul (a1, b1)); c5 = add (c5, mul (a2, b1))
+
 UM_TARGET_AVX2 static float
 run_avx2_int8 (int64_t calls)
 {
-  __m256i c[INT8_CHAINS];
-  const __m256i a = _mm256_set1_epi8 ((char) op_i);
-  for (int i = 0; i < INT8_CHAINS; i++)
-    c[i] = _mm256_set1_epi16 ((short) (i + op_j));
+  __m256i a0 = _mm256_set1_epi8 ((char) op_i), a1 = _mm256_set1_epi8 ((char) (op_i + 1));
+  __m256i a2 = _mm256_set1_epi8 ((char) (op_i + 2));
+  __m256i b0 = _mm256_set1_epi8 ((char) op_j), b1 = _mm256_set1_epi8 ((char) (op_j - 1));
+  __m256i c0 = _mm256_setzero_si256 (), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
   for (int64_t r = 0; r < calls; r++)
     for (int it = 0; it < ITERS; it++)
       {
-#pragma GCC unroll 8
-        for (int i = 0; i < INT8_CHAINS; i++)
-          c[i] = _mm256_add_epi16 (c[i], _mm256_maddubs_epi16 (a, c[i]));
+        __asm__ ("" : "+x" (a0), "+x" (a1), "+x" (a2), "+x" (b0), "+x" (b1));
+        INT_PAIRS (_mm256_add_epi16, _mm256_maddubs_epi16);
       }
-  for (int i = 1; i < INT8_CHAINS; i++)
-    c[0] = _mm256_add_epi16 (c[0], c[i]);
-  return (float) _mm256_extract_epi16 (c[0], 0);
+  c0 = _mm256_add_epi16 (_mm256_add_epi16 (c0, c1), _mm256_add_epi16 (c2, c3));
+  c0 = _mm256_add_epi16 (c0, _mm256_add_epi16 (c4, c5));
+  return (float) _mm256_extract_epi16 (c0, 0);
+}
+
+UM_TARGET_AVX2 static float
+run_avx2_int16 (int64_t calls)
+{
+  __m256i a0 = _mm256_set1_epi16 ((short) op_i), a1 = _mm256_set1_epi16 ((short) (op_i + 1));
+  __m256i a2 = _mm256_set1_epi16 ((short) (op_i + 2));
+  __m256i b0 = _mm256_set1_epi16 ((short) op_j), b1 = _mm256_set1_epi16 ((short) (op_j - 1));
+  __m256i c0 = _mm256_setzero_si256 (), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+  for (int64_t r = 0; r < calls; r++)
+    for (int it = 0; it < ITERS; it++)
+      {
+        __asm__ ("" : "+x" (a0), "+x" (a1), "+x" (a2), "+x" (b0), "+x" (b1));
+        INT_PAIRS (_mm256_add_epi32, _mm256_madd_epi16);
+      }
+  c0 = _mm256_add_epi32 (_mm256_add_epi32 (c0, c1), _mm256_add_epi32 (c2, c3));
+  c0 = _mm256_add_epi32 (c0, _mm256_add_epi32 (c4, c5));
+  return (float) _mm256_extract_epi32 (c0, 0);
 }
 
 UM_TARGET_AVX2_VNNI static float
@@ -128,7 +155,8 @@ typedef struct {
 static const Kernel kernels[] = {
   { "avx2-fma", UM_ISA_AVX2, FALSE, (double) ITERS * CHAINS * 16, run_avx2_fma },
   { "avx512-fma", UM_ISA_AVX512, FALSE, (double) ITERS * CHAINS * 32, run_avx512_fma },
-  { "avx2-int8", UM_ISA_AVX2, FALSE, (double) ITERS * INT8_CHAINS * 64, run_avx2_int8 },
+  { "avx2-int8", UM_ISA_AVX2, FALSE, (double) ITERS * INT_CHAINS * 64, run_avx2_int8 },
+  { "avx2-int16", UM_ISA_AVX2, FALSE, (double) ITERS * INT_CHAINS * 32, run_avx2_int16 },
   { "avx-vnni", UM_ISA_AVX2_VNNI, TRUE, (double) ITERS * CHAINS * 64, run_avx_vnni },
 };
 
@@ -238,7 +266,7 @@ main (int argc, char **argv)
   if (threads <= 0)
     threads = um_cpu_get_threads ();
 #if UM_HAVE_X86_SIMD
-  printf ("# level %s; G-op/s (an FMA is 2 flops; vpmaddubsw + vpaddw and vpdpbusd 2 per byte pair); "
+  printf ("# level %s; G-op/s (an FMA is 2 flops; vpmaddubsw + vpaddw, vpmaddwd + vpaddd and vpdpbusd 2 per multiply-add); "
           "best of 3 runs of %.1f s\n", um_cpu_isa_name (um_cpu_isa ()), seconds);
   printf ("%-11s %10s %10s %10s  (all: %d threads; per CPU s: ops per second of one thread's CPU time)\n",
           "kernel", "1 thread", "all", "per CPU s", threads);
