@@ -274,6 +274,53 @@ test_rope_cached (void)
     um_cpu_rope_table_clear (&tables[i]);
 }
 
+/* At every CPU level the turned pairs are x0·c - x1·s and x1·c + x0·s of
+ * the table's c and s, each product and the sum rounded once in float: the
+ * AVX2 loop (8 or 4 pairs at a time) must give what that formula gives in
+ * scalar C, bit for bit (the same operations, unfused: equal by
+ * construction).  Widths cover the vector loops, their scalar tails (11,
+ * 3 pairs) and partial RoPE; the rows, a vector and a half of heads. */
+static void
+test_rope_bits (void)
+{
+  const int shapes[][2] = { { 64, 64 }, { 16, 16 }, { 80, 22 }, { 16, 6 }, { 128, 64 } };
+  const gint32 pos[6] = { 0, 1, 5, 100, 4095, 33 };
+  const int rows = 6, heads = 3;
+
+  for (guint c = 0; c < G_N_ELEMENTS (shapes); c++)
+    for (int interleaved = 0; interleaved < 2; interleaved++)
+      {
+        const int hd = shapes[c][0], rd = shapes[c][1], half = rd / 2, n = rows * heads * hd;
+        UmCpuRopeTable tables[UM_CPU_ROPE_TABLES] = { { 0 } };
+        g_autofree float *x = g_new (float, n), *want = g_new (float, n);
+        const UmCpuRopeTable *t = NULL;
+
+        fill (x, n, 2.0);
+        memcpy (want, x, sizeof (float) * n);
+        um_cpu_rope_cached (tables, x, rows, pos, heads, hd, rd, 10000.0, interleaved);
+        for (int i = 0; i < UM_CPU_ROPE_TABLES; i++)
+          if (tables[i].rows == rows)
+            t = &tables[i];
+        g_assert_nonnull (t);
+        for (int r = 0; r < rows; r++)
+          for (int h = 0; h < heads; h++)
+            {
+              float *v = want + (r * heads + h) * hd;
+              for (int i = 0; i < half; i++)
+                {
+                  const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+                  const float x0 = v[a], x1 = v[b], cs = t->cs[r * half + i], sn = t->sn[r * half + i];
+                  const float p0 = x0 * cs, p1 = x1 * sn, p2 = x1 * cs, p3 = x0 * sn;
+                  v[a] = p0 - p1;
+                  v[b] = p2 + p3;
+                }
+            }
+        g_assert_cmpmem (x, sizeof (float) * n, want, sizeof (float) * n);
+        for (int i = 0; i < UM_CPU_ROPE_TABLES; i++)
+          um_cpu_rope_table_clear (&tables[i]);
+      }
+}
+
 /* Worst-case float32 error of one attention output (head h, query i):
  * each score q·k/√hd is within e_s = (γ_hd + 2u)·Σ|q||k|/√hd; exp turns an
  * absolute score error e into a relative weight error of e + 2u (expf is
@@ -525,6 +572,7 @@ main (int argc, char **argv)
     { "/kernels/rms-norm", test_rms_norm },
     { "/kernels/rope", test_rope },
     { "/kernels/rope-cached", test_rope_cached },
+    { "/kernels/rope-bits", test_rope_bits },
     { "/kernels/attention", test_attention },
     { "/kernels/attention-masked", test_attention_masked },
     { "/kernels/swiglu-add", test_swiglu_add },
