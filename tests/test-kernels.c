@@ -279,7 +279,7 @@ test_rope_cached (void)
  * AVX2 loop (8 or 4 pairs at a time) must give what that formula gives in
  * scalar C, bit for bit (the same operations, unfused: equal by
  * construction).  Widths cover the vector loops, their scalar tails (11,
- * 3 pairs) and partial RoPE; the rows, a vector and a half of heads. */
+ * 3 pairs) and partial RoPE. */
 static void
 test_rope_bits (void)
 {

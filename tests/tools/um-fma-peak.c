@@ -85,45 +85,30 @@ run_avx512_fma (int64_t calls)
  * multiplier's latency, about 0.8 of this).  6 sums, 5 operands and a
  * temporary fit the 16 ymm registers. */
 #define INT_CHAINS 6
-#define INT_PAIRS(add, mul) \
-  c0 = add (c0, mul (a0, b0)); c1 = add (c1, mul (a1, b0)); c2 = add (c2, mul (a2, b0)); \
-  c3 = add (c3, mul (a0, b1)); c4 = add (c4, mul (a1, b1)); c5 = add (c5, mul (a2, b1))
+/* One kernel per pair: operands of `set1`'s width, sums added with `add`
+ * (the int16 adds of vpmaddubsw, the int32 ones of vpmaddwd). */
+#define INT_PAIR_KERNEL(name, set1, ctype, mul, add, extract)                                        \
+  UM_TARGET_AVX2 static float                                                                        \
+  name (int64_t calls)                                                                               \
+  {                                                                                                  \
+    __m256i a0 = set1 ((ctype) op_i), a1 = set1 ((ctype) (op_i + 1)), a2 = set1 ((ctype) (op_i + 2)); \
+    __m256i b0 = set1 ((ctype) op_j), b1 = set1 ((ctype) (op_j - 1));                                 \
+    __m256i c0 = _mm256_setzero_si256 (), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;               \
+    for (int64_t r = 0; r < calls; r++)                                                              \
+      for (int it = 0; it < ITERS; it++)                                                             \
+        {                                                                                            \
+          __asm__ ("" : "+x" (a0), "+x" (a1), "+x" (a2), "+x" (b0), "+x" (b1));                       \
+          c0 = add (c0, mul (a0, b0)); c1 = add (c1, mul (a1, b0)); c2 = add (c2, mul (a2, b0));     \
+          c3 = add (c3, mul (a0, b1)); c4 = add (c4, mul (a1, b1)); c5 = add (c5, mul (a2, b1));     \
+        }                                                                                            \
+    c0 = add (add (add (c0, c1), add (c2, c3)), add (c4, c5));                                       \
+    return (float) extract (c0, 0);                                                                  \
+  }
 
-UM_TARGET_AVX2 static float
-run_avx2_int8 (int64_t calls)
-{
-  __m256i a0 = _mm256_set1_epi8 ((char) op_i), a1 = _mm256_set1_epi8 ((char) (op_i + 1));
-  __m256i a2 = _mm256_set1_epi8 ((char) (op_i + 2));
-  __m256i b0 = _mm256_set1_epi8 ((char) op_j), b1 = _mm256_set1_epi8 ((char) (op_j - 1));
-  __m256i c0 = _mm256_setzero_si256 (), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
-  for (int64_t r = 0; r < calls; r++)
-    for (int it = 0; it < ITERS; it++)
-      {
-        __asm__ ("" : "+x" (a0), "+x" (a1), "+x" (a2), "+x" (b0), "+x" (b1));
-        INT_PAIRS (_mm256_add_epi16, _mm256_maddubs_epi16);
-      }
-  c0 = _mm256_add_epi16 (_mm256_add_epi16 (c0, c1), _mm256_add_epi16 (c2, c3));
-  c0 = _mm256_add_epi16 (c0, _mm256_add_epi16 (c4, c5));
-  return (float) _mm256_extract_epi16 (c0, 0);
-}
-
-UM_TARGET_AVX2 static float
-run_avx2_int16 (int64_t calls)
-{
-  __m256i a0 = _mm256_set1_epi16 ((short) op_i), a1 = _mm256_set1_epi16 ((short) (op_i + 1));
-  __m256i a2 = _mm256_set1_epi16 ((short) (op_i + 2));
-  __m256i b0 = _mm256_set1_epi16 ((short) op_j), b1 = _mm256_set1_epi16 ((short) (op_j - 1));
-  __m256i c0 = _mm256_setzero_si256 (), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
-  for (int64_t r = 0; r < calls; r++)
-    for (int it = 0; it < ITERS; it++)
-      {
-        __asm__ ("" : "+x" (a0), "+x" (a1), "+x" (a2), "+x" (b0), "+x" (b1));
-        INT_PAIRS (_mm256_add_epi32, _mm256_madd_epi16);
-      }
-  c0 = _mm256_add_epi32 (_mm256_add_epi32 (c0, c1), _mm256_add_epi32 (c2, c3));
-  c0 = _mm256_add_epi32 (c0, _mm256_add_epi32 (c4, c5));
-  return (float) _mm256_extract_epi32 (c0, 0);
-}
+INT_PAIR_KERNEL (run_avx2_int8, _mm256_set1_epi8, char, _mm256_maddubs_epi16, _mm256_add_epi16,
+                 _mm256_extract_epi16)
+INT_PAIR_KERNEL (run_avx2_int16, _mm256_set1_epi16, short, _mm256_madd_epi16, _mm256_add_epi32,
+                 _mm256_extract_epi32)
 
 UM_TARGET_AVX2_VNNI static float
 run_avx_vnni (int64_t calls)
