@@ -738,6 +738,7 @@ um_gguf_open (const char *path, GError **error)
       g_set_error (error, UM_ERROR, UM_ERROR_IO, "%s: %s", base, local->message);
       return NULL;
     }
+  um_tensor_mapping_small_pages (mapping);
   g = gguf_new (mapping, (const guint8 *) g_mapped_file_get_contents (mapping),
                 g_mapped_file_get_length (mapping), path);
   if (!parse (g, error))

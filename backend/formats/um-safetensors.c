@@ -287,6 +287,7 @@ um_safetensors_add_file (UmTensorTable *table,
       g_set_error (error, UM_ERROR, UM_ERROR_IO, "%s: cannot open: %s", base, local_error->message);
       return FALSE;
     }
+  um_tensor_mapping_small_pages (mapping);
   file = um_tensor_table_add_mapping (table, mapping, base, path);
   return parse_into (table, (const guint8 *) g_mapped_file_get_contents (mapping),
                      g_mapped_file_get_length (mapping), file, error);

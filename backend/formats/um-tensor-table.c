@@ -54,6 +54,17 @@ ranges_add (GMappedFile *mapping, const char *path)
   g_mutex_unlock (&ranges_lock);
 }
 
+void
+um_tensor_mapping_small_pages (GMappedFile *mapping)
+{
+  void *p = g_mapped_file_get_contents (mapping);
+  gsize len = g_mapped_file_get_length (mapping);
+
+  /* Advice only: a kernel without it maps as before. */
+  if (p != NULL && len > 0)
+    (void) madvise (p, len, MADV_NOHUGEPAGE);
+}
+
 static void
 ranges_remove (GMappedFile *mapping)
 {

@@ -65,6 +65,16 @@ gboolean            um_tensor_info_compute_sizes (UmTensorInfo *info,
                                                   const char   *file,
                                                   GError      **error);
 
+/* Asks the kernel to map @mapping (a model file just mapped, before any
+ * byte of it is read) 4 KiB at a time, never as 2 MiB pages: where the
+ * page cache holds the file in PMD-sized folios (ext4 makes them on large
+ * writes, as when a converted model was just written), one touched tensor
+ * would otherwise map 2 MiB of the file at once, which no memory plan can
+ * foresee (test-memory-modes saw load peaks 2.7-3.7 MiB over the plan,
+ * now and then, for converted models).  2 MiB pages gained nothing on the
+ * weight products (docs/cpu-avx2.md). */
+void                um_tensor_mapping_small_pages (GMappedFile *mapping);
+
 /* Drops the pages of [data, data + bytes) from this process's memory
  * (madvise MADV_DONTNEED on the page-aligned interior of the range). For a
  * read-only file mapping nothing is lost: the pages are read again from the
